@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv and install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SHARED ?= ../shared
+EXAMPLES := $(SHARED)/examples
+
+.PHONY: demo test bench venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/suanli schedule $(EXAMPLES)/city-fleet.yaml $(EXAMPLES)/tenants.yaml $(EXAMPLES)/static-heterogeneous.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_static.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

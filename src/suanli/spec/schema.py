@@ -1,0 +1,576 @@
+"""The YAML documents users write (SPEC.md), as pydantic models.
+
+This module owns the shape of every document kind and the conversion of
+quantities into canonical units. Attribute names are snake_case; the YAML
+names are their camelCase aliases (``nodeGroups``, ``maxRttMs``). Unknown
+fields are errors. Cross-document references are checked in ``refs.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from suanli.model import quantities as q
+
+NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+
+CpuMilli = Annotated[int, BeforeValidator(q.parse_cpu_milli)]
+MemMiB = Annotated[int, BeforeValidator(q.parse_mem_mib)]
+DeviceMilli = Annotated[int, BeforeValidator(q.parse_device_milli)]
+BandwidthMbps = Annotated[float, BeforeValidator(q.parse_bandwidth_mbps)]
+DurationS = Annotated[float, BeforeValidator(q.parse_duration_s)]
+RatePerS = Annotated[float, BeforeValidator(q.parse_rate_per_s)]
+DistributionQ = Annotated[q.Distribution, BeforeValidator(q.parse_distribution)]
+
+
+def _listify(value: Any) -> Any:
+    """Accept a single string where a list of strings is expected."""
+    return [value] if isinstance(value, str) else value
+
+
+StrList = Annotated[list[str], BeforeValidator(_listify)]
+
+Tier = Literal["cloud", "edge", "device"]
+Coupling = Literal["coherent", "ib", "roce", "ethernet", "wan"]
+COUPLING_LEVELS: tuple[str, ...] = ("coherent", "ib", "roce", "ethernet", "wan")
+
+
+class Base(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+    )
+
+
+# ---------------------------------------------------------------- Fleet
+
+
+class DeviceSpec(Base):
+    """Accelerators on every node of a node group."""
+
+    kind: Name
+    model: Name
+    count: Annotated[int, Field(ge=1, le=64)]
+    memory: MemMiB | None = None
+    shareable: bool = False
+
+
+class FabricsSpec(Base):
+    coherent: Name | None = None
+    ib: Name | None = None
+    roce: Name | None = None
+    ethernet: Name | None = None
+
+
+class NodeGroupSpec(Base):
+    name: Name
+    count: Annotated[int, Field(ge=0)]
+    arch: Name
+    cpu: CpuMilli
+    memory: MemMiB
+    accelerators: list[DeviceSpec] = []
+    fabrics: FabricsSpec = FabricsSpec()
+    labels: dict[str, str] = {}
+    cost_per_hour: Annotated[float, Field(ge=0)] | None = None
+
+    @field_validator("accelerators")
+    @classmethod
+    def _one_entry_per_kind(cls, value: list[DeviceSpec]) -> list[DeviceSpec]:
+        kinds = [d.kind for d in value]
+        dup = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dup:
+            raise ValueError(f"accelerator kind {dup[0]!r} is listed twice; use one entry per kind")
+        return value
+
+
+class SiteSpec(Base):
+    name: Name
+    tier: Tier
+    region: str = ""
+    intra_site_rtt_ms: Annotated[float, Field(ge=0)] = 0.2
+    labels: dict[str, str] = {}
+    node_groups: list[NodeGroupSpec] = []
+
+    @field_validator("node_groups")
+    @classmethod
+    def _unique_groups(cls, value: list[NodeGroupSpec]) -> list[NodeGroupSpec]:
+        names = [g.name for g in value]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"node group name {dup[0]!r} is used twice in this site")
+        return value
+
+
+class LinkSpec(Base):
+    between: tuple[Name, Name]
+    rtt_ms: Annotated[float, Field(ge=0)]
+    bandwidth: BandwidthMbps
+
+    @field_validator("between")
+    @classmethod
+    def _two_sites(cls, value: tuple[str, str]) -> tuple[str, str]:
+        if value[0] == value[1]:
+            raise ValueError(f"a link joins two different sites, got {value[0]!r} twice")
+        return value
+
+
+class FleetSpec(Base):
+    sites: Annotated[list[SiteSpec], Field(min_length=1)]
+    links: list[LinkSpec] = []
+
+
+# ---------------------------------------------------------------- Tenant
+
+
+class TenantSpec(Base):
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    quota: dict[str, int] | None = None
+    allowed_sites: StrList = ["*"]
+
+    @field_validator("quota", mode="before")
+    @classmethod
+    def _parse_quota(cls, value: Any) -> Any:
+        """cpu and memory in their units; any other key is an accelerator kind (device count)."""
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError("quota is a mapping such as {cpu: 2000, memory: 8Ti, gpu: 128}")
+        out: dict[str, int] = {}
+        for key, raw in value.items():
+            try:
+                if key == "cpu":
+                    out[key] = q.parse_cpu_milli(raw)
+                elif key == "memory":
+                    out[key] = q.parse_mem_mib(raw)
+                else:
+                    out[str(key)] = q.parse_device_milli(raw)
+            except q.QuantityError as exc:
+                raise ValueError(f"quota.{key}: {exc}") from None
+        return out
+
+
+# ---------------------------------------------------------------- shared by VCs and apps
+
+
+class AcceleratorDemandSpec(Base):
+    kind: Name
+    model: StrList | None = None
+    count: DeviceMilli = 1000
+
+
+class ResourcesSpec(Base):
+    cpu: CpuMilli = 0
+    memory: MemMiB = 0
+    accelerators: list[AcceleratorDemandSpec] = []
+    whole: bool = False  # host groups only: `resources: whole` takes a whole node
+
+    @model_validator(mode="after")
+    def _whole_alone(self) -> "ResourcesSpec":
+        if self.whole and (self.cpu or self.memory or self.accelerators):
+            raise ValueError("resources: whole takes the whole node; give no cpu, memory or accelerators")
+        return self
+
+    @field_validator("accelerators")
+    @classmethod
+    def _one_entry_per_kind(
+        cls, value: list[AcceleratorDemandSpec]
+    ) -> list[AcceleratorDemandSpec]:
+        kinds = [d.kind for d in value]
+        dup = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dup:
+            raise ValueError(f"accelerator kind {dup[0]!r} is listed twice; use one entry per kind")
+        return value
+
+
+class NearSpec(Base):
+    site: Name
+    max_rtt_ms: Annotated[float, Field(ge=0)] | None = None
+
+
+class PlatformSpec(Base):
+    arch: Annotated[StrList, Field(min_length=1)]
+
+
+class SelectorSpec(Base):
+    """Which nodes a host group may use; every given criterion must hold."""
+
+    tier: Annotated[list[Tier], BeforeValidator(_listify)] | None = None
+    names: StrList | None = None
+    regions: StrList | None = None
+    labels: dict[str, str] = {}
+
+
+# ---------------------------------------------------------------- VirtualCluster
+
+
+class HostGroupSpec(Base):
+    name: Name
+    count: Annotated[int, Field(ge=0)] | None = None
+    min: Annotated[int, Field(ge=0)] | None = None
+    max: Annotated[int, Field(ge=0)] | None = None
+    resources: ResourcesSpec
+    coupling: Coupling | None = None
+    sites: SelectorSpec = SelectorSpec()
+    near: NearSpec | None = None
+    platform: PlatformSpec | None = None
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return {"whole": True} if value == "whole" else value
+
+    @model_validator(mode="after")
+    def _fixed_or_elastic(self) -> "HostGroupSpec":
+        if self.count is not None and (self.min is not None or self.max is not None):
+            raise ValueError("a host group has either count (fixed) or min/max (elastic), not both")
+        if self.count is None and self.max is None:
+            raise ValueError("a host group needs count (fixed) or max (elastic, with optional min)")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.count is None
+
+    @property
+    def initial(self) -> int:
+        return self.count if self.count is not None else (self.min or 0)
+
+
+class AutoscaleSpec(Base):
+    scale_down_after: DurationS = 300.0
+
+
+class VirtualClusterSpec(Base):
+    host_groups: Annotated[list[HostGroupSpec], Field(min_length=1)]
+    autoscale: AutoscaleSpec = AutoscaleSpec()
+
+    @field_validator("host_groups")
+    @classmethod
+    def _unique(cls, value: list[HostGroupSpec]) -> list[HostGroupSpec]:
+        names = [g.name for g in value]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"host group name {dup[0]!r} is used twice")
+        return value
+
+
+# ---------------------------------------------------------------- Application
+
+
+class GangSpec(Base):
+    size: Annotated[int, Field(ge=1)]
+    min_size: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _min_le_size(self) -> "GangSpec":
+        if self.min_size is not None and self.min_size > self.size:
+            raise ValueError(f"minSize {self.min_size} is above size {self.size}")
+        return self
+
+
+class ScalingSpec(Base):
+    efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
+class StateSpec(Base):
+    kind: Literal["stateless", "stateful"] = "stateless"
+    size: MemMiB = 0
+    checkpoint_every: DurationS | None = None
+
+    @model_validator(mode="after")
+    def _stateful_fields(self) -> "StateSpec":
+        if self.kind == "stateless" and (self.size or self.checkpoint_every):
+            raise ValueError("size and checkpointEvery apply to kind: stateful")
+        return self
+
+
+class DataSpec(Base):
+    source: Name | None = None
+    sink: Name | None = None
+
+
+class AffinitySpec(Base):
+    group: Name
+    scope: Literal["node", "site", "reachable", "fabric"] = "site"
+
+
+class AntiAffinitySpec(Base):
+    group: Name
+    scope: Literal["node", "site"] = "node"
+
+
+class ComponentSpec(Base):
+    name: Name
+    lifetime: Literal["job", "service"] = "job"
+    replicas: Annotated[int, Field(ge=0)] | None = None
+    gang: GangSpec | None = None
+    coupling: Coupling | None = None
+    resources: ResourcesSpec = ResourcesSpec()
+    work: DurationS | None = None
+    duration: DurationS | None = None
+    scaling: ScalingSpec = ScalingSpec()
+    state: StateSpec = StateSpec()
+    platform: PlatformSpec | None = None
+    data: DataSpec | None = None
+    near: NearSpec | None = None
+    affinity: AffinitySpec | None = None
+    anti_affinity: AntiAffinitySpec | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ComponentSpec":
+        if self.resources.whole:
+            raise ValueError("resources: whole is for host groups; a task states cpu, memory, accelerators")
+        if self.gang is not None and self.replicas is not None:
+            raise ValueError("a component has either replicas (independent tasks) or gang, not both")
+        if self.coupling is not None and self.gang is None:
+            raise ValueError("coupling applies to gang members; add gang or remove coupling")
+        if self.work is not None and self.duration is not None:
+            raise ValueError("a job has either work (scales with parallelism) or duration, not both")
+        if self.lifetime == "service" and (self.work is not None or self.duration is not None):
+            raise ValueError("a service runs until deleted; work and duration apply to jobs")
+        if self.lifetime == "job" and self.work is None and self.duration is None:
+            raise ValueError("a job needs duration (fixed length) or work (total task-time)")
+        return self
+
+    @property
+    def size(self) -> int:
+        if self.gang is not None:
+            return self.gang.size
+        return 1 if self.replicas is None else self.replicas
+
+
+class ApplicationSpec(Base):
+    virtual_cluster: Name | None = None
+    priority: int = 0
+    preemptible: bool = True
+    components: Annotated[list[ComponentSpec], Field(min_length=1)]
+
+    @field_validator("components")
+    @classmethod
+    def _unique(cls, value: list[ComponentSpec]) -> list[ComponentSpec]:
+        names = [c.name for c in value]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"component name {dup[0]!r} is used twice")
+        return value
+
+
+# ---------------------------------------------------------------- Scenario
+
+
+def rejoin_flow_split(value: Any) -> Any:
+    """Undo YAML's split of ``{duration: lognormal(30m, 0.6)}`` at the comma.
+
+    In a flow mapping the comma ends the entry, so YAML reads
+    ``{'duration': 'lognormal(30m', '0.6)': None}``. The pieces are glued back
+    while a value has an unclosed parenthesis and the next keys have no value.
+    """
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    items = list(value.items())
+    i = 0
+    while i < len(items):
+        key, val = items[i]
+        i += 1
+        while (
+            isinstance(val, str)
+            and val.count("(") > val.count(")")
+            and i < len(items)
+            and items[i][1] is None
+        ):
+            val = f"{val}, {items[i][0]}"
+            i += 1
+        out[key] = val
+    return out
+
+
+
+class ArrivalSpec(Base):
+    at: DurationS = 0.0
+    app: Name
+
+
+class GeneratorSpec(Base):
+    name: Name
+    tenant: Name
+    rate: RatePerS
+    start: DurationS = 0.0
+    until: DurationS | None = None
+    template: ApplicationSpec
+    jitter: dict[Literal["duration", "work"], DistributionQ] = {}
+
+    @field_validator("jitter", mode="before")
+    @classmethod
+    def _rejoin(cls, value: Any) -> Any:
+        return rejoin_flow_split(value)
+
+
+class TraceSpec(Base):
+    format: Literal["openb", "swf"]
+    tenant: Name
+    nodes: str | None = None
+    pods: str | None = None
+    path: str | None = None
+    site: Name | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_format(self) -> "TraceSpec":
+        if self.format == "openb":
+            if self.pods is None:
+                raise ValueError("an openb trace needs pods (and usually nodes)")
+            if self.path is not None:
+                raise ValueError("an openb trace takes nodes and pods, not path")
+        else:
+            if self.path is None or self.site is None:
+                raise ValueError("an swf trace needs path and site")
+            if self.nodes is not None or self.pods is not None:
+                raise ValueError("an swf trace takes path and site, not nodes or pods")
+        return self
+
+
+class _EventBase(Base):
+    at: DurationS
+
+
+class DeleteEvent(_EventBase):
+    kind: Literal["delete"]
+    app: Name
+
+
+class NodeDownEvent(_EventBase):
+    kind: Literal["nodeDown"]
+    node: str
+
+
+class NodeUpEvent(_EventBase):
+    kind: Literal["nodeUp"]
+    node: str
+
+
+class LinkDownEvent(_EventBase):
+    kind: Literal["linkDown"]
+    between: tuple[Name, Name]
+
+
+class LinkUpEvent(_EventBase):
+    kind: Literal["linkUp"]
+    between: tuple[Name, Name]
+
+
+class DeviceBusyEvent(_EventBase):
+    kind: Literal["deviceBusy"]
+    site: Name | None = None
+    node: str | None = None
+    resources: ResourcesSpec
+    duration: DurationS | None = None
+
+    @model_validator(mode="after")
+    def _where(self) -> "DeviceBusyEvent":
+        if (self.site is None) == (self.node is None):
+            raise ValueError("deviceBusy names exactly one of site or node")
+        return self
+
+
+EventSpec = Annotated[
+    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
+    Field(discriminator="kind"),
+]
+
+
+class ReschedulingPolicy(Base):
+    enabled: bool = True
+    hysteresis: DurationS = 60.0
+    max_concurrent_migrations: Annotated[int, Field(ge=1)] = 8
+
+
+class PolicySpec(Base):
+    rescheduling: ReschedulingPolicy = ReschedulingPolicy()
+
+
+class ScenarioSpec(Base):
+    include: list[str] = []
+    seed: int = 0
+    until: DurationS | None = None
+    arrivals: list[ArrivalSpec] = []
+    generators: list[GeneratorSpec] = []
+    traces: list[TraceSpec] = []
+    events: list[EventSpec] = []
+    policy: PolicySpec = PolicySpec()
+
+
+# ---------------------------------------------------------------- documents
+
+
+class Metadata(Base):
+    name: Name
+    tenant: Name | None = None
+    labels: dict[str, str] = {}
+
+
+class _Document(Base):
+    api_version: Literal["suanli/v1"]
+    metadata: Metadata
+
+
+class FleetDoc(_Document):
+    kind: Literal["Fleet"]
+    spec: FleetSpec
+
+
+class TenantDoc(_Document):
+    kind: Literal["Tenant"]
+    spec: TenantSpec = TenantSpec()
+
+
+class VirtualClusterDoc(_Document):
+    kind: Literal["VirtualCluster"]
+    spec: VirtualClusterSpec
+
+    @model_validator(mode="after")
+    def _tenant(self) -> "VirtualClusterDoc":
+        if self.metadata.tenant is None:
+            raise ValueError("metadata.tenant is required: a virtual cluster belongs to a tenant")
+        return self
+
+
+class ApplicationDoc(_Document):
+    kind: Literal["Application"]
+    spec: ApplicationSpec
+
+    @model_validator(mode="after")
+    def _tenant(self) -> "ApplicationDoc":
+        if self.metadata.tenant is None:
+            raise ValueError("metadata.tenant is required: an application belongs to a tenant")
+        return self
+
+
+class ScenarioDoc(_Document):
+    kind: Literal["Scenario"]
+    spec: ScenarioSpec = ScenarioSpec()
+
+
+DOCUMENT_KINDS: dict[str, type[_Document]] = {
+    "Fleet": FleetDoc,
+    "Tenant": TenantDoc,
+    "VirtualCluster": VirtualClusterDoc,
+    "Application": ApplicationDoc,
+    "Scenario": ScenarioDoc,
+}
