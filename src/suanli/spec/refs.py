@@ -7,9 +7,9 @@ link that no document defines) is a problem at the field that holds it.
 from __future__ import annotations
 
 import os
-import re
 from typing import Iterator
 
+from suanli.model.globs import glob_match
 from suanli.spec.loader import Documents, Loaded, problem_at
 from suanli.spec.problems import Problem
 
@@ -165,13 +165,4 @@ def _few(names, n: int = 8) -> str:
     return head + (f" (+{len(names) - n} more)" if len(names) > n else "")
 
 
-def _glob(pattern: str, name: str) -> bool:
-    return re.fullmatch(glob_regex(pattern), name) is not None
-
-
-def glob_regex(pattern: str) -> str:
-    """Shell-style glob ('cloud-*', 'edge-?') as an anchored regex."""
-    out = ""
-    for ch in pattern:
-        out += ".*" if ch == "*" else "." if ch == "?" else re.escape(ch)
-    return out
+_glob = glob_match

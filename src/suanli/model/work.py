@@ -1,0 +1,141 @@
+"""Tenants, virtual clusters, applications, components and tasks.
+
+Frozen dataclasses in canonical units (millicores, MiB, milli-devices,
+seconds, ms). A task is one replica or one gang member, named
+``APP/COMPONENT/INDEX``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from suanli.model.fleet import Fleet
+
+DEFAULT_VC_SUFFIX = "/default"
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorRequest:
+    kind: str
+    models: tuple[str, ...] | None  # None: any model of the kind
+    milli: int  # < 1000: a share of one device; otherwise whole devices
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    cpu_milli: int = 0
+    mem_mib: int = 0
+    accelerators: tuple[AcceleratorRequest, ...] = ()
+    whole: bool = False  # a host that takes a whole node
+
+
+@dataclass(frozen=True, slots=True)
+class Near:
+    site: str
+    max_rtt_ms: float | None = None  # None: a preference only
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    weight: float = 1.0
+    quota: Mapping[str, int] = field(default_factory=dict)  # resource name -> canonical units
+    allowed_sites: tuple[str, ...] = ("*",)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    tiers: tuple[str, ...] | None = None
+    names: tuple[str, ...] | None = None  # site globs
+    regions: tuple[str, ...] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HostGroup:
+    name: str
+    resources: Resources
+    count: int | None = None  # fixed size
+    min: int = 0  # elastic bounds
+    max: int | None = None
+    coupling: str | None = None
+    selector: Selector = Selector()
+    near: Near | None = None
+    arch: tuple[str, ...] | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.count is None
+
+    @property
+    def initial(self) -> int:
+        return self.count if self.count is not None else self.min
+
+    @property
+    def limit(self) -> int:
+        return self.count if self.count is not None else int(self.max or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualCluster:
+    name: str
+    tenant: str
+    host_groups: tuple[HostGroup, ...] = ()
+    scale_down_after_s: float = 300.0
+    default: bool = False  # the tenant's default VC: hosts fitted to its tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    app: str
+    name: str
+    lifetime: str  # job | service
+    size: int  # replicas, or gang size
+    resources: Resources
+    priority: int
+    preemptible: bool
+    gang: bool = False
+    min_size: int | None = None
+    coupling: str | None = None
+    work_s: float | None = None
+    duration_s: float | None = None
+    efficiency: float = 1.0
+    stateful: bool = False
+    state_mib: int = 0
+    checkpoint_every_s: float | None = None
+    arch: tuple[str, ...] | None = None
+    data_source: str | None = None
+    data_sink: str | None = None
+    near: Near | None = None
+    affinity: tuple[str, str] | None = None  # (group, scope)
+    anti_affinity: tuple[str, str] | None = None  # (group, scope)
+
+    def task_name(self, index: int) -> str:
+        return f"{self.app}/{self.name}/{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    name: str
+    tenant: str
+    vc: str  # explicit, or the tenant's default VC
+    priority: int
+    preemptible: bool
+    components: tuple[Component, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """Everything one load describes."""
+
+    fleet: Fleet
+    tenants: Mapping[str, Tenant]
+    vcs: Mapping[str, VirtualCluster]
+    apps: tuple[Application, ...]
+    seed: int = 0
+    scenario: object | None = None  # the Scenario spec, for the simulator
+
+
+def default_vc_name(tenant: str) -> str:
+    return tenant + DEFAULT_VC_SUFFIX

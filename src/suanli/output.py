@@ -1,0 +1,157 @@
+"""The JSON object of a static placement (SPEC.md, Outputs).
+
+``outcome_json`` turns an ``Outcome`` into plain dicts and lists in a fixed
+order, so the same input and seed give byte-identical JSON. Metrics are
+documented in ``docs/outputs.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from suanli.model.fleet import TIERS
+from suanli.scheduling.state import PlacementState
+from suanli.scheduling.static import Outcome
+from suanli.scheduling.table import Allocation, CandidateTable
+
+
+def resources_json(state: PlacementState, vec: np.ndarray) -> dict[str, int]:
+    keys = state.fleet.resource_keys
+    out = {keys[0]: int(vec[0]), keys[1]: int(vec[1])}
+    out.update({keys[i]: int(vec[i]) for i in range(2, len(keys)) if vec[i]})
+    return out
+
+
+def devices_json(state: PlacementState, table: CandidateTable, a: Allocation) -> list[dict[str, Any]]:
+    fleet = state.fleet
+    out = []
+    for slot, milli in sorted(zip(a.slots, a.milli), key=lambda sm: table.dev_index[a.row, sm[0]]):
+        out.append({
+            "kind": fleet.kinds.names[int(table.dev_kind[a.row, slot])],
+            "model": fleet.models.names[int(table.dev_model[a.row, slot])],
+            "index": int(table.dev_index[a.row, slot]),
+            "milli": int(milli),
+        })
+    return out
+
+
+def _task_order(state: PlacementState) -> dict[str, int]:
+    order: dict[str, int] = {}
+    for app in state.world.apps:
+        for comp in app.components:
+            for i in range(comp.size):
+                order[comp.task_name(i)] = len(order)
+    return order
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    state = outcome.state
+    fleet = state.fleet
+    hosts = []
+    for vc in state.vcs.values():
+        for h in vc.hosts:
+            hosts.append({
+                "vc": vc.name,
+                "host": h.name,
+                "group": h.group,
+                "node": fleet.node_name(h.node),
+                "site": fleet.site_of(h.node).name,
+                "resources": resources_json(state, h.node_alloc.vec),
+                "devices": devices_json(state, state.nodes, h.node_alloc),
+            })
+    order = _task_order(state)
+    placements = []
+    for p in sorted(state.placements, key=lambda p: order[p.task]):
+        table = state.vcs[p.vc].table
+        placements.append({
+            "task": p.task,
+            "tenant": p.tenant,
+            "vc": p.vc,
+            "host": p.host.name,
+            "node": fleet.node_name(p.host.node),
+            "site": fleet.site_of(p.host.node).name,
+            "resources": resources_json(state, p.alloc.vec),
+            "devices": devices_json(state, table, p.alloc),
+        })
+    unscheduled = [
+        {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": _sorted_reasons(u.reasons)}
+        for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
+    ]
+    unplaced = [
+        {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": _sorted_reasons(u.reasons)}
+        for u in outcome.unplaced_hosts
+    ]
+    return {
+        "hosts": hosts,
+        "placements": placements,
+        "unscheduled": unscheduled,
+        "unplaced_hosts": unplaced,
+        "metrics": metrics_json(outcome),
+    }
+
+
+def _sorted_reasons(reasons: Counter) -> dict[str, int]:
+    return {k: int(v) for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def metrics_json(outcome: Outcome) -> dict[str, Any]:
+    state = outcome.state
+    fleet = state.fleet
+    keys = fleet.resource_keys
+    r = len(keys)
+    node_tier = fleet.node_tier
+    reserved = np.zeros((len(TIERS), r), np.int64)
+    for vc in state.vcs.values():
+        for h in vc.hosts:
+            reserved[node_tier[h.node]] += h.node_alloc.vec
+    used = np.zeros((len(TIERS), r), np.int64)
+    for p in state.placements:
+        used[node_tier[p.host.node]] += p.alloc.vec
+    capacity = np.zeros((len(TIERS), r), np.int64)
+    np.add.at(capacity, node_tier, fleet.node_capacity)
+
+    def block(cap_row, res_row, used_row) -> dict[str, Any]:
+        out = {}
+        for i, key in enumerate(keys):
+            c = int(cap_row[i])
+            out[key] = {
+                "capacity": c,
+                "reserved": int(res_row[i]),
+                "used": int(used_row[i]),
+                "reserved_ratio": round(res_row[i] / c, 6) if c else 0.0,
+                "used_ratio": round(used_row[i] / c, 6) if c else 0.0,
+            }
+        return out
+
+    by_tier = {
+        tier: block(capacity[t], reserved[t], used[t]) for t, tier in enumerate(TIERS) if capacity[t].any()
+    }
+    reasons: Counter = Counter()
+    for u in outcome.unscheduled:
+        reasons.update(u.reasons.keys())
+    tenants = {
+        name: {
+            "weight": t.weight,
+            "dominant_share": round(state.dominant_share(name) * t.weight, 6),
+            "weighted_share": round(state.dominant_share(name), 6),
+            "reserved": resources_json(state, state.tenant_used[name]),
+        }
+        for name, t in state.world.tenants.items()
+    }
+    placed = len(state.placements)
+    return {
+        "tasks": {"total": outcome.n_tasks, "placed": placed, "unscheduled": len(outcome.unscheduled)},
+        "hosts": {
+            "total": sum(len(vc.hosts) for vc in state.vcs.values()),
+            "by_vc": {vc.name: len(vc.hosts) for vc in state.vcs.values() if vc.hosts},
+        },
+        "allocation": {
+            "by_resource": block(capacity.sum(axis=0), reserved.sum(axis=0), used.sum(axis=0)),
+            "by_tier": by_tier,
+        },
+        "tenants": tenants,
+        "unscheduled_reasons": _sorted_reasons(reasons),
+    }

@@ -1,0 +1,83 @@
+"""Readable tables of a placement outcome, for people (``-o table``)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+MAX_ROWS = 200  # beyond this, tables summarise; -o json has everything
+
+
+def _devices(devs: list[dict[str, Any]]) -> str:
+    if not devs:
+        return ""
+    parts = []
+    for d in devs:
+        share = "" if d["milli"] == 1000 else f"×{d['milli'] / 1000:g}"
+        parts.append(f"{d['kind']}{d['index']}{share}")
+    return " ".join(parts)
+
+
+def _res(r: dict[str, int]) -> str:
+    out = [f"cpu {r['cpu_milli'] / 1000:g}", f"mem {r['mem_mib'] / 1024:g}Gi"]
+    out += [f"{k[:-6]} {v / 1000:g}" for k, v in r.items() if k.endswith("_milli") and k != "cpu_milli"]
+    return ", ".join(out)
+
+
+def print_outcome(result: dict[str, Any], console: Console) -> None:
+    hosts = result["hosts"]
+    if hosts:
+        t = Table(title=f"Virtual cluster hosts ({len(hosts)})", title_justify="left")
+        for col in ("vc", "host", "node", "resources", "devices"):
+            t.add_column(col)
+        for h in hosts[:MAX_ROWS]:
+            t.add_row(h["vc"], h["host"], h["node"], _res(h["resources"]), _devices(h["devices"]))
+        console.print(t)
+        if len(hosts) > MAX_ROWS:
+            console.print(f"… {len(hosts) - MAX_ROWS} more hosts (see -o json)")
+
+    placements = result["placements"]
+    t = Table(title=f"Placements ({len(placements)})", title_justify="left")
+    for col in ("task", "tenant", "vc", "host", "node", "devices"):
+        t.add_column(col)
+    for p in placements[:MAX_ROWS]:
+        t.add_row(p["task"], p["tenant"], p["vc"], p["host"], p["node"], _devices(p["devices"]))
+    console.print(t)
+    if len(placements) > MAX_ROWS:
+        by_site: Counter = Counter(p["site"] for p in placements)
+        console.print(f"… {len(placements) - MAX_ROWS} more; by site: "
+                      + ", ".join(f"{s} {n}" for s, n in by_site.most_common()))
+
+    unscheduled = result["unscheduled"]
+    if unscheduled:
+        t = Table(title=f"Unscheduled ({len(unscheduled)})", title_justify="left")
+        t.add_column("task")
+        t.add_column("why", overflow="fold")
+        for u in unscheduled[:MAX_ROWS]:
+            t.add_row(u["task"], ", ".join(f"{n} {r}" for r, n in u["reasons"].items()))
+        console.print(t)
+    for u in result.get("unplaced_hosts", []):
+        why = ", ".join(f"{n} {r}" for r, n in u["reasons"].items())
+        console.print(f"[yellow]host group {u['vc']}/{u['group']}: {u['missing']} hosts not placed[/yellow] ({why})")
+
+    m = result["metrics"]
+    tasks = m["tasks"]
+    console.print(f"\n[bold]{tasks['placed']}/{tasks['total']} tasks placed[/bold], "
+                  f"{tasks['unscheduled']} unscheduled, {m['hosts']['total']} hosts")
+    t = Table(title="Allocation by tier (used by tasks / reserved by hosts / capacity)", title_justify="left")
+    t.add_column("tier")
+    keys = list(m["allocation"]["by_resource"])
+    for k in keys:
+        t.add_column(k, justify="right")
+    rows: dict[str, dict] = defaultdict(dict, m["allocation"]["by_tier"])
+    rows["all"] = m["allocation"]["by_resource"]
+    for tier, block in rows.items():
+        cells = []
+        for k in keys:
+            b = block.get(k)
+            cells.append("" if not b or not b["capacity"] else f"{b['used_ratio']:.0%} / {b['reserved_ratio']:.0%}")
+        t.add_row(tier, *cells)
+    console.print(t)

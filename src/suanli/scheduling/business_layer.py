@@ -1,0 +1,232 @@
+"""The business layer: places a tenant's tasks on its virtual cluster's hosts.
+
+Work is cut into *units* placed all-or-nothing: a single replica, a gang
+(inside one domain of its coupling), or an affinity group (inside one domain
+of its scope). Units go in priority order; among equal priorities the tenant
+furthest below its weighted dominant share goes first. A unit that does not
+fit an explicit VC asks the global layer to grow an elastic host group.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from suanli.model.work import Application, Component
+from suanli.scheduling.domains import coupling_domain, scope_domain, tightest
+from suanli.scheduling.filters import Check
+from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
+from suanli.scheduling.request import Request, compile_request
+from suanli.scheduling.select import Extras, combine_domains, place_group
+from suanli.scheduling.state import PlacementState, VCState
+from suanli.scheduling.table import Allocation, CandidateTable
+
+
+@dataclass
+class Unit:
+    """Tasks placed together, all or nothing."""
+
+    app: Application
+    tasks: list[str]
+    components: list[Component]  # one per task
+    seq: int
+    min_members: int | None = None  # elastic gang
+    coupling: str | None = None
+    affinity_scope: str | None = None
+
+    @property
+    def priority(self) -> int:
+        return max(c.priority for c in self.components)
+
+    @property
+    def tenant(self) -> str:
+        return self.app.tenant
+
+
+@dataclass
+class Unscheduled:
+    task: str
+    tenant: str
+    vc: str
+    reasons: Counter
+
+
+def build_units(apps: tuple[Application, ...]) -> list[Unit]:
+    units: list[Unit] = []
+    for app in apps:
+        grouped: dict[str, list[Component]] = defaultdict(list)
+        for comp in app.components:
+            if comp.affinity is not None:
+                grouped[comp.affinity[0]].append(comp)
+        for comp in app.components:
+            if comp.affinity is not None:
+                members = grouped.pop(comp.affinity[0], None)
+                if members is None:
+                    continue  # already made with its group's first component
+                tasks = [c.task_name(i) for c in members for i in range(c.size)]
+                comps = [c for c in members for _ in range(c.size)]
+                if tasks:
+                    units.append(Unit(app, tasks, comps, len(units),
+                                      coupling=tightest(c.coupling for c in members),
+                                      affinity_scope=comp.affinity[1]))
+            elif comp.gang:
+                units.append(Unit(app, [comp.task_name(i) for i in range(comp.size)], [comp] * comp.size,
+                                  len(units), min_members=comp.min_size, coupling=comp.coupling))
+            else:
+                units.extend(Unit(app, [comp.task_name(i)], [comp], len(units) + i) for i in range(comp.size))
+    return units
+
+
+class TaskExtras(Extras):
+    """Anti-affinity across placed and tentative tasks, plus quota and
+    reachability when the VC is a default one (hosts fitted to tasks)."""
+
+    def __init__(self, layer: "BusinessLayer", vc: VCState) -> None:
+        self.layer, self.vc = layer, vc
+        self.quota = QuotaAndReach(layer.state, vc) if vc.default else None
+        self.tentative: list[tuple[tuple, int]] = []
+
+    def checks(self, req: Request, table: CandidateTable) -> list[Check]:
+        out = self.quota.checks(req, table) if self.quota else []
+        anti = self.layer.anti_of.get(id(req))
+        if anti is not None:
+            key, scope = anti
+            taken = self.layer.occupied.get(key)
+            if taken is not None:
+                where = table.view("node") if scope == "node" else table.view("site")
+                out.append((f"anti-affinity {key[1]} ({scope})", ~taken[where]))
+        return out
+
+    def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
+        if self.quota:
+            self.quota.note(req, table, a)
+        anti = self.layer.anti_of.get(id(req))
+        if anti is not None:
+            key, scope = anti
+            where = int(table.node[a.row] if scope == "node" else table.site[a.row])
+            taken = self.layer.occupied.setdefault(key, self.layer.empty_mask(scope))
+            if not taken[where]:
+                taken[where] = True
+                self.tentative.append((key, where))
+
+    def undo(self) -> None:
+        if self.quota:
+            self.quota.undo()
+        for key, where in self.tentative:
+            self.layer.occupied[key][where] = False
+        self.tentative.clear()
+
+    def commit(self) -> None:
+        if self.quota:
+            self.quota.commit()
+        self.tentative.clear()
+
+
+@dataclass
+class BusinessLayer:
+    state: PlacementState
+    global_layer: GlobalLayer
+    rng: np.random.Generator
+    unscheduled: list[Unscheduled] = field(default_factory=list)
+    occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> taken nodes/sites
+    anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
+    _requests: dict[tuple, Request] = field(default_factory=dict)
+
+    @property
+    def network(self):
+        return self.state.fleet.network
+
+    def empty_mask(self, scope: str) -> np.ndarray:
+        n = self.state.fleet.n_nodes if scope == "node" else len(self.state.fleet.sites)
+        return np.zeros(n, bool)
+
+    def request(self, comp: Component, tenant: str) -> Request:
+        key = (comp.app, comp.name)
+        req = self._requests.get(key)
+        if req is None:
+            data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
+            req = compile_request(self.state.fleet, comp.resources, tenant=self.state.world.tenants[tenant],
+                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data))
+            self._requests[key] = req
+            if comp.anti_affinity is not None:
+                self.anti_of[id(req)] = ((comp.app, comp.anti_affinity[0]), comp.anti_affinity[1])
+        return req
+
+    # ------------------------------------------------------------ ordering
+
+    def run(self, units: list[Unit]) -> None:
+        """Place units: higher priority first; within a priority, the tenant with
+        the lowest weighted dominant share first; FIFO within a tenant."""
+        by_priority: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
+        for u in sorted(units, key=lambda u: u.seq):
+            by_priority[u.priority][u.tenant].append(u)
+        for prio in sorted(by_priority, reverse=True):
+            queues = by_priority[prio]
+            while queues:
+                tenant = min(queues, key=lambda t: (self.state.dominant_share(t), queues[t][0].seq))
+                unit = queues[tenant].popleft()
+                if not queues[tenant]:
+                    del queues[tenant]
+                self.place(unit)
+
+    # ------------------------------------------------------------ one unit
+
+    def place(self, unit: Unit) -> bool:
+        vc_model = self.state.world.vcs[unit.app.vc]
+        vcs = self.state.vcs[unit.app.vc]
+        reqs = [self.request(c, unit.tenant) for c in unit.components]
+        result = self._try(unit, vcs, reqs, allow_fewer=vcs.default)
+        if not result.ok and not vcs.default:
+            grown, grow_reasons = self._grow(unit, vc_model, reqs)
+            if grown is not None:
+                result = self._try(unit, vcs, reqs, allow_fewer=False)
+                if not result.ok:
+                    self.global_layer.shrink(vc_model, grown)
+            if not result.ok:
+                result = self._try(unit, vcs, reqs, allow_fewer=True)
+            if not result.ok:
+                result.reasons.update(grow_reasons)
+        if not result.ok:
+            for task in unit.tasks:
+                self.unscheduled.append(Unscheduled(task, unit.tenant, unit.app.vc, result.reasons))
+            return False
+        for task, a in zip(unit.tasks, result.allocations):
+            self.state.add_placement(task, unit.tenant, vcs, a)
+        return True
+
+    def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:
+        domain, name = None, ""
+        if unit.coupling is not None:
+            domain, name = coupling_domain(table, self.network, unit.coupling), f"{unit.coupling} domain"
+        if unit.affinity_scope is not None:
+            scoped = scope_domain(table, self.network, unit.affinity_scope, unit.coupling or "ethernet")
+            domain = scoped if domain is None else combine_domains(domain, scoped)
+            name = f"{unit.affinity_scope} (affinity)" if not name else f"{name} and {unit.affinity_scope}"
+        return domain, name
+
+    def _try(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool):
+        table = vcs.table
+        domain, name = self._domain(unit, table)
+        return place_group(table, reqs, self.network, self.rng, domain=domain, domain_name=name,
+                           min_members=unit.min_members if allow_fewer else None,
+                           extras=TaskExtras(self, vcs))
+
+    def _grow(self, unit: Unit, vc_model, reqs: list[Request]):
+        """Grow elastic groups for each distinct request of the unit; all or nothing."""
+        counts: dict[int, tuple[Request, int]] = {}
+        for r in reqs:
+            counts[id(r)] = (r, counts.get(id(r), (r, 0))[1] + 1)
+        level = unit.coupling
+        if unit.affinity_scope in ("site", "node"):
+            level = level or "ethernet"  # new hosts of a site-scoped group stay on one LAN
+        grown = []
+        reasons: Counter = Counter()
+        for r, n in counts.values():
+            hosts, why = self.global_layer.grow(vc_model, r, n, level)
+            if not hosts:
+                self.global_layer.shrink(vc_model, grown)
+                return None, why or Counter({"no elastic host group": 1})
+            grown += hosts
+        return grown, reasons

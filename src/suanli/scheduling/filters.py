@@ -1,0 +1,118 @@
+"""Filters: pure functions from (table, request) to boolean masks over rows.
+
+Static checks depend only on what a row *is* (site, arch, devices, capacity)
+and are computed once per request and table version; dynamic checks depend on
+what is free now. ``feasible`` ANDs them; ``explain`` (only on failure)
+counts, for each row, the first check that removed it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+
+from suanli.scheduling.request import AccelNeed, Request
+from suanli.scheduling.table import CandidateTable
+
+Check = tuple[str, np.ndarray]  # (reason, bool[N])
+
+
+def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
+    """bool[N, D]: device slots of the needed kind and an allowed model."""
+    ok = table.view("dev_kind") == need.kind
+    if need.kind < 0:  # a kind the fleet does not have
+        ok[:] = False
+    if need.models is not None:
+        ok &= np.isin(table.view("dev_model"), need.models)
+    return ok
+
+
+def static_checks(table: CandidateTable, req: Request) -> list[Check]:
+    """Checks on what rows are; the order is the order of explanations."""
+    site, group = table.view("site"), table.view("group")
+    checks: list[Check] = [(reason, mask[site]) for reason, mask in req.site_checks]
+    checks += [(reason, mask[group]) for reason, mask in req.group_checks]
+    if req.arch is not None:
+        checks.append(("arch mismatch", np.isin(table.view("arch"), req.arch)))
+    cap = table.view("cap")
+    for col, what in ((0, "cpu"), (1, "memory")):
+        if req.vec[col] > 0:
+            checks.append((f"insufficient {what}", cap[:, col] >= req.vec[col]))
+    for need in req.accels:
+        kind = (table.view("dev_kind") == need.kind).any(axis=1) & (need.kind >= 0)
+        checks.append((f"no {need.kind_name}", kind))
+        ok = slot_ok(table, need)
+        if need.models is not None:
+            checks.append((f"{need.kind_name} model mismatch", ok.any(axis=1)))
+        if need.whole:
+            whole = ok & (table.view("dev_cap") == 1000)
+            checks.append((f"insufficient {need.kind_name}", whole.sum(axis=1) >= need.count))
+        else:
+            share = ok & table.view("dev_shareable") & (table.view("dev_cap") >= need.milli)
+            checks.append((f"{need.kind_name} not shareable", share.any(axis=1)))
+    return checks
+
+
+def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Cached: the AND of static checks, and per-need usable slots."""
+    key = (id(table), table.version)
+    hit = req.cache.get(key)
+    if hit is None:
+        mask = np.ones(table.n, bool)
+        for _, m in static_checks(table, req):
+            mask &= m
+        slots = []
+        for need in req.accels:
+            ok = slot_ok(table, need)
+            if not need.whole:
+                ok &= table.view("dev_shareable")
+            slots.append(ok)
+        hit = req.cache[key] = (mask, slots)
+    return hit
+
+
+def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
+    return _static(table, req)[1]
+
+
+def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
+    free = table.view("free")
+    checks: list[Check] = [("node unavailable", table.view("enabled"))]
+    for col, what in ((0, "cpu"), (1, "memory")):
+        if req.vec[col] > 0:
+            checks.append((f"insufficient {what}", free[:, col] >= req.vec[col]))
+    dev_free = table.view("dev_free")
+    for need, ok in zip(req.accels, usable_slots(table, req)):
+        if need.whole:
+            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=1)
+            checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
+        else:
+            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=1)))
+    if req.whole_node:
+        untouched = (free == table.view("cap")).all(axis=1) & (dev_free == table.view("dev_cap")).all(axis=1)
+        checks.append(("node in use", untouched))
+    return checks
+
+
+def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> np.ndarray:
+    """bool[N]: rows where the request fits now."""
+    mask = _static(table, req)[0].copy()
+    for _, m in dynamic_checks(table, req):
+        mask &= m
+    for _, m in extra:
+        mask &= m
+    return mask
+
+
+def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> Counter:
+    """Counts per reason: each row is charged to the first check it fails."""
+    counts: Counter = Counter()
+    remaining = np.ones(table.n, bool)
+    for reason, mask in [*static_checks(table, req), *dynamic_checks(table, req), *extra]:
+        failed = int(np.count_nonzero(remaining & ~mask))
+        if failed:
+            counts[reason] += failed
+        remaining &= mask
+    return counts

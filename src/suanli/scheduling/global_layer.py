@@ -1,0 +1,208 @@
+"""The global layer: places virtual-cluster hosts as slices of physical nodes.
+
+It owns the tenant-level rules: quota, allowed sites, a host group's
+selectors, coupling domain and latency bound, and that a VC's hosts stay
+mutually reachable. Fixed groups (and elastic groups' ``min``) are placed up
+front; elastic groups grow on demand from the business layer (``grow``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from suanli.model.work import HostGroup, VirtualCluster
+from suanli.scheduling.domains import coupling_domain, tightest
+from suanli.scheduling.filters import Check
+from suanli.scheduling.request import Request, compile_request
+from suanli.scheduling.select import Extras, combine_domains, place_group
+from suanli.scheduling.state import Host, PlacementState, VCState
+from suanli.scheduling.table import Allocation, CandidateTable
+
+
+@dataclass
+class UnplacedHosts:
+    vc: str
+    group: str
+    missing: int
+    reasons: Counter
+
+
+class QuotaAndReach(Extras):
+    """Tenant quota and VC reachability, tracked through tentative placements."""
+
+    def __init__(self, state: PlacementState, vc: VCState) -> None:
+        self.state, self.vc = state, vc
+        self.pending = np.zeros_like(state.total)
+        self.component = vc.component
+
+    def checks(self, req: Request, table: CandidateTable) -> list[Check]:
+        left = self.state.quota_left(self.vc.tenant) - self.pending
+        need = table.view("cap") if req.whole_node else req.vec[None, :]
+        out: list[Check] = [(f"tenant {self.vc.tenant} quota", (need <= left).all(axis=1))]
+        if self.component >= 0:
+            comp = self.state.fleet.network.component[table.view("site")]
+            out.append(("unreachable from the virtual cluster's hosts", comp == self.component))
+        return out
+
+    def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
+        self.pending += a.vec
+        if self.component < 0:
+            self.component = int(self.state.fleet.network.component[table.site[a.row]])
+
+    def undo(self) -> None:
+        self.pending[:] = 0
+        self.component = self.vc.component
+
+    def commit(self) -> None:
+        self.pending[:] = 0
+
+
+@dataclass
+class GlobalLayer:
+    state: PlacementState
+    rng: np.random.Generator
+    unplaced: list[UnplacedHosts] = field(default_factory=list)
+    _requests: dict = field(default_factory=dict)
+
+    @property
+    def network(self):
+        return self.state.fleet.network
+
+    def host_request(self, vc: VirtualCluster, group: HostGroup) -> Request:
+        key = (vc.name, group.name)
+        if key not in self._requests:
+            self._requests[key] = compile_request(
+                self.state.fleet,
+                group.resources,
+                tenant=self.state.world.tenants[vc.tenant],
+                arch=group.arch,
+                near=group.near,
+                selector=group.selector,
+            )
+        return self._requests[key]
+
+    # ------------------------------------------------------------ fixed groups
+
+    def place_initial(self) -> None:
+        """Place every explicit VC's fixed groups and elastic minimums."""
+        for vc in self.state.world.vcs.values():
+            if vc.default:
+                continue
+            # coupled groups first: they have the fewest places to go
+            for group in sorted(vc.host_groups, key=lambda g: g.coupling is None):
+                if group.initial > 0:
+                    got = self.place_hosts(vc, group, group.initial)
+                    if isinstance(got, Counter):
+                        self.unplaced.append(UnplacedHosts(vc.name, group.name, group.initial, got))
+
+    # ------------------------------------------------------------ placing hosts
+
+    def place_hosts(self, vc: VirtualCluster, group: HostGroup, count: int,
+                    req: Request | None = None, level: str | None = None) -> list[Host] | Counter:
+        """Place ``count`` hosts of ``group`` all-or-nothing; ``req`` overrides the
+        host request (growth for a task), ``level`` adds a coupling for them."""
+        vcs = self.state.vcs[vc.name]
+        req = req or self.host_request(vc, group)
+        table = self.state.nodes
+        level = tightest([group.coupling, level])
+        domain = None
+        restrict = None
+        name = "site group"
+        if level is not None:
+            domain = coupling_domain(table, self.network, level)
+            name = f"{level} domain"
+            held = vcs.group_domain.get(group.name)
+            if held is not None and group.coupling == level:
+                restrict = domain == held
+        if vcs.component < 0:
+            comp = self.network.component[table.view("site")].astype(np.int64)
+            domain = comp if domain is None else combine_domains(domain, comp)
+            name = name if level is not None else "set of mutually reachable sites"
+        result = place_group(table, [req] * count, self.network, self.rng, domain=domain,
+                             domain_name=name, extras=QuotaAndReach(self.state, vcs), restrict=restrict)
+        if not result.ok:
+            return result.reasons
+        hosts = [self.state.add_host(vcs, group.name, a) for a in result.allocations]
+        if group.coupling is not None and group.name not in vcs.group_domain:
+            vcs.group_domain[group.name] = int(coupling_domain(table, self.network, group.coupling)[result.allocations[0].row])
+        return hosts
+
+    # ------------------------------------------------------------ elastic growth
+
+    def grow(self, vc: VirtualCluster, task: Request, members: int, level: str | None) -> tuple[list[Host], Counter]:
+        """Grow one elastic group of ``vc`` by enough hosts for ``members`` copies of
+        ``task``, inside one ``level`` domain when given. Returns the new hosts, or
+        the reasons no group could grow."""
+        vcs = self.state.vcs[vc.name]
+        reasons: Counter = Counter()
+        for group in vc.host_groups:
+            if not group.elastic:
+                continue
+            host_req = self.host_request(vc, group)
+            per_host = _copies_per_host(host_req, task)
+            if per_host == 0:
+                reasons[f"host group {group.name}: hosts too small"] += 1
+                continue
+            need = math.ceil(members / per_host)
+            room = group.limit - vcs.group_size(group.name)
+            if need > room:
+                reasons[f"host group {group.name}: at max ({group.limit})"] += 1
+                continue
+            got = self.place_hosts(vc, group, need, _narrow(host_req, task), level)
+            if isinstance(got, list):
+                return got, Counter()
+            reasons.update({f"grow {group.name}: {k}": v for k, v in got.items()})
+        return [], reasons
+
+    def shrink(self, vc: VirtualCluster, hosts: list[Host]) -> None:
+        vcs = self.state.vcs[vc.name]
+        for h in hosts:
+            self.state.remove_host(vcs, h)
+        for group in {h.group for h in hosts}:
+            if group is not None and vcs.group_size(group) == 0:
+                vcs.group_domain.pop(group, None)
+
+
+def _copies_per_host(host: Request, task: Request) -> int:
+    """How many copies of ``task`` one host of this shape holds (a whole-node host: at least one)."""
+    if host.whole_node:
+        return 1
+    dims = task.vec > 0
+    if np.any(host.vec[dims] < task.vec[dims]):
+        return 0
+    for need in task.accels:
+        match = [h for h in host.accels if h.kind == need.kind]
+        if not match:
+            return 0
+        if need.models is not None and match[0].models is not None:
+            if not np.intersect1d(need.models, match[0].models).size:
+                return 0
+    ratios = host.vec[dims] // task.vec[dims]
+    return int(ratios.min()) if ratios.size else 1
+
+
+def _narrow(host: Request, task: Request) -> Request:
+    """The host request, restricted to where the task could run on it."""
+    accels = []
+    for h in host.accels:
+        t = next((n for n in task.accels if n.kind == h.kind), None)
+        models = h.models
+        if t is not None and t.models is not None:
+            models = t.models if models is None else np.intersect1d(models, t.models).astype(np.int16)
+        accels.append(replace(h, models=models))
+    arch = task.arch if host.arch is None else (host.arch if task.arch is None else np.intersect1d(host.arch, task.arch))
+    return Request(
+        vec=host.vec,
+        accels=tuple(accels) if not host.whole_node else tuple(task.accels),
+        whole_node=host.whole_node,
+        site_checks=host.site_checks + task.site_checks,
+        group_checks=host.group_checks,
+        arch=arch,
+        near_site=task.near_site if task.near_site >= 0 else host.near_site,
+        near_max_ms=task.near_max_ms if task.near_site >= 0 else host.near_max_ms,
+        data_sites=task.data_sites,
+    )

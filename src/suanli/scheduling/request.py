@@ -1,0 +1,122 @@
+"""A request: what one placement needs, compiled against the fleet's codes.
+
+Tasks and hosts are both requests: a resource vector, accelerator needs and
+the constraints that decide where it may go. Site-level and node-group-level
+constraints are evaluated once into small masks (``[S]`` and ``[G]``) that
+the filters broadcast to table rows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from suanli.model.fleet import Fleet
+from suanli.model.work import Near, Resources, Selector, Tenant
+from suanli.model.globs import glob_regex
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AccelNeed:
+    kind: int  # column 2 + kind in resource vectors; -1 when the fleet has none of this kind
+    kind_name: str
+    models: np.ndarray | None  # allowed model codes; None: any model
+    milli: int
+
+    @property
+    def whole(self) -> bool:
+        return self.milli >= 1000
+
+    @property
+    def count(self) -> int:
+        return self.milli // 1000
+
+
+@dataclass(eq=False)
+class Request:
+    """Everything the filters and scores need about one kind of placement."""
+
+    vec: np.ndarray  # int64[R]
+    accels: tuple[AccelNeed, ...] = ()
+    whole_node: bool = False
+    site_checks: tuple[tuple[str, np.ndarray], ...] = ()  # (reason, bool[S])
+    group_checks: tuple[tuple[str, np.ndarray], ...] = ()  # (reason, bool[G])
+    arch: np.ndarray | None = None  # allowed arch codes
+    near_site: int = -1
+    near_max_ms: float | None = None
+    data_sites: tuple[int, ...] = ()
+    cache: dict = field(default_factory=dict)  # per-table static masks
+
+
+def site_mask(fleet: Fleet, patterns: Iterable[str]) -> np.ndarray:
+    rx = re.compile("|".join(f"(?:{glob_regex(p)})" for p in patterns) or "(?!)")
+    return np.array([rx.fullmatch(s.name) is not None for s in fleet.sites], dtype=bool)
+
+
+def resource_vector(fleet: Fleet, res: Resources) -> tuple[np.ndarray, tuple[AccelNeed, ...]]:
+    vec = np.zeros(len(fleet.resources), np.int64)
+    vec[0], vec[1] = res.cpu_milli, res.mem_mib
+    needs = []
+    for a in res.accelerators:
+        k = fleet.kinds.get(a.kind)
+        models = None
+        if a.models is not None:
+            models = np.array([fleet.models.get(m) for m in a.models if fleet.models.get(m) >= 0], np.int16)
+        if k >= 0:
+            vec[2 + k] = a.milli
+        needs.append(AccelNeed(k, a.kind, models, a.milli))
+    return vec, tuple(needs)
+
+
+def compile_request(
+    fleet: Fleet,
+    res: Resources,
+    *,
+    tenant: Tenant | None = None,
+    arch: Iterable[str] | None = None,
+    near: Near | None = None,
+    data_sites: Iterable[str] = (),
+    selector: Selector | None = None,
+) -> Request:
+    """Compile resources and constraints into a Request for ``fleet``."""
+    vec, needs = resource_vector(fleet, res)
+    site_checks: list[tuple[str, np.ndarray]] = []
+    group_checks: list[tuple[str, np.ndarray]] = []
+    if tenant is not None and tuple(tenant.allowed_sites) != ("*",):
+        site_checks.append(("site not allowed for tenant", site_mask(fleet, tenant.allowed_sites)))
+    if selector is not None:
+        if selector.tiers:
+            site_checks.append(("tier not selected", np.isin(np.array([s.tier for s in fleet.sites]), selector.tiers)))
+        if selector.names:
+            site_checks.append(("site not selected", site_mask(fleet, selector.names)))
+        if selector.regions:
+            site_checks.append(("region not selected", np.isin(np.array([s.region for s in fleet.sites]), selector.regions)))
+        if selector.labels:
+            ok = np.array([all(g.labels.get(k) == v for k, v in selector.labels.items()) for g in fleet.groups], bool)
+            group_checks.append(("labels not matched", ok))
+    near_site, near_max = -1, None
+    if near is not None:
+        near_site, near_max = fleet.site_index[near.site], near.max_rtt_ms
+        if near_max is not None:
+            within = fleet.network.rtt_ms[:, near_site] <= near_max
+            site_checks.append((f"beyond {near_max:g} ms of {near.site}", within))
+    data_idx = tuple(fleet.site_index[s] for s in data_sites)
+    for s in data_idx:
+        site_checks.append((f"data site {fleet.sites[s].name} unreachable", fleet.network.reachable[:, s]))
+    arch_codes = None
+    if arch is not None:
+        arch_codes = np.array([fleet.archs.get(a) for a in arch if fleet.archs.get(a) >= 0], np.int16)
+    return Request(
+        vec=vec,
+        accels=needs,
+        whole_node=res.whole,
+        site_checks=tuple(site_checks),
+        group_checks=tuple(group_checks),
+        arch=arch_codes,
+        near_site=near_site,
+        near_max_ms=near_max,
+        data_sites=data_idx,
+    )

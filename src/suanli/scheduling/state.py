@@ -1,0 +1,149 @@
+"""Placement state: the node table, each VC's host table, hosts and placements.
+
+This is the one place allocations are written. The global layer adds hosts
+(slices of nodes) and the business layer adds task placements (slices of
+hosts); both go through the methods here so the tables, the tenants' usage
+and the records stay consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from suanli.model.work import World
+from suanli.scheduling.table import Allocation, CandidateTable
+
+
+@dataclass
+class Host:
+    vc: str
+    name: str
+    group: str | None  # None for a default VC's fitted host
+    node: int
+    node_alloc: Allocation  # what the host holds on the node table
+    row: int  # row in the VC's host table (-1 for a default VC)
+
+
+@dataclass
+class Placement:
+    task: str
+    tenant: str
+    vc: str
+    host: Host
+    alloc: Allocation  # on the VC's host table, or on the node table for a default VC
+
+
+@dataclass
+class VCState:
+    name: str
+    tenant: str
+    default: bool
+    table: CandidateTable
+    hosts: list[Host] = field(default_factory=list)
+    component: int = -1  # the network component its hosts are in; -1 before the first
+    group_domain: dict[str, int] = field(default_factory=dict)  # coupled group -> its domain code
+    by_node: dict[int, Host] = field(default_factory=dict)  # default VC: the fitted host per node
+    by_row: dict[int, Host] = field(default_factory=dict)  # host-table row -> host
+
+    def group_size(self, group: str) -> int:
+        return sum(1 for h in self.hosts if h.group == group)
+
+
+class PlacementState:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.fleet = world.fleet
+        self.nodes = CandidateTable.from_fleet(world.fleet)
+        r = len(self.fleet.resources)
+        self.total = self.fleet.total_capacity().astype(np.int64)
+        self.tenant_used: dict[str, np.ndarray] = {t: np.zeros(r, np.int64) for t in world.tenants}
+        self.quota: dict[str, np.ndarray] = {t: self._quota_vector(t) for t in world.tenants}
+        self.vcs: dict[str, VCState] = {}
+        for vc in world.vcs.values():
+            table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
+            self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
+        self.placements: list[Placement] = []
+
+    def _quota_vector(self, tenant: str) -> np.ndarray:
+        big = np.iinfo(np.int64).max // 4
+        vec = np.full(len(self.fleet.resources), big, np.int64)
+        for key, value in self.world.tenants[tenant].quota.items():
+            col = {"cpu": 0, "memory": 1}.get(key)
+            if col is None:
+                k = self.fleet.kinds.get(key)
+                if k < 0:
+                    continue
+                col = 2 + k
+            vec[col] = value
+        return vec
+
+    def quota_left(self, tenant: str) -> np.ndarray:
+        return self.quota[tenant] - self.tenant_used[tenant]
+
+    def dominant_share(self, tenant: str) -> float:
+        used = self.tenant_used[tenant]
+        share = used / np.maximum(self.total, 1)
+        return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
+
+    # ------------------------------------------------------------ hosts
+
+    def add_host(self, vc: VCState, group: str | None, a: Allocation) -> Host:
+        """Record a host holding allocation ``a`` of the node table (already taken)."""
+        node = int(self.nodes.node[a.row])
+        index = vc.group_size(group) if group is not None else len(vc.hosts)
+        name = f"{group}-{index}" if group is not None else f"auto-{index}"
+        row = -1
+        if not vc.default:
+            row = vc.table.append_row(self.nodes, a.row, a.vec, a.slots, a.milli)
+        host = Host(vc.name, name, group, node, a, row)
+        vc.hosts.append(host)
+        if row >= 0:
+            vc.by_row[row] = host
+        self.tenant_used[vc.tenant] += a.vec
+        if vc.component < 0:
+            vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+        return host
+
+    def remove_host(self, vc: VCState, host: Host) -> None:
+        """Undo ``add_host`` for a host nothing runs on (a rolled-back growth)."""
+        vc.hosts.remove(host)
+        vc.by_row.pop(host.row, None)
+        self.nodes.give(host.node_alloc)
+        self.tenant_used[vc.tenant] -= host.node_alloc.vec
+        if host.row >= 0:
+            vc.table.enabled[host.row] = False
+            vc.table.free[host.row] = 0
+            vc.table.dev_free[host.row] = 0
+        if not vc.hosts:
+            vc.component = -1
+
+    # ------------------------------------------------------------ tasks
+
+    def add_placement(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
+        """Record a task placed with allocation ``a`` on the VC's table (already taken)."""
+        if vc.default:
+            host = vc.by_node.get(a.row)
+            if host is None:
+                host = Host(vc.name, f"auto-{len(vc.hosts)}", None, a.row,
+                            Allocation(a.row, np.zeros_like(a.vec)), -1)
+                vc.hosts.append(host)
+                vc.by_node[a.row] = host
+                if vc.component < 0:
+                    vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+            host.node_alloc = _merge(host.node_alloc, a)
+            self.tenant_used[tenant] += a.vec
+        else:
+            host = vc.by_row[a.row]
+        p = Placement(task, tenant, vc.name, host, a)
+        self.placements.append(p)
+        return p
+
+
+def _merge(a: Allocation, b: Allocation) -> Allocation:
+    shares: dict[int, int] = dict(zip(a.slots, a.milli))
+    for s, m in zip(b.slots, b.milli):
+        shares[s] = shares.get(s, 0) + m
+    slots = tuple(sorted(shares))
+    return Allocation(a.row, a.vec + b.vec, slots, tuple(shares[s] for s in slots))

@@ -1,0 +1,38 @@
+"""Static scheduling: place a world once, through both layers.
+
+``schedule(world, seed)`` reads as its steps: build the tables, let the
+global layer place the virtual clusters' fixed hosts, cut the applications
+into units, let the business layer place them (growing elastic groups and
+fitting default-VC hosts as it goes), and return the outcome as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from suanli.model.work import World
+from suanli.scheduling.business_layer import BusinessLayer, Unscheduled, build_units
+from suanli.scheduling.global_layer import GlobalLayer, UnplacedHosts
+from suanli.scheduling.state import PlacementState
+
+
+@dataclass
+class Outcome:
+    state: PlacementState
+    unscheduled: list[Unscheduled]
+    unplaced_hosts: list[UnplacedHosts]
+    n_tasks: int
+
+
+def schedule(world: World, seed: int | None = None) -> Outcome:
+    rng = np.random.default_rng(world.seed if seed is None else seed)
+    state = PlacementState(world)
+    global_layer = GlobalLayer(state, rng)
+    global_layer.place_initial()
+    units = build_units(world.apps)
+    business = BusinessLayer(state, global_layer, rng)
+    business.run(units)
+    n_tasks = sum(len(u.tasks) for u in units)
+    return Outcome(state, business.unscheduled, global_layer.unplaced, n_tasks)

@@ -1,0 +1,153 @@
+"""Candidate tables: one row per candidate (a node, or a VC host), as NumPy arrays.
+
+Both layers schedule over the same shape of table: the global layer over
+physical nodes, the business layer over a virtual cluster's hosts. A table is
+updated in place when an allocation commits (``take``/``give``); it is never
+rebuilt per decision. A ``Transaction`` records allocations so a gang or an
+affinity group can be committed whole or rolled back whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from suanli.model.fleet import Fleet
+
+_GROWABLE = (
+    "node", "group", "site", "tier", "arch", "fabric", "cap", "free",
+    "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What one placement takes from one row: a resource vector and device shares."""
+
+    row: int
+    vec: np.ndarray  # int64[R]
+    slots: tuple[int, ...] = ()  # device slots of the row
+    milli: tuple[int, ...] = ()  # share taken on each slot
+
+
+class CandidateTable:
+    """Struct of arrays; rows are appended (hosts) but never removed."""
+
+    def __init__(self, n_resources: int, n_slots: int, capacity: int = 16) -> None:
+        self.n = 0
+        self.version = 0  # bumps when rows are added: cached static masks must be recomputed
+        c, r, d = max(capacity, 1), n_resources, n_slots
+        self.node = np.zeros(c, np.int32)  # the physical node under the row
+        self.group = np.zeros(c, np.int32)  # its node group
+        self.site = np.zeros(c, np.int32)
+        self.tier = np.zeros(c, np.int8)
+        self.arch = np.zeros(c, np.int16)
+        self.fabric = np.full((c, 4), -1, np.int32)  # coherent, ib, roce, ethernet domain codes
+        self.cap = np.zeros((c, r), np.int64)
+        self.free = np.zeros((c, r), np.int64)
+        self.dev_kind = np.full((c, d), -1, np.int16)
+        self.dev_model = np.full((c, d), -1, np.int16)
+        self.dev_cap = np.zeros((c, d), np.int32)  # share of the device this row holds (milli)
+        self.dev_free = np.zeros((c, d), np.int32)
+        self.dev_shareable = np.zeros((c, d), bool)
+        self.dev_index = np.full((c, d), -1, np.int16)  # device index on the physical node
+        self.enabled = np.zeros(c, bool)
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_fleet(cls, fleet: Fleet) -> "CandidateTable":
+        t = cls(len(fleet.resources), fleet.max_devices, fleet.n_nodes)
+        n = fleet.n_nodes
+        t.n = n
+        t.node[:n] = np.arange(n)
+        t.group[:n] = fleet.node_group
+        t.site[:n] = fleet.node_site
+        t.tier[:n] = fleet.node_tier
+        t.arch[:n] = fleet.node_arch
+        t.fabric[:n] = fleet.node_fabric
+        t.cap[:n] = fleet.node_capacity
+        t.free[:n] = fleet.node_capacity
+        t.dev_kind[:n] = fleet.node_dev_kind
+        t.dev_model[:n] = fleet.node_dev_model
+        present = fleet.node_dev_kind >= 0
+        t.dev_cap[:n] = np.where(present, 1000, 0)
+        t.dev_free[:n] = t.dev_cap[:n]
+        t.dev_shareable[:n] = fleet.node_dev_shareable
+        t.dev_index[:n] = np.where(present, np.arange(fleet.max_devices, dtype=np.int16), -1)
+        t.enabled[:n] = True
+        return t
+
+    def append_row(self, source: "CandidateTable", src_row: int, vec: np.ndarray,
+                   slots: tuple[int, ...], milli: tuple[int, ...]) -> int:
+        """Add a row that is a slice of ``source``'s row (a host on a node)."""
+        if self.n == len(self.node):
+            self._grow()
+        i = self.n
+        self.n += 1
+        self.version += 1
+        for name in ("node", "group", "site", "tier", "arch", "fabric"):
+            getattr(self, name)[i] = getattr(source, name)[src_row]
+        self.cap[i] = vec
+        self.free[i] = vec
+        self.dev_kind[i] = -1
+        self.dev_model[i] = -1
+        self.dev_cap[i] = 0
+        self.dev_free[i] = 0
+        self.dev_shareable[i] = False
+        self.dev_index[i] = -1
+        for j, (slot, m) in enumerate(zip(slots, milli)):
+            self.dev_kind[i, j] = source.dev_kind[src_row, slot]
+            self.dev_model[i, j] = source.dev_model[src_row, slot]
+            self.dev_shareable[i, j] = source.dev_shareable[src_row, slot]
+            self.dev_index[i, j] = source.dev_index[src_row, slot]
+            self.dev_cap[i, j] = m
+            self.dev_free[i, j] = m
+        self.enabled[i] = True
+        return i
+
+    def _grow(self) -> None:
+        new = max(16, 2 * len(self.node))
+        for name in _GROWABLE:
+            old = getattr(self, name)
+            arr = np.zeros((new,) + old.shape[1:], old.dtype)
+            if name in ("fabric", "dev_kind", "dev_model", "dev_index"):
+                arr[...] = -1
+            arr[: len(old)] = old
+            setattr(self, name, arr)
+
+    # ------------------------------------------------------------ views
+
+    def view(self, name: str) -> np.ndarray:
+        """The live rows of a column (a view, not a copy)."""
+        return getattr(self, name)[: self.n]
+
+    # ------------------------------------------------------------ commits
+
+    def take(self, a: Allocation) -> None:
+        self.free[a.row] -= a.vec
+        if a.slots:
+            self.dev_free[a.row, list(a.slots)] -= np.asarray(a.milli, np.int32)
+
+    def give(self, a: Allocation) -> None:
+        self.free[a.row] += a.vec
+        if a.slots:
+            self.dev_free[a.row, list(a.slots)] += np.asarray(a.milli, np.int32)
+
+
+@dataclass
+class Transaction:
+    """Allocations made tentatively; ``rollback`` gives them all back."""
+
+    table: CandidateTable
+    done: list[Allocation] = field(default_factory=list)
+
+    def take(self, a: Allocation) -> None:
+        self.table.take(a)
+        self.done.append(a)
+
+    def rollback(self) -> None:
+        for a in reversed(self.done):
+            self.table.give(a)
+        self.done.clear()

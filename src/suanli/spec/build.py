@@ -1,0 +1,139 @@
+"""Turn validated documents into the model (``World``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from suanli.model.fleet import DeviceType, Fleet, Link, NodeGroup, Site
+from suanli.model.work import (
+    AcceleratorRequest,
+    Application,
+    Component,
+    HostGroup,
+    Near,
+    Resources,
+    Selector,
+    Tenant,
+    VirtualCluster,
+    World,
+    default_vc_name,
+)
+from suanli.spec import schema
+from suanli.spec.loader import Documents, load_documents
+from suanli.spec.problems import Problem, SpecError
+
+
+def load_world(paths: Sequence[str | os.PathLike[str]]) -> World:
+    """Load files and build the world; raise SpecError with every problem."""
+    docs = load_documents(paths)
+    if not docs.fleets:
+        files = ", ".join(docs.files) or "(none)"
+        raise SpecError([Problem(files, "no Fleet document among the files; a world needs sites and nodes")])
+    return build_world(docs)
+
+
+def build_fleet(docs: Documents) -> Fleet:
+    sites: list[Site] = []
+    groups: list[NodeGroup] = []
+    for fl in docs.fleets:
+        for s in fl.doc.spec.sites:
+            site = Site(len(sites), s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels))
+            sites.append(site)
+            for g in s.node_groups:
+                devices = tuple(DeviceType(d.kind, d.model, d.count, d.memory, d.shareable) for d in g.accelerators)
+                fabrics = {k: v for k, v in g.fabrics.model_dump().items() if v is not None}
+                groups.append(
+                    NodeGroup(len(groups), site.index, g.name, g.count, g.arch, g.cpu, g.memory,
+                              devices, fabrics, dict(g.labels), g.cost_per_hour)
+                )
+    index = {s.name: s.index for s in sites}
+    links = [
+        Link(index[ln.between[0]], index[ln.between[1]], ln.rtt_ms, ln.bandwidth)
+        for fl in docs.fleets
+        for ln in fl.doc.spec.links
+    ]
+    return Fleet(sites, groups, links)
+
+
+def resources_of(spec: schema.ResourcesSpec) -> Resources:
+    accels = tuple(
+        AcceleratorRequest(a.kind, tuple(a.model) if a.model else None, a.count) for a in spec.accelerators
+    )
+    return Resources(spec.cpu, spec.memory, accels, spec.whole)
+
+
+def _near(spec: schema.NearSpec | None) -> Near | None:
+    return None if spec is None else Near(spec.site, spec.max_rtt_ms)
+
+
+def build_application(name: str, tenant: str, spec: schema.ApplicationSpec) -> Application:
+    comps = []
+    for c in spec.components:
+        comps.append(
+            Component(
+                app=name,
+                name=c.name,
+                lifetime=c.lifetime,
+                size=c.size,
+                resources=resources_of(c.resources),
+                priority=spec.priority if c.priority is None else c.priority,
+                preemptible=spec.preemptible if c.preemptible is None else c.preemptible,
+                gang=c.gang is not None,
+                min_size=c.gang.min_size if c.gang is not None else None,
+                coupling=c.coupling,
+                work_s=c.work,
+                duration_s=c.duration,
+                efficiency=c.scaling.efficiency,
+                stateful=c.state.kind == "stateful",
+                state_mib=c.state.size,
+                checkpoint_every_s=c.state.checkpoint_every,
+                arch=tuple(c.platform.arch) if c.platform else None,
+                data_source=c.data.source if c.data else None,
+                data_sink=c.data.sink if c.data else None,
+                near=_near(c.near),
+                affinity=(c.affinity.group, c.affinity.scope) if c.affinity else None,
+                anti_affinity=(c.anti_affinity.group, c.anti_affinity.scope) if c.anti_affinity else None,
+            )
+        )
+    vc = spec.virtual_cluster or default_vc_name(tenant)
+    return Application(name, tenant, vc, spec.priority, spec.preemptible, tuple(comps))
+
+
+def build_world(docs: Documents) -> World:
+    fleet = build_fleet(docs)
+    tenants = {
+        t.name: Tenant(t.name, t.doc.spec.weight, dict(t.doc.spec.quota or {}), tuple(t.doc.spec.allowed_sites))
+        for t in docs.tenants
+    }
+    vcs: dict[str, VirtualCluster] = {}
+    for v in docs.virtual_clusters:
+        groups = []
+        for g in v.doc.spec.host_groups:
+            sel = g.sites
+            groups.append(
+                HostGroup(
+                    name=g.name,
+                    resources=resources_of(g.resources),
+                    count=g.count,
+                    min=g.min or 0,
+                    max=g.max,
+                    coupling=g.coupling,
+                    selector=Selector(
+                        tuple(sel.tier) if sel.tier else None,
+                        tuple(sel.names) if sel.names else None,
+                        tuple(sel.regions) if sel.regions else None,
+                        dict(sel.labels),
+                    ),
+                    near=_near(g.near),
+                    arch=tuple(g.platform.arch) if g.platform else None,
+                )
+            )
+        vcs[v.name] = VirtualCluster(v.name, v.doc.metadata.tenant, tuple(groups), v.doc.spec.autoscale.scale_down_after)
+    apps = tuple(build_application(a.name, a.doc.metadata.tenant, a.doc.spec) for a in docs.applications)
+    for app in apps:
+        if app.vc not in vcs:
+            vcs[app.vc] = VirtualCluster(app.vc, app.tenant, (), default=True)
+    scenario = docs.scenarios[0].doc if docs.scenarios else None
+    seed = scenario.spec.seed if scenario is not None else 0
+    return World(fleet, tenants, vcs, apps, seed, scenario)
