@@ -194,6 +194,11 @@ class BusinessLayer:
             return False
         for task, a in zip(unit.tasks, result.allocations):
             self.state.add_placement(task, unit.tenant, vcs, a)
+        placed = len(result.allocations)
+        if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
+            why = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
+            for task in unit.tasks[placed:]:
+                self.unscheduled.append(Unscheduled(task, unit.tenant, unit.app.vc, why))
         return True
 
     def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:

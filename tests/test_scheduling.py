@@ -1,0 +1,215 @@
+"""Behaviour of the two layers, one rule per case, on small built worlds."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from builders import app, component, gpu, link, node_group, site, tenant, vc, world
+from conftest import schedule_json
+
+
+def _where(result):
+    return {p["task"]: p for p in result["placements"]}
+
+
+def _why(result):
+    return {u["task"]: u["reasons"] for u in result["unscheduled"]}
+
+
+# ---------------------------------------------------------------- resources and devices
+
+
+def test_fractional_shares_pack_onto_one_device(tmp_path):
+    path = world(tmp_path, sites=[site("s", groups=[node_group(accelerators=[gpu(2)])])],
+                 apps=[app(components=[component(replicas=4, accelerators=[{"kind": "gpu", "count": 0.25}])])])
+    r = schedule_json(path)
+    devices = Counter((p["devices"][0]["index"], p["devices"][0]["milli"]) for p in r["placements"])
+    assert devices == {(0, 250): 4}  # best fit fills one device before opening another
+
+
+def test_fraction_never_lands_on_a_non_shareable_device(tmp_path):
+    path = world(tmp_path, sites=[site("s", groups=[node_group(accelerators=[gpu(2, shareable=False)])])],
+                 apps=[app(components=[component(accelerators=[{"kind": "gpu", "count": 0.5}])])])
+    assert _why(schedule_json(path)) == {"a/c/0": {"gpu not shareable": 1}}
+
+
+def test_whole_devices_are_distinct_and_on_one_node(tmp_path):
+    path = world(tmp_path, sites=[site("s", groups=[node_group(count=2, accelerators=[gpu(4)])])],
+                 apps=[app(components=[component(replicas=2, accelerators=[{"kind": "gpu", "count": 3}])])])
+    r = schedule_json(path)
+    for p in r["placements"]:
+        assert len({d["index"] for d in p["devices"]}) == 3
+    assert len({p["node"] for p in r["placements"]}) == 2
+
+
+def test_model_list_is_respected(tmp_path):
+    groups = [node_group("a", accelerators=[gpu(1, model="A100")]), node_group("t", accelerators=[gpu(1, model="T4")])]
+    path = world(tmp_path, sites=[site("s", groups=groups)],
+                 apps=[app(components=[component(accelerators=[{"kind": "gpu", "model": ["T4"], "count": 1}])])])
+    assert _where(schedule_json(path))["a/c/0"]["node"] == "s/t-0"
+
+
+def test_cpu_work_keeps_off_gpu_nodes(tmp_path):
+    groups = [node_group("g", accelerators=[gpu(8)]), node_group("cpu")]
+    path = world(tmp_path, sites=[site("s", groups=groups)], apps=[app(components=[component(replicas=3)])])
+    assert {p["node"] for p in schedule_json(path)["placements"]} == {"s/cpu-0"}
+
+
+def test_arch_filter_and_reason(tmp_path):
+    path = world(tmp_path, sites=[site("s", groups=[node_group(count=3)])],
+                 apps=[app(components=[component(platform={"arch": ["aarch64"]})])])
+    assert _why(schedule_json(path)) == {"a/c/0": {"arch mismatch": 3}}
+
+
+def test_unknown_accelerator_kind_is_unscheduled_not_an_error(tmp_path):
+    path = world(tmp_path, apps=[app(components=[component(accelerators=[{"kind": "tpu", "count": 1}])])])
+    assert _why(schedule_json(path)) == {"a/c/0": {"no tpu": 1}}
+
+
+# ---------------------------------------------------------------- gangs
+
+
+def test_gang_stays_in_one_ib_domain_or_is_absent(tmp_path):
+    groups = [node_group("x", count=3, fabrics={"ib": "ib-1"}), node_group("y", count=3, fabrics={"ib": "ib-2"})]
+    gang = component("w", lifetime="job", cpu=16, gang={"size": 3}, coupling="ib")
+    path = world(tmp_path, sites=[site("s", groups=groups)], apps=[app(components=[gang])])
+    r = schedule_json(path)
+    assert len({p["node"].rsplit("-", 1)[0] for p in r["placements"]}) == 1
+    big = component("w", lifetime="job", cpu=16, gang={"size": 4}, coupling="ib")
+    path = world(tmp_path, sites=[site("s", groups=groups)], apps=[app(components=[big])])
+    r = schedule_json(path)
+    assert r["placements"] == [] and len(r["unscheduled"]) == 4
+
+
+def test_elastic_gang_takes_the_largest_size_that_fits(tmp_path):
+    groups = [node_group("x", count=5, fabrics={"ib": "ib-1"})]
+    gang = component("w", lifetime="job", cpu=16, gang={"size": 8, "minSize": 2}, coupling="ib")
+    r = schedule_json(world(tmp_path, sites=[site("s", groups=groups)], apps=[app(components=[gang])]))
+    assert len(r["placements"]) == 5 and len(r["unscheduled"]) == 3
+
+
+def test_wan_gang_needs_mutually_reachable_sites(tmp_path):
+    sites = [site("a", groups=[node_group(count=2)]), site("b", groups=[node_group(count=2)])]
+    gang = component("w", lifetime="job", cpu=16, gang={"size": 4}, coupling="wan")
+    r = schedule_json(world(tmp_path, sites=sites, apps=[app(components=[gang])]))
+    assert r["placements"] == []  # no link: a and b cannot reach each other
+    r = schedule_json(world(tmp_path, sites=sites, links=[link("a", "b")], apps=[app(components=[gang])]))
+    assert len(r["placements"]) == 4
+
+
+# ---------------------------------------------------------------- affinity
+
+
+def test_site_affinity_places_the_group_as_a_unit(tmp_path):
+    # site a has room for one member only; the group must go whole to b
+    sites = [site("a", groups=[node_group(cpu=4)]), site("b", groups=[node_group(count=2, cpu=4)])]
+    comps = [component("x", cpu=4, affinity={"group": "g", "scope": "site"}),
+             component("y", cpu=4, affinity={"group": "g", "scope": "site"})]
+    r = schedule_json(world(tmp_path, sites=sites, links=[link("a", "b")], apps=[app(components=comps)]))
+    assert {p["site"] for p in r["placements"]} == {"b"} and len(r["placements"]) == 2
+
+
+def test_node_affinity_and_node_anti_affinity(tmp_path):
+    sites = [site("s", groups=[node_group(count=3, cpu=8)])]
+    together = [component("x", cpu=2, affinity={"group": "g", "scope": "node"}),
+                component("y", cpu=2, replicas=2, affinity={"group": "g", "scope": "node"})]
+    r = schedule_json(world(tmp_path, sites=sites, apps=[app(components=together)]))
+    assert len({p["node"] for p in r["placements"]}) == 1
+    apart = [component("z", cpu=1, replicas=3, antiAffinity={"group": "h", "scope": "node"})]
+    r = schedule_json(world(tmp_path, sites=sites, apps=[app(components=apart)]))
+    assert len({p["node"] for p in r["placements"]}) == 3
+    four = [component("z", cpu=1, replicas=4, antiAffinity={"group": "h", "scope": "node"})]
+    r = schedule_json(world(tmp_path, sites=sites, apps=[app(components=four)]))
+    assert len(r["placements"]) == 3 and "anti-affinity h (node)" in r["unscheduled"][0]["reasons"]
+
+
+def test_site_anti_affinity(tmp_path):
+    sites = [site("a", groups=[node_group(count=2)]), site("b", groups=[node_group(count=2)])]
+    comps = [component(replicas=3, antiAffinity={"group": "h", "scope": "site"})]
+    r = schedule_json(world(tmp_path, sites=sites, links=[link("a", "b")], apps=[app(components=comps)]))
+    assert sorted(p["site"] for p in r["placements"]) == ["a", "b"]
+
+
+# ---------------------------------------------------------------- near and data
+
+
+def test_near_is_a_bound_and_a_preference(tmp_path):
+    sites = [site("car", tier="device", groups=[node_group(cpu=2)]), site("edge", tier="edge"), site("cloud")]
+    links = [link("car", "edge", rtt=8), link("edge", "cloud", rtt=20)]
+    comps = [component(replicas=3, cpu=2, near={"site": "car", "maxRttMs": 10})]
+    r = schedule_json(world(tmp_path, sites=sites, links=links, apps=[app(components=comps)]))
+    sites_used = sorted(p["site"] for p in r["placements"])
+    assert sites_used == ["car", "edge", "edge"]  # the car first, then within 10 ms; never the cloud
+
+
+def test_data_must_be_reachable_and_nearer_is_better(tmp_path):
+    sites = [site("a"), site("b"), site("island")]
+    comps = [component(data={"source": "b"})]
+    r = schedule_json(world(tmp_path, sites=sites, links=[link("a", "b", rtt=30)], apps=[app(components=comps)]))
+    assert _where(r)["a/c/0"]["site"] == "b"
+
+
+# ---------------------------------------------------------------- tenants, VCs, ordering
+
+
+def test_allowed_sites_and_quota(tmp_path):
+    sites = [site("cloud-1", groups=[node_group(count=4)]), site("edge-1", tier="edge", groups=[node_group(cpu=32)])]
+    t = tenant(allowedSites=["edge-*"], quota={"cpu": 20})
+    comps = [component(replicas=3, cpu=8)]
+    r = schedule_json(world(tmp_path, sites=sites, links=[link("cloud-1", "edge-1")], tenants=[t],
+                            apps=[app(components=comps)]))
+    assert {p["site"] for p in r["placements"]} == {"edge-1"}
+    assert len(r["placements"]) == 2  # 2 x 8 cores within the 20-core quota; the third would exceed it
+    assert r["unscheduled"][0]["reasons"] == {"site not allowed for tenant": 4, "tenant t quota": 1}
+
+
+def test_fixed_host_group_with_selectors_and_coupling(tmp_path):
+    groups = [node_group("x", count=2, fabrics={"ib": "i1"}, labels={"pool": "train"}),
+              node_group("y", count=3, fabrics={"ib": "i2"}, labels={"pool": "train"}),
+              node_group("z", count=4, fabrics={"ib": "i3"})]
+    hg = {"name": "h", "count": 3, "resources": "whole", "coupling": "ib", "sites": {"labels": {"pool": "train"}}}
+    r = schedule_json(world(tmp_path, sites=[site("s", groups=groups)], vcs=[vc(groups=[hg])],
+                            apps=[app(components=[component(cpu=16)], virtualCluster="v")]))
+    assert {h["node"].rsplit("-", 1)[0] for h in r["hosts"] if h["vc"] == "v"} == {"s/y"}
+    assert _where(r)["a/c/0"]["vc"] == "v"
+
+
+def test_elastic_group_grows_within_max(tmp_path):
+    hg = {"name": "e", "min": 0, "max": 2, "resources": {"cpu": 8, "memory": "8Gi"}}
+    comps = [component(replicas=5, cpu=4, memory="4Gi")]
+    r = schedule_json(world(tmp_path, sites=[site("s", groups=[node_group(count=4)])], vcs=[vc(groups=[hg])],
+                            apps=[app(components=comps, virtualCluster="v")]))
+    assert len([h for h in r["hosts"] if h["vc"] == "v"]) == 2
+    assert len(r["placements"]) == 4 and len(r["unscheduled"]) == 1
+
+
+def test_vc_hosts_are_mutually_reachable(tmp_path):
+    sites = [site("a", groups=[node_group(count=1)]), site("b", groups=[node_group(count=4)])]
+    hg = {"name": "h", "count": 3, "resources": {"cpu": 8, "memory": "8Gi"}}
+    r = schedule_json(world(tmp_path, sites=sites, vcs=[vc(groups=[hg])]))
+    assert {h["site"] for h in r["hosts"]} == {"b"}
+
+
+def test_higher_priority_first_then_fair_share(tmp_path):
+    sites = [site("s", groups=[node_group(count=1, cpu=4)])]
+    tenants = [tenant("p", weight=1), tenant("q", weight=1)]
+    apps = [app("low", tenant="p", components=[component(cpu=4)], priority=1),
+            app("high", tenant="q", components=[component(cpu=4)], priority=9)]
+    r = schedule_json(world(tmp_path, sites=sites, tenants=tenants, apps=apps))
+    assert [p["task"] for p in r["placements"]] == ["high/c/0"]
+
+
+def test_equal_priority_serves_the_tenant_below_its_share(tmp_path):
+    sites = [site("s", groups=[node_group(count=4, cpu=4)])]
+    tenants = [tenant("p", weight=1), tenant("q", weight=1)]
+    apps = [app("first", tenant="p", components=[component(cpu=4, replicas=4)]),
+            app("second", tenant="q", components=[component(cpu=4, replicas=4)])]
+    r = schedule_json(world(tmp_path, sites=sites, tenants=tenants, apps=apps))
+    assert Counter(p["tenant"] for p in r["placements"]) == {"p": 2, "q": 2}
+
+
+def test_same_seed_same_result_and_seed_changes_ties(tmp_path):
+    path = world(tmp_path, sites=[site("s", groups=[node_group(count=50)])], apps=[app(components=[component(replicas=1)])])
+    assert schedule_json(path, seed=1) == schedule_json(path, seed=1)
+    nodes = {schedule_json(path, seed=s)["placements"][0]["node"] for s in range(8)}
+    assert len(nodes) > 1  # equal candidates: the seeded tie-break spreads choices
