@@ -28,11 +28,11 @@ def resources_json(state: PlacementState, vec: np.ndarray) -> dict[str, int]:
 def devices_json(state: PlacementState, table: CandidateTable, a: Allocation) -> list[dict[str, Any]]:
     fleet = state.fleet
     out = []
-    for slot, milli in sorted(zip(a.slots, a.milli), key=lambda sm: table.dev_index[a.row, sm[0]]):
+    for slot, milli in sorted(zip(a.slots, a.milli), key=lambda sm: table.dev_index[sm[0], a.row]):
         out.append({
-            "kind": fleet.kinds.names[int(table.dev_kind[a.row, slot])],
-            "model": fleet.models.names[int(table.dev_model[a.row, slot])],
-            "index": int(table.dev_index[a.row, slot]),
+            "kind": fleet.kinds.names[int(table.dev_kind[slot, a.row])],
+            "model": fleet.models.names[int(table.dev_model[slot, a.row])],
+            "index": int(table.dev_index[slot, a.row]),
             "milli": int(milli),
         })
     return out

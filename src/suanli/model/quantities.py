@@ -112,7 +112,9 @@ def parse_device_milli(value: object) -> int:
         )
     milli = count * 1000
     if abs(milli - round(milli)) > 1e-6:
-        raise QuantityError(f"{value!r} is finer than a thousandth of a device")
+        raise QuantityError(
+            f"{value!r} is finer than a thousandth of a device; give {DEVICE_FORMS} in steps of 0.001"
+        )
     return int(round(milli))
 
 
@@ -126,7 +128,8 @@ def parse_bandwidth_mbps(value: object) -> float:
             mbps = float(m.group(1)) * _BANDWIDTH_MBPS[m.group(2)]
             if mbps > 0:
                 return mbps
-    raise QuantityError(f"{value!r} is not {BANDWIDTH_FORMS}; it must be above 0")
+            raise QuantityError(f"{value!r} is not {BANDWIDTH_FORMS}; it must be above 0")
+    raise QuantityError(f"{value!r} is not {BANDWIDTH_FORMS}")
 
 
 _DURATION_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -155,6 +158,7 @@ def parse_rate_per_s(value: object) -> float:
             per = float(m.group(2) or 1) * _DURATION_S[m.group(3)]
             if count > 0 and per > 0:
                 return count / per
+            raise QuantityError(f"{value!r} is not {RATE_FORMS}; count and period must be above 0")
     raise QuantityError(f"{value!r} is not {RATE_FORMS}")
 
 
@@ -174,27 +178,36 @@ _DISTRIBUTION_ARITY = {"lognormal": 2, "exponential": 1, "uniform": 2}
 
 def parse_distribution(value: object) -> Distribution:
     """``"lognormal(300s, 1.0)"`` -> Distribution('lognormal', (300.0, 1.0))."""
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([a-z]+)\s*\((.*)\)\s*", value)
-        if m and m.group(1) in _DISTRIBUTION_ARITY:
-            name = m.group(1)
-            args = [a.strip() for a in m.group(2).split(",")]
-            if len(args) == _DISTRIBUTION_ARITY[name] and all(args):
-                try:
-                    if name == "lognormal":
-                        params = (parse_duration_s(args[0]), float(args[1]))
-                    else:
-                        params = tuple(parse_duration_s(a) for a in args)
-                except (QuantityError, ValueError):
-                    raise QuantityError(f"{value!r} is not {DISTRIBUTION_FORMS}") from None
-                if name == "uniform" and params[0] > params[1]:
-                    raise QuantityError(f"{value!r}: uniform needs LOW <= HIGH")
-                if name == "lognormal" and (params[0] <= 0 or params[1] < 0):
-                    raise QuantityError(f"{value!r}: lognormal needs MEDIAN > 0, SIGMA >= 0")
-                if name == "exponential" and params[0] <= 0:
-                    raise QuantityError(f"{value!r}: exponential needs MEAN > 0")
-                return Distribution(name, params)
-    raise QuantityError(f"{value!r} is not {DISTRIBUTION_FORMS}")
+
+    def bad(reason: str = "") -> QuantityError:
+        text = f"{value!r} is not {DISTRIBUTION_FORMS}"
+        return QuantityError(f"{text}; {reason}" if reason else text)
+
+    if not isinstance(value, str):
+        raise bad()
+    m = re.fullmatch(r"\s*([a-z]+)\s*\((.*)\)\s*", value)
+    if not m or m.group(1) not in _DISTRIBUTION_ARITY:
+        raise bad()
+    name = m.group(1)
+    args = [a.strip() for a in m.group(2).split(",")]
+    if len(args) != _DISTRIBUTION_ARITY[name] or not all(args):
+        raise bad()
+    try:
+        if name == "lognormal":
+            params = (parse_duration_s(args[0]), float(args[1]))
+        else:
+            params = tuple(parse_duration_s(a) for a in args)
+    except (QuantityError, ValueError):
+        raise bad() from None
+    if not all(math.isfinite(p) for p in params):
+        raise bad("give finite numbers")
+    if name == "uniform" and params[0] > params[1]:
+        raise bad("uniform needs LOW <= HIGH")
+    if name == "lognormal" and (params[0] <= 0 or params[1] < 0):
+        raise bad("lognormal needs MEDIAN > 0, SIGMA >= 0")
+    if name == "exponential" and params[0] <= 0:
+        raise bad("exponential needs MEAN > 0")
+    return Distribution(name, params)
 
 
 def format_duration(seconds: float) -> str:

@@ -20,7 +20,7 @@ Check = tuple[str, np.ndarray]  # (reason, bool[N])
 
 
 def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
-    """bool[N, D]: device slots of the needed kind and an allowed model."""
+    """bool[D, N]: device slots of the needed kind and an allowed model."""
     ok = table.view("dev_kind") == need.kind
     if need.kind < 0:  # a kind the fleet does not have
         ok[:] = False
@@ -41,17 +41,17 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", cap[:, col] >= req.vec[col]))
     for need in req.accels:
-        kind = (table.view("dev_kind") == need.kind).any(axis=1) & (need.kind >= 0)
+        kind = (table.view("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
         checks.append((f"no {need.kind_name}", kind))
         ok = slot_ok(table, need)
         if need.models is not None:
-            checks.append((f"{need.kind_name} model mismatch", ok.any(axis=1)))
+            checks.append((f"{need.kind_name} model mismatch", ok.any(axis=0)))
         if need.whole:
             whole = ok & (table.view("dev_cap") == 1000)
-            checks.append((f"insufficient {need.kind_name}", whole.sum(axis=1) >= need.count))
+            checks.append((f"insufficient {need.kind_name}", whole.sum(axis=0) >= need.count))
         else:
             share = ok & table.view("dev_shareable") & (table.view("dev_cap") >= need.milli)
-            checks.append((f"{need.kind_name} not shareable", share.any(axis=1)))
+            checks.append((f"{need.kind_name} not shareable", share.any(axis=0)))
     return checks
 
 
@@ -86,12 +86,12 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
     dev_free = table.view("dev_free")
     for need, ok in zip(req.accels, usable_slots(table, req)):
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=1)
+            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=0)
             checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
         else:
-            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=1)))
+            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
-        untouched = (free == table.view("cap")).all(axis=1) & (dev_free == table.view("dev_cap")).all(axis=1)
+        untouched = (free == table.view("cap")).all(axis=1) & (dev_free == table.view("dev_cap")).all(axis=0)
         checks.append(("node in use", untouched))
     return checks
 

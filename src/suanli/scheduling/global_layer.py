@@ -41,11 +41,15 @@ class QuotaAndReach(Extras):
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         left = self.state.quota_left(self.vc.tenant) - self.pending
-        need = table.view("cap") if req.whole_node else req.vec[None, :]
-        out: list[Check] = [(f"tenant {self.vc.tenant} quota", (need <= left).all(axis=1))]
+        reason = f"tenant {self.vc.tenant} quota"
+        out: list[Check] = []
+        if req.whole_node:  # the need is the row's whole capacity: check per row
+            out.append((reason, (table.view("cap") <= left).all(axis=1)))
+        elif not (req.vec <= left).all():
+            out.append((reason, np.zeros(table.n, bool)))
         if self.component >= 0:
-            comp = self.state.fleet.network.component[table.view("site")]
-            out.append(("unreachable from the virtual cluster's hosts", comp == self.component))
+            out.append(("unreachable from the virtual cluster's hosts",
+                        self.state.component_mask(table, self.component)))
         return out
 
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:

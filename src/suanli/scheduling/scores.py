@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from suanli.model.network import Network
-from suanli.scheduling.filters import usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import CandidateTable
 
@@ -20,34 +19,43 @@ _PREFERENCE_RTT_MS = 100.0  # scale for `near` without a bound
 _DATA_RTT_MS = 10.0  # the rtt at which the data score halves
 
 
+def _gather(table: CandidateTable, rows: np.ndarray) -> tuple[slice | np.ndarray, bool]:
+    """Index for reading rows: when most rows are wanted, compute on the contiguous
+    live arrays and pick the rows at the end (cheaper than a 2-D gather)."""
+    if rows.size * 4 >= table.n:
+        return slice(0, table.n), True
+    return rows, False
+
+
 def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
-    """Most-allocated after placement over the requested dimensions (bin packing);
-    for fractional devices, also the best-fitting device's leftover share."""
-    cap = table.cap[rows]
-    dims = req.vec > 0
-    if req.whole_node or not dims.any():
-        used = (cap - table.free[rows]).sum(axis=1) / np.maximum(cap.sum(axis=1), 1)
-        out = 100.0 * used
+    """Most-allocated after placement, averaged over the requested dimensions
+    (cpu, memory, each accelerator kind's share): bin packing, which keeps
+    whole nodes and whole devices free for large requests."""
+    at, whole = _gather(table, rows)
+    dims = np.flatnonzero(req.vec > 0)
+    if req.whole_node or dims.size == 0:
+        cap = table.cap[at]
+        out = 100.0 * (cap - table.free[at]).sum(axis=1) / np.maximum(cap.sum(axis=1), 1)
     else:
-        after = cap[:, dims] - table.free[rows][:, dims] + req.vec[dims]
-        out = 100.0 * (after / np.maximum(cap[:, dims], 1)).mean(axis=1)
-    for need, ok in zip(req.accels, usable_slots(table, req)):
-        if need.whole:
-            continue
-        dev_free = table.dev_free[rows]
-        fits = ok[rows] & (dev_free >= need.milli)
-        best = np.where(fits, dev_free, 10_000).min(axis=1)
-        leftover = np.clip(best - need.milli, 0, 1000)
-        out = 0.5 * out + 0.5 * (100.0 - leftover / 10.0)
-    return out
+        inv = table.inverse_capacity()
+        acc = np.zeros(table.n if whole else rows.size)
+        for d in dims:
+            # used-after / cap = 1 - (free - vec) / cap
+            acc -= (table.free[at, d] - req.vec[d]) * inv[d, at]
+        out = 100.0 + acc * (100.0 / dims.size)
+    return out[rows] if whole else out
 
 
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
-    CPU work should not strand GPUs."""
-    kinds = table.cap[rows][:, 2:]
-    unused = kinds[:, req.vec[2:] == 0].sum(axis=1) > 0
-    return np.where(unused, 0.0, 100.0)
+    CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
+    key = ("devices", id(table), table.version, table.n)
+    full = req.cache.get(key)
+    if full is None:
+        kinds = table.view("cap")[:, 2:]
+        unused = kinds[:, req.vec[2:] == 0].sum(axis=1) > 0
+        full = req.cache[key] = np.where(unused, 0.0, 100.0)
+    return full[rows]
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:

@@ -38,15 +38,15 @@ def pick(table: CandidateTable, req: Request, mask: np.ndarray, network: Network
 def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
     """What placing ``req`` on ``row`` takes: the vector and the device slots."""
     if req.whole_node:
-        slots = tuple(int(s) for s in np.flatnonzero(table.dev_cap[row] > 0))
-        return Allocation(row, table.free[row].copy(), slots, tuple(int(table.dev_free[row, s]) for s in slots))
+        slots = tuple(int(s) for s in np.flatnonzero(table.dev_cap[:, row] > 0))
+        return Allocation(row, table.free[row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
     slots: list[int] = []
     milli: list[int] = []
-    dev_free = table.dev_free[row]
+    dev_free = table.dev_free[:, row]
     for need, ok in zip(req.accels, usable_slots(table, req)):
-        usable = ok[row]
+        usable = ok[:, row]
         if need.whole:
-            free_whole = np.flatnonzero(usable & (dev_free == 1000) & (table.dev_cap[row] == 1000))
+            free_whole = np.flatnonzero(usable & (dev_free == 1000) & (table.dev_cap[:, row] == 1000))
             chosen = free_whole[: need.count]
             slots += [int(s) for s in chosen]
             milli += [1000] * len(chosen)
@@ -70,10 +70,10 @@ def room(table: CandidateTable, req: Request, mask: np.ndarray) -> np.ndarray:
     dev_free = table.view("dev_free")
     for need, ok in zip(req.accels, usable_slots(table, req)):
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=1)
+            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=0)
             out = np.minimum(out, n_free // max(need.count, 1))
         else:
-            out = np.minimum(out, np.where(ok, dev_free // need.milli, 0).sum(axis=1))
+            out = np.minimum(out, ((dev_free // need.milli) * ok).sum(axis=0))
     out[~mask] = 0
     return out
 

@@ -65,6 +65,7 @@ class PlacementState:
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.placements: list[Placement] = []
+        self._component_masks: dict[tuple, np.ndarray] = {}
 
     def _quota_vector(self, tenant: str) -> np.ndarray:
         big = np.iinfo(np.int64).max // 4
@@ -81,6 +82,16 @@ class PlacementState:
 
     def quota_left(self, tenant: str) -> np.ndarray:
         return self.quota[tenant] - self.tenant_used[tenant]
+
+    def component_mask(self, table: CandidateTable, component: int) -> np.ndarray:
+        """bool[N]: rows whose site is in network component ``component`` (cached)."""
+        key = (id(table), table.version, table.n, component)
+        mask = self._component_masks.get(key)
+        if mask is None:
+            if len(self._component_masks) > 64:
+                self._component_masks.clear()
+            mask = self._component_masks[key] = self.fleet.network.component[table.view("site")] == component
+        return mask
 
     def dominant_share(self, tenant: str) -> float:
         used = self.tenant_used[tenant]
@@ -115,7 +126,7 @@ class PlacementState:
         if host.row >= 0:
             vc.table.enabled[host.row] = False
             vc.table.free[host.row] = 0
-            vc.table.dev_free[host.row] = 0
+            vc.table.dev_free[:, host.row] = 0
         if not vc.hosts:
             vc.component = -1
 

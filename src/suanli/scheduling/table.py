@@ -46,12 +46,14 @@ class CandidateTable:
         self.fabric = np.full((c, 4), -1, np.int32)  # coherent, ib, roce, ethernet domain codes
         self.cap = np.zeros((c, r), np.int64)
         self.free = np.zeros((c, r), np.int64)
-        self.dev_kind = np.full((c, d), -1, np.int16)
-        self.dev_model = np.full((c, d), -1, np.int16)
-        self.dev_cap = np.zeros((c, d), np.int32)  # share of the device this row holds (milli)
-        self.dev_free = np.zeros((c, d), np.int32)
-        self.dev_shareable = np.zeros((c, d), bool)
-        self.dev_index = np.full((c, d), -1, np.int16)  # device index on the physical node
+        # Device columns are slot-major, [D, rows]: reductions over a row's few
+        # slots then run across contiguous rows, which NumPy does fast.
+        self.dev_kind = np.full((d, c), -1, np.int16)
+        self.dev_model = np.full((d, c), -1, np.int16)
+        self.dev_cap = np.zeros((d, c), np.int32)  # share of the device this row holds (milli)
+        self.dev_free = np.zeros((d, c), np.int32)
+        self.dev_shareable = np.zeros((d, c), bool)
+        self.dev_index = np.full((d, c), -1, np.int16)  # device index on the physical node
         self.enabled = np.zeros(c, bool)
 
     # ------------------------------------------------------------ construction
@@ -69,13 +71,13 @@ class CandidateTable:
         t.fabric[:n] = fleet.node_fabric
         t.cap[:n] = fleet.node_capacity
         t.free[:n] = fleet.node_capacity
-        t.dev_kind[:n] = fleet.node_dev_kind
-        t.dev_model[:n] = fleet.node_dev_model
-        present = fleet.node_dev_kind >= 0
-        t.dev_cap[:n] = np.where(present, 1000, 0)
-        t.dev_free[:n] = t.dev_cap[:n]
-        t.dev_shareable[:n] = fleet.node_dev_shareable
-        t.dev_index[:n] = np.where(present, np.arange(fleet.max_devices, dtype=np.int16), -1)
+        t.dev_kind[:, :n] = fleet.node_dev_kind.T
+        t.dev_model[:, :n] = fleet.node_dev_model.T
+        present = fleet.node_dev_kind.T >= 0
+        t.dev_cap[:, :n] = np.where(present, 1000, 0)
+        t.dev_free[:, :n] = t.dev_cap[:, :n]
+        t.dev_shareable[:, :n] = fleet.node_dev_shareable.T
+        t.dev_index[:, :n] = np.where(present, np.arange(fleet.max_devices, dtype=np.int16)[:, None], -1)
         t.enabled[:n] = True
         return t
 
@@ -91,49 +93,63 @@ class CandidateTable:
             getattr(self, name)[i] = getattr(source, name)[src_row]
         self.cap[i] = vec
         self.free[i] = vec
-        self.dev_kind[i] = -1
-        self.dev_model[i] = -1
-        self.dev_cap[i] = 0
-        self.dev_free[i] = 0
-        self.dev_shareable[i] = False
-        self.dev_index[i] = -1
+        self.dev_kind[:, i] = -1
+        self.dev_model[:, i] = -1
+        self.dev_cap[:, i] = 0
+        self.dev_free[:, i] = 0
+        self.dev_shareable[:, i] = False
+        self.dev_index[:, i] = -1
         for j, (slot, m) in enumerate(zip(slots, milli)):
-            self.dev_kind[i, j] = source.dev_kind[src_row, slot]
-            self.dev_model[i, j] = source.dev_model[src_row, slot]
-            self.dev_shareable[i, j] = source.dev_shareable[src_row, slot]
-            self.dev_index[i, j] = source.dev_index[src_row, slot]
-            self.dev_cap[i, j] = m
-            self.dev_free[i, j] = m
+            self.dev_kind[j, i] = source.dev_kind[slot, src_row]
+            self.dev_model[j, i] = source.dev_model[slot, src_row]
+            self.dev_shareable[j, i] = source.dev_shareable[slot, src_row]
+            self.dev_index[j, i] = source.dev_index[slot, src_row]
+            self.dev_cap[j, i] = m
+            self.dev_free[j, i] = m
         self.enabled[i] = True
         return i
 
     def _grow(self) -> None:
-        new = max(16, 2 * len(self.node))
+        size = len(self.node)
+        new = max(16, 2 * size)
         for name in _GROWABLE:
             old = getattr(self, name)
-            arr = np.zeros((new,) + old.shape[1:], old.dtype)
-            if name in ("fabric", "dev_kind", "dev_model", "dev_index"):
-                arr[...] = -1
-            arr[: len(old)] = old
+            fill = -1 if name in ("fabric", "dev_kind", "dev_model", "dev_index") else 0
+            if name.startswith("dev_"):
+                arr = np.full((old.shape[0], new), fill, old.dtype)
+                arr[:, :size] = old
+            else:
+                arr = np.full((new,) + old.shape[1:], fill, old.dtype)
+                arr[:size] = old
             setattr(self, name, arr)
 
     # ------------------------------------------------------------ views
 
     def view(self, name: str) -> np.ndarray:
-        """The live rows of a column (a view, not a copy)."""
-        return getattr(self, name)[: self.n]
+        """The live rows of a column (a view, not a copy); device columns are [D, n]."""
+        arr = getattr(self, name)
+        return arr[:, : self.n] if name.startswith("dev_") else arr[: self.n]
+
+    def inverse_capacity(self) -> np.ndarray:
+        """float64[R, n]: 1 / capacity per resource (0 where none), cached until rows change."""
+        key = (self.version, self.n)
+        if getattr(self, "_inv_key", None) != key:
+            cap = self.view("cap").T.astype(np.float64)
+            self._inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
+            self._inv_key = key
+        return self._inv
 
     # ------------------------------------------------------------ commits
 
     def take(self, a: Allocation) -> None:
         self.free[a.row] -= a.vec
         if a.slots:
-            self.dev_free[a.row, list(a.slots)] -= np.asarray(a.milli, np.int32)
+            self.dev_free[list(a.slots), a.row] -= np.asarray(a.milli, np.int32)
 
     def give(self, a: Allocation) -> None:
         self.free[a.row] += a.vec
         if a.slots:
-            self.dev_free[a.row, list(a.slots)] += np.asarray(a.milli, np.int32)
+            self.dev_free[list(a.slots), a.row] += np.asarray(a.milli, np.int32)
 
 
 @dataclass

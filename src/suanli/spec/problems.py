@@ -30,6 +30,19 @@ class Problem:
         return ": ".join(parts) + ": " + self.message
 
 
+class FieldError(ValueError):
+    """A validator's complaint about a field below the one it validates.
+
+    ``loc`` is the path from the validated value to the bad field, in YAML
+    names (``("minSize",)``, ``("metadata", "tenant")``); the loader appends it
+    to the error's location so the problem points at the field itself.
+    """
+
+    def __init__(self, loc: tuple[object, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = tuple(loc)
+
+
 @dataclass
 class SpecError(Exception):
     """One or more problems; raised once all of a load's problems are known."""

@@ -23,15 +23,18 @@ def check_references(docs: Documents) -> list[Problem]:
     problems += _unique(docs.scenarios, "scenario")
 
     sites: dict[str, str] = {}  # name -> tier
-    nodes: set[str] = set()
+    where: dict[str, str] = {}  # name -> "FILE (document N)"
+    nodes = _NodeNames()
     kinds: set[str] = set()
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
-                problems.append(problem_at(fl.src, ("spec", "sites", i, "name"), f"site {site.name!r} is defined twice"))
-            sites[site.name] = site.tier
+                problems.append(problem_at(fl.src, ("spec", "sites", i, "name"), f"site {site.name!r} is already defined in {where[site.name]}; site names must be unique"))
+            else:
+                sites[site.name] = site.tier
+                where[site.name] = f"{fl.src.file} (document {fl.src.index}, spec.sites[{i}])"
             for g in site.node_groups:
-                nodes.update(f"{site.name}/{g.name}-{k}" for k in range(g.count))
+                nodes.add_group(site.name, g.name, g.count)
                 kinds.update(d.kind for d in g.accelerators)
     links: set[frozenset[str]] = set()
     for fl in docs.fleets:
@@ -128,7 +131,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
         if ev.kind == "delete" and ev.app not in apps:
             out.append(_missing(sc, here + ("app",), "application", ev.app, apps))
         elif ev.kind in ("nodeDown", "nodeUp") and ev.node not in nodes:
-            out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {_few(sorted(nodes), 2)}"))
+            out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
         elif ev.kind in ("linkDown", "linkUp"):
             for j, end in enumerate(ev.between):
                 if end not in sites:
@@ -139,8 +142,31 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
             if ev.site is not None and ev.site not in sites:
                 out.append(_missing(sc, here + ("site",), "site", ev.site, sites))
             if ev.node is not None and ev.node not in nodes:
-                out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}"))
+                out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
     return out
+
+
+class _NodeNames:
+    """Node names SITE/GROUP-INDEX, checked by parsing rather than listing every node."""
+
+    def __init__(self) -> None:
+        self._count: dict[tuple[str, str], int] = {}
+
+    def add_group(self, site: str, group: str, count: int) -> None:
+        self._count[(site, group)] = max(count, self._count.get((site, group), 0))
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or "/" not in name:
+            return False
+        site, _, rest = name.partition("/")
+        group, dash, index = rest.rpartition("-")
+        if not dash or not index.isdigit() or (index != "0" and index.startswith("0")):
+            return False
+        return int(index) < self._count.get((site, group), 0)
+
+    def examples(self, n: int = 2) -> str:
+        names = [f"{s}/{g}-{k}" for (s, g), c in self._count.items() for k in range(min(c, n))]
+        return ", ".join(names[:n]) if names else "none (the fleet has no nodes)"
 
 
 def _unique(items: list[Loaded], what: str) -> Iterator[Problem]:

@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from suanli.model import quantities as q
+from suanli.spec.problems import FieldError
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
@@ -158,7 +159,7 @@ class TenantSpec(Base):
                 else:
                     out[str(key)] = q.parse_device_milli(raw)
             except q.QuantityError as exc:
-                raise ValueError(f"quota.{key}: {exc}") from None
+                raise FieldError((key,), str(exc)) from None
         return out
 
 
@@ -239,7 +240,7 @@ class HostGroupSpec(Base):
         if self.count is None and self.max is None:
             raise ValueError("a host group needs count (fixed) or max (elastic, with optional min)")
         if self.max is not None and self.min is not None and self.min > self.max:
-            raise ValueError(f"min {self.min} is above max {self.max}")
+            raise FieldError(("min",), f"min {self.min} is above max {self.max}")
         return self
 
     @property
@@ -279,7 +280,7 @@ class GangSpec(Base):
     @model_validator(mode="after")
     def _min_le_size(self) -> "GangSpec":
         if self.min_size is not None and self.min_size > self.size:
-            raise ValueError(f"minSize {self.min_size} is above size {self.size}")
+            raise FieldError(("minSize",), f"minSize {self.min_size} is above size {self.size}")
         return self
 
 
@@ -547,7 +548,7 @@ class VirtualClusterDoc(_Document):
     @model_validator(mode="after")
     def _tenant(self) -> "VirtualClusterDoc":
         if self.metadata.tenant is None:
-            raise ValueError("metadata.tenant is required: a virtual cluster belongs to a tenant")
+            raise FieldError(("metadata", "tenant"), "required field is missing: a virtual cluster belongs to a tenant")
         return self
 
 
@@ -558,7 +559,7 @@ class ApplicationDoc(_Document):
     @model_validator(mode="after")
     def _tenant(self) -> "ApplicationDoc":
         if self.metadata.tenant is None:
-            raise ValueError("metadata.tenant is required: an application belongs to a tenant")
+            raise FieldError(("metadata", "tenant"), "required field is missing: an application belongs to a tenant")
         return self
 
 
