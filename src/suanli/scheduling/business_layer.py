@@ -187,6 +187,8 @@ class BusinessLayer:
             if not result.ok:
                 result = self._try(unit, vcs, reqs, allow_fewer=True)
             if not result.ok:
+                if not vcs.hosts:
+                    result.reasons[f"virtual cluster {vcs.name} has no hosts"] += 1
                 result.reasons.update(grow_reasons)
         if not result.ok:
             for task in unit.tasks:

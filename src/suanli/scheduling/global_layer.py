@@ -147,14 +147,14 @@ class GlobalLayer:
             if not group.elastic:
                 continue
             host_req = self.host_request(vc, group)
-            per_host = _copies_per_host(host_req, task)
+            per_host, why = _copies_per_host(host_req, task)
             if per_host == 0:
-                reasons[f"host group {group.name}: hosts too small"] += 1
+                reasons[f"host group {group.name}: {why}"] += 1
                 continue
             need = math.ceil(members / per_host)
             room = group.limit - vcs.group_size(group.name)
             if need > room:
-                reasons[f"host group {group.name}: at max ({group.limit})"] += 1
+                reasons[f"host group {group.name}: needs {need} more hosts, room for {room} (max {group.limit})"] += 1
                 continue
             got = self.place_hosts(vc, group, need, _narrow(host_req, task), level)
             if isinstance(got, list):
@@ -171,22 +171,26 @@ class GlobalLayer:
                 vcs.group_domain.pop(group, None)
 
 
-def _copies_per_host(host: Request, task: Request) -> int:
-    """How many copies of ``task`` one host of this shape holds (a whole-node host: at least one)."""
+def _copies_per_host(host: Request, task: Request) -> tuple[int, str]:
+    """How many copies of ``task`` one host of this shape holds (a whole-node host:
+    at least one), and why none when none."""
     if host.whole_node:
-        return 1
-    dims = task.vec > 0
-    if np.any(host.vec[dims] < task.vec[dims]):
-        return 0
+        return 1, ""
+    for col, what in ((0, "cpu"), (1, "memory")):
+        if host.vec[col] < task.vec[col]:
+            return 0, f"hosts have too little {what}"
     for need in task.accels:
         match = [h for h in host.accels if h.kind == need.kind]
         if not match:
-            return 0
+            return 0, f"hosts have no {need.kind_name}"
+        if host.vec[2 + need.kind] < need.milli:
+            return 0, f"hosts have too little {need.kind_name}"
         if need.models is not None and match[0].models is not None:
             if not np.intersect1d(need.models, match[0].models).size:
-                return 0
+                return 0, f"hosts' {need.kind_name} models excluded"
+    dims = task.vec > 0
     ratios = host.vec[dims] // task.vec[dims]
-    return int(ratios.min()) if ratios.size else 1
+    return (int(ratios.min()) if ratios.size else 1), ""
 
 
 def _narrow(host: Request, task: Request) -> Request:
