@@ -31,11 +31,11 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-def _fail(exc: SpecError) -> None:
+def _fail(exc: SpecError, what: str = "nothing was scheduled") -> None:
     n = len(exc.problems)
     for p in exc.problems:
         err.print(f"[red]error[/red]: {p}", markup=True, soft_wrap=True)
-    err.print(f"{n} problem{'s' if n != 1 else ''} found; nothing was scheduled.", soft_wrap=True)
+    err.print(f"{n} problem{'s' if n != 1 else ''} found; {what}.", soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -50,7 +50,7 @@ def validate(files: List[Path] = FILES) -> None:
     try:
         docs = load_documents(files)
     except SpecError as exc:
-        _fail(exc)
+        _fail(exc, "the documents are not valid")
     counts = {
         "fleets": len(docs.fleets),
         "tenants": len(docs.tenants),

@@ -76,6 +76,8 @@ def build_units(apps: tuple[Application, ...]) -> list[Unit]:
                                   len(units), min_members=comp.min_size, coupling=comp.coupling))
             else:
                 units.extend(Unit(app, [comp.task_name(i)], [comp], len(units) + i) for i in range(comp.size))
+    for seq, unit in enumerate(units):  # arrival order: the order written
+        unit.seq = seq
     return units
 
 
@@ -226,8 +228,8 @@ class BusinessLayer:
         for r in reqs:
             counts[id(r)] = (r, counts.get(id(r), (r, 0))[1] + 1)
         level = unit.coupling
-        if unit.affinity_scope in ("site", "node"):
-            level = level or "ethernet"  # new hosts of a site-scoped group stay on one LAN
+        if unit.affinity_scope in ("site", "node", "fabric"):
+            level = level or "ethernet"  # new hosts of a co-located group stay on one LAN
         grown = []
         reasons: Counter = Counter()
         for r, n in counts.values():

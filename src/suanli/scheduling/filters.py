@@ -109,7 +109,7 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
 def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> Counter:
     """Counts per reason: each row is charged to the first check it fails."""
     counts: Counter = Counter()
-    remaining = np.ones(table.n, bool)
+    remaining = ~table.view("retired")
     for reason, mask in [*static_checks(table, req), *dynamic_checks(table, req), *extra]:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:

@@ -119,9 +119,9 @@ class GlobalLayer:
         if level is not None:
             domain = coupling_domain(table, self.network, level)
             name = f"{level} domain"
-            held = vcs.group_domain.get(group.name)
-            if held is not None and group.coupling == level:
-                restrict = domain == held
+        held = vcs.group_domain.get(group.name)
+        if held is not None:  # a coupled group grows inside the domain it already holds
+            restrict = coupling_domain(table, self.network, group.coupling) == held
         if vcs.component < 0:
             comp = self.network.component[table.view("site")].astype(np.int64)
             domain = comp if domain is None else combine_domains(domain, comp)
@@ -204,7 +204,8 @@ def _narrow(host: Request, task: Request) -> Request:
         accels.append(replace(h, models=models))
     arch = task.arch if host.arch is None else (host.arch if task.arch is None else np.intersect1d(host.arch, task.arch))
     return Request(
-        vec=host.vec,
+        # a whole-node host is any node that can hold the task; others keep their shape
+        vec=task.vec.copy() if host.whole_node else host.vec,
         accels=tuple(accels) if not host.whole_node else tuple(task.accels),
         whole_node=host.whole_node,
         site_checks=host.site_checks + task.site_checks,

@@ -95,7 +95,8 @@ def compile_request(
         if selector.regions:
             site_checks.append(("region not selected", np.isin(np.array([s.region for s in fleet.sites]), selector.regions)))
         if selector.labels:
-            ok = np.array([all(g.labels.get(k) == v for k, v in selector.labels.items()) for g in fleet.groups], bool)
+            labels = [{**fleet.sites[g.site].labels, **g.labels} for g in fleet.groups]  # group labels win
+            ok = np.array([all(lb.get(k) == v for k, v in selector.labels.items()) for lb in labels], bool)
             group_checks.append(("labels not matched", ok))
     near_site, near_max = -1, None
     if near is not None:

@@ -33,11 +33,13 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     whole nodes and whole devices free for large requests."""
     at, whole = _gather(table, rows)
     dims = np.flatnonzero(req.vec > 0)
+    inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
-        cap = table.cap[at]
-        out = 100.0 * (cap - table.free[at]).sum(axis=1) / np.maximum(cap.sum(axis=1), 1)
+        # how used the row already is, averaged over the resources it has
+        used = (table.cap[at] - table.free[at]).T * inv[:, at]
+        has = (inv[:, at] > 0).sum(axis=0)
+        out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
-        inv = table.inverse_capacity()
         acc = np.zeros(table.n if whole else rows.size)
         for d in dims:
             # used-after / cap = 1 - (free - vec) / cap
@@ -60,7 +62,7 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
     rtt = network.rtt_ms[table.site[rows], req.near_site]
-    scale = req.near_max_ms if req.near_max_ms else _PREFERENCE_RTT_MS
+    scale = req.near_max_ms if req.near_max_ms is not None else _PREFERENCE_RTT_MS
     return 100.0 * np.clip(1.0 - rtt / max(scale, 1e-9), 0.0, 1.0)
 
 

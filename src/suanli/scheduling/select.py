@@ -125,6 +125,7 @@ def place_group(
     extras = extras or Extras()
     if domain is None and min_members is not None:
         domain = np.zeros(table.n, np.int64)  # one domain: everything
+        domain_name = domain_name or "placement"
     if domain is None:
         # no domain to choose: fill member by member, explain the first that fails
         txn = Transaction(table)
@@ -132,12 +133,16 @@ def place_group(
         if isinstance(done, list):
             extras.commit()
             return GroupResult(allocations=done)
-        txn.rollback()
-        extras.undo()
+        # explain with the earlier members still held: that is what left no room
         extra = extras.checks(done, table)
         if restrict is not None:
             extra = [*extra, ("outside the allowed rows", restrict)]
-        return GroupResult(reasons=explain(table, done, extra))
+        reasons = explain(table, done, extra)
+        if len(members) > 1:
+            reasons[f"room for {len(txn.done)} of {len(members)} members"] += 1
+        txn.rollback()
+        extras.undo()
+        return GroupResult(reasons=reasons)
     distinct: dict[int, tuple[Request, int]] = {}
     for r in members:
         prev = distinct.get(id(r))
@@ -163,6 +168,8 @@ def place_group(
         order = _rank_domains(table, distinct, masks, domain, want, least)
         if not order:
             n_dom = len(np.unique(domain[domain >= 0]))
+            if domain_name == "placement":
+                return GroupResult(reasons=Counter({f"room for fewer than {least} members": 1}))
             return GroupResult(reasons=Counter({f"no {domain_name} with room for {least} members": n_dom}))
     last = Counter()
     for d, target in order[:MAX_DOMAIN_TRIES]:
@@ -174,8 +181,7 @@ def place_group(
             return GroupResult(allocations=done)
         txn.rollback()
         extras.undo()
-        last = Counter({f"members do not all fit in one {domain_name}": 1}) if d is not None else Counter(
-            {f"room for fewer than {target} members": 1})
+        last = Counter({f"members do not all fit in one {domain_name}": 1})
     return GroupResult(reasons=last)
 
 

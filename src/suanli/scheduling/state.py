@@ -124,9 +124,7 @@ class PlacementState:
         self.nodes.give(host.node_alloc)
         self.tenant_used[vc.tenant] -= host.node_alloc.vec
         if host.row >= 0:
-            vc.table.enabled[host.row] = False
-            vc.table.free[host.row] = 0
-            vc.table.dev_free[:, host.row] = 0
+            vc.table.retire(host.row)
         if not vc.hosts:
             vc.component = -1
 

@@ -17,7 +17,7 @@ from suanli.model.fleet import Fleet
 
 _GROWABLE = (
     "node", "group", "site", "tier", "arch", "fabric", "cap", "free",
-    "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled",
+    "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled", "retired",
 )
 
 
@@ -55,6 +55,7 @@ class CandidateTable:
         self.dev_shareable = np.zeros((d, c), bool)
         self.dev_index = np.full((d, c), -1, np.int16)  # device index on the physical node
         self.enabled = np.zeros(c, bool)
+        self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
 
     # ------------------------------------------------------------ construction
 
@@ -107,7 +108,15 @@ class CandidateTable:
             self.dev_cap[j, i] = m
             self.dev_free[j, i] = m
         self.enabled[i] = True
+        self.retired[i] = False
         return i
+
+    def retire(self, row: int) -> None:
+        """Take a row out for good (a removed host); rows are never deleted."""
+        self.enabled[row] = False
+        self.retired[row] = True
+        self.free[row] = 0
+        self.dev_free[:, row] = 0
 
     def _grow(self) -> None:
         size = len(self.node)

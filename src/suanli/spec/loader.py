@@ -317,22 +317,24 @@ def _data_path(data: Any, loc: tuple, err_type: str) -> tuple:
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """The line of the field at ``loc``: its key's line (a block value starts below it)."""
     if node is None:
         return None
-    cur = node
+    cur, mark = node, node.start_mark
     for part in loc:
         nxt = None
         if isinstance(cur, yaml.MappingNode):
             for k, v in cur.value:
                 if getattr(k, "value", None) == str(part):
-                    nxt = v
+                    nxt, mark = v, k.start_mark
                     break
         elif isinstance(cur, yaml.SequenceNode) and isinstance(part, int) and part < len(cur.value):
             nxt = cur.value[part]
+            mark = nxt.start_mark
         if nxt is None:
             break
         cur = nxt
-    return cur.start_mark.line + 1
+    return mark.line + 1
 
 
 def problem_at(src: Source, loc: tuple, message: str) -> Problem:
