@@ -80,7 +80,8 @@ def schedule(
     outcome = run_schedule(world, seed)
     result = outcome_json(outcome)
     if output is OutputFormat.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        # compact: json's C encoder is used only without indentation (pipe to `jq` to read)
+        sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     else:
         from suanli.render import print_outcome
 

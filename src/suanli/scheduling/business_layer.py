@@ -164,14 +164,16 @@ class BusinessLayer:
         by_priority: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
         for u in sorted(units, key=lambda u: u.seq):
             by_priority[u.priority][u.tenant].append(u)
+        share = {t: self.state.dominant_share(t) for t in self.state.world.tenants}
         for prio in sorted(by_priority, reverse=True):
             queues = by_priority[prio]
             while queues:
-                tenant = min(queues, key=lambda t: (self.state.dominant_share(t), queues[t][0].seq))
+                tenant = min(queues, key=lambda t: (share[t], queues[t][0].seq))
                 unit = queues[tenant].popleft()
                 if not queues[tenant]:
                     del queues[tenant]
-                self.place(unit)
+                if self.place(unit) or not self.state.vcs[unit.app.vc].default:
+                    share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
 
     # ------------------------------------------------------------ one unit
 

@@ -39,7 +39,7 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
     cap = table.view("cap")
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
-            checks.append((f"insufficient {what}", cap[:, col] >= req.vec[col]))
+            checks.append((f"insufficient {what}", cap[col] >= req.vec[col]))
     for need in req.accels:
         kind = (table.view("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
         checks.append((f"no {need.kind_name}", kind))
@@ -82,7 +82,7 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
     checks: list[Check] = [("node unavailable", table.view("enabled"))]
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
-            checks.append((f"insufficient {what}", free[:, col] >= req.vec[col]))
+            checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
     dev_free = table.view("dev_free")
     for need, ok in zip(req.accels, usable_slots(table, req)):
         if need.whole:
@@ -91,7 +91,7 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
         else:
             checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
-        untouched = (free == table.view("cap")).all(axis=1) & (dev_free == table.view("dev_cap")).all(axis=0)
+        untouched = (free == table.view("cap")).all(axis=0) & (dev_free == table.view("dev_cap")).all(axis=0)
         checks.append(("node in use", untouched))
     return checks
 
@@ -104,6 +104,27 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
     for _, m in extra:
         mask &= m
     return mask
+
+
+def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
+    """Does the request fit this one row now? (``feasible`` for a single row.)"""
+    if not (_static(table, req)[0][row] and table.enabled[row]):
+        return False
+    free = table.free[:, row]
+    if free[0] < req.vec[0] or free[1] < req.vec[1]:
+        return False
+    dev_free = table.dev_free[:, row]
+    for need, ok in zip(req.accels, usable_slots(table, req)):
+        usable = ok[:, row]
+        if need.whole:
+            whole = usable & (dev_free == 1000) & (table.dev_cap[:, row] == 1000)
+            if whole.sum() < need.count:
+                return False
+        elif not (usable & (dev_free >= need.milli)).any():
+            return False
+    if req.whole_node and not ((free == table.cap[:, row]).all() and (dev_free == table.dev_cap[:, row]).all()):
+        return False
+    return all(m[row] for _, m in extra)
 
 
 def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> Counter:

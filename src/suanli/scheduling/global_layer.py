@@ -44,7 +44,7 @@ class QuotaAndReach(Extras):
         reason = f"tenant {self.vc.tenant} quota"
         out: list[Check] = []
         if req.whole_node:  # the need is the row's whole capacity: check per row
-            out.append((reason, (table.view("cap") <= left).all(axis=1)))
+            out.append((reason, (table.view("cap") <= left[:, None]).all(axis=0)))
         elif not (req.vec <= left).all():
             out.append((reason, np.zeros(table.n, bool)))
         if self.component >= 0:

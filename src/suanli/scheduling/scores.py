@@ -36,14 +36,14 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
         # how used the row already is, averaged over the resources it has
-        used = (table.cap[at] - table.free[at]).T * inv[:, at]
+        used = (table.cap[:, at] - table.free[:, at]) * inv[:, at]
         has = (inv[:, at] > 0).sum(axis=0)
         out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
         acc = np.zeros(table.n if whole else rows.size)
         for d in dims:
             # used-after / cap = 1 - (free - vec) / cap
-            acc -= (table.free[at, d] - req.vec[d]) * inv[d, at]
+            acc -= (table.free[d, at] - req.vec[d]) * inv[d, at]
         out = 100.0 + acc * (100.0 / dims.size)
     return out[rows] if whole else out
 
@@ -54,8 +54,8 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
     key = ("devices", id(table), table.version, table.n)
     full = req.cache.get(key)
     if full is None:
-        kinds = table.view("cap")[:, 2:]
-        unused = kinds[:, req.vec[2:] == 0].sum(axis=1) > 0
+        kinds = table.view("cap")[2:]
+        unused = kinds[req.vec[2:] == 0].sum(axis=0) > 0
         full = req.cache[key] = np.where(unused, 0.0, 100.0)
     return full[rows]
 

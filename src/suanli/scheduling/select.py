@@ -17,7 +17,7 @@ import numpy as np
 
 from suanli.model.network import Network
 from suanli.scheduling import scores
-from suanli.scheduling.filters import Check, explain, feasible, usable_slots
+from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction
 
@@ -39,7 +39,7 @@ def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
     """What placing ``req`` on ``row`` takes: the vector and the device slots."""
     if req.whole_node:
         slots = tuple(int(s) for s in np.flatnonzero(table.dev_cap[:, row] > 0))
-        return Allocation(row, table.free[row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
+        return Allocation(row, table.free[:, row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
     slots: list[int] = []
     milli: list[int] = []
     dev_free = table.dev_free[:, row]
@@ -66,7 +66,7 @@ def room(table: CandidateTable, req: Request, mask: np.ndarray) -> np.ndarray:
         return mask.astype(np.int64)
     free = table.view("free")
     for col in np.flatnonzero(req.vec[:2] > 0):
-        out = np.minimum(out, free[:, col] // req.vec[col])
+        out = np.minimum(out, free[col] // req.vec[col])
     dev_free = table.view("dev_free")
     for need, ok in zip(req.accels, usable_slots(table, req)):
         if need.whole:
@@ -215,20 +215,46 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
           inside: np.ndarray | None, restrict: np.ndarray | None) -> list[Allocation] | Request:
     """Place members one by one; return their allocations, or the member that failed."""
     done: list[Allocation] = []
+    local: dict[int, tuple] = {}
+    anywhere = inside is None and restrict is None
     for r in members:
-        m = feasible(table, r, extras.checks(r, table))
-        if inside is not None:
-            m &= inside
-        if restrict is not None:
-            m &= restrict
-        row = pick(table, r, m, network, rng)
+        extra = extras.checks(r, table)
+        row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r)))
         if row < 0:
-            return r
+            m = feasible(table, r, extra)
+            if inside is not None:
+                m &= inside
+            if restrict is not None:
+                m &= restrict
+            row = pick(table, r, m, network, rng)
+            if row < 0:
+                return r
         a = allocation(table, r, row)
         txn.take(a)
         extras.note(r, table, a)
         done.append(a)
+        hint = ((id(table), table.version, table.tick), row)
+        if anywhere:
+            r.cache["last"] = hint
+        else:
+            local[id(r)] = hint
     return done
+
+
+def _repeat(table: CandidateTable, req: Request, extra, hint) -> int:
+    """The row the same request just took, when picking again would choose it anyway.
+
+    Why this is exact: if nothing else changed on the table since (same tick),
+    every other row scores as before, while the chosen row's packing score rose
+    strictly (it is fuller now); so if it still fits it is the unique best row,
+    and ``pick`` would return it without a tie-break draw.
+    """
+    if hint is None or req.whole_node or not (req.vec > 0).any():
+        return -1
+    key, row = hint
+    if key != (id(table), table.version, table.tick) or not fits_row(table, req, row, extra):
+        return -1
+    return row
 
 
 def combine_domains(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -20,6 +20,8 @@ _GROWABLE = (
     "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled", "retired",
 )
 
+_COLUMN_MAJOR = frozenset(("cap", "free", "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"))
+
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
@@ -37,6 +39,7 @@ class CandidateTable:
     def __init__(self, n_resources: int, n_slots: int, capacity: int = 16) -> None:
         self.n = 0
         self.version = 0  # bumps when rows are added: cached static masks must be recomputed
+        self.tick = 0  # bumps on every change of what is free
         c, r, d = max(capacity, 1), n_resources, n_slots
         self.node = np.zeros(c, np.int32)  # the physical node under the row
         self.group = np.zeros(c, np.int32)  # its node group
@@ -44,10 +47,11 @@ class CandidateTable:
         self.tier = np.zeros(c, np.int8)
         self.arch = np.zeros(c, np.int16)
         self.fabric = np.full((c, 4), -1, np.int32)  # coherent, ib, roce, ethernet domain codes
-        self.cap = np.zeros((c, r), np.int64)
-        self.free = np.zeros((c, r), np.int64)
-        # Device columns are slot-major, [D, rows]: reductions over a row's few
-        # slots then run across contiguous rows, which NumPy does fast.
+        # Resource and device columns are column-major, [R or D, rows]: a filter
+        # or score reads one resource (or slot) across all rows contiguously, and
+        # reductions over a row's few entries run across rows, which NumPy does fast.
+        self.cap = np.zeros((r, c), np.int64)
+        self.free = np.zeros((r, c), np.int64)
         self.dev_kind = np.full((d, c), -1, np.int16)
         self.dev_model = np.full((d, c), -1, np.int16)
         self.dev_cap = np.zeros((d, c), np.int32)  # share of the device this row holds (milli)
@@ -70,8 +74,8 @@ class CandidateTable:
         t.tier[:n] = fleet.node_tier
         t.arch[:n] = fleet.node_arch
         t.fabric[:n] = fleet.node_fabric
-        t.cap[:n] = fleet.node_capacity
-        t.free[:n] = fleet.node_capacity
+        t.cap[:, :n] = fleet.node_capacity.T
+        t.free[:, :n] = fleet.node_capacity.T
         t.dev_kind[:, :n] = fleet.node_dev_kind.T
         t.dev_model[:, :n] = fleet.node_dev_model.T
         present = fleet.node_dev_kind.T >= 0
@@ -92,8 +96,8 @@ class CandidateTable:
         self.version += 1
         for name in ("node", "group", "site", "tier", "arch", "fabric"):
             getattr(self, name)[i] = getattr(source, name)[src_row]
-        self.cap[i] = vec
-        self.free[i] = vec
+        self.cap[:, i] = vec
+        self.free[:, i] = vec
         self.dev_kind[:, i] = -1
         self.dev_model[:, i] = -1
         self.dev_cap[:, i] = 0
@@ -113,9 +117,10 @@ class CandidateTable:
 
     def retire(self, row: int) -> None:
         """Take a row out for good (a removed host); rows are never deleted."""
+        self.tick += 1
         self.enabled[row] = False
         self.retired[row] = True
-        self.free[row] = 0
+        self.free[:, row] = 0
         self.dev_free[:, row] = 0
 
     def _grow(self) -> None:
@@ -124,7 +129,7 @@ class CandidateTable:
         for name in _GROWABLE:
             old = getattr(self, name)
             fill = -1 if name in ("fabric", "dev_kind", "dev_model", "dev_index") else 0
-            if name.startswith("dev_"):
+            if name in _COLUMN_MAJOR:
                 arr = np.full((old.shape[0], new), fill, old.dtype)
                 arr[:, :size] = old
             else:
@@ -135,15 +140,15 @@ class CandidateTable:
     # ------------------------------------------------------------ views
 
     def view(self, name: str) -> np.ndarray:
-        """The live rows of a column (a view, not a copy); device columns are [D, n]."""
+        """The live rows of a column (a view, not a copy); resource and device columns are [R or D, n]."""
         arr = getattr(self, name)
-        return arr[:, : self.n] if name.startswith("dev_") else arr[: self.n]
+        return arr[:, : self.n] if name in _COLUMN_MAJOR else arr[: self.n]
 
     def inverse_capacity(self) -> np.ndarray:
         """float64[R, n]: 1 / capacity per resource (0 where none), cached until rows change."""
         key = (self.version, self.n)
         if getattr(self, "_inv_key", None) != key:
-            cap = self.view("cap").T.astype(np.float64)
+            cap = self.view("cap").astype(np.float64)
             self._inv = np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
             self._inv_key = key
         return self._inv
@@ -151,12 +156,14 @@ class CandidateTable:
     # ------------------------------------------------------------ commits
 
     def take(self, a: Allocation) -> None:
-        self.free[a.row] -= a.vec
+        self.tick += 1
+        self.free[:, a.row] -= a.vec
         if a.slots:
             self.dev_free[list(a.slots), a.row] -= np.asarray(a.milli, np.int32)
 
     def give(self, a: Allocation) -> None:
-        self.free[a.row] += a.vec
+        self.tick += 1
+        self.free[:, a.row] += a.vec
         if a.slots:
             self.dev_free[list(a.slots), a.row] += np.asarray(a.milli, np.int32)
 

@@ -141,10 +141,13 @@ def _replace_message(p: Problem, message: str) -> Problem:
 
 # ------------------------------------------------------------------ parsing
 
+# libyaml's parser when PyYAML was built with it: same nodes and marks, much faster
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
     out: list[Loaded | Problem] = []
-    loader = yaml.SafeLoader(text)
+    loader = _SafeLoader(text)
     index = 0
     try:
         while loader.check_node():
