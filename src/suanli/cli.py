@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from suanli.spec.problems import SpecError
 
@@ -34,7 +35,7 @@ class OutputFormat(str, Enum):
 def _fail(exc: SpecError, what: str = "nothing was scheduled") -> None:
     n = len(exc.problems)
     for p in exc.problems:
-        err.print(f"[red]error[/red]: {p}", markup=True, soft_wrap=True)
+        err.print(f"[red]error[/red]: {escape(str(p))}", markup=True, soft_wrap=True)
     err.print(f"{n} problem{'s' if n != 1 else ''} found; {what}.", soft_wrap=True)
     raise typer.Exit(2)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import dataclass
 
 __all__ = [
@@ -41,6 +42,16 @@ DISTRIBUTION_FORMS = "lognormal(MEDIAN, SIGMA), exponential(MEAN) or uniform(LOW
 
 _NUMBER = r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+"
 
+# Bad values are echoed in messages; a bounded repr keeps a huge or deeply
+# nested value (which YAML allows anywhere) from flooding or crashing the report.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel = 2
+
+
+def _show(value: object) -> str:
+    return _REPR.repr(value)
+
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -48,7 +59,7 @@ def _is_number(value: object) -> bool:
 
 def _finite_nonneg(x: float, forms: str, raw: object) -> float:
     if not math.isfinite(x) or x < 0:
-        raise QuantityError(f"{raw!r} is not {forms}")
+        raise QuantityError(f"{_show(raw)} is not {forms}")
     return x
 
 
@@ -63,7 +74,7 @@ def parse_cpu_milli(value: object) -> int:
         if m:
             number = float(m.group(1))
             return int(round(number if m.group(2) else number * 1000))
-    raise QuantityError(f"{value!r} is not {CPU_FORMS}")
+    raise QuantityError(f"{_show(value)} is not {CPU_FORMS}")
 
 
 _MEM_UNITS_MIB = {
@@ -91,7 +102,7 @@ def parse_mem_mib(value: object) -> int:
             return int(round(float(m.group(1)) * _MEM_UNITS_MIB[m.group(2)]))
         if value.strip() == "0":
             return 0
-    raise QuantityError(f"{value!r} is not {MEM_FORMS}")
+    raise QuantityError(f"{_show(value)} is not {MEM_FORMS}")
 
 
 def parse_device_milli(value: object) -> int:
@@ -100,20 +111,21 @@ def parse_device_milli(value: object) -> int:
         try:
             value = float(value.strip())
         except ValueError:
-            raise QuantityError(f"{value!r} is not {DEVICE_FORMS}") from None
+            raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}") from None
     if not _is_number(value):
-        raise QuantityError(f"{value!r} is not {DEVICE_FORMS}")
+        raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}")
     count = float(value)
     if not math.isfinite(count) or count <= 0:
-        raise QuantityError(f"{value!r} is not {DEVICE_FORMS}; it must be above 0")
+        raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}; it must be above 0")
     if count >= 1 and count != int(count):
         raise QuantityError(
-            f"{value!r} is not {DEVICE_FORMS}; a count of 1 or more must be a whole number"
+            f"{_show(value)} is not {DEVICE_FORMS}; a count of 1 or more must be a whole number"
         )
     milli = count * 1000
     if abs(milli - round(milli)) > 1e-6:
         raise QuantityError(
-            f"{value!r} is finer than a thousandth of a device; give {DEVICE_FORMS} in steps of 0.001"
+            f"{_show(value)} is finer than a thousandth of a device; "
+            f"give {DEVICE_FORMS} in steps of 0.001"
         )
     return int(round(milli))
 
@@ -128,8 +140,8 @@ def parse_bandwidth_mbps(value: object) -> float:
             mbps = float(m.group(1)) * _BANDWIDTH_MBPS[m.group(2)]
             if mbps > 0:
                 return mbps
-            raise QuantityError(f"{value!r} is not {BANDWIDTH_FORMS}; it must be above 0")
-    raise QuantityError(f"{value!r} is not {BANDWIDTH_FORMS}")
+            raise QuantityError(f"{_show(value)} is not {BANDWIDTH_FORMS}; it must be above 0")
+    raise QuantityError(f"{_show(value)} is not {BANDWIDTH_FORMS}")
 
 
 _DURATION_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -146,7 +158,7 @@ def parse_duration_s(value: object) -> float:
             return sum(float(n) * _DURATION_S[u] for n, u in parts)
         if re.fullmatch(_NUMBER, text):
             return float(text)
-    raise QuantityError(f"{value!r} is not {DURATION_FORMS}")
+    raise QuantityError(f"{_show(value)} is not {DURATION_FORMS}")
 
 
 def parse_rate_per_s(value: object) -> float:
@@ -158,8 +170,10 @@ def parse_rate_per_s(value: object) -> float:
             per = float(m.group(2) or 1) * _DURATION_S[m.group(3)]
             if count > 0 and per > 0:
                 return count / per
-            raise QuantityError(f"{value!r} is not {RATE_FORMS}; count and period must be above 0")
-    raise QuantityError(f"{value!r} is not {RATE_FORMS}")
+            raise QuantityError(
+                f"{_show(value)} is not {RATE_FORMS}; count and period must be above 0"
+            )
+    raise QuantityError(f"{_show(value)} is not {RATE_FORMS}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +194,7 @@ def parse_distribution(value: object) -> Distribution:
     """``"lognormal(300s, 1.0)"`` -> Distribution('lognormal', (300.0, 1.0))."""
 
     def bad(reason: str = "") -> QuantityError:
-        text = f"{value!r} is not {DISTRIBUTION_FORMS}"
+        text = f"{_show(value)} is not {DISTRIBUTION_FORMS}"
         return QuantityError(f"{text}; {reason}" if reason else text)
 
     if not isinstance(value, str):

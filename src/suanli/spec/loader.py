@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -172,7 +173,10 @@ def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
                         key_node.start_mark.line + 1,
                     )
                 )
-            out.extend(_validate(src))
+            try:
+                out.extend(_validate(src))
+            except RecursionError:
+                out.append(problem_at(src, (), "nested too deeply to check; simplify the document"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -181,7 +185,9 @@ def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
         msg = f"malformed YAML: {what}" + (f" ({context})" if context else "")
         out.append(Problem(display, msg, "", index, "", line))
     except RecursionError:
-        out.append(Problem(display, "malformed YAML: nested too deeply to read", "", index, ""))
+        mark = loader.get_mark() if hasattr(loader, "get_mark") else None
+        line = mark.line + 1 if mark is not None else None
+        out.append(Problem(display, "malformed YAML: nested too deeply to read", "", index, "", line))
     finally:
         loader.dispose()
     return out
@@ -193,7 +199,7 @@ def _label(data: Any) -> str:
     kind = data.get("kind")
     meta = data.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
-    return " ".join(str(x) for x in (kind, name) if x is not None)
+    return " ".join(x if isinstance(x, str) else _short(x) for x in (kind, name) if x is not None)
 
 
 def _duplicate_keys(node: yaml.Node, loc: tuple = ()) -> list[tuple[tuple, yaml.Node, yaml.Node]]:
@@ -241,7 +247,7 @@ def _validate(src: Source) -> list[Loaded | Problem]:
             return [problem_at(src, ("kind",), f"required field is missing; expected one of {known}")]
         hint = difflib.get_close_matches(kind, list(schema.DOCUMENT_KINDS), n=1) if isinstance(kind, str) else []
         guess = f"did you mean {hint[0]!r}? " if hint else ""
-        return [problem_at(src, ("kind",), f"unknown kind {kind!r}; {guess}expected one of {known}")]
+        return [problem_at(src, ("kind",), f"unknown kind {_short(kind)}; {guess}expected one of {known}")]
     try:
         return [Loaded(cls.model_validate(data), src)]
     except ValidationError as exc:
@@ -361,11 +367,13 @@ def _kind_of(value: Any) -> str:
     return type(value).__name__
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    if value is None:
-        return ""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+_REPR = reprlib.Repr()  # bounded: a value may be huge or nested thousands deep
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel = 2
+
+
+def _short(value: Any) -> str:
+    return "" if value is None else _REPR.repr(value)
 
 
 _MAPPING = "a mapping of fields (key: value)"
@@ -440,7 +448,7 @@ def _problem_from_error(src: Source, cls: type[BaseModel], err: dict) -> Problem
         tags = ctx.get("expected_tags") or _union_tags(cls, raw_loc, field)
         if kind == "union_tag_not_found":
             return problem_at(src, loc + (field,), f"required field is missing; expected one of {tags}")
-        return problem_at(src, loc + (field,), f"unknown {field} {ctx.get('tag')!r}; expected one of {tags}")
+        return problem_at(src, loc + (field,), f"unknown {field} {_short(ctx.get('tag'))}; expected one of {tags}")
     if kind == "missing" and sub is None:
         return problem_at(src, loc, "required field is missing")
     if msg.startswith("Value error, "):
@@ -456,8 +464,8 @@ def _problem_from_error(src: Source, cls: type[BaseModel], err: dict) -> Problem
         msg = "expected" + msg[len("Input should be") :]
     else:
         msg = msg[:1].lower() + msg[1:]
-    if isinstance(value, (str, int, float, bool)) and repr(value) not in msg:
-        msg = f"{msg}; got {value!r}"
+    if isinstance(value, (str, int, float, bool)) and _short(value) not in msg:
+        msg = f"{msg}; got {_short(value)}"
     return problem_at(src, loc, msg)
 
 

@@ -23,7 +23,7 @@ def check_references(docs: Documents) -> list[Problem]:
     problems += _unique(docs.scenarios, "scenario")
 
     sites: dict[str, str] = {}  # name -> tier
-    where: dict[str, str] = {}  # name -> "FILE (document N)"
+    where: dict[str, str] = {}  # name -> "FILE (document N, spec.sites[I])", for messages
     nodes = _NodeNames()
     kinds: set[str] = set()
     for fl in docs.fleets:
