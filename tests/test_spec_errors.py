@@ -491,6 +491,34 @@ CASES = [
         "spec.hostGroups[0].min",
         "min 5 is above max 4",
     ),
+    case(
+        "snake-case-field-name",
+        edit(FLEET, "      nodeGroups:", "      node_groups:"),
+        "spec.sites[0].node_groups",
+        "unknown field 'node_groups'; did you mean 'nodeGroups'?",
+    ),
+    case(
+        "accelerator-kind-named-like-a-resource",
+        edit(FLEET, "{kind: gpu, model: T4, count: 1}", "{kind: memory, model: T4, count: 1}"),
+        "spec.sites[0].nodeGroups[0].accelerators[0].kind",
+        "names a resource, not an accelerator kind",
+        "'memory'",
+    ),
+    case(
+        "tenant-on-a-fleet",
+        edit(FLEET, "metadata: {name: extra}", "metadata: {name: extra, tenant: acme}"),
+        "metadata.tenant",
+        "a Fleet belongs to no tenant",
+    ),
+    case(
+        "affinity-group-with-two-scopes",
+        APP.replace("      lifetime: job\n      duration: 10m\n",
+                    "      lifetime: job\n      duration: 10m\n      affinity: {group: g, scope: site}\n")
+        + "    - name: other\n      duration: 1m\n      affinity: {group: g, scope: node}  " + MARK + "\n",
+        "spec.components[1].affinity.scope",
+        "one group has one scope",
+        "'node'",
+    ),
 ]
 
 

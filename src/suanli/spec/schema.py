@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -51,7 +52,7 @@ class Base(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
-        populate_by_name=True,
+        populate_by_name=False,  # only the YAML (camelCase) names are accepted
         frozen=True,
     )
 
@@ -59,10 +60,22 @@ class Base(BaseModel):
 # ---------------------------------------------------------------- Fleet
 
 
+RESERVED_KINDS = ("cpu", "memory")  # resource names that an accelerator kind may not take
+
+
+def _not_reserved(kind: str) -> str:
+    if kind in RESERVED_KINDS:
+        raise ValueError(f"{kind!r} names a resource, not an accelerator kind; use e.g. gpu, npu, dsa")
+    return kind
+
+
+AcceleratorKind = Annotated[Name, AfterValidator(_not_reserved)]
+
+
 class DeviceSpec(Base):
     """Accelerators on every node of a node group."""
 
-    kind: Name
+    kind: AcceleratorKind
     model: Name
     count: Annotated[int, Field(ge=1, le=64)]
     memory: MemMiB | None = None
@@ -167,7 +180,7 @@ class TenantSpec(Base):
 
 
 class AcceleratorDemandSpec(Base):
-    kind: Name
+    kind: AcceleratorKind
     model: StrList | None = None
     count: DeviceMilli = 1000
 
@@ -370,6 +383,17 @@ class ApplicationSpec(Base):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"component name {dup[0]!r} is used twice")
+        scopes: dict[str, tuple[str, str]] = {}  # group -> (first component, its scope)
+        for i, c in enumerate(value):
+            if c.affinity is None:
+                continue
+            first = scopes.setdefault(c.affinity.group, (c.name, c.affinity.scope))
+            if first[1] != c.affinity.scope:
+                raise FieldError(
+                    (i, "affinity", "scope"),
+                    f"affinity group {c.affinity.group!r} has scope {first[1]!r} in component "
+                    f"{first[0]!r}; one group has one scope, got {c.affinity.scope!r}",
+                )
         return value
 
 
@@ -487,6 +511,8 @@ class DeviceBusyEvent(_EventBase):
     def _where(self) -> "DeviceBusyEvent":
         if (self.site is None) == (self.node is None):
             raise ValueError("deviceBusy names exactly one of site or node")
+        if self.resources.whole:
+            raise FieldError(("resources",), "deviceBusy takes cpu, memory and accelerators, not whole")
         return self
 
 
@@ -531,14 +557,29 @@ class _Document(Base):
     metadata: Metadata
 
 
+def _no_tenant(doc: "_Document") -> None:
+    if doc.metadata.tenant is not None:
+        raise FieldError(("metadata", "tenant"), f"a {doc.kind} belongs to no tenant; metadata.tenant is for VirtualCluster and Application")
+
+
 class FleetDoc(_Document):
     kind: Literal["Fleet"]
     spec: FleetSpec
+
+    @model_validator(mode="after")
+    def _tenant(self) -> "FleetDoc":
+        _no_tenant(self)
+        return self
 
 
 class TenantDoc(_Document):
     kind: Literal["Tenant"]
     spec: TenantSpec = TenantSpec()
+
+    @model_validator(mode="after")
+    def _tenant(self) -> "TenantDoc":
+        _no_tenant(self)
+        return self
 
 
 class VirtualClusterDoc(_Document):
@@ -566,6 +607,11 @@ class ApplicationDoc(_Document):
 class ScenarioDoc(_Document):
     kind: Literal["Scenario"]
     spec: ScenarioSpec = ScenarioSpec()
+
+    @model_validator(mode="after")
+    def _tenant(self) -> "ScenarioDoc":
+        _no_tenant(self)
+        return self
 
 
 DOCUMENT_KINDS: dict[str, type[_Document]] = {
