@@ -8,7 +8,7 @@ fields are errors. Cross-document references are checked in ``refs.py``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -555,63 +555,45 @@ class Metadata(Base):
 class _Document(Base):
     api_version: Literal["suanli/v1"]
     metadata: Metadata
+    # what the document is, when it belongs to a tenant ("an application"); None: to no tenant
+    owned_by_tenant: ClassVar[str | None] = None
 
-
-def _no_tenant(doc: "_Document") -> None:
-    if doc.metadata.tenant is not None:
-        raise FieldError(("metadata", "tenant"), f"a {doc.kind} belongs to no tenant; metadata.tenant is for VirtualCluster and Application")
+    @model_validator(mode="after")
+    def _tenant(self) -> "_Document":
+        owned = self.owned_by_tenant
+        if owned is not None and self.metadata.tenant is None:
+            raise FieldError(("metadata", "tenant"), f"required field is missing: {owned} belongs to a tenant")
+        if owned is None and self.metadata.tenant is not None:
+            raise FieldError(("metadata", "tenant"),
+                             f"a {self.kind} belongs to no tenant; metadata.tenant is for VirtualCluster and Application")
+        return self
 
 
 class FleetDoc(_Document):
     kind: Literal["Fleet"]
     spec: FleetSpec
 
-    @model_validator(mode="after")
-    def _tenant(self) -> "FleetDoc":
-        _no_tenant(self)
-        return self
-
 
 class TenantDoc(_Document):
     kind: Literal["Tenant"]
     spec: TenantSpec = TenantSpec()
 
-    @model_validator(mode="after")
-    def _tenant(self) -> "TenantDoc":
-        _no_tenant(self)
-        return self
-
 
 class VirtualClusterDoc(_Document):
     kind: Literal["VirtualCluster"]
     spec: VirtualClusterSpec
-
-    @model_validator(mode="after")
-    def _tenant(self) -> "VirtualClusterDoc":
-        if self.metadata.tenant is None:
-            raise FieldError(("metadata", "tenant"), "required field is missing: a virtual cluster belongs to a tenant")
-        return self
+    owned_by_tenant: ClassVar[str | None] = "a virtual cluster"
 
 
 class ApplicationDoc(_Document):
     kind: Literal["Application"]
     spec: ApplicationSpec
-
-    @model_validator(mode="after")
-    def _tenant(self) -> "ApplicationDoc":
-        if self.metadata.tenant is None:
-            raise FieldError(("metadata", "tenant"), "required field is missing: an application belongs to a tenant")
-        return self
+    owned_by_tenant: ClassVar[str | None] = "an application"
 
 
 class ScenarioDoc(_Document):
     kind: Literal["Scenario"]
     spec: ScenarioSpec = ScenarioSpec()
-
-    @model_validator(mode="after")
-    def _tenant(self) -> "ScenarioDoc":
-        _no_tenant(self)
-        return self
 
 
 DOCUMENT_KINDS: dict[str, type[_Document]] = {
