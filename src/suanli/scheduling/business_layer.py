@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.model.work import Application, Component
-from suanli.scheduling.domains import coupling_domain, scope_domain, tightest
+from suanli.scheduling.domains import combine_domains, couplings_domain, levels_of, scope_domain, tightest
 from suanli.scheduling.filters import Check
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
 from suanli.scheduling.request import Request, compile_request
-from suanli.scheduling.select import Extras, combine_domains, place_group
+from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.state import PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -33,7 +33,7 @@ class Unit:
     components: list[Component]  # one per task
     seq: int
     min_members: int | None = None  # elastic gang
-    coupling: str | None = None
+    couplings: tuple[str, ...] = ()  # every member's coupling level must hold
     affinity_scope: str | None = None
 
     @property
@@ -69,11 +69,11 @@ def build_units(apps: tuple[Application, ...]) -> list[Unit]:
                 comps = [c for c in members for _ in range(c.size)]
                 if tasks:
                     units.append(Unit(app, tasks, comps, len(units),
-                                      coupling=tightest(c.coupling for c in members),
+                                      couplings=levels_of(c.coupling for c in members),
                                       affinity_scope=comp.affinity[1]))
             elif comp.gang:
                 units.append(Unit(app, [comp.task_name(i) for i in range(comp.size)], [comp] * comp.size,
-                                  len(units), min_members=comp.min_size, coupling=comp.coupling))
+                                  len(units), min_members=comp.min_size, couplings=levels_of([comp.coupling])))
             else:
                 units.extend(Unit(app, [comp.task_name(i)], [comp], len(units) + i) for i in range(comp.size))
     for seq, unit in enumerate(units):  # arrival order: the order written
@@ -208,11 +208,9 @@ class BusinessLayer:
         return True
 
     def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:
-        domain, name = None, ""
-        if unit.coupling is not None:
-            domain, name = coupling_domain(table, self.network, unit.coupling), f"{unit.coupling} domain"
+        domain, name = couplings_domain(table, self.network, unit.couplings)
         if unit.affinity_scope is not None:
-            scoped = scope_domain(table, self.network, unit.affinity_scope, unit.coupling or "ethernet")
+            scoped = scope_domain(table, self.network, unit.affinity_scope, tightest(unit.couplings) or "ethernet")
             domain = scoped if domain is None else combine_domains(domain, scoped)
             name = f"{unit.affinity_scope} (affinity)" if not name else f"{name} and {unit.affinity_scope}"
         return domain, name
@@ -229,13 +227,13 @@ class BusinessLayer:
         counts: dict[int, tuple[Request, int]] = {}
         for r in reqs:
             counts[id(r)] = (r, counts.get(id(r), (r, 0))[1] + 1)
-        level = unit.coupling
-        if unit.affinity_scope in ("site", "node", "fabric"):
-            level = level or "ethernet"  # new hosts of a co-located group stay on one LAN
+        levels = unit.couplings
+        if unit.affinity_scope in ("site", "node", "fabric") and not levels:
+            levels = ("ethernet",)  # new hosts of a co-located group stay on one LAN
         grown = []
         reasons: Counter = Counter()
         for r, n in counts.values():
-            hosts, why = self.global_layer.grow(vc_model, r, n, level)
+            hosts, why = self.global_layer.grow(vc_model, r, n, levels)
             if not hosts:
                 self.global_layer.shrink(vc_model, grown)
                 return None, why or Counter({"no elastic host group": 1})

@@ -31,6 +31,31 @@ def scope_domain(table: CandidateTable, network: Network, scope: str, level: str
     return coupling_domain(table, network, level)
 
 
+def combine_domains(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Codes for the intersection of two partitions (-1 where either is -1)."""
+    width = int(b.max()) + 1 if b.size else 1
+    return np.where((a >= 0) & (b >= 0), a.astype(np.int64) * max(width, 1) + b, -1)
+
+
+def levels_of(levels) -> tuple[str, ...]:
+    """Distinct coupling levels, tightest first (None dropped)."""
+    order = (*FABRIC_LEVELS, "wan")
+    return tuple(sorted({lv for lv in levels if lv is not None}, key=order.index))
+
+
+def couplings_domain(table: CandidateTable, network: Network, levels) -> tuple[np.ndarray | None, str]:
+    """One domain of every given level at once. Fabric domains need not nest
+    (two nodes may share a coherent domain but not an ib one), so each level is
+    intersected rather than the tightest one assumed to imply the others."""
+    levels = levels_of(levels)
+    if not levels:
+        return None, ""
+    domain = coupling_domain(table, network, levels[0])
+    for level in levels[1:]:
+        domain = combine_domains(domain, coupling_domain(table, network, level))
+    return domain, f"{' and '.join(levels)} domain"
+
+
 def tightest(levels) -> str | None:
     """The tightest coupling among ``levels`` (None if none given)."""
     order = (*FABRIC_LEVELS, "wan")

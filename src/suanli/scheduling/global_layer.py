@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from suanli.model.work import HostGroup, VirtualCluster
-from suanli.scheduling.domains import coupling_domain, tightest
+from suanli.scheduling.domains import combine_domains, coupling_domain, couplings_domain
 from suanli.scheduling.filters import Check
 from suanli.scheduling.request import Request, compile_request
-from suanli.scheduling.select import Extras, combine_domains, place_group
+from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.state import Host, PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -106,26 +106,21 @@ class GlobalLayer:
     # ------------------------------------------------------------ placing hosts
 
     def place_hosts(self, vc: VirtualCluster, group: HostGroup, count: int,
-                    req: Request | None = None, level: str | None = None) -> list[Host] | Counter:
+                    req: Request | None = None, levels: tuple[str, ...] = ()) -> list[Host] | Counter:
         """Place ``count`` hosts of ``group`` all-or-nothing; ``req`` overrides the
-        host request (growth for a task), ``level`` adds a coupling for them."""
+        host request (growth for a task), ``levels`` add couplings for them."""
         vcs = self.state.vcs[vc.name]
         req = req or self.host_request(vc, group)
         table = self.state.nodes
-        level = tightest([group.coupling, level])
-        domain = None
+        domain, name = couplings_domain(table, self.network, (group.coupling, *levels))
         restrict = None
-        name = "site group"
-        if level is not None:
-            domain = coupling_domain(table, self.network, level)
-            name = f"{level} domain"
         held = vcs.group_domain.get(group.name)
         if held is not None:  # a coupled group grows inside the domain it already holds
             restrict = coupling_domain(table, self.network, group.coupling) == held
         if vcs.component < 0:
             comp = self.network.component[table.view("site")].astype(np.int64)
             domain = comp if domain is None else combine_domains(domain, comp)
-            name = name if level is not None else "set of mutually reachable sites"
+            name = name or "set of mutually reachable sites"
         result = place_group(table, [req] * count, self.network, self.rng, domain=domain,
                              domain_name=name, extras=QuotaAndReach(self.state, vcs), restrict=restrict)
         if not result.ok:
@@ -137,9 +132,10 @@ class GlobalLayer:
 
     # ------------------------------------------------------------ elastic growth
 
-    def grow(self, vc: VirtualCluster, task: Request, members: int, level: str | None) -> tuple[list[Host], Counter]:
+    def grow(self, vc: VirtualCluster, task: Request, members: int,
+             levels: tuple[str, ...] = ()) -> tuple[list[Host], Counter]:
         """Grow one elastic group of ``vc`` by enough hosts for ``members`` copies of
-        ``task``, inside one ``level`` domain when given. Returns the new hosts, or
+        ``task``, inside one domain of each of ``levels``. Returns the new hosts, or
         the reasons no group could grow."""
         vcs = self.state.vcs[vc.name]
         reasons: Counter = Counter()
@@ -156,7 +152,7 @@ class GlobalLayer:
             if need > room:
                 reasons[f"host group {group.name}: needs {need} more hosts, room for {room} (max {group.limit})"] += 1
                 continue
-            got = self.place_hosts(vc, group, need, _narrow(host_req, task), level)
+            got = self.place_hosts(vc, group, need, _narrow(host_req, task), levels)
             if isinstance(got, list):
                 return got, Counter()
             reasons.update({f"grow {group.name}: {k}": v for k, v in got.items()})

@@ -17,6 +17,7 @@ import numpy as np
 
 from suanli.model.network import Network
 from suanli.scheduling import scores
+from suanli.scheduling.domains import combine_domains  # noqa: F401  (re-exported)
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction
@@ -168,6 +169,8 @@ def place_group(
         order = _rank_domains(table, distinct, masks, domain, want, least)
         if not order:
             n_dom = len(np.unique(domain[domain >= 0]))
+            if n_dom == 0:  # no candidate is in any domain of this kind at all
+                return GroupResult(reasons=Counter({f"not in any {domain_name}": int(table.n)}))
             if domain_name == "placement":
                 return GroupResult(reasons=Counter({f"room for fewer than {least} members": 1}))
             return GroupResult(reasons=Counter({f"no {domain_name} with room for {least} members": n_dom}))
@@ -255,10 +258,3 @@ def _repeat(table: CandidateTable, req: Request, extra, hint) -> int:
     if key != (id(table), table.version, table.tick) or not fits_row(table, req, row, extra):
         return -1
     return row
-
-
-def combine_domains(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Codes for the intersection of two partitions (-1 where either is -1)."""
-    width = int(b.max()) + 1 if b.size else 1
-    return np.where((a >= 0) & (b >= 0), a.astype(np.int64) * max(width, 1) + b, -1)
-

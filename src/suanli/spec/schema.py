@@ -383,17 +383,19 @@ class ApplicationSpec(Base):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"component name {dup[0]!r} is used twice")
-        scopes: dict[str, tuple[str, str]] = {}  # group -> (first component, its scope)
-        for i, c in enumerate(value):
-            if c.affinity is None:
-                continue
-            first = scopes.setdefault(c.affinity.group, (c.name, c.affinity.scope))
-            if first[1] != c.affinity.scope:
-                raise FieldError(
-                    (i, "affinity", "scope"),
-                    f"affinity group {c.affinity.group!r} has scope {first[1]!r} in component "
-                    f"{first[0]!r}; one group has one scope, got {c.affinity.scope!r}",
-                )
+        for field, what in (("affinity", "affinity"), ("anti_affinity", "antiAffinity")):
+            scopes: dict[str, tuple[str, str]] = {}  # group -> (first component, its scope)
+            for i, c in enumerate(value):
+                rule = getattr(c, field)
+                if rule is None:
+                    continue
+                first = scopes.setdefault(rule.group, (c.name, rule.scope))
+                if first[1] != rule.scope:
+                    raise FieldError(
+                        (i, what, "scope"),
+                        f"{what} group {rule.group!r} has scope {first[1]!r} in component "
+                        f"{first[0]!r}; one group has one scope, got {rule.scope!r}",
+                    )
         return value
 
 
