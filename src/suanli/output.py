@@ -64,7 +64,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             })
     order = _task_order(state)
     placements = []
-    for p in sorted(state.placements, key=lambda p: order[p.task]):
+    for p in sorted(state.placements.values(), key=lambda p: order[p.task]):
         table = state.vcs[p.vc].table
         placements.append({
             "task": p.task,
@@ -108,7 +108,7 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
         for h in vc.hosts:
             reserved[node_tier[h.node]] += h.node_alloc.vec
     used = np.zeros((len(TIERS), r), np.int64)
-    for p in state.placements:
+    for p in state.placements.values():
         used[node_tier[p.host.node]] += p.alloc.vec
     capacity = np.zeros((len(TIERS), r), np.int64)
     np.add.at(capacity, node_tier, fleet.node_capacity)

@@ -98,7 +98,7 @@ class TaskExtras(Extras):
             taken = self.layer.occupied.get(key)
             if taken is not None:
                 where = table.view("node") if scope == "node" else table.view("site")
-                out.append((f"anti-affinity {key[1]} ({scope})", ~taken[where]))
+                out.append((f"anti-affinity {key[1]} ({scope})", taken[where] == 0))
         return out
 
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
@@ -108,16 +108,15 @@ class TaskExtras(Extras):
         if anti is not None:
             key, scope = anti
             where = int(table.node[a.row] if scope == "node" else table.site[a.row])
-            taken = self.layer.occupied.setdefault(key, self.layer.empty_mask(scope))
-            if not taken[where]:
-                taken[where] = True
-                self.tentative.append((key, where))
+            taken = self.layer.occupied.setdefault(key, self.layer.empty_counts(scope))
+            taken[where] += 1
+            self.tentative.append((key, where))
 
     def undo(self) -> None:
         if self.quota:
             self.quota.undo()
         for key, where in self.tentative:
-            self.layer.occupied[key][where] = False
+            self.layer.occupied[key][where] -= 1
         self.tentative.clear()
 
     def commit(self) -> None:
@@ -132,7 +131,7 @@ class BusinessLayer:
     global_layer: GlobalLayer
     rng: np.random.Generator
     unscheduled: list[Unscheduled] = field(default_factory=list)
-    occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> taken nodes/sites
+    occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> tasks per node/site
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: dict[tuple, Request] = field(default_factory=dict)
 
@@ -140,9 +139,23 @@ class BusinessLayer:
     def network(self):
         return self.state.fleet.network
 
-    def empty_mask(self, scope: str) -> np.ndarray:
+    def empty_counts(self, scope: str) -> np.ndarray:
         n = self.state.fleet.n_nodes if scope == "node" else len(self.state.fleet.sites)
-        return np.zeros(n, bool)
+        return np.zeros(n, np.int32)
+
+    def release(self, comp: Component, node: int) -> None:
+        """A task of ``comp`` left ``node``: it no longer repels its anti-affinity group."""
+        if comp.anti_affinity is None:
+            return
+        group, scope = comp.anti_affinity
+        taken = self.occupied.get((comp.app, group))
+        if taken is not None:
+            taken[node if scope == "node" else int(self.state.fleet.node_site[node])] -= 1
+
+    def forget_requests(self) -> None:
+        """The network changed: requests compiled against it (near, data) are stale."""
+        self._requests.clear()
+        self.anti_of.clear()
 
     def request(self, comp: Component, tenant: str) -> Request:
         key = (comp.app, comp.name)

@@ -160,7 +160,7 @@ class GlobalLayer:
 
     def shrink(self, vc: VirtualCluster, hosts: list[Host]) -> None:
         vcs = self.state.vcs[vc.name]
-        for h in hosts:
+        for h in reversed(hosts):
             self.state.remove_host(vcs, h)
         for group in {h.group for h in hosts}:
             if group is not None and vcs.group_size(group) == 0:

@@ -46,6 +46,12 @@ class VCState:
     group_domain: dict[str, int] = field(default_factory=dict)  # coupled group -> its domain code
     by_node: dict[int, Host] = field(default_factory=dict)  # default VC: the fitted host per node
     by_row: dict[int, Host] = field(default_factory=dict)  # host-table row -> host
+    next_index: dict[str | None, int] = field(default_factory=dict)  # per group: names are never reused
+
+    def new_name(self, group: str | None) -> str:
+        index = self.next_index.get(group, 0)
+        self.next_index[group] = index + 1
+        return f"{group}-{index}" if group is not None else f"auto-{index}"
 
     def group_size(self, group: str) -> int:
         return sum(1 for h in self.hosts if h.group == group)
@@ -64,7 +70,8 @@ class PlacementState:
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
-        self.placements: list[Placement] = []
+        self.placements: dict[str, Placement] = {}  # by task name
+        self.tasks_on_node: dict[int, set[str]] = {}
         self._component_masks: dict[tuple, np.ndarray] = {}
 
     def _quota_vector(self, tenant: str) -> np.ndarray:
@@ -103,8 +110,7 @@ class PlacementState:
     def add_host(self, vc: VCState, group: str | None, a: Allocation) -> Host:
         """Record a host holding allocation ``a`` of the node table (already taken)."""
         node = int(self.nodes.node[a.row])
-        index = vc.group_size(group) if group is not None else len(vc.hosts)
-        name = f"{group}-{index}" if group is not None else f"auto-{index}"
+        name = vc.new_name(group)
         row = -1
         if not vc.default:
             row = vc.table.append_row(self.nodes, a.row, a.vec, a.slots, a.milli)
@@ -121,6 +127,9 @@ class PlacementState:
         """Undo ``add_host`` for a host nothing runs on (a rolled-back growth)."""
         vc.hosts.remove(host)
         vc.by_row.pop(host.row, None)
+        last = vc.next_index.get(host.group, 0) - 1
+        if host.name == (f"{host.group}-{last}" if host.group is not None else f"auto-{last}"):
+            vc.next_index[host.group] = last  # a rolled-back host leaves no gap in the names
         self.nodes.give(host.node_alloc)
         self.tenant_used[vc.tenant] -= host.node_alloc.vec
         if host.row >= 0:
@@ -135,7 +144,7 @@ class PlacementState:
         if vc.default:
             host = vc.by_node.get(a.row)
             if host is None:
-                host = Host(vc.name, f"auto-{len(vc.hosts)}", None, a.row,
+                host = Host(vc.name, vc.new_name(None), None, a.row,
                             Allocation(a.row, np.zeros_like(a.vec)), -1)
                 vc.hosts.append(host)
                 vc.by_node[a.row] = host
@@ -146,13 +155,46 @@ class PlacementState:
         else:
             host = vc.by_row[a.row]
         p = Placement(task, tenant, vc.name, host, a)
-        self.placements.append(p)
+        self.placements[task] = p
+        self.tasks_on_node.setdefault(host.node, set()).add(task)
         return p
 
+    def remove_placement(self, task: str) -> Placement:
+        """A task stops (finished, deleted, lost, evicted): give back what it held."""
+        p = self.placements.pop(task)
+        vc = self.vcs[p.vc]
+        vc.table.give(p.alloc)
+        self.tasks_on_node[p.host.node].discard(task)
+        if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
+            host = p.host
+            host.node_alloc = _merge(host.node_alloc, p.alloc, sign=-1)
+            self.tenant_used[p.tenant] -= p.alloc.vec
+            if not host.node_alloc.vec.any():
+                vc.hosts.remove(host)
+                del vc.by_node[host.node]
+                if not vc.hosts:
+                    vc.component = -1
+        return p
 
-def _merge(a: Allocation, b: Allocation) -> Allocation:
+    # ------------------------------------------------------------ nodes
+
+    def set_node_enabled(self, node: int, enabled: bool) -> list[str]:
+        """Take a node out of service (or back); returns the tasks running on it."""
+        self.nodes.enabled[node] = enabled
+        self.nodes.tick += 1
+        for vc in self.vcs.values():
+            if vc.default:
+                continue
+            for h in vc.hosts:
+                if h.node == node and h.row >= 0:
+                    vc.table.enabled[h.row] = enabled
+                    vc.table.tick += 1
+        return sorted(self.tasks_on_node.get(node, ()))
+
+
+def _merge(a: Allocation, b: Allocation, sign: int = 1) -> Allocation:
     shares: dict[int, int] = dict(zip(a.slots, a.milli))
     for s, m in zip(b.slots, b.milli):
-        shares[s] = shares.get(s, 0) + m
-    slots = tuple(sorted(shares))
-    return Allocation(a.row, a.vec + b.vec, slots, tuple(shares[s] for s in slots))
+        shares[s] = shares.get(s, 0) + sign * m
+    slots = tuple(sorted(s for s, m in shares.items() if m))
+    return Allocation(a.row, a.vec + sign * b.vec, slots, tuple(shares[s] for s in slots))
