@@ -171,9 +171,15 @@ class BusinessLayer:
 
     # ------------------------------------------------------------ ordering
 
-    def run(self, units: list[Unit]) -> None:
+    def run(self, units: list[Unit], record: bool = True) -> list[tuple[Unit, Counter]]:
         """Place units: higher priority first; within a priority, the tenant with
-        the lowest weighted dominant share first; FIFO within a tenant."""
+        the lowest weighted dominant share first; FIFO within a tenant. Returns
+        the units that did not fit, with reasons (``record``: also list their
+        tasks in ``unscheduled``)."""
+        failed: list[tuple[Unit, Counter]] = []
+        # within one pass capacity only shrinks: a unit shaped like one that
+        # already failed fails too, for the same reasons
+        failed_shapes: dict[tuple, Counter] = {}
         by_priority: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
         for u in sorted(units, key=lambda u: u.seq):
             by_priority[u.priority][u.tenant].append(u)
@@ -185,12 +191,28 @@ class BusinessLayer:
                 unit = queues[tenant].popleft()
                 if not queues[tenant]:
                     del queues[tenant]
-                if self.place(unit) or not self.state.vcs[unit.app.vc].default:
+                shape = _shape(unit)
+                reasons = failed_shapes.get(shape)
+                if reasons is None:
+                    reasons = self.place(unit, record)
+                elif record:
+                    self._record(unit, unit.tasks, reasons)
+                if reasons is not None:
+                    failed.append((unit, reasons))
+                    failed_shapes[shape] = reasons
+                if reasons is None or not self.state.vcs[unit.app.vc].default:
                     share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
+        return failed
+
+    def _record(self, unit: Unit, tasks: list[str], reasons: Counter) -> None:
+        for task in tasks:
+            self.unscheduled.append(Unscheduled(task, unit.tenant, unit.app.vc, reasons))
 
     # ------------------------------------------------------------ one unit
 
-    def place(self, unit: Unit) -> bool:
+    def place(self, unit: Unit, record: bool = True) -> Counter | None:
+        """Place one unit whole (an elastic gang: as large as fits); None on
+        success, else the reasons."""
         vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
         reqs = [self.request(c, unit.tenant) for c in unit.components]
@@ -208,17 +230,16 @@ class BusinessLayer:
                     result.reasons[f"virtual cluster {vcs.name} has no hosts"] += 1
                 result.reasons.update(grow_reasons)
         if not result.ok:
-            for task in unit.tasks:
-                self.unscheduled.append(Unscheduled(task, unit.tenant, unit.app.vc, result.reasons))
-            return False
+            if record:
+                self._record(unit, unit.tasks, result.reasons)
+            return result.reasons
         for task, a in zip(unit.tasks, result.allocations):
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
-        if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
+        if placed < len(unit.tasks) and record:  # an elastic gang below its full size: the rest is reported
             why = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
-            for task in unit.tasks[placed:]:
-                self.unscheduled.append(Unscheduled(task, unit.tenant, unit.app.vc, why))
-        return True
+            self._record(unit, unit.tasks[placed:], why)
+        return None
 
     def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:
         domain, name = couplings_domain(table, self.network, unit.couplings)
@@ -252,3 +273,9 @@ class BusinessLayer:
                 return None, why or Counter({"no elastic host group": 1})
             grown += hosts
         return grown, reasons
+
+
+def _shape(unit: Unit) -> tuple:
+    """What decides whether a unit fits: its VC, components, counts and constraints."""
+    comps = tuple(dict.fromkeys((c.app, c.name) for c in unit.components))
+    return (unit.app.vc, comps, len(unit.tasks), unit.couplings, unit.affinity_scope, unit.min_members)
