@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from suanli.model.fleet import TIERS
-from suanli.scheduling.state import PlacementState
+from suanli.scheduling.state import Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -38,6 +38,37 @@ def devices_json(state: PlacementState, table: CandidateTable, a: Allocation) ->
     return out
 
 
+def placement_json(state: PlacementState, p: Placement) -> dict[str, Any]:
+    fleet = state.fleet
+    return {
+        "task": p.task,
+        "tenant": p.tenant,
+        "vc": p.vc,
+        "host": p.host.name,
+        "node": fleet.node_name(p.host.node),
+        "site": fleet.site_of(p.host.node).name,
+        "resources": resources_json(state, p.alloc.vec),
+        "devices": devices_json(state, state.vcs[p.vc].table, p.alloc),
+    }
+
+
+def hosts_json(state: PlacementState) -> list[dict[str, Any]]:
+    fleet = state.fleet
+    return [
+        {
+            "vc": vc.name,
+            "host": h.name,
+            "group": h.group,
+            "node": fleet.node_name(h.node),
+            "site": fleet.site_of(h.node).name,
+            "resources": resources_json(state, h.node_alloc.vec),
+            "devices": devices_json(state, state.nodes, h.node_alloc),
+        }
+        for vc in state.vcs.values()
+        for h in vc.hosts
+    ]
+
+
 def _task_order(state: PlacementState) -> dict[str, int]:
     order: dict[str, int] = {}
     for app in state.world.apps:
@@ -50,32 +81,9 @@ def _task_order(state: PlacementState) -> dict[str, int]:
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     state = outcome.state
     fleet = state.fleet
-    hosts = []
-    for vc in state.vcs.values():
-        for h in vc.hosts:
-            hosts.append({
-                "vc": vc.name,
-                "host": h.name,
-                "group": h.group,
-                "node": fleet.node_name(h.node),
-                "site": fleet.site_of(h.node).name,
-                "resources": resources_json(state, h.node_alloc.vec),
-                "devices": devices_json(state, state.nodes, h.node_alloc),
-            })
+    hosts = hosts_json(state)
     order = _task_order(state)
-    placements = []
-    for p in sorted(state.placements.values(), key=lambda p: order[p.task]):
-        table = state.vcs[p.vc].table
-        placements.append({
-            "task": p.task,
-            "tenant": p.tenant,
-            "vc": p.vc,
-            "host": p.host.name,
-            "node": fleet.node_name(p.host.node),
-            "site": fleet.site_of(p.host.node).name,
-            "resources": resources_json(state, p.alloc.vec),
-            "devices": devices_json(state, table, p.alloc),
-        })
+    placements = [placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task])]
     unscheduled = [
         {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": _sorted_reasons(u.reasons)}
         for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])

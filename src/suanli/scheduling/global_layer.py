@@ -76,6 +76,10 @@ class GlobalLayer:
     def network(self):
         return self.state.fleet.network
 
+    def forget_requests(self) -> None:
+        """The network changed: host requests compiled against it are stale."""
+        self._requests.clear()
+
     def host_request(self, vc: VirtualCluster, group: HostGroup) -> Request:
         key = (vc.name, group.name)
         if key not in self._requests:

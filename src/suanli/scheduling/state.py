@@ -100,6 +100,10 @@ class PlacementState:
             mask = self._component_masks[key] = self.fleet.network.component[table.view("site")] == component
         return mask
 
+    def forget_network(self) -> None:
+        """The network changed: cached reachability masks are stale."""
+        self._component_masks.clear()
+
     def dominant_share(self, tenant: str) -> float:
         used = self.tenant_used[tenant]
         share = used / np.maximum(self.total, 1)

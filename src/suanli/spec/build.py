@@ -131,9 +131,8 @@ def build_world(docs: Documents) -> World:
             )
         vcs[v.name] = VirtualCluster(v.name, v.doc.metadata.tenant, tuple(groups), v.doc.spec.autoscale.scale_down_after)
     apps = tuple(build_application(a.name, a.doc.metadata.tenant, a.doc.spec) for a in docs.applications)
-    for app in apps:
-        if app.vc not in vcs:
-            vcs[app.vc] = VirtualCluster(app.vc, app.tenant, (), default=True)
+    for name in tenants:  # every tenant has a default VC (generated work may use it later)
+        vcs[default_vc_name(name)] = VirtualCluster(default_vc_name(name), name, (), default=True)
     scenario = docs.scenarios[0].doc if docs.scenarios else None
     seed = scenario.spec.seed if scenario is not None else 0
     return World(fleet, tenants, vcs, apps, seed, scenario)

@@ -1,0 +1,1 @@
+"""Executors: what runs placed tasks (simulated first; local processes and Ray later)."""

@@ -1,0 +1,59 @@
+"""The simulated executor: derives run times, and progress kept when a run stops.
+
+A job with ``duration`` runs that long. A job with ``work`` (task-time at
+parallelism 1) runs ``work / (p * efficiency ** log2(p))`` for parallelism p:
+in series on little hardware, in parallel on much. When a run stops early,
+the progress kept is what the last checkpoint saved (stateful jobs with
+``checkpointEvery``), else nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from suanli.engine.loop import EventLoop
+from suanli.executors.base import Run, RunFinished
+
+
+def speed(parallelism: int, efficiency: float) -> float:
+    """Task-seconds of work done per second by ``parallelism`` members."""
+    p = max(parallelism, 1)
+    return p * efficiency ** math.log2(p)
+
+
+class SimExecutor:
+    def __init__(self, loop: EventLoop) -> None:
+        self.loop = loop
+
+    def runtime(self, run: Run) -> float | None:
+        """Seconds until the run's jobs finish; None for services."""
+        if run.remaining_s is not None:
+            return max(run.remaining_s, 0.0)
+        if run.remaining_work_s is not None:
+            return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
+        return None
+
+    def start(self, run: Run, now: float) -> None:
+        length = self.runtime(run)
+        run.started_at = now
+        if length is not None:
+            run.finish_at = now + length
+            self.loop.schedule(run.finish_at, RunFinished(run.run_id))
+
+    def stop(self, run: Run, now: float) -> None:
+        """Keep the progress the last checkpoint saved (the finish event is then stale)."""
+        elapsed = max(now - run.started_at, 0.0)
+        every = run.checkpoint_every_s
+        saved = math.floor(elapsed / every) * every if every else 0.0
+        if run.remaining_s is not None:
+            run.remaining_s = max(run.remaining_s - saved, 0.0)
+        if run.remaining_work_s is not None:
+            done = saved * speed(run.parallelism, run.efficiency)
+            run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
+        run.finish_at = None
+
+    def checkpoint(self, run: Run, now: float) -> None:
+        """Checkpoints are implied by ``checkpointEvery``; nothing to do in simulation."""
+
+    def restore(self, run: Run, now: float) -> None:
+        """Restoring is starting with the saved progress; ``start`` does it."""

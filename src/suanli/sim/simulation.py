@@ -1,0 +1,293 @@
+"""The digital twin: the static scheduler driven over time by an event loop.
+
+``Simulation`` owns the clock, the pending queue and the record of every task.
+Each instant's events are applied first (submissions, finished runs, deletes,
+nodes and links going down or up); then one scheduling pass places what is
+pending, in the business layer's order. Every transition is logged as an
+event (``events``) in time order; the same scenario and seed give the same log.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from suanli.engine.clock import Clock, VirtualClock
+from suanli.engine.loop import EventLoop
+from suanli.executors.base import Run, RunFinished
+from suanli.executors.sim import SimExecutor
+from suanli.model.network import Network
+from suanli.model.work import Application, Component, World
+from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
+from suanli.scheduling.global_layer import GlobalLayer
+from suanli.scheduling.state import PlacementState
+from suanli.sim.metrics import Recorder
+from suanli.sim.workload import generated
+
+PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+
+
+@dataclass
+class TaskRecord:
+    task: str
+    tenant: str
+    component: Component
+    unit: int
+    status: str = PENDING
+    submitted_at: float = 0.0
+    first_placed_at: float | None = None
+    ended_at: float | None = None
+    reasons: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class UnitState:
+    unit: Unit
+    klass: str  # short/small, short/large, resident/small, resident/large
+    remaining_work_s: float | None
+    remaining_s: float | None
+    run: Run | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    app: Application
+
+
+@dataclass(frozen=True, slots=True)
+class NextArrival:
+    index: int  # which generator
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioEvent:
+    spec: Any  # one of schema's event specs
+
+
+class Simulation:
+    def __init__(self, world: World, *, seed: int | None = None, until: float | None = None,
+                 clock: Clock | None = None, on_instant: Callable[[float], None] | None = None) -> None:
+        self.world = world
+        scenario = world.scenario.spec if world.scenario is not None else None
+        self.scenario = scenario
+        self.seed = world.seed if seed is None else seed
+        self.until = until if until is not None else (scenario.until if scenario and scenario.until else None)
+        self.state = PlacementState(world)
+        self.rng = np.random.default_rng(self.seed)
+        self.global_layer = GlobalLayer(self.state, self.rng)
+        self.business = BusinessLayer(self.state, self.global_layer, self.rng)
+        self.loop = EventLoop(clock or VirtualClock())
+        self.executor = SimExecutor(self.loop)
+        self.events: list[dict[str, Any]] = []
+        self.tasks: dict[str, TaskRecord] = {}
+        self.units: dict[int, UnitState] = {}
+        self.pending: dict[int, None] = {}  # unit ids, in submission order
+        self.runs: dict[int, int] = {}  # run id -> unit id
+        self.links_down: set[frozenset[int]] = set()
+        self.recorder = Recorder(self.state)
+        self._generators: list[Iterator[tuple[float, Application]]] = []
+        self._next_generated: list[tuple[float, Application] | None] = []
+        self._run_ids = 0
+        self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
+
+    # ------------------------------------------------------------ running
+
+    def run(self) -> float:
+        self._start()
+        end = self.loop.run(self._handle, self.until)
+        self.recorder.sample(end)
+        return end
+
+    def _start(self) -> None:
+        self.global_layer.place_initial()
+        for vc in self.state.vcs.values():
+            for h in vc.hosts:
+                self._log(0.0, "hostAdded", vc=vc.name, host=h.name, node=self.world.fleet.node_name(h.node))
+        arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
+        for app in self.world.apps:  # an application with no arrival entry arrives at 0
+            self.loop.schedule(arrivals.get(app.name, 0.0), Submit(app))
+        if self.scenario is None:
+            return
+        horizon = self.until if self.until is not None else float("inf")
+        for i, gen in enumerate(self.scenario.generators):
+            it = generated(gen, i, self.seed, horizon)
+            self._generators.append(it)
+            self._queue_next(i)
+        for ev in self.scenario.events:
+            self.loop.schedule(ev.at, ScenarioEvent(ev))
+
+    def _queue_next(self, index: int) -> None:
+        nxt = next(self._generators[index], None)
+        if nxt is not None:
+            self._next_generated.extend([None] * (index + 1 - len(self._next_generated)))
+            self._next_generated[index] = nxt
+            self.loop.schedule(nxt[0], NextArrival(index))
+
+    def _handle(self, t: float, batch: list[Any]) -> None:
+        for ev in batch:
+            if isinstance(ev, Submit):
+                self._submit(t, ev.app)
+            elif isinstance(ev, NextArrival):
+                _, app = self._next_generated[ev.index]
+                self._submit(t, app)
+                self._queue_next(ev.index)
+            elif isinstance(ev, RunFinished):
+                self._finished(t, ev.run_id)
+            elif isinstance(ev, ScenarioEvent):
+                self._scenario_event(t, ev.spec)
+        self._schedule(t)
+        self.recorder.sample(t)
+        if self.on_instant is not None:
+            self.on_instant(t)
+
+    # ------------------------------------------------------------ arrivals and ends
+
+    def _submit(self, t: float, app: Application) -> None:
+        for unit in build_units((app,)):
+            uid = len(self.units)
+            unit.seq = uid
+            comps = unit.components
+            jobs = [c for c in comps if c.lifetime == "job"]
+            klass = ("short" if jobs and len(jobs) == len(comps) else "resident") + (
+                "/large" if len(unit.tasks) > 1 else "/small")
+            lead = jobs[0] if jobs else None
+            self.units[uid] = UnitState(unit, klass,
+                                        lead.work_s if lead else None, lead.duration_s if lead else None)
+            for task, comp in zip(unit.tasks, comps):
+                self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t)
+                self._log(t, "submitted", task=task, tenant=app.tenant)
+            self.pending[uid] = None
+
+    def _finished(self, t: float, run_id: int) -> None:
+        uid = self.runs.get(run_id)
+        if uid is None:
+            return  # the run was stopped earlier: a stale finish
+        us = self.units[uid]
+        if us.run is None or us.run.run_id != run_id:
+            return
+        jobs = [task for task in us.run.tasks if self.tasks[task].component.lifetime == "job"]
+        for task in jobs:
+            self._end_task(t, task, FINISHED, "finished")
+        if len(jobs) == len(us.run.tasks):
+            del self.runs[run_id]
+            us.run = None
+        else:
+            us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
+
+    def _end_task(self, t: float, task: str, status: str, kind: str, **extra: Any) -> None:
+        rec = self.tasks[task]
+        p = self.state.placements.get(task)
+        where = {}
+        if p is not None:
+            self.state.remove_placement(task)
+            self.business.release(rec.component, p.host.node)
+            where = self._where(p.host.node)
+        rec.status, rec.ended_at = status, t
+        self._log(t, kind, task=task, **where, **extra)
+
+    def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
+        """Stop a unit's run (a member was lost) and queue it again, whole."""
+        us = self.units[uid]
+        run = us.run
+        if run is None:
+            return
+        self.executor.stop(run, t)
+        us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
+        self.runs.pop(run.run_id, None)
+        us.run = None
+        for task in run.tasks:
+            p = self.state.placements.get(task)
+            kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
+            self._end_task(t, task, PENDING, kind)
+        self.pending[uid] = None
+
+    # ------------------------------------------------------------ scenario events
+
+    def _scenario_event(self, t: float, ev: Any) -> None:
+        fleet = self.world.fleet
+        if ev.kind == "delete":
+            self._delete(t, ev.app)
+        elif ev.kind in ("nodeDown", "nodeUp"):
+            node = fleet.node_by_name(ev.node)
+            self._log(t, ev.kind, node=ev.node)
+            tasks = self.state.set_node_enabled(node, ev.kind == "nodeUp")
+            for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
+                self._stop_unit(t, uid, node)
+        elif ev.kind in ("linkDown", "linkUp"):
+            pair = frozenset(fleet.site_index[s] for s in ev.between)
+            (self.links_down.add if ev.kind == "linkDown" else self.links_down.discard)(pair)
+            fleet.network = Network.build(fleet.sites, fleet.links, frozenset(self.links_down))
+            self.business.forget_requests()
+            self.global_layer.forget_requests()
+            self.state.forget_network()
+            self._log(t, ev.kind, between=list(ev.between))
+        else:
+            self._log(t, "ignored", event=ev.kind, reason="not simulated yet")
+
+    def _delete(self, t: float, app: str) -> None:
+        self._log(t, "deleted", app=app)
+        for uid, us in self.units.items():
+            if us.unit.app.name != app:
+                continue
+            if us.run is not None:
+                self.runs.pop(us.run.run_id, None)
+                for task in us.run.tasks:
+                    self._end_task(t, task, FINISHED, "finished", reason="deleted")
+                us.run = None
+            if uid in self.pending:
+                del self.pending[uid]
+                for task in us.unit.tasks:
+                    if self.tasks[task].status == PENDING:
+                        self._end_task(t, task, FAILED, "failed", reason="deleted before it was placed")
+
+    # ------------------------------------------------------------ scheduling
+
+    def _schedule(self, t: float) -> None:
+        if not self.pending:
+            return
+        units = [self.units[uid].unit for uid in self.pending]
+        failed = self.business.run(units, record=False)
+        still = {u.seq: reasons for u, reasons in failed}
+        for uid in list(self.pending):
+            if uid in still:
+                for task in self.units[uid].unit.tasks:
+                    self.tasks[task].reasons = still[uid]
+                continue
+            del self.pending[uid]
+            self._started(t, uid)
+
+    def _started(self, t: float, uid: int) -> None:
+        us = self.units[uid]
+        placed = [task for task in us.unit.tasks if task in self.state.placements]
+        for task in us.unit.tasks[len(placed):]:  # an elastic gang placed below its size
+            self._end_task(t, task, FAILED, "failed",
+                           reason=f"elastic gang placed with {len(placed)} of {len(us.unit.tasks)} members")
+        lead = us.unit.components[0]
+        self._run_ids += 1
+        run = Run(self._run_ids, tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
+                  lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
+        us.run = run
+        self.runs[run.run_id] = uid
+        for task in placed:
+            rec = self.tasks[task]
+            p = self.state.placements[task]
+            rec.status = RUNNING
+            if rec.first_placed_at is None:
+                rec.first_placed_at = t
+            rec.reasons = Counter()
+            where = self._where(p.host.node)
+            self._log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
+            self._log(t, "started", task=task, **where)
+        self.executor.start(run, t)
+
+    # ------------------------------------------------------------ helpers
+
+    def _where(self, node: int) -> dict[str, str]:
+        fleet = self.world.fleet
+        return {"node": fleet.node_name(node), "site": fleet.site_of(node).name}
+
+    def _log(self, t: float, kind: str, **fields: Any) -> None:
+        self.events.append({"t": round(t, 6), "kind": kind, **fields})

@@ -1,0 +1,207 @@
+"""The simulator: golden scenarios, the runtime model, determinism, conservation."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import app, component, node_group, site, tenant
+from suanli.engine.clock import WallClock
+from suanli.executors.sim import speed
+from suanli.sim.results import result_json
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
+
+
+def simulate(*paths, **kw):
+    sim = Simulation(load_world([str(p) for p in paths]), **kw)
+    end = sim.run()
+    return sim, end
+
+
+def by_task(events):
+    out = defaultdict(list)
+    for e in events:
+        if "task" in e:
+            out[e["task"]].append(e)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ai_mix(examples):
+    return simulate(examples / "ai-hpc-mix.yaml")
+
+
+def test_every_generated_job_finishes_or_waits_with_a_reason(ai_mix):
+    sim, end = ai_mix
+    assert end == 3 * 3600
+    generated = [r for r in sim.tasks.values() if r.task.split("/")[0].rsplit("-", 1)[0] in ("finetune", "mpi", "batch")]
+    assert len(generated) > 900
+    for r in generated:
+        assert r.status in ("finished", "pending", "running"), r
+        if r.status == "pending":
+            assert r.reasons and all(v > 0 for v in r.reasons.values())
+        if r.status == "running":  # still inside its run time when the scenario ends
+            assert sim.units[r.unit].run.finish_at > end
+
+
+def test_the_failed_nodes_tasks_are_placed_again(ai_mix):
+    sim, _ = ai_mix
+    lost = [e for e in sim.events if e["kind"] == "lost"]
+    assert lost and all(e["node"] == "cloud-north/a100-3" and e["t"] == 1800 for e in lost)
+    events = by_task(sim.events)
+    for e in lost:
+        later = [x for x in events[e["task"]] if x["t"] >= e["t"] and x["kind"] == "placed"]
+        assert later, f"{e['task']} was not placed again"
+        assert sim.tasks[e["task"]].status in ("running", "finished")
+
+
+def test_llm_train_finishes_when_its_work_and_parallelism_imply(ai_mix):
+    sim, _ = ai_mix
+    events = by_task(sim.events)
+    members = [t for t in sim.tasks if t.startswith("llm-train/trainer/")]
+    started = [e for t in members for e in events[t] if e["kind"] == "started"]
+    finished = [e for t in members for e in events[t] if e["kind"] == "finished"]
+    p = len(started)
+    assert 8 <= p <= 12 and len(finished) == p
+    expected = 16 * 3600 / (p * 0.92 ** math.log2(p))
+    assert {round(f["t"] - s["t"], 3) for s, f in zip(started, finished)} == {round(expected, 3)}
+
+
+def test_autodrive_runs_and_keeps_perception_on_the_car(examples):
+    sim, end = simulate(examples / "autodrive.yaml")
+    assert end == 3600
+    placed = [e for e in sim.events if e["kind"] == "placed" and e["task"] == "autopilot/perception/0"]
+    assert placed and placed[0]["site"] == "car-1" and placed[0]["t"] == 600
+    deleted = [e for e in sim.events if e.get("reason") == "deleted"]
+    assert deleted and all(e["t"] == 2400 for e in deleted)
+
+
+def test_same_scenario_and_seed_give_identical_outputs(examples):
+    a, end_a = simulate(examples / "ai-hpc-mix.yaml", until=3600)
+    b, end_b = simulate(examples / "ai-hpc-mix.yaml", until=3600)
+    assert json.dumps(result_json(a, end_a)) == json.dumps(result_json(b, end_b))
+    assert json.dumps(a.events) == json.dumps(b.events)
+    c, _ = simulate(examples / "ai-hpc-mix.yaml", until=3600, seed=99)
+    assert json.dumps(c.events) != json.dumps(a.events)
+
+
+@pytest.mark.parametrize("p, eff, expected", [(1, 0.9, 1.0), (2, 0.9, 1.8), (8, 0.5, 1.0), (4, 1.0, 4.0)],
+                         ids=["serial", "pair", "poor-scaling", "perfect"])
+def test_speed_of_parallel_work(p, eff, expected):
+    assert speed(p, eff) == pytest.approx(expected)
+
+
+def _scenario_world(tmp_path, components, events=(), until="2h", groups=None, extra=None):
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+         "spec": {"sites": [site("s", groups=groups or [node_group(count=2, cpu=8)])]}},
+        tenant(),
+        app("w", components=components),
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"},
+         "spec": {"until": until, "arrivals": [{"at": 0, "app": "w"}], "events": list(events), **(extra or {})}},
+    ]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def test_a_stateful_job_resumes_from_its_last_checkpoint(tmp_path):
+    job = component("j", lifetime="job", cpu=8, duration="1h",
+                    state={"kind": "stateful", "size": "1Gi", "checkpointEvery": "10m"})
+    path = _scenario_world(tmp_path, [job], events=[{"at": "25m", "kind": "nodeDown", "node": "s/n-0"}],
+                           groups=[node_group(count=1, cpu=8), node_group("m", count=1, cpu=16)])  # packing picks n-0
+    sim, _ = simulate(path)
+    ev = by_task(sim.events)["w/j/0"]
+    assert [e["kind"] for e in ev] == ["submitted", "placed", "started", "lost", "placed", "started", "finished"]
+    # 20 of the 25 minutes were checkpointed: 40 minutes remain after the loss at 25m
+    assert ev[-1]["t"] == pytest.approx(25 * 60 + 40 * 60)
+
+
+def test_a_gang_that_loses_a_member_is_requeued_whole(tmp_path):
+    gang = component("g", lifetime="job", cpu=8, gang={"size": 2}, duration="1h")
+    path = _scenario_world(tmp_path, [gang], events=[{"at": "10m", "kind": "nodeDown", "node": "s/n-0"},
+                                                    {"at": "20m", "kind": "nodeUp", "node": "s/n-0"}])
+    sim, _ = simulate(path)
+    kinds = {t: [e["kind"] for e in ev] for t, ev in by_task(sim.events).items()}
+    assert sorted(k[3] for k in kinds.values()) == ["lost", "requeued"]
+    assert all(k[-1] == "finished" for k in kinds.values())
+    finished = {e["t"] for e in sim.events if e["kind"] == "finished"}
+    assert finished == {20 * 60 + 3600}  # restarted whole when the node came back, from the start
+
+
+def test_a_tiny_scenario_runs_in_real_time(tmp_path):
+    job = component("j", lifetime="job", cpu=1, duration=0.05)
+    path = _scenario_world(tmp_path, [job], until=0.1)
+    sim = Simulation(load_world([str(path)]), clock=WallClock())
+    end = sim.run()
+    assert end == pytest.approx(0.1)
+    assert sim.tasks["w/j/0"].status == "finished"
+    assert sim.loop.now() >= 0.1  # the wall clock really waited
+
+
+# ---------------------------------------------------------------- conservation
+
+
+@st.composite
+def scenarios(draw):
+    n_nodes = draw(st.integers(1, 4))
+    comps = []
+    for i in range(draw(st.integers(1, 3))):
+        lifetime = draw(st.sampled_from(["job", "service"]))
+        extra = {"duration": f"{draw(st.integers(1, 90))}m"} if lifetime == "job" else {}
+        if draw(st.booleans()):
+            extra["gang"] = {"size": draw(st.integers(1, 3))}
+        else:
+            extra["replicas"] = draw(st.integers(1, 4))
+        comps.append(component(f"c{i}", lifetime=lifetime, cpu=draw(st.sampled_from([1, 2, 4, 8])), **extra))
+    events = []
+    for _ in range(draw(st.integers(0, 4))):
+        node = f"s/n-{draw(st.integers(0, n_nodes - 1))}"
+        events.append({"at": f"{draw(st.integers(0, 100))}m", "kind": draw(st.sampled_from(["nodeDown", "nodeUp"])),
+                       "node": node})
+    if draw(st.booleans()):
+        events.append({"at": f"{draw(st.integers(0, 110))}m", "kind": "delete", "app": "w"})
+    gen = {"name": "gen", "tenant": "t", "rate": f"1/{draw(st.integers(2, 30))}m", "until": "100m",
+           "template": {"components": [component("x", lifetime="job", cpu=draw(st.sampled_from([1, 4])),
+                                                 duration="10m")]},
+           "jitter": {"duration": "lognormal(10m, 1.0)"}}
+    return comps, events, n_nodes, {"generators": [gen], "seed": draw(st.integers(0, 1000))}
+
+
+TERMINAL = {"finished": "finished", "failed": "failed"}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenarios())
+def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp_path, case):
+    comps, events, n_nodes, extra = case
+    path = _scenario_world(tmp_path, comps, events, groups=[node_group(count=n_nodes, cpu=8)], extra=extra)
+    sim, end = simulate(path)
+    times = [e["t"] for e in sim.events]
+    assert times == sorted(times) and all(t <= end for t in times)
+    log = by_task(sim.events)
+    assert set(log) == set(sim.tasks)
+    for task, ev in log.items():
+        kinds = [e["kind"] for e in ev]
+        assert kinds[0] == "submitted" and kinds.count("submitted") == 1
+        for before, after in zip(kinds, kinds[1:]):
+            assert before not in ("finished", "failed"), kinds  # nothing after an end
+            if after == "started":
+                assert before == "placed"
+        status = sim.tasks[task].status
+        last = kinds[-1]
+        expected = {"started": "running", "finished": "finished", "failed": "failed"}.get(last, "pending")
+        assert status == expected, (task, kinds, status)
+        if status == "running":
+            assert task in sim.state.placements
+        else:
+            assert task not in sim.state.placements
+    counts = result_json(sim, end)["metrics"]["tasks"]
+    assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed"))
