@@ -205,3 +205,18 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
             assert task not in sim.state.placements
     counts = result_json(sim, end)["metrics"]["tasks"]
     assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed"))
+
+
+def test_device_busy_claims_what_is_free_and_gives_it_back(tmp_path):
+    svc = component("s", cpu=6, accelerators=[{"kind": "npu", "count": 0.5}])
+    groups = [node_group(count=1, cpu=8, accelerators=[{"kind": "npu", "model": "Orin", "count": 2, "shareable": True}])]
+    busy = {"at": "10m", "kind": "deviceBusy", "site": "s", "duration": "5m",
+            "resources": {"cpu": 4, "accelerators": [{"kind": "npu", "count": 1}]}}
+    path = _scenario_world(tmp_path, [svc], events=[busy], groups=groups, until="30m")
+    sim, _ = simulate(path)
+    claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
+    assert claimed["claimed"] == {"cpu_milli": 2000, "mem_mib": 0, "npu_milli": 1000}
+    assert claimed["short"] == {"cpu_milli": 2000}
+    freed = next(e for e in sim.events if e["kind"] == "deviceFree")
+    assert freed["t"] == 15 * 60 and freed["freed"] == claimed["claimed"]
+    assert int(sim.state.nodes.free[0, 0]) == 2000  # the claim was given back; the service still holds 6 cores

@@ -59,6 +59,31 @@ def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
     return Allocation(row, req.vec.copy(), tuple(slots), tuple(milli))
 
 
+def partial_allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
+    """As much of ``req`` as ``row`` has free now: cpu and memory up to what is
+    free, free whole devices up to the count, or the share on the device with
+    the most free share."""
+    vec = np.minimum(req.vec, table.free[:, row]).astype(np.int64)
+    vec[2:] = 0
+    slots: list[int] = []
+    milli: list[int] = []
+    dev_free = table.dev_free[:, row]
+    for need, ok in zip(req.accels, usable_slots(table, req)):
+        usable = np.flatnonzero(ok[:, row] & (dev_free > 0))
+        if need.whole:
+            whole = [int(s) for s in usable if dev_free[s] == 1000][: need.count]
+            slots += whole
+            milli += [1000] * len(whole)
+            vec[2 + need.kind] += 1000 * len(whole)
+        elif usable.size:
+            best = int(usable[np.argmax(dev_free[usable])])
+            take = int(min(need.milli, dev_free[best]))
+            slots.append(best)
+            milli.append(take)
+            vec[2 + need.kind] += take
+    return Allocation(row, vec, tuple(slots), tuple(milli))
+
+
 def room(table: CandidateTable, req: Request, mask: np.ndarray) -> np.ndarray:
     """int[N]: how many copies of ``req`` each row could take now (0 where masked)."""
     n = table.n

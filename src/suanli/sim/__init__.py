@@ -1,1 +1,1 @@
-"""Trace-driven simulation: importers for recorded workloads and fleets."""
+"""Trace-driven simulation."""

@@ -23,7 +23,13 @@ from suanli.model.network import Network
 from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
 from suanli.scheduling.global_layer import GlobalLayer
+from suanli.output import resources_json
+from suanli.scheduling.filters import feasible
+from suanli.scheduling.request import compile_request
+from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
+from suanli.scheduling.table import Allocation
+from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
 from suanli.sim.workload import generated
 
@@ -63,6 +69,11 @@ class NextArrival:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimEnded:
+    claim: int
+
+
+@dataclass(frozen=True, slots=True)
 class ScenarioEvent:
     spec: Any  # one of schema's event specs
 
@@ -91,6 +102,7 @@ class Simulation:
         self._generators: list[Iterator[tuple[float, Application]]] = []
         self._next_generated: list[tuple[float, Application] | None] = []
         self._run_ids = 0
+        self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
 
     # ------------------------------------------------------------ running
@@ -138,6 +150,8 @@ class Simulation:
                 self._finished(t, ev.run_id)
             elif isinstance(ev, ScenarioEvent):
                 self._scenario_event(t, ev.spec)
+            elif isinstance(ev, ClaimEnded):
+                self._claim_ended(t, ev.claim)
         self._schedule(t)
         self.recorder.sample(t)
         if self.on_instant is not None:
@@ -224,8 +238,36 @@ class Simulation:
             self.global_layer.forget_requests()
             self.state.forget_network()
             self._log(t, ev.kind, between=list(ev.between))
+        elif ev.kind == "deviceBusy":
+            self._device_busy(t, ev)
+
+    def _device_busy(self, t: float, ev: Any) -> None:
+        """Local work outside the scheduler claims capacity on a node (the site's
+        node with the most room when a site is named). What is free is taken at
+        once; what is not is reported as ``short`` (evicting work for it is the
+        rescheduler's job)."""
+        fleet, nodes = self.world.fleet, self.state.nodes
+        req = compile_request(fleet, resources_of(ev.resources))
+        if ev.node is not None:
+            rows = np.array([fleet.node_by_name(ev.node)])
         else:
-            self._log(t, "ignored", event=ev.kind, reason="not simulated yet")
+            rows = np.flatnonzero(nodes.view("site") == fleet.site_index[ev.site])
+        fits = rows[feasible(nodes, req)[rows]]
+        row = int(fits[0]) if fits.size else int(rows[np.argmax(nodes.free[0, rows])])
+        a = allocation(nodes, req, row) if fits.size else partial_allocation(nodes, req, row)
+        nodes.take(a)
+        claim = len(self.claims)
+        self.claims[claim] = a
+        short = {k: int(v) for k, v in zip(fleet.resource_keys, req.vec - a.vec) if v > 0}
+        self._log(t, "deviceBusy", **self._where(row), claimed=resources_json(self.state, a.vec),
+                  **({"short": short} if short else {}))
+        if ev.duration is not None:
+            self.loop.schedule(t + ev.duration, ClaimEnded(claim))
+
+    def _claim_ended(self, t: float, claim: int) -> None:
+        a = self.claims.pop(claim)
+        self.state.nodes.give(a)
+        self._log(t, "deviceFree", **self._where(a.row), freed=resources_json(self.state, a.vec))
 
     def _delete(self, t: float, app: str) -> None:
         self._log(t, "deleted", app=app)

@@ -42,7 +42,9 @@ import math
 import re
 import zlib
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Iterator, Mapping, Sequence
 
@@ -80,6 +82,13 @@ class TraceError(ValueError):
         if column is not None:
             where += f": column {column!r}"
         super().__init__(f"{where}: {what}")
+
+    def __reduce__(self):  # keyword-only fields: pickle (e.g. across processes) needs help
+        return _rebuild_trace_error, (self.path, self.what, self.line, self.column)
+
+
+def _rebuild_trace_error(path: str, what: str, line: int | None, column: str | None) -> TraceError:
+    return TraceError(path, what, line=line, column=column)
 
 
 # ------------------------------------------------------------------ files
@@ -184,7 +193,7 @@ def _read_csv(path: str | Path, cols: Sequence[_Col]) -> tuple[dict, np.ndarray,
     sinks = {c.name: _new_sink(c.kind) for c in cols}
     lines = array("q")
     with _open_text(path, "utf-8-sig") as fh:  # -sig: tolerate a byte-order mark
-        reader = csv.reader(fh)
+        reader = csv.reader(fh, strict=True)  # a stray quote is an error, not data
         try:
             where, width = _read_header(path, reader, cols)
             plan = [(c, where[c.name], sinks[c.name]) for c in cols if c.name in where]
@@ -316,7 +325,7 @@ def _shape_names(rows: Sequence[tuple[str, int, int, int]]) -> list[str]:
     (models that differ only in characters the slug drops).
     """
     short = [_short_name(m, g, cpu) for m, g, cpu, _ in rows]
-    clash = {s for s in short if short.count(s) > 1}
+    clash = {s for s, n in Counter(short).items() if n > 1}
     names = [s + _mem_tag(mem) if s in clash else s for s, (_, _, _, mem) in zip(short, rows)]
     seen: dict[str, int] = {}
     out = []
@@ -343,13 +352,12 @@ def load_openb_nodes(path: str | Path) -> OpenbNodes:
     cols, lines, _ = _read_csv(path, _NODE_COLS)
     for name in ("cpu_milli", "memory_mib", "gpu"):
         _check(path, lines, cols[name] < 0, name, "negative value")
-    _, first, counts = np.unique(cols["sn"], return_index=True, return_counts=True)
-    dup = np.zeros(len(lines), dtype=bool)
-    dup[first[counts > 1]] = True
-    if dup.any():  # node names key the (group, index) mapping, so they must be unique
-        i = int(np.argmax(dup))
-        later = np.nonzero(cols["sn"] == cols["sn"][i])[0][1]
-        raise TraceError(path, f"duplicate node {cols['sn'][i]!r}", line=int(lines[later]), column="sn")
+    # Node names key the (group, index) mapping, so they must be unique.
+    by_name = np.argsort(cols["sn"], kind="stable")
+    repeats = by_name[1:][cols["sn"][by_name[1:]] == cols["sn"][by_name[:-1]]]
+    if len(repeats):
+        i = int(repeats.min())  # the earliest row that repeats a name
+        raise TraceError(path, f"duplicate node {cols['sn'][i]!r}", line=int(lines[i]), column="sn")
     return OpenbNodes(cols["sn"], cols["cpu_milli"], cols["memory_mib"], cols["gpu"], cols["model"])
 
 
@@ -465,6 +473,7 @@ _SWF_FIELDS = (
     "preceding job", "think time",
 )  # fmt: skip
 _SWF_INTS = (0, 4, 7, 10, 11, 12, 14)  # fields that are counts or codes, used as int
+_swf_int_fields = itemgetter(*_SWF_INTS)
 _HEADER_LINE = re.compile(r";\s*([A-Za-z][\w ]*?)\s*:\s*(.*?)\s*$")
 
 
@@ -485,7 +494,7 @@ class SwfJob:
     submit_s: float
     wait_s: float | None
     run_s: float  # 0.0 when unknown or negative: the job finishes at once
-    processors: int  # allocated, else requested, else 0
+    processors: int  # allocated if positive, else requested if positive, else 0
     requested_time_s: float | None
     status: int  # SWF code: 1 completed, 0 failed, 5 cancelled, -1 unknown, ...
     user: int  # -1 unknown
@@ -515,7 +524,8 @@ def read_swf_header(path: str | Path) -> SwfHeader:
                     found[key] = f"{found[key]}\n{value}" if key in found else value
         except _READ_ERRORS as exc:
             raise TraceError(path, f"cannot read: {exc}", line=lineno + 1) from exc
-    return SwfHeader(_header_count(found.get("MaxProcs")), _header_count(found.get("MaxNodes")), found)
+    procs, nodes = _header_count(found.get("MaxProcs")), _header_count(found.get("MaxNodes"))
+    return SwfHeader(procs, nodes, found)
 
 
 def _header_count(value: str | None) -> int | None:
@@ -524,7 +534,7 @@ def _header_count(value: str | None) -> int | None:
 
 
 def iter_swf(path: str | Path) -> Iterator[SwfJob]:
-    """Stream the jobs of an SWF file (plain or gzip), one line in memory at a time.
+    """Stream the jobs of an SWF file (plain or gzip); only a read buffer is held.
 
     A missing file fails here; a malformed line fails when the iteration reaches
     it, after the jobs before it have been yielded.
@@ -547,11 +557,14 @@ def _swf_jobs(path: Path) -> Iterator[SwfJob]:
 def _swf_job(path: Path, lineno: int, body: str) -> SwfJob:
     parts = body.split()
     if len(parts) != len(_SWF_FIELDS):
-        raise TraceError(path, f"expected {len(_SWF_FIELDS)} fields, found {len(parts)}", line=lineno)
+        what = f"expected {len(_SWF_FIELDS)} fields, found {len(parts)}"
+        raise TraceError(path, what, line=lineno)
     v = _swf_numbers(path, lineno, parts)
-    if v[1] < 0:
-        raise TraceError(path, "submit time unknown or negative", line=lineno, column=_SWF_FIELDS[1])
-    procs = int(v[4]) if v[4] > 0 else int(v[7]) if v[7] > 0 else 0  # allocated, else requested
+    if v[1] < 0:  # without an arrival time the job cannot be replayed at all
+        raise TraceError(path, "unknown or negative", line=lineno, column=_SWF_FIELDS[1])
+    # Allocated processors when known (positive); cancelled jobs often have 0 or
+    # -1 there, and what they asked for is the best size left.
+    procs = int(v[4]) if v[4] > 0 else int(v[7]) if v[7] > 0 else 0
     return SwfJob(
         job_id=int(v[0]),
         submit_s=v[1],
@@ -568,10 +581,15 @@ def _swf_job(path: Path, lineno: int, body: str) -> SwfJob:
 
 def _swf_numbers(path: Path, lineno: int, parts: list[str]) -> list[float]:
     try:
-        v = list(map(float, parts))  # the common case, fast in C
+        v = list(map(float, parts))
     except ValueError:
-        v = [_float_or_nan(p) for p in parts]  # find which field is bad
-    for i, x in enumerate(v):
+        v = [_float_or_nan(p) for p in parts]
+    else:
+        # Fast path for good lines, in C: NaN or inf anywhere makes the sum non-finite
+        # (so might a huge sum, which the loop below then accepts).
+        if math.isfinite(sum(v)) and all(map(float.is_integer, _swf_int_fields(v))):
+            return v
+    for i, x in enumerate(v):  # slow path: name the first bad field
         if not math.isfinite(x) or (i in _SWF_INTS and not x.is_integer()):
             kind = "an integer" if i in _SWF_INTS else "a finite number"
             what = f"field {i + 1} is not {kind}: {parts[i]!r}"
