@@ -220,3 +220,54 @@ def test_device_busy_claims_what_is_free_and_gives_it_back(tmp_path):
     freed = next(e for e in sim.events if e["kind"] == "deviceFree")
     assert freed["t"] == 15 * 60 and freed["freed"] == claimed["claimed"]
     assert int(sim.state.nodes.free[0, 0]) == 2000  # the claim was given back; the service still holds 6 cores
+
+
+# ---------------------------------------------------------------- traces
+
+DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-2023"
+
+
+def test_the_openb_default_trace_replays(tmp_path):
+    scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "openb"},
+                "spec": {"traces": [{"format": "openb", "tenant": "t",
+                                     "nodes": str(DATA / "openb_node_list_all_node.csv"),
+                                     "pods": str(DATA / "openb_pod_list_default.csv")}]}}
+    path = tmp_path / "openb.yaml"
+    path.write_text(yaml.safe_dump_all([tenant(), scenario], sort_keys=False))
+    world = load_world([str(path)])
+    assert world.fleet.n_nodes == 1523 and world.fleet.sites[0].name == "openb"
+    sim, end = simulate(path)
+    result = result_json(sim, end)
+    tasks = result["metrics"]["tasks"]
+    assert tasks["submitted"] == 8152
+    assert tasks["submitted"] == tasks["finished"] + tasks["running"] + tasks["pending"] + tasks["failed"]
+    gpu = result["timeline"]["by_tier"]["cloud"]["gpu_milli"]
+    assert len(gpu) == len(result["timeline"]["t"]) > 1000  # allocation over time
+    # the recorded times keep at most ~50 GPUs' worth of pods alive at once (of 6,212)
+    assert 0.005 < max(gpu) < 0.02
+    assert result["metrics"]["allocation_time_average"]["cloud"]["gpu_milli"] > 0
+
+
+def test_an_swf_log_replays(tmp_path):
+    swf = tmp_path / "log.swf"
+    swf.write_text("; MaxProcs: 8\n"
+                   "1 0 -1 600 4 -1 -1 4 -1 -1 1 1 1 -1 1 -1 -1 -1\n"
+                   "2 10 -1 0 2 -1 -1 2 -1 -1 1 1 1 -1 1 -1 -1 -1\n"  # zero run time: finishes at once
+                   "3 20 -1 300 -1 -1 -1 6 -1 -1 1 1 1 -1 1 -1 -1 -1\n"  # allocated unknown: 6 requested
+                   "4 30 -1 100 0 -1 -1 0 -1 -1 1 1 1 -1 1 -1 -1 -1\n")  # no processors: counted as failed
+    scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "swf"},
+                "spec": {"traces": [{"format": "swf", "path": "log.swf", "site": "hpc", "tenant": "t"}]}}
+    fleet = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": [site("hpc", groups=[node_group(count=1, cpu=8)]), site("other")]}}
+    path = tmp_path / "swf.yaml"
+    path.write_text(yaml.safe_dump_all([fleet, tenant(), scenario], sort_keys=False))
+    sim, end = simulate(path)
+    status = {t: r.status for t, r in sim.tasks.items()}
+    assert sum(1 for t in status if t.startswith("swf-1/")) == 4 and sum(1 for t in status if t.startswith("swf-3/")) == 6
+    assert status["swf-4/rank/0"] == "failed"
+    assert all(s == "finished" for t, s in status.items() if not t.startswith("swf-4/"))
+    ends = {t.split("/")[0]: sim.tasks[t].ended_at for t in status}
+    assert ends["swf-2"] == 10  # zero run time: finished on arrival
+    assert ends["swf-1"] == 600
+    assert ends["swf-3"] == 600 + 300  # 8 cores: waited for job 1's 4 to free up
+    assert {e["site"] for e in sim.events if e["kind"] == "placed"} == {"hpc"}

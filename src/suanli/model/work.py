@@ -135,6 +135,7 @@ class World:
     apps: tuple[Application, ...]
     seed: int = 0
     scenario: object | None = None  # the Scenario spec, for the simulator
+    base_dir: str = "."  # where the scenario's relative paths (traces) start
 
 
 def default_vc_name(tenant: str) -> str:

@@ -103,6 +103,8 @@ def summarize(sim, end: float) -> dict[str, Any]:
     tenant_waits: dict[str, list[float]] = defaultdict(list)
     completion: dict[str, list[float]] = defaultdict(list)
     for rec in sim.tasks.values():
+        if rec.unit < 0:
+            continue
         klass = sim.units[rec.unit].klass
         if rec.first_placed_at is not None:
             waits[klass].append(rec.first_placed_at - rec.submitted_at)

@@ -31,7 +31,7 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
-from suanli.sim.workload import generated
+from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 
@@ -40,8 +40,8 @@ PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 class TaskRecord:
     task: str
     tenant: str
-    component: Component
-    unit: int
+    component: Component | None  # None: a trace record that never became work
+    unit: int  # -1 with no component
     status: str = PENDING
     submitted_at: float = 0.0
     first_placed_at: float | None = None
@@ -66,6 +66,11 @@ class Submit:
 @dataclass(frozen=True, slots=True)
 class NextArrival:
     index: int  # which generator
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    app: str  # a trace's application leaving at its recorded time
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +104,9 @@ class Simulation:
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.links_down: set[frozenset[int]] = set()
         self.recorder = Recorder(self.state)
-        self._generators: list[Iterator[tuple[float, Application]]] = []
-        self._next_generated: list[tuple[float, Application] | None] = []
+        self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
+        self._next: list[Arrival | None] = []
+        self.units_by_app: dict[str, list[int]] = {}
         self._run_ids = 0
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
@@ -125,27 +131,43 @@ class Simulation:
             return
         horizon = self.until if self.until is not None else float("inf")
         for i, gen in enumerate(self.scenario.generators):
-            it = generated(gen, i, self.seed, horizon)
-            self._generators.append(it)
-            self._queue_next(i)
+            self._add_stream(generated(gen, i, self.seed, horizon))
+        for tr in self.scenario.traces:
+            reader = openb_arrivals if tr.format == "openb" else swf_arrivals
+            self._add_stream(reader(tr, self.world.base_dir, self.world.fleet))
         for ev in self.scenario.events:
             self.loop.schedule(ev.at, ScenarioEvent(ev))
 
+    def _add_stream(self, stream: Iterator[Arrival]) -> None:
+        self._streams.append(stream)
+        self._next.append(None)
+        self._queue_next(len(self._streams) - 1)
+
     def _queue_next(self, index: int) -> None:
-        nxt = next(self._generators[index], None)
+        nxt = next(self._streams[index], None)
+        self._next[index] = nxt
         if nxt is not None:
-            self._next_generated.extend([None] * (index + 1 - len(self._next_generated)))
-            self._next_generated[index] = nxt
-            self.loop.schedule(nxt[0], NextArrival(index))
+            self.loop.schedule(nxt.at, NextArrival(index))
+
+    def _arrive(self, t: float, arrival: Arrival) -> None:
+        if arrival.app is None:  # a record that cannot become work: counted, as failed
+            self.tasks[arrival.skipped] = TaskRecord(arrival.skipped, arrival.tenant, None, -1, FAILED, t, ended_at=t)
+            self._log(t, "submitted", task=arrival.skipped, tenant=arrival.tenant)
+            self._log(t, "failed", task=arrival.skipped, reason=arrival.reason)
+            return
+        self._submit(t, arrival.app)
+        if arrival.leave_at is not None:
+            self.loop.schedule(arrival.leave_at, Leave(arrival.app.name))
 
     def _handle(self, t: float, batch: list[Any]) -> None:
         for ev in batch:
             if isinstance(ev, Submit):
                 self._submit(t, ev.app)
             elif isinstance(ev, NextArrival):
-                _, app = self._next_generated[ev.index]
-                self._submit(t, app)
+                self._arrive(t, self._next[ev.index])
                 self._queue_next(ev.index)
+            elif isinstance(ev, Leave):
+                self._delete(t, ev.app, "left")
             elif isinstance(ev, RunFinished):
                 self._finished(t, ev.run_id)
             elif isinstance(ev, ScenarioEvent):
@@ -170,6 +192,7 @@ class Simulation:
             lead = jobs[0] if jobs else None
             self.units[uid] = UnitState(unit, klass,
                                         lead.work_s if lead else None, lead.duration_s if lead else None)
+            self.units_by_app.setdefault(app.name, []).append(uid)
             for task, comp in zip(unit.tasks, comps):
                 self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t)
                 self._log(t, "submitted", task=task, tenant=app.tenant)
@@ -223,7 +246,7 @@ class Simulation:
     def _scenario_event(self, t: float, ev: Any) -> None:
         fleet = self.world.fleet
         if ev.kind == "delete":
-            self._delete(t, ev.app)
+            self._delete(t, ev.app, "deleted")
         elif ev.kind in ("nodeDown", "nodeUp"):
             node = fleet.node_by_name(ev.node)
             self._log(t, ev.kind, node=ev.node)
@@ -269,21 +292,22 @@ class Simulation:
         self.state.nodes.give(a)
         self._log(t, "deviceFree", **self._where(a.row), freed=resources_json(self.state, a.vec))
 
-    def _delete(self, t: float, app: str) -> None:
-        self._log(t, "deleted", app=app)
-        for uid, us in self.units.items():
-            if us.unit.app.name != app:
-                continue
+    def _delete(self, t: float, app: str, why: str) -> None:
+        """The application is deleted (or its trace says it left): its running
+        tasks stop, finished; those never placed fail."""
+        self._log(t, why, app=app)
+        for uid in self.units_by_app.get(app, ()):
+            us = self.units[uid]
             if us.run is not None:
                 self.runs.pop(us.run.run_id, None)
                 for task in us.run.tasks:
-                    self._end_task(t, task, FINISHED, "finished", reason="deleted")
+                    self._end_task(t, task, FINISHED, "finished", reason=why)
                 us.run = None
             if uid in self.pending:
                 del self.pending[uid]
                 for task in us.unit.tasks:
                     if self.tasks[task].status == PENDING:
-                        self._end_task(t, task, FAILED, "failed", reason="deleted before it was placed")
+                        self._end_task(t, task, FAILED, "failed", reason=f"{why} before it was placed")
 
     # ------------------------------------------------------------ scheduling
 

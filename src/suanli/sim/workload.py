@@ -1,4 +1,4 @@
-"""Work over time from a Scenario: arrivals and seeded generators.
+"""Work over time from a Scenario: arrivals, seeded generators and traces.
 
 A generator submits copies of its template at Poisson times (exponential gaps
 with mean ``1/rate``) from ``start`` until ``until``; copy N is the
@@ -10,15 +10,31 @@ derived from the scenario seed, so adding one does not change the others.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+import os
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
 
 from suanli.model.quantities import Distribution
-from suanli.model.work import Application
+from suanli.model.fleet import Fleet
+from suanli.model.work import AcceleratorRequest, Application, Component, Near, Resources, default_vc_name
 from suanli.spec.build import build_application
-from suanli.spec.schema import GeneratorSpec
+from suanli.spec.schema import GeneratorSpec, TraceSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One application arriving at ``at`` (leaving at ``leave_at`` when a trace
+    says so), or a trace record that cannot become work (``app`` None), which is
+    still counted: ``skipped`` names it and ``reason`` says why."""
+
+    at: float
+    app: Application | None
+    leave_at: float | None = None
+    skipped: str | None = None
+    reason: str | None = None
+    tenant: str | None = None
 
 
 def draw(dist: Distribution, rng: np.random.Generator) -> float:
@@ -31,7 +47,7 @@ def draw(dist: Distribution, rng: np.random.Generator) -> float:
     return float(rng.uniform(low, high))
 
 
-def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Iterator[tuple[float, Application]]:
+def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Iterator[Arrival]:
     """(arrival time, application) of one generator, in time order."""
     rng = np.random.default_rng([seed, 1 + index])
     end = until_s if spec.until is None else min(spec.until, until_s)
@@ -42,7 +58,7 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
         if t > end:
             return
         app = build_application(f"{spec.name}-{n}", spec.tenant, spec.template)
-        yield t, _jittered(app, spec, rng)
+        yield Arrival(t, _jittered(app, spec, rng))
         n += 1
 
 
@@ -58,3 +74,52 @@ def _jittered(app: Application, spec: GeneratorSpec, rng: np.random.Generator) -
             c = replace(c, work_s=drawn["work"])
         comps.append(c)
     return replace(app, components=tuple(comps))
+
+
+def _single(name: str, tenant: str, comp: str, res: Resources, lifetime: str, size: int = 1,
+            duration_s: float | None = None, near: Near | None = None) -> Application:
+    c = Component(app=name, name=comp, lifetime=lifetime, size=size, resources=res, priority=0,
+                  preemptible=True, gang=size > 1, duration_s=duration_s, near=near)
+    return Application(name, tenant, default_vc_name(tenant), 0, True, (c,))
+
+
+def _on_site(fleet: Fleet, name: str) -> Near:
+    """A bound that only the site itself meets: its own intra-site rtt."""
+    site = fleet.sites[fleet.site_index[name]]
+    return Near(site.name, site.intra_site_rtt_ms)
+
+
+def openb_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arrival]:
+    """Alibaba GPU-2023 pods: each arrives at ``creation_time`` as a one-task
+    service on the trace's site and leaves at ``deletion_time``. A pod asking a
+    share of one GPU (``gpu_milli`` < 1000) gets that share of one device; a
+    pod asking whole GPUs gets ``num_gpu`` whole devices of an allowed model."""
+    from suanli.sim.traces import load_openb_pods
+
+    pods = load_openb_pods(os.path.join(base_dir, tr.pods))
+    near = _on_site(fleet, tr.site or "openb") if (tr.site or "openb") in fleet.site_index else None
+    for pod in pods.arrivals():
+        accels: tuple[AcceleratorRequest, ...] = ()
+        if pod.num_gpu:
+            milli = pod.gpu_milli if pod.num_gpu == 1 and pod.gpu_milli < 1000 else 1000 * pod.num_gpu
+            accels = (AcceleratorRequest("gpu", pod.models or None, int(milli)),)
+        res = Resources(int(pod.cpu_milli), int(pod.mem_mib), accels)
+        yield Arrival(pod.at_s, _single(pod.name, tr.tenant, "pod", res, "service", near=near), pod.leave_at_s)
+
+
+def swf_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arrival]:
+    """Standard Workload Format jobs: a gang of ``processors`` one-cpu tasks on
+    the trace's site, running the recorded run time; a zero run time finishes
+    at once. Jobs with no processors are counted as failed."""
+    from suanli.sim.traces import iter_swf
+
+    near = _on_site(fleet, tr.site)
+    res = Resources(1000, 0)
+    for job in iter_swf(os.path.join(base_dir, tr.path)):
+        name = f"swf-{job.job_id}"
+        if not job.usable:
+            yield Arrival(job.submit_s, None, skipped=f"{name}/rank/0", reason="the trace gives no processor count",
+                          tenant=tr.tenant)
+            continue
+        yield Arrival(job.submit_s, _single(name, tr.tenant, "rank", res, "job", job.processors,
+                                            duration_s=float(job.run_s), near=near))

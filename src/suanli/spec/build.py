@@ -20,14 +20,15 @@ from suanli.model.work import (
     default_vc_name,
 )
 from suanli.spec import schema
-from suanli.spec.loader import Documents, load_documents
+from suanli.spec.loader import Documents, load_documents, problem_at
 from suanli.spec.problems import Problem, SpecError
 
 
 def load_world(paths: Sequence[str | os.PathLike[str]]) -> World:
     """Load files and build the world; raise SpecError with every problem."""
     docs = load_documents(paths)
-    if not docs.fleets:
+    trace_nodes = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
+    if not docs.fleets and not trace_nodes:
         files = ", ".join(docs.files) or "(none)"
         raise SpecError([Problem(files, "no Fleet document among the files; a world needs sites and nodes")])
     return build_world(docs)
@@ -47,6 +48,7 @@ def build_fleet(docs: Documents) -> Fleet:
                     NodeGroup(len(groups), site.index, g.name, g.count, g.arch, g.cpu, g.memory,
                               devices, fabrics, dict(g.labels), g.cost_per_hour)
                 )
+    _add_trace_nodes(docs, sites, groups)
     index = {s.name: s.index for s in sites}
     links = [
         Link(index[ln.between[0]], index[ln.between[1]], ln.rtt_ms, ln.bandwidth)
@@ -54,6 +56,37 @@ def build_fleet(docs: Documents) -> Fleet:
         for ln in fl.doc.spec.links
     ]
     return Fleet(sites, groups, links)
+
+
+def scenario_dir(docs: Documents) -> str:
+    """Trace paths are relative to the scenario's file."""
+    return os.path.dirname(docs.scenarios[0].src.file) if docs.scenarios else "."
+
+
+def _add_trace_nodes(docs: Documents, sites: list[Site], groups: list[NodeGroup]) -> None:
+    """An openb trace's node list becomes the nodes of a site (``site``, default
+    ``openb``): a new cloud site, or more node groups of an existing one."""
+    from suanli.sim.traces import TraceError, load_openb_nodes
+
+    if not docs.scenarios:
+        return
+    sc = docs.scenarios[0]
+    for i, tr in enumerate(sc.doc.spec.traces):
+        if tr.format != "openb" or tr.nodes is None:
+            continue
+        try:
+            shapes = load_openb_nodes(os.path.join(scenario_dir(docs), tr.nodes)).groups()
+        except TraceError as exc:
+            raise SpecError([problem_at(sc.src, ("spec", "traces", i, "nodes"), str(exc))]) from None
+        name = tr.site or "openb"
+        site = next((x for x in sites if x.name == name), None)
+        if site is None:
+            site = Site(len(sites), name, "cloud", "", 0.2, {})
+            sites.append(site)
+        for shape in shapes:
+            devices = (DeviceType("gpu", shape.model, shape.gpus, None, True),) if shape.gpus else ()
+            groups.append(NodeGroup(len(groups), site.index, shape.name, shape.count, "x86_64",
+                                    shape.cpu_milli, shape.mem_mib, devices))
 
 
 def resources_of(spec: schema.ResourcesSpec) -> Resources:
@@ -135,4 +168,4 @@ def build_world(docs: Documents) -> World:
         vcs[default_vc_name(name)] = VirtualCluster(default_vc_name(name), name, (), default=True)
     scenario = docs.scenarios[0].doc if docs.scenarios else None
     seed = scenario.spec.seed if scenario is not None else 0
-    return World(fleet, tenants, vcs, apps, seed, scenario)
+    return World(fleet, tenants, vcs, apps, seed, scenario, scenario_dir(docs))

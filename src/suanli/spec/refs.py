@@ -120,7 +120,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
         here = ("spec", "traces", i)
         if tr.tenant not in tenants:
             out.append(_missing(sc, here + ("tenant",), "tenant", tr.tenant, tenants))
-        if tr.site is not None and tr.site not in sites:
+        if tr.format == "swf" and tr.site not in sites:  # an openb site may be new: its nodes come from the trace
             out.append(_missing(sc, here + ("site",), "site", tr.site, sites))
         for key in ("nodes", "pods", "path"):
             path = getattr(tr, key)

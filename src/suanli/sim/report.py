@@ -1,0 +1,819 @@
+"""The HTML report of a simulated run (``report.html``).
+
+``render_report(result, events)`` turns the ``result.json`` object (see
+:func:`suanli.sim.results.result_json`) and the event log into one
+self-contained HTML document: no external CSS, scripts, fonts or images; the
+charts are drawn with matplotlib's Agg renderer and embedded as base64 PNG.
+
+The document has a header (scenario, seed, simulated span, task counts), four
+charts (allocation by tier over time; queueing delay and completion time by
+workload class; moves and incidents over time; fairness over time) and three
+tables (tasks still pending with their top reasons, time-averaged allocation,
+queueing by tenant).
+
+Output is deterministic: the same inputs give a byte-identical document (no
+timestamps in the HTML or in the PNG metadata, fixed rcParams, bundled font).
+Long series are thinned to at most ``MAX_POINTS`` points per line, keeping
+each bucket's maximum (and drawing the bucket's min-max band), so a trace
+replay with 100,000 samples renders as quickly as a small scenario.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["render_report", "MAX_POINTS"]
+
+MAX_POINTS = 2000  # per plotted line
+PENDING_ROWS = 50
+CLASSES = ("short/small", "short/large", "resident/small", "resident/large")
+STATUSES = ("submitted", "finished", "running", "pending", "failed")
+MOVE_KINDS = ("nodeDown", "nodeUp", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
+INCIDENT_KINDS = ("nodeDown", "nodeUp", "linkDown", "linkUp")
+
+# Colours: resources keep theirs across tier panels; kinds of move are grouped
+# by what they are (infrastructure red/green, task disruption amber/purple).
+RESOURCE_COLORS = {
+    "cpu_milli": "#1f77b4", "mem_mib": "#ff7f0e", "gpu_milli": "#2ca02c",
+    "npu_milli": "#d62728", "dsa_milli": "#9467bd",
+}
+EXTRA_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+TENANT_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
+                 "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
+KIND_COLORS = {
+    "nodeDown": "#c0392b", "nodeUp": "#27ae60", "linkDown": "#e67e22", "linkUp": "#16a085",
+    "lost": "#8e44ad", "requeued": "#f1c40f", "preempted": "#d35400", "migrated": "#2980b9",
+}
+PCT_COLORS = {"p50": "#9ecae1", "p90": "#4292c6", "p99": "#08519c"}
+
+RC = {
+    "font.family": "DejaVu Sans",  # bundled with matplotlib: same glyphs everywhere
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e5e5e5",
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#999999",
+    "legend.frameon": False,
+    "legend.fontsize": 8,
+    "text.parse_math": False,  # task and tenant names may contain '$'
+    "svg.hashsalt": "suanli-report",
+    "path.simplify": True,
+}
+DPI = 144  # pixels per inch of the PNGs; they are shown at 96 px per inch
+
+
+# ----------------------------------------------------------------- formatting
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _nan(value: Any) -> float:
+    x = _num(value)
+    return np.nan if x is None else x
+
+
+def duration(seconds: Any) -> str:
+    """A readable duration: ``0 s``, ``0.25 s``, ``42 s``, ``3 min 20 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    s = _num(seconds)
+    if s is None:
+        return "–"
+    if s < 0:
+        return "-" + duration(-s)
+    if s == 0:
+        return "0 s"
+    if s < 10:
+        return f"{s:.3g} s"
+    if s < 60:
+        return f"{s:.0f} s"
+    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    rounded = int(round(s))
+    for i, (name, size) in enumerate(units):
+        if rounded >= size:
+            big, rest = divmod(rounded, size)
+            small_name, small_size = units[i + 1] if i + 1 < len(units) else (None, 1)
+            small = rest // small_size
+            return f"{big} {name}" + (f" {small} {small_name}" if small and small_name else "")
+    return f"{s:.0f} s"  # pragma: no cover
+
+
+def _short_duration(seconds: float) -> str:
+    """Compact duration for axis ticks and bar labels."""
+    s = _num(seconds)
+    if s is None:
+        return ""
+    a = abs(s)
+    if a == 0:
+        return "0"
+    if a < 1:
+        return f"{s * 1000:.3g}ms"
+    if a < 60:
+        return f"{s:.3g}s"
+    if a < 3600:
+        return f"{s / 60:.3g}m"
+    if a < 86400:
+        return f"{s / 3600:.3g}h"
+    return f"{s / 86400:.3g}d"
+
+
+def _bytes(n: Any) -> str:
+    x = _num(n)
+    if x is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return ""  # pragma: no cover
+
+
+def _pct(ratio: Any) -> str:
+    x = _num(ratio)
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+def _time_unit(span: float) -> tuple[float, str]:
+    if span >= 2 * 86400:
+        return 86400.0, "d"
+    if span >= 2 * 3600:
+        return 3600.0, "h"
+    if span >= 2 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def _resource_label(key: str) -> str:
+    return {"cpu_milli": "CPU", "mem_mib": "memory"}.get(key, key.removesuffix("_milli").upper())
+
+
+def _colors_for(keys: Iterable[str]) -> dict[str, str]:
+    out, extra = {}, 0
+    for k in keys:
+        if k in RESOURCE_COLORS:
+            out[k] = RESOURCE_COLORS[k]
+        else:
+            out[k] = EXTRA_COLORS[extra % len(EXTRA_COLORS)]
+            extra += 1
+    return out
+
+
+# ----------------------------------------------------------------- series
+
+
+def decimate(t: np.ndarray, ys: Sequence[np.ndarray], max_points: int = MAX_POINTS
+             ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray] | None]:
+    """Thin step series sampled at times ``t`` to at most ``max_points`` points.
+
+    Time is cut into equal buckets; each bucket keeps its first sample time and
+    the maximum (and minimum, returned separately) of each series within it, so
+    a short peak is never lost. The last sample is kept as it is. Returns
+    ``(t, maxima, minima)``; ``minima`` is None when nothing was thinned.
+    """
+    n = len(t)
+    if n <= max_points or max_points < 3:
+        return t, list(ys), None
+    span = float(t[-1] - t[0])
+    buckets = max_points - 1
+    if span > 0:
+        bid = np.minimum(((t - t[0]) / span * buckets).astype(np.int64), buckets - 1)
+    else:
+        bid = np.zeros(n, np.int64)
+    starts = np.flatnonzero(np.r_[True, bid[1:] != bid[:-1]])
+    tt = np.r_[t[starts], t[-1]]
+    maxima = [np.r_[np.maximum.reduceat(y, starts), y[-1]] for y in ys]
+    minima = [np.r_[np.minimum.reduceat(y, starts), y[-1]] for y in ys]
+    return tt, maxima, minima
+
+
+def _array(values: Any) -> np.ndarray:
+    try:
+        a = np.asarray([np.nan if v is None else v for v in values or ()], dtype=float)
+    except (TypeError, ValueError):
+        return np.zeros(0)
+    return a
+
+
+# ----------------------------------------------------------------- figures
+
+
+class _Charts:
+    """Makes figures with matplotlib's Agg canvas, without touching pyplot's state."""
+
+    def __init__(self) -> None:
+        import matplotlib
+
+        self.mpl = matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.Figure, self.Canvas = Figure, FigureCanvasAgg
+
+    def figure(self, width: float, height: float, *, left: float = 0.8, right: float = 0.2,
+               top: float = 0.35, bottom: float = 0.55, hspace: float = 0.0, wspace: float = 0.0):
+        """A figure with fixed margins in inches (faster than a layout engine, and stable)."""
+        fig = self.Figure(figsize=(width, height), dpi=DPI)
+        self.Canvas(fig)
+        fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height,
+                            bottom=bottom / height, hspace=hspace, wspace=wspace)
+        return fig
+
+    def img(self, fig, alt: str) -> str:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None}, facecolor="white")
+        width, height = fig.get_size_inches()
+        data = base64.b64encode(buf.getvalue()).decode("ascii")
+        return (f'<img class="chart" alt="{_esc(alt)}" width="{round(width * 96)}" '
+                f'height="{round(height * 96)}" src="data:image/png;base64,{data}">')
+
+
+def _time_axis(ax, unit: float, name: str, start: float, stop: float) -> None:
+    ax.set_xlabel(f"simulated time ({name})")
+    ax.set_xlim(start / unit, stop / unit if stop > start else start / unit + 1)
+
+
+def _short_name(name: Any, limit: int = 28) -> str:
+    s = str(name)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _hold_to(stop: float, tt: np.ndarray, hi: list[np.ndarray], lo: list[np.ndarray] | None):
+    """Extend step series to ``stop`` with their last values."""
+    if tt.size and stop > tt[-1]:
+        tt = np.r_[tt, stop]
+        hi = [np.r_[y, y[-1]] for y in hi]
+        lo = None if lo is None else [np.r_[y, y[-1]] for y in lo]
+    return tt, hi, lo
+
+
+def _steps(ax, x: np.ndarray, y: np.ndarray, **style: Any) -> None:
+    if x.size == 1:
+        ax.plot(x, y, "o", **style)
+    else:
+        ax.plot(x, y, drawstyle="steps-post", **style)
+
+
+def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
+    t = _array(timeline.get("t"))
+    by_tier = {tier: res for tier, res in (timeline.get("by_tier") or {}).items() if res}
+    if t.size == 0 or not by_tier:
+        return None
+    from matplotlib.ticker import PercentFormatter
+
+    keys = list(dict.fromkeys(k for res in by_tier.values() for k in res))
+    colors = _colors_for(keys)
+    stop = max(end, float(t[-1]))
+    unit, uname = _time_unit(stop - float(t[0]))
+    tiers = list(by_tier)
+    thinned = t.size > MAX_POINTS
+    panel, gap, top = 1.7, 0.45, (0.5 if thinned else 0.35)
+    height = top + 0.55 + panel * len(tiers) + gap * (len(tiers) - 1)
+    fig = ch.figure(10, height, left=0.8, right=2.1, top=top, bottom=0.55, hspace=gap / panel)
+    axes = fig.subplots(len(tiers), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, tier in zip(axes, tiers):
+        res = by_tier[tier]
+        names = list(res)
+        ys = [np.resize(_array(res[k]), t.size) * 100 for k in names]
+        tt, hi, lo = decimate(t, ys)
+        tt, hi, lo = _hold_to(stop, tt, hi, lo)
+        x = tt / unit
+        peak = 0.0
+        for i, k in enumerate(names):
+            finite = ys[i][np.isfinite(ys[i])]
+            kpeak = float(finite.max()) if finite.size else 0.0
+            peak = max(peak, kpeak)
+            label = f"{_short_name(_resource_label(k), 16)}  peak {kpeak:.{0 if kpeak >= 10 or kpeak == 0 else 1}f}%"
+            if lo is not None:
+                ax.fill_between(x, lo[i], hi[i], step="post", color=colors[k], alpha=0.15, linewidth=0)
+            _steps(ax, x, hi[i], color=colors[k], linewidth=1.3, label=label, zorder=3)
+        if peak == 0:
+            ax.text(0.5, 0.5, "nothing allocated on this tier during the run", ha="center", va="center",
+                    transform=ax.transAxes, color="#888888")
+        ax.set_ylim(-2, max(100.0, peak) * 1.06)
+        ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+        ax.set_yticks([0, 25, 50, 75, 100])
+        ax.set_title(f"{_short_name(tier, 40)} tier", loc="left")
+        ax.set_ylabel("allocated")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _time_axis(axes[-1], unit, uname, float(t[0]), stop)
+    if thinned:
+        fig.text(0.99, 1 - 0.12 / height, f"{t.size:,} samples thinned to ≤{MAX_POINTS:,} per line: "
+                 "line = bucket maximum, band = bucket range", ha="right", va="top", fontsize=8,
+                 color="#666666")
+    return ch.img(fig, "allocation by tier over time, percent of capacity per resource")
+
+
+def _class_order(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    return [c for c in CLASSES if c in names] + sorted(n for n in names if n not in CLASSES)
+
+
+NICE_DURATIONS = (0.001, 0.01, 0.1, 1, 10, 60, 600, 3600, 36000, 86400, 864000)
+
+
+def _percentile_bars(ax, stats: dict, title: str, empty: str, zero: str) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    classes = [c for c in _class_order(stats) if (stats.get(c) or {}).get("count")]
+    ax.set_title(title, loc="left")
+    ax.grid(axis="x", visible=False)
+    if not classes:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, color="#666666")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    pcts = ("p50", "p90", "p99")
+    values = np.array([[_nan(stats[c].get(p)) for p in pcts] for c in classes])
+    maxima = np.array([_num(stats[c].get("max")) or 0.0 for c in classes])
+    positive = np.r_[values[values > 0], maxima[maxima > 0]]
+    x = np.arange(len(classes))
+    width = 0.26
+    ax.set_xticks(x, [f"{_short_name(c, 18)}\nn={stats[c].get('count', 0):,}" for c in classes])
+    ax.set_xlim(-0.6, len(classes) - 0.4)
+    if positive.size == 0:
+        for j in range(len(pcts)):
+            ax.bar(x + (j - 1) * width, np.zeros(len(classes)), width)
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.text(0.5, 0.55, zero, ha="center", va="center", transform=ax.transAxes, color="#666666",
+                wrap=True)
+        return
+    lo, hi = float(positive.min()), float(positive.max())
+    log = hi / lo >= 100
+    floor = lo * 0.5 if log else 0.0
+    for j, p in enumerate(pcts):
+        v = values[:, j]
+        bars = ax.bar(x + (j - 1) * width, np.where(v > 0, v, floor) - floor, width, bottom=floor,
+                      color=PCT_COLORS[p], zorder=2)
+        for rect, val in zip(bars, v):
+            label = _short_duration(val) if np.isfinite(val) else "n/a"
+            ax.annotate(label, (rect.get_x() + rect.get_width() / 2, val if val > floor else floor),
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=7, color="#333333")
+    ax.plot(x + width, np.where(maxima > 0, maxima, np.nan), "_", color="#08306b", markersize=16,
+            markeredgewidth=1.6, zorder=3)
+    for xi, m, p99 in zip(x, maxima, values[:, 2]):
+        if m > 0 and not (p99 * (1.6 if log else 1.15) >= m):
+            ax.annotate(f"max {_short_duration(m)}", (xi + width, m), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7, color="#08306b")
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(floor * 0.8, hi * 4)
+        ticks = [d for d in NICE_DURATIONS if floor * 0.8 <= d <= hi * 4]
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _short_duration(v)))
+        ax.set_ylabel("log scale")
+    else:
+        scale, name = _time_unit(hi)
+        ax.set_ylim(0, hi * 1.2)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
+        from matplotlib.ticker import MaxNLocator
+
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]) if scale == 1 else
+                                   FixedLocator(_nice_ticks(hi * 1.2, scale)))
+        ax.set_ylabel({"s": "seconds", "min": "minutes", "h": "hours", "d": "days"}[name])
+
+
+def _nice_ticks(top: float, scale: float) -> list[float]:
+    """About five round ticks (in units of ``scale``) from 0 to ``top`` seconds."""
+    span = top / scale
+    step = 10 ** math.floor(math.log10(span / 5)) if span > 0 else 1
+    for m in (1, 2, 2.5, 5, 10):
+        if span / (step * m) <= 6:
+            step *= m
+            break
+    return [i * step * scale for i in range(int(span / step) + 1)]
+
+
+def _delay_chart(ch: _Charts, metrics: dict) -> str:
+    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+
+    fig = ch.figure(10, 3.8, left=0.75, right=0.2, top=0.65, bottom=0.7, wspace=0.28)
+    a1, a2 = fig.subplots(1, 2)
+    _percentile_bars(a1, metrics.get("queueing_delay_s") or {}, "queueing delay (submitted → first placed)",
+                     "no task was placed", "no task waited:\nevery class was placed on submission (0 s)")
+    _percentile_bars(a2, metrics.get("completion_time_s") or {}, "completion time of jobs (submitted → finished)",
+                     "no job finished", "every job finished at once (0 s)")
+    handles = [Patch(color=PCT_COLORS[p], label=p) for p in ("p50", "p90", "p99")]
+    handles.append(Line2D([], [], marker="_", linestyle="", color="#08306b", markersize=12,
+                          markeredgewidth=1.6, label="max"))
+    fig.legend(handles=handles, loc="upper right", ncols=4, bbox_to_anchor=(0.99, 0.995))
+    return ch.img(fig, "queueing delay and completion time by workload class, p50/p90/p99")
+
+
+RUG_MAX = 150  # above this many events a row becomes a density strip
+
+
+def _moves_chart(ch: _Charts, by_kind: dict[str, np.ndarray], migrations: list[dict],
+                 start: float, stop: float) -> str:
+    unit, uname = _time_unit(stop - start)
+    has_mig = any(_num(m.get("bytes")) is not None for m in migrations)
+    rug, mig = 3.0, 1.8
+    height = 0.35 + 0.55 + rug + ((0.5 + mig) if has_mig else 0)
+    fig = ch.figure(10, height, left=1.55, right=0.2, top=0.35, bottom=0.55, hspace=0.5 / ((rug + mig) / 2))
+    if has_mig:
+        ax, ax2 = fig.subplots(2, 1, sharex=True, height_ratios=(rug, mig))
+    else:
+        ax, ax2 = fig.subplots(1, 1), None
+    kinds = list(MOVE_KINDS)
+    rows = list(range(len(kinds)))[::-1]  # first kind at the top
+    none = np.zeros(0)
+    dense = False
+    for row, kind in zip(rows, kinds):
+        times = by_kind.get(kind, none)
+        if times.size > RUG_MAX and stop > start:
+            # a density strip: bar height within the row ∝ events per time bin
+            dense = True
+            bins = 200
+            counts, edges = np.histogram(times, bins=bins, range=(start, stop))
+            h = 0.8 * counts / counts.max()
+            ax.bar(edges[:-1] / unit, h, width=np.diff(edges) / unit, bottom=row - 0.4, align="edge",
+                   color=KIND_COLORS[kind], edgecolor=KIND_COLORS[kind], linewidth=0.3, zorder=3)
+        elif times.size:
+            ax.scatter(times / unit, np.full(times.size, row), marker="|", s=160, linewidths=1.8,
+                       color=KIND_COLORS[kind], zorder=3)
+    ax.set_yticks(rows, [f"{k}  ({by_kind.get(k, none).size:,})" for k in kinds])
+    for tick, kind in zip(ax.get_yticklabels(), kinds):
+        if by_kind.get(kind, none).size == 0:
+            tick.set_color("#aaaaaa")
+    ax.set_ylim(-0.7, len(kinds) - 0.3)
+    ax.grid(axis="y", visible=False)
+    ax.set_title("one tick per event, count in brackets" + (
+        f"; rows with more than {RUG_MAX} events show events per time bin" if dense else ""),
+        loc="left", fontweight="normal")
+    if not any(by_kind.get(k, none).size for k in kinds):
+        ax.text(0.5, 0.5, "no incidents and no moves during the run", ha="center", va="center",
+                transform=ax.transAxes, color="#888888")
+    if ax2 is not None:
+        t = np.array([_num(m.get("t")) or 0.0 for m in migrations])
+        b = np.array([_num(m.get("bytes")) or 0.0 for m in migrations])
+        d = np.array([_num(m.get("downtime_s")) or 0.0 for m in migrations])
+        scale, uname_b = 1.0, "B"
+        color = KIND_COLORS["migrated"]
+        if t.size > RUG_MAX and stop > start:
+            bins = 100
+            sums, edges = np.histogram(t, bins=bins, range=(start, stop), weights=b)
+            for name, size in (("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3), ("TiB", 1024 ** 4)):
+                if sums.max() >= size:
+                    scale, uname_b = size, name
+            ax2.bar(edges[:-1] / unit, sums / scale, width=np.diff(edges) / unit, align="edge",
+                    color=color, edgecolor=color, linewidth=0.3)
+            ax2.set_title(f"migrations: state moved per {duration((stop - start) / bins)}", loc="left",
+                          fontweight="normal")
+            top = sums.max() / scale
+        else:
+            for name, size in (("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3), ("TiB", 1024 ** 4)):
+                if b.size and b.max() >= size:
+                    scale, uname_b = size, name
+            ax2.vlines(t / unit, 0, b / scale, color=color, linewidth=1.0, alpha=0.6)
+            sizes = 12 + 80 * (d / d.max()) if d.size and d.max() > 0 else 14
+            ax2.scatter(t / unit, b / scale, s=sizes, color=color, alpha=0.85, zorder=3)
+            ax2.set_title("migrations: state moved by each (marker area ∝ downtime)", loc="left",
+                          fontweight="normal")
+            top = b.max() / scale if b.size else 0
+        ax2.set_ylim(0, top * 1.15 if top > 0 else 1)
+        ax2.set_ylabel(f"state moved ({uname_b})")
+        _time_axis(ax2, unit, uname, start, stop)
+    else:
+        _time_axis(ax, unit, uname, start, stop)
+    return ch.img(fig, "incidents and moves over time, one row per kind of event")
+
+
+def _fairness_chart(ch: _Charts, timeline: dict, end: float, jain_index: Any) -> str | None:
+    t = _array(timeline.get("t"))
+    shares = timeline.get("dominant_share") or {}
+    if t.size == 0 or not shares:
+        return None
+    from matplotlib.ticker import PercentFormatter
+
+    tenants = list(shares)
+    ys = [np.resize(_array(shares[n]), t.size) * 100 for n in tenants]
+    finals = [float(y[-1]) if y.size and np.isfinite(y[-1]) else 0.0 for y in ys]
+    peaks = [float(np.nanmax(y)) if y.size and np.isfinite(y).any() else 0.0 for y in ys]
+    tt, hi, lo = decimate(t, ys)
+    stop = max(end, float(t[-1]))
+    tt, hi, lo = _hold_to(stop, tt, hi, lo)
+    unit, uname = _time_unit(stop - float(t[0]))
+    x = tt / unit
+    fig = ch.figure(10, 3.8, left=0.8, right=2.7, top=0.4, bottom=0.55)
+    ax = fig.subplots(1, 1)
+    # busiest tenants first in the legend; idle tenants drawn faint and listed last
+    order = sorted(range(len(tenants)), key=lambda i: (-peaks[i], tenants[i]))
+    legend_max = 12
+    for rank, i in enumerate(order):
+        color = TENANT_COLORS[rank % len(TENANT_COLORS)]
+        idle = peaks[i] == 0
+        name = _short_name(tenants[i], 20)
+        label = f"{name}  now {finals[i]:.1f}%, peak {peaks[i]:.1f}%" if not idle else f"{name}  (idle)"
+        if lo is not None and not idle:
+            ax.fill_between(x, lo[i], hi[i], step="post", color=color, alpha=0.12, linewidth=0)
+        _steps(ax, x, hi[i], color="#bbbbbb" if idle else color, linewidth=0.8 if idle else 1.4,
+               label=label if rank < legend_max else None, zorder=3 if not idle else 2)
+    top = max(peaks) if peaks else 0.0
+    ax.set_ylim(-1, max(top, 1.0) * 1.08)
+    ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    ax.set_ylabel("dominant share")
+    j = _num(jain_index)
+    ax.set_title("dominant share per tenant" + (f"  ·  final Jain index {j:.3f}" if j is not None else ""),
+                 loc="left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if len(tenants) > legend_max:
+        ax.text(1.02, 0.0, f"+{len(tenants) - legend_max} more tenants (see table)", transform=ax.transAxes,
+                fontsize=8, color="#666666")
+    _time_axis(ax, unit, uname, float(t[0]), stop)
+    return ch.img(fig, "dominant share per tenant over time")
+
+
+# ----------------------------------------------------------------- html pieces
+
+
+CSS = """
+:root{--fg:#1d2330;--muted:#667085;--line:#e4e7ec;--bg:#f7f8fa;--card:#fff;--accent:#2f6fdf}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+color:var(--fg);background:var(--bg)}
+main{max-width:1080px;margin:0 auto;padding:28px 24px 60px}
+header h1{margin:0 0 4px;font-size:26px;letter-spacing:-.01em}
+header .sub{color:var(--muted);margin:0 0 18px}
+header .sub b{color:var(--fg);font-weight:600}
+nav{margin:0 0 8px;font-size:13px}
+nav a{color:var(--accent);text-decoration:none;margin-right:14px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:0 0 8px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:10px 14px;min-width:112px}
+.card .v{font-size:22px;font-weight:650;font-variant-numeric:tabular-nums}
+.card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card.finished .v{color:#1a7f37}.card.running .v{color:#2f6fdf}
+.card.pending .v{color:#b35900}.card.failed .v{color:#c0392b}
+.card.zero .v{color:#98a2b3}
+section{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:16px 20px;margin:18px 0}
+section h2{font-size:17px;margin:0 0 4px}
+section p.note{color:var(--muted);margin:0 0 10px;font-size:13px}
+img.chart{display:block;max-width:100%;height:auto;margin:6px 0}
+.empty{color:var(--muted);font-style:italic;padding:18px 0}
+table{border-collapse:collapse;width:100%;font-size:13px;margin:6px 0}
+th,td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+th{color:var(--muted);font-weight:600;font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tbody tr:nth-child(even){background:#fafbfc}
+td code,.chips code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.chips{display:flex;flex-wrap:wrap;gap:6px;margin:8px 0}
+.chip{background:#eef2f7;border-radius:999px;padding:2px 10px;font-size:12px}
+.chip b{font-variant-numeric:tabular-nums}
+.bar{position:relative}
+.bar span{position:relative;z-index:1}
+.bar i{position:absolute;left:0;top:3px;bottom:3px;background:#dbe7fb;border-radius:3px;z-index:0}
+.reason{display:inline-block;background:#fff4e5;border-radius:4px;padding:0 6px;margin:1px 4px 1px 0;font-size:12px}
+.more{color:var(--muted);font-size:12px}
+footer{color:var(--muted);font-size:12px;text-align:center;margin-top:24px}
+"""
+
+
+def _cards(tasks: dict) -> str:
+    out = []
+    keys = list(STATUSES) + [k for k in tasks if k not in STATUSES]
+    for k in keys:
+        v = tasks.get(k, 0) or 0
+        cls = f"card {_esc(k)}" + (" zero" if not v and k != "submitted" else "")
+        out.append(f'<div class="{cls}"><div class="v">{_esc(f"{v:,}" if isinstance(v, int) else v)}</div>'
+                   f'<div class="k">{_esc(k)}</div></div>')
+    return '<div class="cards">' + "".join(out) + "</div>"
+
+
+def _section(anchor: str, title: str, note: str, body: str) -> str:
+    note_html = f'<p class="note">{note}</p>' if note else ""
+    return f'<section id="{_esc(anchor)}"><h2>{_esc(title)}</h2>{note_html}{body}</section>'
+
+
+def _empty(text: str) -> str:
+    return f'<p class="empty">{_esc(text)}</p>'
+
+
+def _table(head: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> str:
+    """``head``: (title, numeric); cells of ``rows`` are already-escaped HTML."""
+    th = "".join(f'<th class="n">{_esc(h)}</th>' if n else f"<th>{_esc(h)}</th>" for h, n in head)
+    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if n else f"<td>{c}</td>"
+                                    for c, (_, n) in zip(row, head)) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
+    if not unscheduled:
+        return _empty("Nothing was pending when the run ended.")
+    parts = []
+    if pending_reasons:
+        top = list(pending_reasons.items())[:8]
+        parts.append('<p class="note">Pending tasks held back by each reason:</p><div class="chips">' + "".join(
+            f'<span class="chip">{_esc(r)} <b>{_esc(n)}</b></span>' for r, n in top) + "</div>")
+    rows = []
+    for u in unscheduled[:PENDING_ROWS]:
+        reasons = u.get("reasons") or {}
+        items = sorted(reasons.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
+        shown = "".join(f'<span class="reason">{_esc(r)} ×{_esc(n)}</span>' for r, n in items[:3])
+        if len(items) > 3:
+            shown += f'<span class="more">+{len(items) - 3} more</span>'
+        since = _num(u.get("since_s"))
+        rows.append([f"<code>{_esc(u.get('task'))}</code>", _esc(u.get("tenant")), _esc(u.get("vc")),
+                     _esc(duration(since)) if since is not None else "–",
+                     _esc(duration(end - since)) if since is not None else "–", shown or "–"])
+    table = _table([("task", False), ("tenant", False), ("vc", False), ("submitted at", True),
+                    ("waiting", True), ("top reasons (nodes ruled out)", False)], rows)
+    more = ""
+    if len(unscheduled) > PENDING_ROWS:
+        more = f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks (see result.json).</p>'
+    return "".join(parts) + table + more
+
+
+def _allocation_table(averages: dict, timeline: dict) -> str:
+    if not averages:
+        return _empty("No allocation was recorded.")
+    keys = list(dict.fromkeys(k for res in averages.values() for k in (res or {})))
+    peaks: dict[tuple[str, str], float] = {}
+    for tier, res in (timeline.get("by_tier") or {}).items():
+        for k, vals in (res or {}).items():
+            a = _array(vals)
+            a = a[np.isfinite(a)]
+            if a.size:
+                peaks[(tier, k)] = float(a.max())
+    rows = []
+    for tier, res in averages.items():
+        row = [f"<b>{_esc(tier)}</b>"]
+        for k in keys:
+            v = _num((res or {}).get(k))
+            if v is None:
+                row.append("–")
+                continue
+            peak = peaks.get((tier, k))
+            w = max(0.0, min(1.0, v)) * 100
+            peak_html = f' <span class="more">peak {_esc(_pct(peak))}</span>' if peak is not None else ""
+            row.append(f'<div class="bar"><i style="width:{w:.1f}%"></i><span>{_esc(_pct(v))}</span>'
+                       f"{peak_html}</div>")
+        rows.append(row)
+    return _table([("tier", False)] + [(_resource_label(k), False) for k in keys], rows)
+
+
+def _tenant_table(by_tenant: dict, fairness: dict) -> str:
+    dominant = fairness.get("dominant_share") or {}
+    weighted = fairness.get("weighted_share") or {}
+    tenants = list(dict.fromkeys(list(by_tenant) + list(dominant)))
+    if not tenants:
+        return _empty("No tenants.")
+    rows = []
+    for n in tenants:
+        q = by_tenant.get(n) or {}
+        count = q.get("count", 0) or 0
+        rows.append([_esc(n), _esc(f"{count:,}" if isinstance(count, int) else count)]
+                    + [_esc(duration(q.get(p))) if count else "–" for p in ("p50", "p90", "p99", "max")]
+                    + [_esc(_pct(dominant.get(n))), _esc(_pct(weighted.get(n)))])
+    return _table([("tenant", False), ("placed", True), ("wait p50", True), ("p90", True), ("p99", True),
+                   ("max", True), ("dominant share", True), ("÷ weight", True)], rows)
+
+
+def _incident_table(events: list[dict]) -> str:
+    rows = []
+    for e in events:
+        if e.get("kind") not in INCIDENT_KINDS:
+            continue
+        what = e.get("node") if e.get("node") is not None else " ↔ ".join(map(str, e.get("between") or ()))
+        rows.append([_esc(duration(e.get("t"))), _esc(e.get("kind")), f"<code>{_esc(what)}</code>"])
+    if not rows:
+        return ""
+    more = f'<p class="more">… and {len(rows) - PENDING_ROWS:,} more.</p>' if len(rows) > PENDING_ROWS else ""
+    return ("<h3 style='font-size:14px;margin:14px 0 0'>Infrastructure incidents</h3>"
+            + _table([("at", True), ("kind", False), ("what", False)], rows[:PENDING_ROWS]) + more)
+
+
+def _migration_note(migrations: list[dict]) -> str:
+    if not migrations:
+        return ""
+    b = [x for x in (_num(m.get("bytes")) for m in migrations) if x is not None]
+    d = [x for x in (_num(m.get("downtime_s")) for m in migrations) if x is not None]
+    bits = [f"{len(migrations):,} migrations"]
+    if b:
+        bits.append(f"{_bytes(sum(b))} of state moved (largest {_bytes(max(b))})")
+    if d:
+        bits.append(f"downtime total {duration(sum(d))}, median {duration(float(np.median(d)))}, "
+                    f"max {duration(max(d))}")
+    return f'<p class="note">{_esc("; ".join(bits))}.</p>'
+
+
+# ----------------------------------------------------------------- entry point
+
+
+def render_report(result: dict, events: list[dict]) -> str:
+    """The report of a simulated run as one self-contained HTML document.
+
+    ``result`` is the object of ``result.json``; ``events`` the event log
+    (``events.jsonl`` as dicts). Missing or empty parts are reported as such.
+    """
+    result = result or {}
+    events = list(events or ())
+    metrics = result.get("metrics") or {}
+    timeline = result.get("timeline") or {}
+    scenario = result.get("scenario")
+    title = f"Simulation report — {scenario}" if scenario else "Simulation report"
+
+    t_all = [x for x in (_num(e.get("t")) for e in events) if x is not None]
+    tl = [x for x in (_num(v) for v in (timeline.get("t") or ())) if x is not None]
+    end = _num(result.get("end_s"))
+    if end is None:
+        end = _num(metrics.get("end_s"))
+    if end is None:
+        end = max(t_all + tl + [0.0])
+    start = min(t_all + tl + [0.0])
+    until = _num(result.get("until_s"))
+
+    by_kind: dict[str, list[float]] = {k: [] for k in MOVE_KINDS}
+    migrations = []
+    for e in events:
+        kind, t = e.get("kind"), _num(e.get("t"))
+        if kind in by_kind and t is not None:
+            by_kind[kind].append(t)
+            if kind == "migrated":
+                migrations.append(e)
+    kinds_np = {k: np.asarray(v, dtype=float) for k, v in by_kind.items()}
+
+    import matplotlib
+
+    ch = _Charts()
+    with matplotlib.rc_context(RC):
+        alloc_img = _allocation_chart(ch, timeline, end)
+        delay_img = _delay_chart(ch, metrics)
+        moves_img = _moves_chart(ch, kinds_np, migrations, start, max(end, start))
+        fairness = metrics.get("fairness") or {}
+        fair_img = _fairness_chart(ch, timeline, end, fairness.get("jain_weighted"))
+
+    span = duration(end)
+    sub = [f"seed <b>{_esc(result.get('seed'))}</b>", f"simulated <b>{_esc(span)}</b>"]
+    if until is not None and end is not None and abs(until - end) > 1e-9:
+        sub.append(f"horizon {_esc(duration(until))}")
+    sub.append(f"{len(result.get('hosts') or ()):,} hosts")
+    sub.append(f"{len(result.get('placements') or ()):,} placements at the end")
+    sub.append(f"{len(events):,} events")
+    n_samples = len(timeline.get("t") or ())
+
+    counts = metrics.get("events") or {}
+    chips = '<div class="chips">' + "".join(
+        f'<span class="chip"><code>{_esc(k)}</code> <b>{_esc(f"{v:,}" if isinstance(v, int) else v)}</b></span>'
+        for k, v in counts.items()) + "</div>" if counts else ""
+
+    jain = _num(fairness.get("jain_weighted"))
+    sections = [
+        _section("allocation", "1 · Allocation by tier over time",
+                 f"Share of each tier's capacity allocated, per resource ({n_samples:,} samples, step plot).",
+                 alloc_img or _empty("No allocation samples were recorded.")),
+        _section("delays", "2 · Queueing delay and completion time by workload class",
+                 "p50 / p90 / p99 bars with the maximum as a dash; a log scale is used when values span "
+                 "two decades or more.", delay_img),
+        _section("moves", "3 · Moves and incidents over time",
+                 "Nodes and links going down and up, tasks lost with a node, requeued, preempted and "
+                 "migrated.", moves_img + _migration_note(migrations) + chips + _incident_table(events)),
+        _section("fairness", "4 · Fairness",
+                 "Dominant share per tenant over time (the largest fraction of any one resource of the "
+                 "fleet the tenant holds)"
+                 + (f"; final Jain index over weight-adjusted shares: <b>{jain:.3f}</b> "
+                    "(1 = all equal, 1/n = one tenant takes everything)." if jain is not None else "."),
+                 fair_img or _empty("No fairness samples were recorded.")),
+        _section("pending", "Pending at the end",
+                 f"Tasks still waiting when the run ended (first {PENDING_ROWS}), with the reasons nodes "
+                 "were ruled out on the last attempt.",
+                 _pending_table(result.get("unscheduled") or [], end, metrics.get("pending_reasons") or {})),
+        _section("allocation-average", "Allocation, time-averaged",
+                 "Time-weighted mean share of each tier's capacity allocated, with the peak sample.",
+                 _allocation_table(metrics.get("allocation_time_average") or {}, timeline)),
+        _section("tenants", "Queueing by tenant",
+                 "Tasks placed, their wait from submission to first placement, and each tenant's final "
+                 "dominant share (and the share divided by the tenant's weight, which orders tenants).",
+                 _tenant_table(metrics.get("queueing_delay_by_tenant_s") or {}, fairness)),
+    ]
+    nav = "<nav>" + "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in (
+        ("allocation", "Allocation"), ("delays", "Delays"), ("moves", "Moves"), ("fairness", "Fairness"),
+        ("pending", "Pending"), ("allocation-average", "Averages"), ("tenants", "Tenants"))) + "</nav>"
+    header = (f"<header><h1>{_esc(scenario if scenario else 'Simulated run')}</h1>"
+              f'<p class="sub">{" · ".join(sub)}</p>'
+              f"{_cards(metrics.get('tasks') or {})}{nav}</header>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_esc(title)}</title><style>{CSS}</style></head><body><main>"
+            + header + "".join(sections)
+            + "<footer>suanli simulation report · self-contained, charts drawn with matplotlib</footer>"
+            + "</main></body></html>\n")
