@@ -19,12 +19,16 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/suanli schedule $(EXAMPLES)/city-fleet.yaml $(EXAMPLES)/tenants.yaml $(EXAMPLES)/static-heterogeneous.yaml
+	$(BIN)/suanli simulate $(EXAMPLES)/autodrive.yaml --out demo-out/autodrive
+	$(BIN)/suanli simulate $(EXAMPLES)/ai-hpc-mix.yaml --out demo-out/ai-hpc-mix
+	@echo "reports: demo-out/autodrive/report.html demo-out/ai-hpc-mix/report.html"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_static.py
+	$(BIN)/python bench/bench_simulate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -92,6 +92,84 @@ def schedule(
         print_outcome(result, console)
 
 
+@app.command()
+def simulate(
+    scenario: Path = typer.Argument(..., help="A file with a Scenario document (its includes are followed)."),
+    out: Path = typer.Option(..., "--out", help="Directory for result.json, events.jsonl and report.html."),
+    until: Optional[str] = typer.Option(None, "--until", help="Stop at this simulated time (e.g. 2h); default: the Scenario's until."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
+) -> None:
+    """Run a scenario in the digital twin and write its results and report."""
+    from suanli.model.quantities import QuantityError, parse_duration_s
+    from suanli.sim.results import write_outputs
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+    from suanli.spec.problems import Problem
+
+    try:
+        world = load_world([scenario])
+        if world.scenario is None:
+            raise SpecError([Problem(str(scenario), "no Scenario document in this file; simulate needs one")])
+        until_s = None
+        if until is not None:
+            try:
+                until_s = parse_duration_s(until)
+            except QuantityError as exc:
+                raise SpecError([Problem("--until", str(exc))]) from None
+    except SpecError as exc:
+        _fail(exc, "nothing was simulated")
+    console = Console(highlight=False, stderr=True)
+    with _progress(console) as advance:
+        sim = Simulation(world, seed=seed, until=until_s, on_instant=advance)
+        advance.total = sim.until
+        end = sim.run()
+    paths = write_outputs(sim, end, out)
+    tasks = _counts(sim)
+    Console(highlight=False).print(
+        f"simulated {world.scenario.metadata.name} to t={end:g}s: {tasks}\n"
+        + "\n".join(f"  {name:8} {path}" for name, path in paths.items())
+    )
+
+
+def _counts(sim) -> str:
+    from collections import Counter
+
+    c = Counter(r.status for r in sim.tasks.values())
+    return ", ".join(f"{c.get(k, 0)} {k}" for k in ("finished", "running", "pending", "failed"))
+
+
+class _progress:
+    """A Rich progress bar over simulated time, shown only on a terminal and
+    only once a run has taken more than two seconds."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.total, self._bar, self._task = console, None, None, None
+
+    def __enter__(self) -> "_progress":
+        import time
+
+        self._started = time.monotonic()
+        return self
+
+    def __call__(self, t: float) -> None:
+        import time
+
+        if self._bar is None:
+            if not self.console.is_terminal or time.monotonic() - self._started < 2.0:
+                return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("simulating"), BarColumn(), TextColumn("t={task.completed:.0f}s"),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("sim", total=self.total)
+        self._bar.update(self._task, completed=t)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
 def main() -> None:
     app()
 

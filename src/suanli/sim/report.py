@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["render_report", "MAX_POINTS"]
+__all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 
 MAX_POINTS = 2000  # per plotted line
 PENDING_ROWS = 50
@@ -199,8 +199,8 @@ def decimate(t: np.ndarray, ys: Sequence[np.ndarray], max_points: int = MAX_POIN
         bid = np.zeros(n, np.int64)
     starts = np.flatnonzero(np.r_[True, bid[1:] != bid[:-1]])
     tt = np.r_[t[starts], t[-1]]
-    maxima = [np.r_[np.maximum.reduceat(y, starts), y[-1]] for y in ys]
-    minima = [np.r_[np.minimum.reduceat(y, starts), y[-1]] for y in ys]
+    maxima = [np.r_[np.fmax.reduceat(y, starts), y[-1]] for y in ys]  # fmax: NaN (a gap) is ignored
+    minima = [np.r_[np.fmin.reduceat(y, starts), y[-1]] for y in ys]
     return tt, maxima, minima
 
 
@@ -212,6 +212,12 @@ def _array(values: Any) -> np.ndarray:
     return a
 
 
+def _aligned(values: Any, n: int) -> np.ndarray:
+    """A series as floats, cut or padded with NaN (drawn as a gap) to ``n`` samples."""
+    a = _array(values)[:n]
+    return np.r_[a, np.full(n - a.size, np.nan)] if a.size < n else a
+
+
 # ----------------------------------------------------------------- figures
 
 
@@ -219,9 +225,6 @@ class _Charts:
     """Makes figures with matplotlib's Agg canvas, without touching pyplot's state."""
 
     def __init__(self) -> None:
-        import matplotlib
-
-        self.mpl = matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -291,7 +294,7 @@ def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
     for ax, tier in zip(axes, tiers):
         res = by_tier[tier]
         names = list(res)
-        ys = [np.resize(_array(res[k]), t.size) * 100 for k in names]
+        ys = [_aligned(res[k], t.size) * 100 for k in names]
         tt, hi, lo = decimate(t, ys)
         tt, hi, lo = _hold_to(stop, tt, hi, lo)
         x = tt / unit
@@ -300,7 +303,8 @@ def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
             finite = ys[i][np.isfinite(ys[i])]
             kpeak = float(finite.max()) if finite.size else 0.0
             peak = max(peak, kpeak)
-            label = f"{_short_name(_resource_label(k), 16)}  peak {kpeak:.{0 if kpeak >= 10 or kpeak == 0 else 1}f}%"
+            digits = 0 if kpeak >= 10 or kpeak == 0 else 1
+            label = f"{_short_name(_resource_label(k), 16)}  peak {kpeak:.{digits}f}%"
             if lo is not None:
                 ax.fill_between(x, lo[i], hi[i], step="post", color=colors[k], alpha=0.15, linewidth=0)
             _steps(ax, x, hi[i], color=colors[k], linewidth=1.3, label=label, zorder=3)
@@ -309,7 +313,8 @@ def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
                     transform=ax.transAxes, color="#888888")
         ax.set_ylim(-2, max(100.0, peak) * 1.06)
         ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
-        ax.set_yticks([0, 25, 50, 75, 100])
+        if peak <= 100:
+            ax.set_yticks([0, 25, 50, 75, 100])
         ax.set_title(f"{_short_name(tier, 40)} tier", loc="left")
         ax.set_ylabel("allocated")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -405,15 +410,17 @@ def _nice_ticks(top: float, scale: float) -> list[float]:
 
 
 def _delay_chart(ch: _Charts, metrics: dict) -> str:
-    from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     fig = ch.figure(10, 3.8, left=0.75, right=0.2, top=0.65, bottom=0.7, wspace=0.28)
     a1, a2 = fig.subplots(1, 2)
-    _percentile_bars(a1, metrics.get("queueing_delay_s") or {}, "queueing delay (submitted → first placed)",
-                     "no task was placed", "no task waited:\nevery class was placed on submission (0 s)")
-    _percentile_bars(a2, metrics.get("completion_time_s") or {}, "completion time of jobs (submitted → finished)",
-                     "no job finished", "every job finished at once (0 s)")
+    _percentile_bars(a1, metrics.get("queueing_delay_s") or {},
+                     "queueing delay (submitted → first placed)", "no task was placed",
+                     "no task waited:\nevery class was placed on submission (0 s)")
+    _percentile_bars(a2, metrics.get("completion_time_s") or {},
+                     "completion time of jobs (submitted → finished)", "no job finished",
+                     "every job finished at once (0 s)")
     handles = [Patch(color=PCT_COLORS[p], label=p) for p in ("p50", "p90", "p99")]
     handles.append(Line2D([], [], marker="_", linestyle="", color="#08306b", markersize=12,
                           markeredgewidth=1.6, label="max"))
@@ -507,7 +514,7 @@ def _fairness_chart(ch: _Charts, timeline: dict, end: float, jain_index: Any) ->
     from matplotlib.ticker import PercentFormatter
 
     tenants = list(shares)
-    ys = [np.resize(_array(shares[n]), t.size) * 100 for n in tenants]
+    ys = [_aligned(shares[n], t.size) * 100 for n in tenants]
     finals = [float(y[-1]) if y.size and np.isfinite(y[-1]) else 0.0 for y in ys]
     peaks = [float(np.nanmax(y)) if y.size and np.isfinite(y).any() else 0.0 for y in ys]
     tt, hi, lo = decimate(t, ys)
@@ -622,7 +629,8 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
     parts = []
     if pending_reasons:
         top = list(pending_reasons.items())[:8]
-        parts.append('<p class="note">Pending tasks held back by each reason:</p><div class="chips">' + "".join(
+        parts.append('<p class="note">Pending tasks held back by each reason:</p>'
+                     '<div class="chips">' + "".join(
             f'<span class="chip">{_esc(r)} <b>{_esc(n)}</b></span>' for r, n in top) + "</div>")
     rows = []
     for u in unscheduled[:PENDING_ROWS]:
@@ -639,7 +647,8 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
                     ("waiting", True), ("top reasons (nodes ruled out)", False)], rows)
     more = ""
     if len(unscheduled) > PENDING_ROWS:
-        more = f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks (see result.json).</p>'
+        more = (f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks '
+                "(see result.json).</p>")
     return "".join(parts) + table + more
 
 
@@ -755,7 +764,9 @@ def render_report(result: dict, events: list[dict]) -> str:
     import matplotlib
 
     ch = _Charts()
-    with matplotlib.rc_context(RC):
+    with matplotlib.rc_context():  # restored afterwards; the caller's style does not leak in
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update(RC)
         alloc_img = _allocation_chart(ch, timeline, end)
         delay_img = _delay_chart(ch, metrics)
         moves_img = _moves_chart(ch, kinds_np, migrations, start, max(end, start))
@@ -772,7 +783,7 @@ def render_report(result: dict, events: list[dict]) -> str:
     n_samples = len(timeline.get("t") or ())
 
     counts = metrics.get("events") or {}
-    chips = '<div class="chips">' + "".join(
+    chips = '<p class="note">All events by kind:</p><div class="chips">' + "".join(
         f'<span class="chip"><code>{_esc(k)}</code> <b>{_esc(f"{v:,}" if isinstance(v, int) else v)}</b></span>'
         for k, v in counts.items()) + "</div>" if counts else ""
 
