@@ -271,3 +271,28 @@ def test_an_swf_log_replays(tmp_path):
     assert ends["swf-1"] == 600
     assert ends["swf-3"] == 600 + 300  # 8 cores: waited for job 1's 4 to free up
     assert {e["site"] for e in sim.events if e["kind"] == "placed"} == {"hpc"}
+
+
+def test_metrics_by_site_fragmentation_and_near_violations(tmp_path):
+    comps = [component("near", cpu=8, near={"site": "car", "maxRttMs": 10}),
+             component("frac", replicas=3, cpu=1, accelerators=[{"kind": "gpu", "count": 0.25}])]
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+         "spec": {"sites": [site("car", tier="device", groups=[node_group(cpu=2)]),
+                            site("edge", tier="edge", groups=[node_group(cpu=16, accelerators=[
+                                {"kind": "gpu", "model": "T4", "count": 2, "shareable": True}])])],
+                  "links": [{"between": ["car", "edge"], "rttMs": 5, "bandwidth": "1Gbps"}]}},
+        tenant(), app("w", components=comps),
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"},
+         "spec": {"until": "1h", "events": [{"at": "30m", "kind": "linkDown", "between": ["car", "edge"]}]}},
+    ]
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim, end = simulate(path)
+    m = result_json(sim, end)["metrics"]
+    assert m["near_violations"] == {"max_concurrent": 1, "at_end": 1, "task_seconds": 1800.0}
+    # three quarter-shares on one T4 of two: a quarter of a device stranded, of 2 devices
+    assert m["fragmentation"]["gpu"] == {"mean": 0.125, "peak": 0.125, "at_end": 0.125}
+    edge = m["allocation_by_site"]["edge"]
+    assert edge["cpu_milli"] == {"mean": 11 / 16, "peak": 11 / 16}
+    assert edge["gpu_milli"]["mean"] == 0.375

@@ -103,7 +103,8 @@ class Simulation:
         self.pending: dict[int, None] = {}  # unit ids, in submission order
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.links_down: set[frozenset[int]] = set()
-        self.recorder = Recorder(self.state)
+        self.recorder = Recorder(self.state, self._near_violations)
+        self.near_running: dict[str, Component] = {}  # running tasks with a near bound
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
         self.units_by_app: dict[str, list[int]] = {}
@@ -222,6 +223,7 @@ class Simulation:
             self.state.remove_placement(task)
             self.business.release(rec.component, p.host.node)
             where = self._where(p.host.node)
+        self.near_running.pop(task, None)
         rec.status, rec.ended_at = status, t
         self._log(t, kind, task=task, **where, **extra)
 
@@ -341,6 +343,8 @@ class Simulation:
             rec = self.tasks[task]
             p = self.state.placements[task]
             rec.status = RUNNING
+            if rec.component.near is not None and rec.component.near.max_rtt_ms is not None:
+                self.near_running[task] = rec.component
             if rec.first_placed_at is None:
                 rec.first_placed_at = t
             rec.reasons = Counter()
@@ -350,6 +354,18 @@ class Simulation:
         self.executor.start(run, t)
 
     # ------------------------------------------------------------ helpers
+
+    def _near_violations(self) -> int:
+        """Running tasks now farther from their near site than their bound
+        (placement never does this; links going down can)."""
+        fleet = self.world.fleet
+        rtt = fleet.network.rtt_ms
+        count = 0
+        for task, comp in self.near_running.items():
+            node = self.state.placements[task].host.node
+            if rtt[fleet.node_site[node], fleet.site_index[comp.near.site]] > comp.near.max_rtt_ms:
+                count += 1
+        return count
 
     def _where(self, node: int) -> dict[str, str]:
         fleet = self.world.fleet
