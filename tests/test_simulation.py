@@ -296,3 +296,16 @@ def test_metrics_by_site_fragmentation_and_near_violations(tmp_path):
     edge = m["allocation_by_site"]["edge"]
     assert edge["cpu_milli"] == {"mean": 11 / 16, "peak": 11 / 16}
     assert edge["gpu_milli"]["mean"] == 0.375
+
+
+def test_written_outputs_are_byte_identical_across_runs(examples, tmp_path):
+    from suanli.sim.results import write_outputs
+
+    files = []
+    for name in ("a", "b"):
+        sim, end = simulate(examples / "autodrive.yaml")
+        paths = write_outputs(sim, end, tmp_path / name)
+        files.append({k: p.read_bytes() for k, p in paths.items()})
+    assert files[0] == files[1]
+    lines = files[0]["events"].decode().splitlines()
+    assert all(json.loads(line)["t"] >= 0 for line in lines) and len(lines) == len(sim.events)

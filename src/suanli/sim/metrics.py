@@ -231,5 +231,8 @@ def summarize(sim, end: float) -> dict[str, Any]:
         },
         "events": dict(sorted(kinds.items())),
         "moves": {"migrations": kinds.get("migrated", 0), "preemptions": kinds.get("preempted", 0),
-                  "lost": kinds.get("lost", 0), "requeued": kinds.get("requeued", 0)},
+                  "lost": kinds.get("lost", 0), "requeued": kinds.get("requeued", 0),
+                  "bytes": sum(int(e.get("bytes", 0)) for e in sim.events if e["kind"] == "migrated"),
+                  "downtime_s": round(sum(float(e.get("downtime_s", 0.0)) for e in sim.events
+                                          if e["kind"] == "migrated"), 6)},
     }
