@@ -48,6 +48,16 @@ Coupling = Literal["coherent", "ib", "roce", "ethernet", "wan"]
 COUPLING_LEVELS: tuple[str, ...] = ("coherent", "ib", "roce", "ethernet", "wan")
 
 
+def _unique(items: list, attr: str, what: str, problem: str) -> None:
+    """Raise when two items share ``attr`` (the first such value is named)."""
+    seen: set[str] = set()
+    for item in items:
+        key = getattr(item, attr)
+        if key in seen:
+            raise ValueError(f"{what} {key!r} {problem}")
+        seen.add(key)
+
+
 class Base(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -103,10 +113,7 @@ class NodeGroupSpec(Base):
     @field_validator("accelerators")
     @classmethod
     def _one_entry_per_kind(cls, value: list[DeviceSpec]) -> list[DeviceSpec]:
-        kinds = [d.kind for d in value]
-        dup = sorted({k for k in kinds if kinds.count(k) > 1})
-        if dup:
-            raise ValueError(f"accelerator kind {dup[0]!r} is listed twice; use one entry per kind")
+        _unique(value, "kind", "accelerator kind", "is listed twice; use one entry per kind")
         return value
 
 
@@ -121,10 +128,7 @@ class SiteSpec(Base):
     @field_validator("node_groups")
     @classmethod
     def _unique_groups(cls, value: list[NodeGroupSpec]) -> list[NodeGroupSpec]:
-        names = [g.name for g in value]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"node group name {dup[0]!r} is used twice in this site")
+        _unique(value, "name", "node group name", "is used twice in this site")
         return value
 
 
@@ -202,10 +206,7 @@ class ResourcesSpec(Base):
     def _one_entry_per_kind(
         cls, value: list[AcceleratorDemandSpec]
     ) -> list[AcceleratorDemandSpec]:
-        kinds = [d.kind for d in value]
-        dup = sorted({k for k in kinds if kinds.count(k) > 1})
-        if dup:
-            raise ValueError(f"accelerator kind {dup[0]!r} is listed twice; use one entry per kind")
+        _unique(value, "kind", "accelerator kind", "is listed twice; use one entry per kind")
         return value
 
 
@@ -276,10 +277,7 @@ class VirtualClusterSpec(Base):
     @field_validator("host_groups")
     @classmethod
     def _unique(cls, value: list[HostGroupSpec]) -> list[HostGroupSpec]:
-        names = [g.name for g in value]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"host group name {dup[0]!r} is used twice")
+        _unique(value, "name", "host group name", "is used twice")
         return value
 
 
@@ -379,10 +377,7 @@ class ApplicationSpec(Base):
     @field_validator("components")
     @classmethod
     def _unique(cls, value: list[ComponentSpec]) -> list[ComponentSpec]:
-        names = [c.name for c in value]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"component name {dup[0]!r} is used twice")
+        _unique(value, "name", "component name", "is used twice")
         for field, what in (("affinity", "affinity"), ("anti_affinity", "antiAffinity")):
             scopes: dict[str, tuple[str, str]] = {}  # group -> (first component, its scope)
             for i, c in enumerate(value):
