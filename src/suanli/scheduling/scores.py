@@ -12,10 +12,12 @@ from suanli.model.network import Network
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import CandidateTable
 
-# Why these weights: keeping a task near its site and off hardware it does
-# not use matter more than packing tightly; packing breaks the remaining ties.
-WEIGHTS = {"fit": 1.0, "devices": 2.0, "near": 3.0, "data": 1.0}
-_PREFERENCE_RTT_MS = 100.0  # scale for `near` without a bound
+# Why these weights: a task that names a site to be near is best served there
+# (the car's own apps run on the car), even on a node with devices it does not
+# use; keeping off unused devices matters more than packing; packing breaks the
+# remaining ties.
+WEIGHTS = {"fit": 1.0, "devices": 2.0, "near": 4.0, "data": 1.0}
+_NEAR_RTT_MS = 2.0  # the rtt at which the near score halves: on the site scores ~90, one hop away ~20
 _DATA_RTT_MS = 10.0  # the rtt at which the data score halves
 
 
@@ -61,9 +63,10 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
+    """Lower rtt to the near site is better, steeply: being on the site itself
+    outweighs the devices score, being one hop away does not."""
     rtt = network.rtt_ms[table.site[rows], req.near_site]
-    scale = req.near_max_ms if req.near_max_ms is not None else _PREFERENCE_RTT_MS
-    return 100.0 * np.clip(1.0 - rtt / max(scale, 1e-9), 0.0, 1.0)
+    return 100.0 / (1.0 + rtt / _NEAR_RTT_MS)
 
 
 def data(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
