@@ -79,13 +79,14 @@ def test_report_is_byte_identical_and_write_outputs_writes_it(ai_run, tmp_path):
     assert again == doc
 
 
-def test_report_of_autodrive_shows_the_failed_task_and_the_delete(examples):
+def test_report_of_autodrive_shows_the_moves_and_the_delete(examples):
     sim, _, result = _simulate(examples / "autodrive.yaml")
     doc = render_report(result, sim.events)
     _assert_self_contained(doc)
     assert "<h1>autodrive</h1>" in doc and "simulated <b>1 h</b>" in doc
-    assert '<div class="v">1</div><div class="k">failed</div>' in doc
+    assert '<div class="v">0</div><div class="k">failed</div>' in doc
     assert "<code>deleted</code> <b>1</b>" in doc
+    assert "<code>preempted</code> <b>3</b>" in doc and "<code>migrated</code> <b>3</b>" in doc
     for anchor in SECTIONS:
         assert "<img" in _section(doc, anchor)
 

@@ -195,6 +195,8 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
         for before, after in zip(kinds, kinds[1:]):
             assert before not in ("finished", "failed"), kinds  # nothing after an end
             if after == "started":
+                assert before in ("placed", "migrated")
+            if after == "migrated":
                 assert before == "placed"
         status = sim.tasks[task].status
         last = kinds[-1]
@@ -310,3 +312,65 @@ def test_written_outputs_are_byte_identical_across_runs(examples, tmp_path):
     assert files[0] == files[1]
     lines = files[0]["events"].decode().splitlines()
     assert all(json.loads(line)["t"] >= 0 for line in lines) and len(lines) == len(sim.events)
+
+
+# ---------------------------------------------------------------- preemption
+
+
+def test_autopilot_preempts_infotainment_on_the_car(examples):
+    sim, _ = simulate(examples / "autodrive.yaml")
+    ev = sim.events
+    core = {e["task"]: e for e in ev if e["kind"] == "placed" and e["task"] in
+            ("autopilot/perception/0", "autopilot/control/0")}
+    assert {e["site"] for e in core.values()} == {"car-1"} and all(600 <= e["t"] <= 660 for e in core.values())
+    info = [e for e in ev if e.get("task", "").startswith("infotainment/")]
+    assert not [e for e in info if e["kind"] in ("lost", "finished", "failed")]
+    for e in [e for e in info if e["kind"] == "migrated"]:
+        comp = sim.tasks[e["task"]].component
+        assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0) and e["downtime_s"] >= 0
+    # the game (most state) stays; what moved to the edge stayed within its near bound
+    assert not [e for e in info if e["task"] == "infotainment/game/0" and e["kind"] == "preempted"]
+    for e in [e for e in info if e["kind"] == "placed" and e["t"] >= 600]:
+        comp = sim.tasks[e["task"]].component
+        rtt = sim.world.fleet.network.rtt_ms[sim.world.fleet.site_index[e["site"]],
+                                             sim.world.fleet.site_index["car-1"]]
+        assert rtt <= comp.near.max_rtt_ms
+
+
+def test_preemption_evicts_a_gang_whole_or_not_at_all(tmp_path):
+    low = component("g", cpu=8, gang={"size": 2})  # one member per node
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+         "spec": {"sites": [site("s", groups=[node_group(count=2, cpu=8)])]}},
+        tenant(),
+        app("low", components=[low], priority=1),
+        app("high", components=[component("h", cpu=8)], priority=9),
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"},
+         "spec": {"until": "1h", "arrivals": [{"at": 0, "app": "low"}, {"at": "10m", "app": "high"}]}},
+    ]
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim, _ = simulate(path)
+    preempted = sorted(e["task"] for e in sim.events if e["kind"] == "preempted")
+    assert preempted == ["low/g/0", "low/g/1"]  # evicting one member would strand the other
+    assert sim.tasks["high/h/0"].status == "running"
+    assert [sim.tasks[t].status for t in preempted] == ["pending", "pending"]
+    assert not [t for t in sim.state.placements if t.startswith("low/")]
+
+
+def test_preemption_takes_the_cheapest_victims(tmp_path):
+    comps = [component("big", cpu=4, state={"kind": "stateful", "size": "8Gi"}),
+             component("small", cpu=4)]
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+         "spec": {"sites": [site("s", groups=[node_group(count=1, cpu=8)])]}},
+        tenant(),
+        app("low", components=comps, priority=1),
+        app("high", components=[component("h", cpu=4)], priority=9),
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"},
+         "spec": {"until": "1h", "arrivals": [{"at": 0, "app": "low"}, {"at": "10m", "app": "high"}]}},
+    ]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim, _ = simulate(path)
+    assert [e["task"] for e in sim.events if e["kind"] == "preempted"] == ["low/small/0"]

@@ -152,6 +152,14 @@ class BusinessLayer:
         if taken is not None:
             taken[node if scope == "node" else int(self.state.fleet.node_site[node])] -= 1
 
+    def acquire(self, comp: Component, node: int) -> None:
+        """A task of ``comp`` is (again) on ``node``: it repels its anti-affinity group."""
+        if comp.anti_affinity is None:
+            return
+        group, scope = comp.anti_affinity
+        taken = self.occupied.setdefault((comp.app, group), self.empty_counts(scope))
+        taken[node if scope == "node" else int(self.state.fleet.node_site[node])] += 1
+
     def forget_requests(self) -> None:
         """The network changed: requests compiled against it (near, data) are stale."""
         self._requests.clear()

@@ -73,6 +73,11 @@ def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.nd
     return hit
 
 
+def static_mask(table: CandidateTable, req: Request) -> np.ndarray:
+    """bool[N]: rows the request could ever use (what they are, not what is free)."""
+    return _static(table, req)[0]
+
+
 def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
     return _static(table, req)[1]
 

@@ -24,7 +24,8 @@ from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.output import resources_json
-from suanli.scheduling.filters import feasible
+from suanli.scheduling.filters import feasible, static_mask
+from suanli.scheduling.preempt import Victim, plan_preemption
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
@@ -34,6 +35,7 @@ from suanli.sim.metrics import Recorder
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+_INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
 
 
 @dataclass
@@ -46,6 +48,8 @@ class TaskRecord:
     submitted_at: float = 0.0
     first_placed_at: float | None = None
     ended_at: float | None = None
+    moved_from: int | None = None  # the node a preempted service left; its next start is a move
+    stopped_at: float | None = None
     reasons: Counter = field(default_factory=Counter)
 
 
@@ -102,6 +106,7 @@ class Simulation:
         self.units: dict[int, UnitState] = {}
         self.pending: dict[int, None] = {}  # unit ids, in submission order
         self.runs: dict[int, int] = {}  # run id -> unit id
+        self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.links_down: set[frozenset[int]] = set()
         self.recorder = Recorder(self.state, self._near_violations)
         self.near_running: dict[str, Component] = {}  # running tasks with a near bound
@@ -211,6 +216,7 @@ class Simulation:
             self._end_task(t, task, FINISHED, "finished")
         if len(jobs) == len(us.run.tasks):
             del self.runs[run_id]
+            self.running.pop(uid, None)
             us.run = None
         else:
             us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
@@ -236,6 +242,7 @@ class Simulation:
         self.executor.stop(run, t)
         us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
         self.runs.pop(run.run_id, None)
+        self.running.pop(uid, None)
         us.run = None
         for task in run.tasks:
             p = self.state.placements.get(task)
@@ -302,6 +309,7 @@ class Simulation:
             us = self.units[uid]
             if us.run is not None:
                 self.runs.pop(us.run.run_id, None)
+                self.running.pop(uid, None)
                 for task in us.run.tasks:
                     self._end_task(t, task, FINISHED, "finished", reason=why)
                 us.run = None
@@ -326,6 +334,83 @@ class Simulation:
                 continue
             del self.pending[uid]
             self._started(t, uid)
+        if failed and self._preempt(t, [u for u, _ in failed]):
+            self._schedule(t)  # the evicted work may fit elsewhere now
+
+    # ------------------------------------------------------------ preemption
+
+    def _preempt(self, t: float, failed: list[Unit]) -> bool:
+        """Evict the cheapest lower-priority preemptible units that make a
+        waiting unit fit, highest priority first. Each eviction strictly
+        lowers the priority that can be hit next, so passes end."""
+        evicted = False
+        for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
+            if unit.seq not in self.pending:
+                continue
+            plan = plan_preemption(self.business, unit, self._victims(unit))
+            if not plan:
+                continue
+            for v in plan:
+                self._evict(t, v.key, unit)
+            if self.business.place(unit, record=False) is None:
+                del self.pending[unit.seq]
+                self._started(t, unit.seq)
+            evicted = True
+        return evicted
+
+    def _victims(self, unit: Unit) -> list[Victim]:
+        """Running units of lower priority, all preemptible, on the same table,
+        holding something on a row the unit could use at all."""
+        table = self.state.vcs[unit.app.vc].table
+        useful = np.zeros(table.n, bool)
+        for comp in dict.fromkeys(unit.components):
+            useful |= static_mask(table, self.business.request(comp, unit.tenant))
+        out = []
+        for uid in self.running:
+            us = self.units[uid]
+            comps = us.unit.components
+            if us.unit.priority >= unit.priority or not all(c.preemptible for c in comps):
+                continue
+            held = []
+            for task in us.run.tasks:
+                p = self.state.placements[task]
+                if self.state.vcs[p.vc].table is not table:
+                    break
+                held.append((self.tasks[task].component, p.alloc))
+            else:
+                if held and any(useful[a.row] for _, a in held):
+                    state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
+                    out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held))
+        return out
+
+    def _evict(self, t: float, uid: int, by: Unit) -> None:
+        us = self.units[uid]
+        run = us.run
+        self.executor.stop(run, t)
+        us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
+        self.runs.pop(run.run_id, None)
+        self.running.pop(uid, None)
+        us.run = None
+        for task in run.tasks:
+            rec = self.tasks[task]
+            if rec.component.lifetime == "service":  # a service moves: its next start is a migration
+                rec.moved_from = self.state.placements[task].host.node
+                rec.stopped_at = t
+            self._end_task(t, task, PENDING, "preempted", by=by.tasks[0])
+        self.pending[uid] = None
+
+    def _log_move(self, t: float, rec: TaskRecord, to: int) -> None:
+        """A moved service: stop, transfer its state over the path, restore."""
+        fleet = self.world.fleet
+        a, b = fleet.node_site[rec.moved_from], fleet.node_site[to]
+        state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
+        bw = fleet.network.bandwidth_mbps[a, b]
+        bw = _INTRA_SITE_MBPS if not np.isfinite(bw) else bw
+        transfer = state_bytes * 8 / (bw * 1e6) + (fleet.network.rtt_ms[a, b] / 1000 if state_bytes else 0.0)
+        downtime = (t - rec.stopped_at) + transfer
+        self._log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
+                  to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6))
+        rec.moved_from = rec.stopped_at = None
 
     def _started(self, t: float, uid: int) -> None:
         us = self.units[uid]
@@ -339,6 +424,7 @@ class Simulation:
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
         us.run = run
         self.runs[run.run_id] = uid
+        self.running[uid] = None
         for task in placed:
             rec = self.tasks[task]
             p = self.state.placements[task]
@@ -350,6 +436,8 @@ class Simulation:
             rec.reasons = Counter()
             where = self._where(p.host.node)
             self._log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
+            if rec.moved_from is not None:
+                self._log_move(t, rec, p.host.node)
             self._log(t, "started", task=task, **where)
         self.executor.start(run, t)
 
