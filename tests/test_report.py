@@ -86,7 +86,7 @@ def test_report_of_autodrive_shows_the_moves_and_the_delete(examples):
     assert "<h1>autodrive</h1>" in doc and "simulated <b>1 h</b>" in doc
     assert '<div class="v">0</div><div class="k">failed</div>' in doc
     assert "<code>deleted</code> <b>1</b>" in doc
-    assert "<code>preempted</code> <b>3</b>" in doc and "<code>migrated</code> <b>3</b>" in doc
+    assert "<code>preempted</code> <b>3</b>" in doc and "<code>migrated</code> <b>5</b>" in doc
     for anchor in SECTIONS:
         assert "<img" in _section(doc, anchor)
 

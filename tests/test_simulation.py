@@ -374,3 +374,36 @@ def test_preemption_takes_the_cheapest_victims(tmp_path):
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     sim, _ = simulate(path)
     assert [e["task"] for e in sim.events if e["kind"] == "preempted"] == ["low/small/0"]
+
+
+def test_infotainment_comes_home_after_autopilot_without_flapping(examples):
+    sim, _ = simulate(examples / "autodrive.yaml")
+    info = [t for t in sim.tasks if t.startswith("infotainment/")]
+    site_at = {}
+    moves = defaultdict(int)
+    for e in sim.events:
+        if e.get("task") in info and e["kind"] == "placed":
+            site_at[e["task"]] = (e["t"], e["site"])
+        if e.get("task") in info and e["kind"] == "migrated":
+            moves[e["task"]] += 1
+    for task in info:
+        t, where = site_at[task]
+        assert where == "car-1" and t <= 2400 + 300, (task, t, where)
+        assert sim.tasks[task].status == "running"
+    assert max(moves.values()) <= 2
+
+
+def test_a_broken_link_is_reported_and_the_task_returns_when_it_can(examples, tmp_path):
+    text = (examples / "autodrive.yaml").read_text().replace(
+        "  events:\n    - {at: 40m, kind: delete, app: autopilot}",
+        "  events:\n    - {at: 20m, kind: linkDown, between: [car-1, edge-1]}\n"
+        "    - {at: 40m, kind: delete, app: autopilot}")
+    text = text.replace("include: [city-fleet.yaml, tenants.yaml]",
+                        f"include: [{examples / 'city-fleet.yaml'}, {examples / 'tenants.yaml'}]")
+    path = tmp_path / "autodrive-link.yaml"
+    path.write_text(text)
+    sim, end = simulate(path)
+    near = result_json(sim, end)["metrics"]["near_violations"]
+    assert near["max_concurrent"] >= 1 and near["task_seconds"] > 0 and near["at_end"] == 0
+    movie = [e for e in sim.events if e.get("task") == "infotainment/movie/0" and e["kind"] == "placed"]
+    assert movie[-1]["site"] == "car-1" and movie[-1]["t"] == 2400

@@ -101,8 +101,14 @@ class PlacementState:
         return mask
 
     def forget_network(self) -> None:
-        """The network changed: cached reachability masks are stale."""
+        """The network changed: cached reachability masks are stale, and each
+        VC's component is read again from its hosts. A VC whose hosts a
+        partition split has none until it heals (or until its next host)."""
         self._component_masks.clear()
+        component = self.fleet.network.component
+        for vc in self.vcs.values():
+            comps = {int(component[self.fleet.node_site[h.node]]) for h in vc.hosts}
+            vc.component = comps.pop() if len(comps) == 1 else -1
 
     def dominant_share(self, tenant: str) -> float:
         used = self.tenant_used[tenant]

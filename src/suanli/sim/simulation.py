@@ -32,10 +32,10 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
+from suanli.sim.rescheduler import plan_returns, transfer_s
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
-_INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
 
 
 @dataclass
@@ -50,6 +50,7 @@ class TaskRecord:
     ended_at: float | None = None
     moved_from: int | None = None  # the node a preempted service left; its next start is a move
     stopped_at: float | None = None
+    last_move_at: float | None = None
     reasons: Counter = field(default_factory=Counter)
 
 
@@ -181,6 +182,7 @@ class Simulation:
             elif isinstance(ev, ClaimEnded):
                 self._claim_ended(t, ev.claim)
         self._schedule(t)
+        self._return_moves(t)
         self.recorder.sample(t)
         if self.on_instant is not None:
             self.on_instant(t)
@@ -402,15 +404,38 @@ class Simulation:
     def _log_move(self, t: float, rec: TaskRecord, to: int) -> None:
         """A moved service: stop, transfer its state over the path, restore."""
         fleet = self.world.fleet
-        a, b = fleet.node_site[rec.moved_from], fleet.node_site[to]
         state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
-        bw = fleet.network.bandwidth_mbps[a, b]
-        bw = _INTRA_SITE_MBPS if not np.isfinite(bw) else bw
-        transfer = state_bytes * 8 / (bw * 1e6) + (fleet.network.rtt_ms[a, b] / 1000 if state_bytes else 0.0)
-        downtime = (t - rec.stopped_at) + transfer
+        downtime = (t - rec.stopped_at) + transfer_s(fleet, rec.moved_from, to, state_bytes)
         self._log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
                   to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6))
         rec.moved_from = rec.stopped_at = None
+        rec.last_move_at = t
+
+    def _return_moves(self, t: float) -> None:
+        policy = self.scenario.policy.rescheduling if self.scenario else None
+        if policy is None or not policy.enabled or not self.near_running:
+            return
+        for move in plan_returns(self, t, policy.hysteresis, policy.max_concurrent_migrations):
+            self._move(t, move)
+
+    def _move(self, t: float, move) -> None:
+        """Move a running service to a better row: the run goes on, the task is
+        placed again there and its state travels (``migrated``)."""
+        rec = self.tasks[move.task]
+        old = self.state.placements[move.task]
+        vcs = self.state.vcs[old.vc]
+        self.state.remove_placement(move.task)
+        self.business.release(rec.component, old.host.node)
+        req = self.business.request(rec.component, rec.tenant)
+        a = allocation(vcs.table, req, move.to_row)
+        vcs.table.take(a)
+        p = self.state.add_placement(move.task, rec.tenant, vcs, a)
+        self.business.acquire(rec.component, p.host.node)
+        rec.moved_from, rec.stopped_at = old.host.node, t
+        where = self._where(p.host.node)
+        self._log(t, "placed", task=move.task, **where, host=p.host.name, vc=p.vc, reason="closer to its near site")
+        self._log_move(t, rec, p.host.node)
+        self._log(t, "started", task=move.task, **where)
 
     def _started(self, t: float, uid: int) -> None:
         us = self.units[uid]

@@ -1,0 +1,80 @@
+"""The rescheduler's return moves: running services brought closer to their
+``near`` site when room appears there (infotainment coming back to the car),
+and services whose bound a link failure broke moved back within it.
+
+A move is planned only when its gain beats its cost: the gain is the rise in
+the weighted near score, the cost the downtime of moving the service's state
+over the path (one point per second), plus a margin; a task moved less than
+``hysteresis`` ago stays, and at most ``maxConcurrentMigrations`` moves are
+made per instant. Only single-task units move here; gangs and affinity groups
+move whole with preemption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from suanli.scheduling import scores
+from suanli.scheduling.business_layer import TaskExtras
+from suanli.scheduling.filters import feasible
+from suanli.scheduling.select import pick
+
+GAIN_MARGIN = 20.0  # points a move must clear beyond its cost, against flapping
+INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    task: str
+    to_row: int
+    gain: float
+    downtime_s: float
+
+
+def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
+    """Seconds to move ``state_bytes`` between two nodes' sites: size over the
+    path's bottleneck bandwidth, plus its rtt (nothing to move: no cost)."""
+    if not state_bytes:
+        return 0.0
+    a, b = fleet.node_site[from_node], fleet.node_site[to_node]
+    bw = fleet.network.bandwidth_mbps[a, b]
+    bw = INTRA_SITE_MBPS if not np.isfinite(bw) else float(bw)
+    if bw <= 0:
+        return float("inf")  # no path: the state cannot travel
+    return state_bytes * 8 / (bw * 1e6) + float(fleet.network.rtt_ms[a, b]) / 1000
+
+
+def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
+    fleet, state = sim.world.fleet, sim.state
+    rtt = fleet.network.rtt_ms
+    moves: list[Move] = []
+    for task, comp in list(sim.near_running.items()):
+        if len(moves) >= limit:
+            break
+        rec = sim.tasks[task]
+        if comp.lifetime != "service" or len(sim.units[rec.unit].unit.tasks) > 1:
+            continue
+        if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
+            continue
+        p = state.placements[task]
+        vcs = state.vcs[p.vc]
+        table = vcs.table
+        near = fleet.site_index[comp.near.site]
+        here = rtt[table.site[p.alloc.row], near]
+        if here <= fleet.sites[near].intra_site_rtt_ms:
+            continue  # already on its site
+        req = sim.business.request(comp, rec.tenant)
+        mask = feasible(table, req, TaskExtras(sim.business, vcs).checks(req, table))
+        mask &= rtt[table.view("site"), near] < here
+        if not mask.any():
+            continue
+        row = pick(table, req, mask, fleet.network, sim.rng)
+        both = np.array([p.alloc.row, row])
+        before, after = scores.WEIGHTS["near"] * scores.near(table, req, both, fleet.network)
+        state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
+        downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
+        if after - before > downtime + GAIN_MARGIN:
+            moves.append(Move(task, row, float(after - before), downtime))
+    return moves
