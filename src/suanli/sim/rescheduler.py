@@ -1,4 +1,6 @@
-"""The rescheduler's return moves: running services brought closer to their
+"""The rescheduler: return moves, and the victims preemption may choose from.
+
+Return moves: running services brought closer to their
 ``near`` site when room appears there (infotainment coming back to the car),
 and services whose bound a link failure broke moved back within it.
 
@@ -17,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from suanli.scheduling import scores
-from suanli.scheduling.business_layer import TaskExtras
-from suanli.scheduling.filters import feasible
-from suanli.scheduling.select import pick
+from suanli.scheduling.business_layer import TaskExtras, Unit
+from suanli.scheduling.filters import feasible, static_mask
+from suanli.scheduling.preempt import Victim
+from suanli.scheduling.select import allocation, pick
 
 GAIN_MARGIN = 20.0  # points a move must clear beyond its cost, against flapping
 INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
@@ -78,3 +81,57 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         if after - before > downtime + GAIN_MARGIN:
             moves.append(Move(task, row, float(after - before), downtime))
     return moves
+
+
+def apply_returns(sim, t: float) -> None:
+    """Plan this instant's return moves and make them."""
+    policy = sim.scenario.policy.rescheduling
+    if not sim.near_running:
+        return
+    for move in plan_returns(sim, t, policy.hysteresis, policy.max_concurrent_migrations):
+        _move(sim, t, move)
+
+def _move(sim, t: float, move: Move) -> None:
+    """Move a running service to a better row: the run goes on, the task is
+    placed again there and its state travels (``migrated``)."""
+    rec = sim.tasks[move.task]
+    old = sim.state.placements[move.task]
+    vcs = sim.state.vcs[old.vc]
+    sim.state.remove_placement(move.task)
+    sim.business.release(rec.component, old.host.node)
+    req = sim.business.request(rec.component, rec.tenant)
+    a = allocation(vcs.table, req, move.to_row)
+    vcs.table.take(a)
+    p = sim.state.add_placement(move.task, rec.tenant, vcs, a)
+    sim.business.acquire(rec.component, p.host.node)
+    rec.moved_from, rec.stopped_at = old.host.node, t
+    where = sim.where(p.host.node)
+    sim.log(t, "placed", task=move.task, **where, host=p.host.name, vc=p.vc, reason="closer to its near site")
+    sim.log_move(t, rec, p.host.node)
+    sim.log(t, "started", task=move.task, **where)
+
+
+def victims(sim, unit: Unit) -> list[Victim]:
+    """Running units of lower priority, all preemptible, on the same table,
+    holding something on a row the unit could use at all."""
+    table = sim.state.vcs[unit.app.vc].table
+    useful = np.zeros(table.n, bool)
+    for comp in dict.fromkeys(unit.components):
+        useful |= static_mask(table, sim.business.request(comp, unit.tenant))
+    out = []
+    for uid in sim.running:
+        us = sim.units[uid]
+        comps = us.unit.components
+        if us.unit.priority >= unit.priority or not all(c.preemptible for c in comps):
+            continue
+        held = []
+        for task in us.run.tasks:
+            p = sim.state.placements[task]
+            if sim.state.vcs[p.vc].table is not table:
+                break
+            held.append((sim.tasks[task].component, p.alloc))
+        else:
+            if held and any(useful[a.row] for _, a in held):
+                state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
+                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held))
+    return out

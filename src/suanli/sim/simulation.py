@@ -24,15 +24,15 @@ from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.output import resources_json
-from suanli.scheduling.filters import feasible, static_mask
-from suanli.scheduling.preempt import Victim, plan_preemption
+from suanli.scheduling.filters import feasible
+from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
-from suanli.sim.rescheduler import plan_returns, transfer_s
+from suanli.sim.rescheduler import apply_returns, transfer_s, victims
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
@@ -130,7 +130,7 @@ class Simulation:
         self.global_layer.place_initial()
         for vc in self.state.vcs.values():
             for h in vc.hosts:
-                self._log(0.0, "hostAdded", vc=vc.name, host=h.name, node=self.world.fleet.node_name(h.node))
+                self.log(0.0, "hostAdded", vc=vc.name, host=h.name, node=self.world.fleet.node_name(h.node))
         arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
             self.loop.schedule(arrivals.get(app.name, 0.0), Submit(app))
@@ -159,8 +159,8 @@ class Simulation:
     def _arrive(self, t: float, arrival: Arrival) -> None:
         if arrival.app is None:  # a record that cannot become work: counted, as failed
             self.tasks[arrival.skipped] = TaskRecord(arrival.skipped, arrival.tenant, None, -1, FAILED, t, ended_at=t)
-            self._log(t, "submitted", task=arrival.skipped, tenant=arrival.tenant)
-            self._log(t, "failed", task=arrival.skipped, reason=arrival.reason)
+            self.log(t, "submitted", task=arrival.skipped, tenant=arrival.tenant)
+            self.log(t, "failed", task=arrival.skipped, reason=arrival.reason)
             return
         self._submit(t, arrival.app)
         if arrival.leave_at is not None:
@@ -182,7 +182,8 @@ class Simulation:
             elif isinstance(ev, ClaimEnded):
                 self._claim_ended(t, ev.claim)
         self._schedule(t)
-        self._return_moves(t)
+        if self.scenario is not None and self.scenario.policy.rescheduling.enabled:
+            apply_returns(self, t)
         self.recorder.sample(t)
         if self.on_instant is not None:
             self.on_instant(t)
@@ -203,7 +204,7 @@ class Simulation:
             self.units_by_app.setdefault(app.name, []).append(uid)
             for task, comp in zip(unit.tasks, comps):
                 self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t)
-                self._log(t, "submitted", task=task, tenant=app.tenant)
+                self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending[uid] = None
 
     def _finished(self, t: float, run_id: int) -> None:
@@ -230,10 +231,10 @@ class Simulation:
         if p is not None:
             self.state.remove_placement(task)
             self.business.release(rec.component, p.host.node)
-            where = self._where(p.host.node)
+            where = self.where(p.host.node)
         self.near_running.pop(task, None)
         rec.status, rec.ended_at = status, t
-        self._log(t, kind, task=task, **where, **extra)
+        self.log(t, kind, task=task, **where, **extra)
 
     def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
         """Stop a unit's run (a member was lost) and queue it again, whole."""
@@ -260,7 +261,7 @@ class Simulation:
             self._delete(t, ev.app, "deleted")
         elif ev.kind in ("nodeDown", "nodeUp"):
             node = fleet.node_by_name(ev.node)
-            self._log(t, ev.kind, node=ev.node)
+            self.log(t, ev.kind, node=ev.node)
             tasks = self.state.set_node_enabled(node, ev.kind == "nodeUp")
             for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
                 self._stop_unit(t, uid, node)
@@ -271,7 +272,7 @@ class Simulation:
             self.business.forget_requests()
             self.global_layer.forget_requests()
             self.state.forget_network()
-            self._log(t, ev.kind, between=list(ev.between))
+            self.log(t, ev.kind, between=list(ev.between))
         elif ev.kind == "deviceBusy":
             self._device_busy(t, ev)
 
@@ -293,7 +294,7 @@ class Simulation:
         claim = len(self.claims)
         self.claims[claim] = a
         short = {k: int(v) for k, v in zip(fleet.resource_keys, req.vec - a.vec) if v > 0}
-        self._log(t, "deviceBusy", **self._where(row), claimed=resources_json(self.state, a.vec),
+        self.log(t, "deviceBusy", **self.where(row), claimed=resources_json(self.state, a.vec),
                   **({"short": short} if short else {}))
         if ev.duration is not None:
             self.loop.schedule(t + ev.duration, ClaimEnded(claim))
@@ -301,12 +302,12 @@ class Simulation:
     def _claim_ended(self, t: float, claim: int) -> None:
         a = self.claims.pop(claim)
         self.state.nodes.give(a)
-        self._log(t, "deviceFree", **self._where(a.row), freed=resources_json(self.state, a.vec))
+        self.log(t, "deviceFree", **self.where(a.row), freed=resources_json(self.state, a.vec))
 
     def _delete(self, t: float, app: str, why: str) -> None:
         """The application is deleted (or its trace says it left): its running
         tasks stop, finished; those never placed fail."""
-        self._log(t, why, app=app)
+        self.log(t, why, app=app)
         for uid in self.units_by_app.get(app, ()):
             us = self.units[uid]
             if us.run is not None:
@@ -349,7 +350,7 @@ class Simulation:
         for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
             if unit.seq not in self.pending:
                 continue
-            plan = plan_preemption(self.business, unit, self._victims(unit))
+            plan = plan_preemption(self.business, unit, victims(self, unit))
             if not plan:
                 continue
             for v in plan:
@@ -359,31 +360,6 @@ class Simulation:
                 self._started(t, unit.seq)
             evicted = True
         return evicted
-
-    def _victims(self, unit: Unit) -> list[Victim]:
-        """Running units of lower priority, all preemptible, on the same table,
-        holding something on a row the unit could use at all."""
-        table = self.state.vcs[unit.app.vc].table
-        useful = np.zeros(table.n, bool)
-        for comp in dict.fromkeys(unit.components):
-            useful |= static_mask(table, self.business.request(comp, unit.tenant))
-        out = []
-        for uid in self.running:
-            us = self.units[uid]
-            comps = us.unit.components
-            if us.unit.priority >= unit.priority or not all(c.preemptible for c in comps):
-                continue
-            held = []
-            for task in us.run.tasks:
-                p = self.state.placements[task]
-                if self.state.vcs[p.vc].table is not table:
-                    break
-                held.append((self.tasks[task].component, p.alloc))
-            else:
-                if held and any(useful[a.row] for _, a in held):
-                    state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
-                    out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held))
-        return out
 
     def _evict(self, t: float, uid: int, by: Unit) -> None:
         us = self.units[uid]
@@ -401,41 +377,15 @@ class Simulation:
             self._end_task(t, task, PENDING, "preempted", by=by.tasks[0])
         self.pending[uid] = None
 
-    def _log_move(self, t: float, rec: TaskRecord, to: int) -> None:
+    def log_move(self, t: float, rec: TaskRecord, to: int) -> None:
         """A moved service: stop, transfer its state over the path, restore."""
         fleet = self.world.fleet
         state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
         downtime = (t - rec.stopped_at) + transfer_s(fleet, rec.moved_from, to, state_bytes)
-        self._log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
+        self.log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
                   to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6))
         rec.moved_from = rec.stopped_at = None
         rec.last_move_at = t
-
-    def _return_moves(self, t: float) -> None:
-        policy = self.scenario.policy.rescheduling if self.scenario else None
-        if policy is None or not policy.enabled or not self.near_running:
-            return
-        for move in plan_returns(self, t, policy.hysteresis, policy.max_concurrent_migrations):
-            self._move(t, move)
-
-    def _move(self, t: float, move) -> None:
-        """Move a running service to a better row: the run goes on, the task is
-        placed again there and its state travels (``migrated``)."""
-        rec = self.tasks[move.task]
-        old = self.state.placements[move.task]
-        vcs = self.state.vcs[old.vc]
-        self.state.remove_placement(move.task)
-        self.business.release(rec.component, old.host.node)
-        req = self.business.request(rec.component, rec.tenant)
-        a = allocation(vcs.table, req, move.to_row)
-        vcs.table.take(a)
-        p = self.state.add_placement(move.task, rec.tenant, vcs, a)
-        self.business.acquire(rec.component, p.host.node)
-        rec.moved_from, rec.stopped_at = old.host.node, t
-        where = self._where(p.host.node)
-        self._log(t, "placed", task=move.task, **where, host=p.host.name, vc=p.vc, reason="closer to its near site")
-        self._log_move(t, rec, p.host.node)
-        self._log(t, "started", task=move.task, **where)
 
     def _started(self, t: float, uid: int) -> None:
         us = self.units[uid]
@@ -459,11 +409,11 @@ class Simulation:
             if rec.first_placed_at is None:
                 rec.first_placed_at = t
             rec.reasons = Counter()
-            where = self._where(p.host.node)
-            self._log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
+            where = self.where(p.host.node)
+            self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if rec.moved_from is not None:
-                self._log_move(t, rec, p.host.node)
-            self._log(t, "started", task=task, **where)
+                self.log_move(t, rec, p.host.node)
+            self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
 
     # ------------------------------------------------------------ helpers
@@ -480,9 +430,9 @@ class Simulation:
                 count += 1
         return count
 
-    def _where(self, node: int) -> dict[str, str]:
+    def where(self, node: int) -> dict[str, str]:
         fleet = self.world.fleet
         return {"node": fleet.node_name(node), "site": fleet.site_of(node).name}
 
-    def _log(self, t: float, kind: str, **fields: Any) -> None:
+    def log(self, t: float, kind: str, **fields: Any) -> None:
         self.events.append({"t": round(t, 6), "kind": kind, **fields})
