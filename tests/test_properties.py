@@ -23,7 +23,6 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st

@@ -80,7 +80,6 @@ def _task_order(state: PlacementState) -> dict[str, int]:
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     state = outcome.state
-    fleet = state.fleet
     hosts = hosts_json(state)
     order = _task_order(state)
     placements = [placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task])]
