@@ -407,3 +407,22 @@ def test_a_broken_link_is_reported_and_the_task_returns_when_it_can(examples, tm
     assert near["max_concurrent"] >= 1 and near["task_seconds"] > 0 and near["at_end"] == 0
     movie = [e for e in sim.events if e.get("task") == "infotainment/movie/0" and e["kind"] == "placed"]
     assert movie[-1]["site"] == "car-1" and movie[-1]["t"] == 2400
+
+
+def test_plan_shows_the_moves_without_making_them(examples, tmp_path):
+    import subprocess
+    import sys
+
+    text = (examples / "autodrive.yaml").read_text()
+    text = text.replace("rescheduling: {enabled: true, hysteresis: 60s}", "rescheduling: {enabled: false}")
+    text = text.replace("include: [city-fleet.yaml, tenants.yaml]",
+                        f"include: [{examples / 'city-fleet.yaml'}, {examples / 'tenants.yaml'}]")
+    path = tmp_path / "autodrive-off.yaml"
+    path.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "suanli.cli", "plan", str(path), "--at", "41m", "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    plan = json.loads(out)
+    returns = {m["task"]: m for m in plan["moves"] if m["kind"] == "return"}
+    assert set(returns) == {"infotainment/movie/0", "infotainment/music/0"}
+    assert all(m["from"].startswith("edge-1/") and m["to"] == "car-1/soc-0" and m["gain"] > 0 for m in returns.values())
+    assert plan["running_by_site"]["edge-1"] == 2  # nothing was moved

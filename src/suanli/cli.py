@@ -131,6 +131,51 @@ def simulate(
     )
 
 
+@app.command()
+def plan(
+    scenario: Path = typer.Argument(..., help="A file with a Scenario document."),
+    at: str = typer.Option(..., "--at", help="The moment to stop at (e.g. 10m)."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
+) -> None:
+    """Dry run: the state at time --at and the moves the rescheduler would make next."""
+    from suanli.model.quantities import QuantityError, parse_duration_s
+    from suanli.sim.plan import dry_run
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+    from suanli.spec.problems import Problem
+
+    try:
+        world = load_world([scenario])
+        if world.scenario is None:
+            raise SpecError([Problem(str(scenario), "no Scenario document in this file; plan needs one")])
+        try:
+            at_s = parse_duration_s(at)
+        except QuantityError as exc:
+            raise SpecError([Problem("--at", str(exc))]) from None
+    except SpecError as exc:
+        _fail(exc, "nothing was planned")
+    sim = Simulation(world, seed=seed, until=at_s)
+    end = sim.run()
+    result = dry_run(sim, end)
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
+        return
+    console = Console(highlight=False)
+    console.print(f"[bold]at t={end:g}s[/bold]: running by site "
+                  + ", ".join(f"{s} {n}" for s, n in result["running_by_site"].items())
+                  + f"; {len(result['pending'])} pending")
+    for m in result["moves"] or [{"kind": "none"}]:
+        if m["kind"] == "return":
+            console.print(f"return  {m['task']}: {m['from']} -> {m['to']} "
+                          f"(gain {m['gain']:g}, downtime {m['cost_downtime_s']:g}s)")
+        elif m["kind"] == "preempt":
+            console.print(f"preempt for {', '.join(m['for'])} (priority {m['priority']}): evict "
+                          f"{', '.join(m['evict'])} (cost: {m['cost']})")
+        else:
+            console.print("no moves planned")
+
+
 def _counts(sim) -> str:
     from collections import Counter
 

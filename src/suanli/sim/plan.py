@@ -1,0 +1,47 @@
+"""Dry run: the state at a moment, and the moves the rescheduler would make next.
+
+``dry_run(sim)`` is called on a simulation stopped at time T. It lists what
+runs where and what waits, then the moves that would come next, each with its
+cost and gain, without making any: return moves (services closer to their
+``near`` site) and preemptions (which lower-priority units a waiting unit would
+evict). Nothing in the simulation is changed by it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from suanli.scheduling.preempt import plan_preemption
+from suanli.sim.rescheduler import plan_returns, victims
+
+
+def dry_run(sim, at: float) -> dict[str, Any]:
+    fleet = sim.world.fleet
+    running = Counter(fleet.site_of(p.host.node).name for p in sim.state.placements.values())
+    pending = [r for r in sim.tasks.values() if r.status == "pending"]
+    moves: list[dict[str, Any]] = []
+    # shown even when the scenario turns rescheduling off: this is what it would do
+    policy = sim.scenario.policy.rescheduling if sim.scenario is not None else None
+    hysteresis = policy.hysteresis if policy else 60.0
+    limit = policy.max_concurrent_migrations if policy else 8
+    for mv in plan_returns(sim, at, hysteresis, limit):
+        p = sim.state.placements[mv.task]
+        table = sim.state.vcs[p.vc].table
+        moves.append({"kind": "return", "task": mv.task, "from": fleet.node_name(p.host.node),
+                      "to": fleet.node_name(int(table.node[mv.to_row])),
+                      "gain": round(mv.gain, 3), "cost_downtime_s": round(mv.downtime_s, 6)})
+    waiting = sorted({sim.units[r.unit].unit.seq: sim.units[r.unit].unit for r in pending if r.unit >= 0}.items())
+    for _, unit in sorted(waiting, key=lambda kv: (-kv[1].priority, kv[0])):
+        plan = plan_preemption(sim.business, unit, victims(sim, unit))
+        if plan:
+            moves.append({"kind": "preempt", "for": unit.tasks, "priority": unit.priority,
+                          "evict": [t for v in plan for t in sim.units[v.key].run.tasks],
+                          "cost": {"units": len(plan), "max_priority": max(v.priority for v in plan),
+                                   "state_mib": sum(v.state_mib for v in plan)}})
+    return {
+        "at_s": at,
+        "running_by_site": dict(sorted(running.items())),
+        "pending": [{"task": r.task, "reasons": dict(r.reasons.most_common(3))} for r in pending],
+        "moves": moves,
+    }
