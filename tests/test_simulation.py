@@ -426,3 +426,28 @@ def test_plan_shows_the_moves_without_making_them(examples, tmp_path):
     assert set(returns) == {"infotainment/movie/0", "infotainment/music/0"}
     assert all(m["from"].startswith("edge-1/") and m["to"] == "car-1/soc-0" and m["gain"] > 0 for m in returns.values())
     assert plan["running_by_site"]["edge-1"] == 2  # nothing was moved
+
+
+def test_fair_share_reclaim_moves_shares_toward_the_weights(tmp_path):
+    job = {"components": [{"name": "w", "resources": {"cpu": 8, "memory": "8Gi"}, "duration": "2h"}]}
+    gens = [{"name": "jb", "tenant": "b", "rate": "1/30s", "until": "2h", "template": job},
+            {"name": "ja", "tenant": "a", "rate": "1/30s", "start": "2m", "until": "2h", "template": job},
+            {"name": "jc", "tenant": "c", "rate": "1/30s", "start": "40m", "until": "2h", "template": job}]
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+         "spec": {"sites": [site("s", groups=[node_group(count=12, cpu=8, memory="32Gi")])]}},
+        tenant("a", weight=2), tenant("b", weight=1), tenant("c", weight=1),
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "fair"},
+         "spec": {"seed": 3, "until": "1h", "generators": gens}},
+    ]
+    path = tmp_path / "fair.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim, _ = simulate(path, until=39 * 60)
+    share = {t: sim.state.dominant_share(t) * sim.world.tenants[t].weight for t in "abc"}
+    # b flooded first; once a arrives, reclaim brings them to 2:1 (8 and 4 of 12 nodes)
+    assert share["a"] / share["b"] == pytest.approx(2.0, rel=0.1)
+    assert [e for e in sim.events if e["kind"] == "preempted"]
+    sim, _ = simulate(path, until=60 * 60)
+    weighted = {t: sim.state.dominant_share(t) for t in "abc"}
+    assert weighted["c"] > 0  # the late tenant gets its share too
+    assert max(weighted.values()) - min(weighted.values()) <= 1 / 12 + 1e-9  # within one node of fair

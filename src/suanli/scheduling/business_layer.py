@@ -199,7 +199,7 @@ class BusinessLayer:
                 unit = queues[tenant].popleft()
                 if not queues[tenant]:
                     del queues[tenant]
-                shape = _shape(unit)
+                shape = unit_shape(unit)
                 reasons = failed_shapes.get(shape)
                 if reasons is None:
                     reasons = self.place(unit, record)
@@ -283,7 +283,13 @@ class BusinessLayer:
         return grown, reasons
 
 
-def _shape(unit: Unit) -> tuple:
-    """What decides whether a unit fits: its VC, components, counts and constraints."""
-    comps = tuple(dict.fromkeys((c.app, c.name) for c in unit.components))
-    return (unit.app.vc, comps, len(unit.tasks), unit.couplings, unit.affinity_scope, unit.min_members)
+def unit_shape(unit: Unit) -> tuple:
+    """What decides whether a unit fits, names aside: its VC, what each member
+    asks and where it may go, and the unit's constraints. Anti-affinity keeps
+    the application in the key: its groups are the application's own."""
+    members = tuple(
+        (c.resources, c.arch, c.near, c.data_source, c.data_sink,
+         (c.app, c.anti_affinity) if c.anti_affinity else None)
+        for c in unit.components
+    )
+    return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members)

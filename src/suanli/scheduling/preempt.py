@@ -26,10 +26,11 @@ class Victim:
     priority: int
     state_mib: int
     held: list[tuple[Component, Allocation]]  # what each of its tasks holds on the table
+    rank: float = 0.0  # lower is cheaper at equal priority (reclaim: minus its tenant's weighted share)
 
     def cost(self) -> tuple:
-        """Dearer to evict sorts later: priority, then state to move, then tasks."""
-        return (self.priority, self.state_mib, len(self.held))
+        """Dearer to evict sorts later: priority, rank, then state to move, then tasks."""
+        return (self.priority, self.rank, self.state_mib, len(self.held))
 
 
 def plan_preemption(layer: BusinessLayer, unit: Unit, candidates: list[Victim]) -> list[Victim] | None:

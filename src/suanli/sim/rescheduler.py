@@ -24,6 +24,7 @@ from suanli.scheduling.filters import feasible, static_mask
 from suanli.scheduling.preempt import Victim
 from suanli.scheduling.select import allocation, pick
 
+FAIR_MARGIN = 0.05  # a tenant gives back only while 5% above the claimant's weighted share
 GAIN_MARGIN = 20.0  # points a move must clear beyond its cost, against flapping
 INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
 
@@ -111,9 +112,12 @@ def _move(sim, t: float, move: Move) -> None:
     sim.log(t, "started", task=move.task, **where)
 
 
-def victims(sim, unit: Unit) -> list[Victim]:
+def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     """Running units of lower priority, all preemptible, on the same table,
-    holding something on a row the unit could use at all."""
+    holding something on a row the unit could use at all. ``fair``: instead,
+    units of no higher priority from other tenants above the unit's tenant's
+    weighted share (fair-share reclaim)."""
+    share = {t: sim.state.dominant_share(t) for t in sim.world.tenants} if fair else {}
     table = sim.state.vcs[unit.app.vc].table
     useful = np.zeros(table.n, bool)
     for comp in dict.fromkeys(unit.components):
@@ -122,7 +126,14 @@ def victims(sim, unit: Unit) -> list[Victim]:
     for uid in sim.running:
         us = sim.units[uid]
         comps = us.unit.components
-        if us.unit.priority >= unit.priority or not all(c.preemptible for c in comps):
+        if not all(c.preemptible for c in comps):
+            continue
+        if fair:
+            other = us.unit.tenant
+            if other == unit.tenant or us.unit.priority > unit.priority or \
+                    share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
+                continue
+        elif us.unit.priority >= unit.priority:
             continue
         held = []
         for task in us.run.tasks:
@@ -133,5 +144,25 @@ def victims(sim, unit: Unit) -> list[Victim]:
         else:
             if held and any(useful[a.row] for _, a in held):
                 state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
-                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held))
+                rank = -share[us.unit.tenant] if fair else 0.0  # the tenant furthest above gives first
+                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held, rank))
     return out
+
+
+def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
+    """After evicting ``plan`` and placing ``unit``, is every victim's tenant
+    still at or above the claimant's weighted share? (Shares move toward the
+    weights, never past them.)"""
+    state = sim.state
+    used = {t: v.copy() for t, v in state.tenant_used.items()}
+    for v in plan:
+        for _, a in v.held:
+            used[v.tenant] = used[v.tenant] - a.vec
+    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
+    used[unit.tenant] = used[unit.tenant] + need
+    total = np.maximum(state.total, 1)
+
+    def share(t: str) -> float:
+        return float((used[t] / total).max(initial=0.0)) / sim.world.tenants[t].weight
+
+    return all(share(v.tenant) >= share(unit.tenant) for v in plan)

@@ -21,7 +21,7 @@ from suanli.executors.base import Run, RunFinished
 from suanli.executors.sim import SimExecutor
 from suanli.model.network import Network
 from suanli.model.work import Application, Component, World
-from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
+from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.output import resources_json
 from suanli.scheduling.filters import feasible
@@ -32,7 +32,7 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
-from suanli.sim.rescheduler import apply_returns, transfer_s, victims
+from suanli.sim.rescheduler import FAIR_MARGIN, apply_returns, reclaim_keeps_order, transfer_s, victims
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
@@ -117,6 +117,7 @@ class Simulation:
         self._run_ids = 0
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
+        self._reclaimed_at: float | None = None
 
     # ------------------------------------------------------------ running
 
@@ -337,7 +338,7 @@ class Simulation:
                 continue
             del self.pending[uid]
             self._started(t, uid)
-        if failed and self._preempt(t, [u for u, _ in failed]):
+        if failed and (self._preempt(t, [u for u, _ in failed]) or self._reclaim(t, [u for u, _ in failed])):
             self._schedule(t)  # the evicted work may fit elsewhere now
 
     # ------------------------------------------------------------ preemption
@@ -347,11 +348,17 @@ class Simulation:
         waiting unit fit, highest priority first. Each eviction strictly
         lowers the priority that can be hit next, so passes end."""
         evicted = False
+        lowest = min((self.units[uid].unit.priority for uid in self.running), default=None)
+        hopeless: set[tuple] = set()  # shapes that found no plan: the same shape will not either
         for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
-            if unit.seq not in self.pending:
+            if lowest is None or unit.priority <= lowest:
+                break  # sorted by priority: nothing below this one is running
+            shape = unit_shape(unit)
+            if unit.seq not in self.pending or shape in hopeless:
                 continue
             plan = plan_preemption(self.business, unit, victims(self, unit))
             if not plan:
+                hopeless.add(shape)
                 continue
             for v in plan:
                 self._evict(t, v.key, unit)
@@ -360,6 +367,37 @@ class Simulation:
                 self._started(t, unit.seq)
             evicted = True
         return evicted
+
+    def _reclaim(self, t: float, failed: list[Unit]) -> bool:
+        """Fair-share reclaim, once per instant: a waiting unit of a tenant below
+        its weighted share takes back room from tenants above theirs (their
+        cheapest preemptible work of no higher priority), only if that makes it
+        fit and leaves them no lower than the claimant."""
+        policy = self.scenario.policy.rescheduling if self.scenario else None
+        if policy is None or not policy.enabled or self._reclaimed_at == t:
+            return False
+        self._reclaimed_at = t
+        share = {name: self.state.dominant_share(name) for name in self.world.tenants}
+        top = max(share.values(), default=0.0)
+        reclaimed = 0
+        hopeless: set[tuple] = set()
+        for unit in sorted(failed, key=lambda u: (-u.priority, share[u.tenant], u.seq)):
+            if reclaimed >= policy.max_concurrent_migrations:
+                break
+            shape = unit_shape(unit)
+            if unit.seq not in self.pending or shape in hopeless or share[unit.tenant] * (1 + FAIR_MARGIN) >= top:
+                continue
+            plan = plan_preemption(self.business, unit, victims(self, unit, fair=True))
+            if not plan or not reclaim_keeps_order(self, unit, plan):
+                hopeless.add(shape)
+                continue
+            for v in plan:
+                self._evict(t, v.key, unit)
+            if self.business.place(unit, record=False) is None:
+                del self.pending[unit.seq]
+                self._started(t, unit.seq)
+            reclaimed += 1
+        return reclaimed > 0
 
     def _evict(self, t: float, uid: int, by: Unit) -> None:
         us = self.units[uid]
