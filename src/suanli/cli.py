@@ -92,6 +92,26 @@ def schedule(
         print_outcome(result, console)
 
 
+def _scenario_world(scenario: Path, command: str, option: str, value: Optional[str]):
+    """The world of a scenario file and a time option in seconds; exits 2 with
+    one message per problem."""
+    from suanli.model.quantities import QuantityError, parse_duration_s
+    from suanli.spec.build import load_world
+    from suanli.spec.problems import Problem
+
+    try:
+        world = load_world([scenario])
+        if world.scenario is None:
+            raise SpecError([Problem(str(scenario), f"no Scenario document in this file; {command} needs one")])
+        try:
+            seconds = None if value is None else parse_duration_s(value)
+        except QuantityError as exc:
+            raise SpecError([Problem(option, str(exc))]) from None
+    except SpecError as exc:
+        _fail(exc, f"nothing was {'simulated' if command == 'simulate' else 'planned'}")
+    return world, seconds
+
+
 @app.command()
 def simulate(
     scenario: Path = typer.Argument(..., help="A file with a Scenario document (its includes are followed)."),
@@ -100,24 +120,10 @@ def simulate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
 ) -> None:
     """Run a scenario in the digital twin and write its results and report."""
-    from suanli.model.quantities import QuantityError, parse_duration_s
     from suanli.sim.results import write_outputs
     from suanli.sim.simulation import Simulation
-    from suanli.spec.build import load_world
-    from suanli.spec.problems import Problem
 
-    try:
-        world = load_world([scenario])
-        if world.scenario is None:
-            raise SpecError([Problem(str(scenario), "no Scenario document in this file; simulate needs one")])
-        until_s = None
-        if until is not None:
-            try:
-                until_s = parse_duration_s(until)
-            except QuantityError as exc:
-                raise SpecError([Problem("--until", str(exc))]) from None
-    except SpecError as exc:
-        _fail(exc, "nothing was simulated")
+    world, until_s = _scenario_world(scenario, "simulate", "--until", until)
     console = Console(highlight=False, stderr=True)
     with _progress(console) as advance:
         sim = Simulation(world, seed=seed, until=until_s, on_instant=advance)
@@ -139,22 +145,10 @@ def plan(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
 ) -> None:
     """Dry run: the state at time --at and the moves the rescheduler would make next."""
-    from suanli.model.quantities import QuantityError, parse_duration_s
     from suanli.sim.plan import dry_run
     from suanli.sim.simulation import Simulation
-    from suanli.spec.build import load_world
-    from suanli.spec.problems import Problem
 
-    try:
-        world = load_world([scenario])
-        if world.scenario is None:
-            raise SpecError([Problem(str(scenario), "no Scenario document in this file; plan needs one")])
-        try:
-            at_s = parse_duration_s(at)
-        except QuantityError as exc:
-            raise SpecError([Problem("--at", str(exc))]) from None
-    except SpecError as exc:
-        _fail(exc, "nothing was planned")
+    world, at_s = _scenario_world(scenario, "plan", "--at", at)
     sim = Simulation(world, seed=seed, until=at_s)
     end = sim.run()
     result = dry_run(sim, end)

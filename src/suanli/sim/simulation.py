@@ -360,11 +360,7 @@ class Simulation:
             if not plan:
                 hopeless.add(shape)
                 continue
-            for v in plan:
-                self._evict(t, v.key, unit)
-            if self.business.place(unit, record=False) is None:
-                del self.pending[unit.seq]
-                self._started(t, unit.seq)
+            self._evict_for(t, unit, plan)
             evicted = True
         return evicted
 
@@ -391,13 +387,17 @@ class Simulation:
             if not plan or not reclaim_keeps_order(self, unit, plan):
                 hopeless.add(shape)
                 continue
-            for v in plan:
-                self._evict(t, v.key, unit)
-            if self.business.place(unit, record=False) is None:
-                del self.pending[unit.seq]
-                self._started(t, unit.seq)
+            self._evict_for(t, unit, plan)
             reclaimed += 1
         return reclaimed > 0
+
+    def _evict_for(self, t: float, unit: Unit, plan: list) -> None:
+        """Evict the planned victims, then place the unit they made room for."""
+        for v in plan:
+            self._evict(t, v.key, unit)
+        if self.business.place(unit, record=False) is None:
+            del self.pending[unit.seq]
+            self._started(t, unit.seq)
 
     def _evict(self, t: float, uid: int, by: Unit) -> None:
         us = self.units[uid]
