@@ -224,15 +224,15 @@ class BusinessLayer:
         vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
         reqs = [self.request(c, unit.tenant) for c in unit.components]
-        result = self._try(unit, vcs, reqs, allow_fewer=vcs.default)
+        result = self.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
         if not result.ok and not vcs.default:
             grown, grow_reasons = self._grow(unit, vc_model, reqs)
             if grown is not None:
-                result = self._try(unit, vcs, reqs, allow_fewer=False)
+                result = self.attempt(unit, vcs, reqs, allow_fewer=False)
                 if not result.ok:
                     self.global_layer.shrink(vc_model, grown)
             if not result.ok:
-                result = self._try(unit, vcs, reqs, allow_fewer=True)
+                result = self.attempt(unit, vcs, reqs, allow_fewer=True)
             if not result.ok:
                 if not vcs.hosts:
                     result.reasons[f"virtual cluster {vcs.name} has no hosts"] += 1
@@ -257,7 +257,8 @@ class BusinessLayer:
             name = f"{unit.affinity_scope} (affinity)" if not name else f"{name} and {unit.affinity_scope}"
         return domain, name
 
-    def _try(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool):
+    def attempt(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool):
+        """Place the unit on its VC's current hosts only (no growth); committed when it fits."""
         table = vcs.table
         domain, name = self._domain(unit, table)
         return place_group(table, reqs, self.network, self.rng, domain=domain, domain_name=name,

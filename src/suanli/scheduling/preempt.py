@@ -76,7 +76,7 @@ def _fits(layer: BusinessLayer, unit: Unit) -> bool:
     """Would the unit fit now? Placed tentatively, then everything given back."""
     vcs = layer.state.vcs[unit.app.vc]
     reqs = [layer.request(c, unit.tenant) for c in unit.components]
-    result = layer._try(unit, vcs, reqs, allow_fewer=vcs.default)
+    result = layer.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
     if not result.ok:
         return False
     for comp, a in zip(unit.components, result.allocations):

@@ -17,7 +17,6 @@ import numpy as np
 
 from suanli.model.network import Network
 from suanli.scheduling import scores
-from suanli.scheduling.domains import combine_domains  # noqa: F401  (re-exported)
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction

@@ -219,9 +219,7 @@ class Simulation:
         for task in jobs:
             self._end_task(t, task, FINISHED, "finished")
         if len(jobs) == len(us.run.tasks):
-            del self.runs[run_id]
-            self.running.pop(uid, None)
-            us.run = None
+            self._close_run(uid)
         else:
             us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
 
@@ -237,17 +235,24 @@ class Simulation:
         rec.status, rec.ended_at = status, t
         self.log(t, kind, task=task, **where, **extra)
 
-    def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
-        """Stop a unit's run (a member was lost) and queue it again, whole."""
+    def _close_run(self, uid: int, stop_at: float | None = None) -> Run:
+        """Take a unit's run off the books. With ``stop_at`` the executor stops it
+        early and the progress it kept is what the unit's next run starts from."""
         us = self.units[uid]
         run = us.run
-        if run is None:
-            return
-        self.executor.stop(run, t)
-        us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
+        if stop_at is not None:
+            self.executor.stop(run, stop_at)
+            us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
         self.runs.pop(run.run_id, None)
         self.running.pop(uid, None)
         us.run = None
+        return run
+
+    def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
+        """Stop a unit's run (a member was lost) and queue it again, whole."""
+        if self.units[uid].run is None:
+            return
+        run = self._close_run(uid, stop_at=t)
         for task in run.tasks:
             p = self.state.placements.get(task)
             kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
@@ -312,11 +317,8 @@ class Simulation:
         for uid in self.units_by_app.get(app, ()):
             us = self.units[uid]
             if us.run is not None:
-                self.runs.pop(us.run.run_id, None)
-                self.running.pop(uid, None)
-                for task in us.run.tasks:
+                for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FINISHED, "finished", reason=why)
-                us.run = None
             if uid in self.pending:
                 del self.pending[uid]
                 for task in us.unit.tasks:
@@ -400,13 +402,7 @@ class Simulation:
             self._started(t, unit.seq)
 
     def _evict(self, t: float, uid: int, by: Unit) -> None:
-        us = self.units[uid]
-        run = us.run
-        self.executor.stop(run, t)
-        us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
-        self.runs.pop(run.run_id, None)
-        self.running.pop(uid, None)
-        us.run = None
+        run = self._close_run(uid, stop_at=t)
         for task in run.tasks:
             rec = self.tasks[task]
             if rec.component.lifetime == "service":  # a service moves: its next start is a migration
