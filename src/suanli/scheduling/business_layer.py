@@ -35,6 +35,10 @@ class Unit:
     min_members: int | None = None  # elastic gang
     couplings: tuple[str, ...] = ()  # every member's coupling level must hold
     affinity_scope: str | None = None
+    state_sites: tuple[int, ...] = ()  # per member: the site holding its state while it moves (-1: none)
+
+    def state_site(self, member: int) -> int:
+        return self.state_sites[member] if self.state_sites else -1
 
     @property
     def priority(self) -> int:
@@ -165,13 +169,17 @@ class BusinessLayer:
         self._requests.clear()
         self.anti_of.clear()
 
-    def request(self, comp: Component, tenant: str) -> Request:
-        key = (comp.app, comp.name)
+    def request(self, comp: Component, tenant: str, state_site: int = -1) -> Request:
+        """The component's compiled request; with ``state_site``, for a task whose
+        state waits at that site (it may go only where the state can follow)."""
+        key = (comp.app, comp.name, state_site)
         req = self._requests.get(key)
         if req is None:
+            fleet = self.state.fleet
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
-            req = compile_request(self.state.fleet, comp.resources, tenant=self.state.world.tenants[tenant],
-                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data))
+            req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
+                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data),
+                                  state_site=fleet.sites[state_site].name if state_site >= 0 else None)
             self._requests[key] = req
             if comp.anti_affinity is not None:
                 self.anti_of[id(req)] = ((comp.app, comp.anti_affinity[0]), comp.anti_affinity[1])
@@ -223,7 +231,7 @@ class BusinessLayer:
         success, else the reasons."""
         vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
-        reqs = [self.request(c, unit.tenant) for c in unit.components]
+        reqs = self.unit_requests(unit)
         result = self.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
         if not result.ok and not vcs.default:
             grown, grow_reasons = self._grow(unit, vc_model, reqs)
@@ -248,6 +256,9 @@ class BusinessLayer:
             why = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
             self._record(unit, unit.tasks[placed:], why)
         return None
+
+    def unit_requests(self, unit: Unit) -> list[Request]:
+        return [self.request(c, unit.tenant, unit.state_site(i)) for i, c in enumerate(unit.components)]
 
     def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:
         domain, name = couplings_domain(table, self.network, unit.couplings)
@@ -293,4 +304,4 @@ def unit_shape(unit: Unit) -> tuple:
          (c.app, c.anti_affinity) if c.anti_affinity else None)
         for c in unit.components
     )
-    return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members)
+    return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members, unit.state_sites)

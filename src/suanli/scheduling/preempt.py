@@ -75,7 +75,7 @@ def _restore(layer: BusinessLayer, v: Victim, table) -> None:
 def _fits(layer: BusinessLayer, unit: Unit) -> bool:
     """Would the unit fit now? Placed tentatively, then everything given back."""
     vcs = layer.state.vcs[unit.app.vc]
-    reqs = [layer.request(c, unit.tenant) for c in unit.components]
+    reqs = layer.unit_requests(unit)
     result = layer.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
     if not result.ok:
         return False

@@ -80,8 +80,11 @@ def compile_request(
     near: Near | None = None,
     data_sites: Iterable[str] = (),
     selector: Selector | None = None,
+    state_site: str | None = None,
 ) -> Request:
-    """Compile resources and constraints into a Request for ``fleet``."""
+    """Compile resources and constraints into a Request for ``fleet``.
+    ``state_site``: where a moving task's state is held; it must be able to
+    travel, and a nearer place costs less to move to."""
     vec, needs = resource_vector(fleet, res)
     site_checks: list[tuple[str, np.ndarray]] = []
     group_checks: list[tuple[str, np.ndarray]] = []
@@ -107,6 +110,10 @@ def compile_request(
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
         site_checks.append((f"data site {fleet.sites[s].name} unreachable", fleet.network.reachable[:, s]))
+    if state_site is not None:
+        s = fleet.site_index[state_site]
+        site_checks.append((f"state at {state_site} unreachable", fleet.network.reachable[:, s]))
+        data_idx += (s,)
     arch_codes = None
     if arch is not None:
         arch_codes = np.array([fleet.archs.get(a) for a in arch if fleet.archs.get(a) >= 0], np.int16)

@@ -234,5 +234,7 @@ def summarize(sim, end: float) -> dict[str, Any]:
                   "lost": kinds.get("lost", 0), "requeued": kinds.get("requeued", 0),
                   "bytes": sum(int(e.get("bytes", 0)) for e in sim.events if e["kind"] == "migrated"),
                   "downtime_s": round(sum(float(e.get("downtime_s", 0.0)) for e in sim.events
-                                          if e["kind"] == "migrated"), 6)},
+                                          if e["kind"] == "migrated"), 6),
+                  # why work was disturbed: each preemption, and each move of running work, once
+                  "causes": dict(sorted(Counter(e["cause"] for e in sim.events if "cause" in e).items()))},
     }

@@ -20,7 +20,7 @@ import numpy as np
 
 from suanli.scheduling import scores
 from suanli.scheduling.business_layer import TaskExtras, Unit
-from suanli.scheduling.filters import feasible, static_mask
+from suanli.scheduling.filters import feasible, static_checks, static_mask
 from suanli.scheduling.preempt import Victim
 from suanli.scheduling.select import allocation, pick
 
@@ -40,8 +40,8 @@ class Move:
 def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
     """Seconds to move ``state_bytes`` between two nodes' sites: size over the
     path's bottleneck bandwidth, plus its rtt (nothing to move: no cost)."""
-    if not state_bytes:
-        return 0.0
+    if not state_bytes or from_node == to_node:
+        return 0.0  # nothing to move, or it stays where it is
     a, b = fleet.node_site[from_node], fleet.node_site[to_node]
     bw = fleet.network.bandwidth_mbps[a, b]
     bw = INTRA_SITE_MBPS if not np.isfinite(bw) else float(bw)
@@ -106,10 +106,8 @@ def _move(sim, t: float, move: Move) -> None:
     p = sim.state.add_placement(move.task, rec.tenant, vcs, a)
     sim.business.acquire(rec.component, p.host.node)
     rec.moved_from, rec.stopped_at = old.host.node, t
-    where = sim.where(p.host.node)
-    sim.log(t, "placed", task=move.task, **where, host=p.host.name, vc=p.vc, reason="closer to its near site")
-    sim.log_move(t, rec, p.host.node)
-    sim.log(t, "started", task=move.task, **where)
+    sim.log(t, "placed", task=move.task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason="closer to its near site")
+    sim.log_move(t, rec, p.host.node, cause="return")
 
 
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
@@ -166,3 +164,31 @@ def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
         return float((used[t] / total).max(initial=0.0)) / sim.world.tenants[t].weight
 
     return all(share(v.tenant) >= share(unit.tenant) for v in plan)
+
+
+def broken_units(sim) -> dict[int, str]:
+    """Running units the network no longer supports, with why: a member beyond
+    its ``near`` bound or cut off from its data, or an affinity group whose
+    ``reachable`` scope a partition split. (Called when links change.)"""
+    state, business = sim.state, sim.business
+    component = sim.world.fleet.network.component
+    out: dict[int, str] = {}
+    for uid in sim.running:
+        us = sim.units[uid]
+        sites = []
+        for task in us.run.tasks:
+            rec, p = sim.tasks[task], state.placements[task]
+            table = state.vcs[p.vc].table
+            row = p.alloc.row
+            sites.append(int(table.site[row]))
+            comp = rec.component
+            if comp.near is None and comp.data_source is None and comp.data_sink is None:
+                continue
+            req = business.request(comp, rec.tenant)
+            if not static_mask(table, req)[row]:
+                out[uid] = next(reason for reason, mask in static_checks(table, req) if not mask[row])
+                break
+        else:
+            if us.unit.affinity_scope == "reachable" and len(set(component[sites].tolist())) > 1:
+                out[uid] = "affinity group split by the network"
+    return out

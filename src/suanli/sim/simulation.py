@@ -32,7 +32,8 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.sim.metrics import Recorder
-from suanli.sim.rescheduler import FAIR_MARGIN, apply_returns, reclaim_keeps_order, transfer_s, victims
+from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, transfer_s,
+                                    victims)
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
@@ -84,6 +85,12 @@ class ClaimEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveDone:
+    task: str
+    move: int  # which move of the simulation (a later stop makes it stale)
+
+
+@dataclass(frozen=True, slots=True)
 class ScenarioEvent:
     spec: Any  # one of schema's event specs
 
@@ -118,6 +125,10 @@ class Simulation:
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
         self._reclaimed_at: float | None = None
+        self.migrating: dict[str, int] = {}  # tasks whose state is on its way -> their move
+        self._moves = 0
+        policy = scenario.policy.rescheduling if scenario is not None else None
+        self.rescheduling = policy if policy is not None and policy.enabled else None
 
     # ------------------------------------------------------------ running
 
@@ -182,8 +193,10 @@ class Simulation:
                 self._scenario_event(t, ev.spec)
             elif isinstance(ev, ClaimEnded):
                 self._claim_ended(t, ev.claim)
+            elif isinstance(ev, MoveDone):
+                self._move_done(t, ev)
         self._schedule(t)
-        if self.scenario is not None and self.scenario.policy.rescheduling.enabled:
+        if self.rescheduling is not None:
             apply_returns(self, t)
         self.recorder.sample(t)
         if self.on_instant is not None:
@@ -232,6 +245,7 @@ class Simulation:
             self.business.release(rec.component, p.host.node)
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
+        self.migrating.pop(task, None)
         rec.status, rec.ended_at = status, t
         self.log(t, kind, task=task, **where, **extra)
 
@@ -279,6 +293,9 @@ class Simulation:
             self.global_layer.forget_requests()
             self.state.forget_network()
             self.log(t, ev.kind, between=list(ev.between))
+            if self.rescheduling is not None:  # work whose bound broke moves, or waits
+                for uid, reason in broken_units(self).items():
+                    self._evict(t, uid, "bound broken", reason=reason)
         elif ev.kind == "deviceBusy":
             self._device_busy(t, ev)
 
@@ -322,8 +339,13 @@ class Simulation:
             if uid in self.pending:
                 del self.pending[uid]
                 for task in us.unit.tasks:
-                    if self.tasks[task].status == PENDING:
+                    rec = self.tasks[task]
+                    if rec.status != PENDING:
+                        continue
+                    if rec.first_placed_at is None:
                         self._end_task(t, task, FAILED, "failed", reason=f"{why} before it was placed")
+                    else:  # it ran, was stopped and waited to run again: it ends there
+                        self._end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
 
     # ------------------------------------------------------------ scheduling
 
@@ -362,7 +384,7 @@ class Simulation:
             if not plan:
                 hopeless.add(shape)
                 continue
-            self._evict_for(t, unit, plan)
+            self._evict_for(t, unit, plan, "priority")
             evicted = True
         return evicted
 
@@ -371,8 +393,8 @@ class Simulation:
         its weighted share takes back room from tenants above theirs (their
         cheapest preemptible work of no higher priority), only if that makes it
         fit and leaves them no lower than the claimant."""
-        policy = self.scenario.policy.rescheduling if self.scenario else None
-        if policy is None or not policy.enabled or self._reclaimed_at == t:
+        policy = self.rescheduling
+        if policy is None or self._reclaimed_at == t:
             return False
         self._reclaimed_at = t
         share = {name: self.state.dominant_share(name) for name in self.world.tenants}
@@ -389,40 +411,65 @@ class Simulation:
             if not plan or not reclaim_keeps_order(self, unit, plan):
                 hopeless.add(shape)
                 continue
-            self._evict_for(t, unit, plan)
+            self._evict_for(t, unit, plan, "fair share")
             reclaimed += 1
         return reclaimed > 0
 
-    def _evict_for(self, t: float, unit: Unit, plan: list) -> None:
+    def _evict_for(self, t: float, unit: Unit, plan: list, cause: str) -> None:
         """Evict the planned victims, then place the unit they made room for."""
         for v in plan:
-            self._evict(t, v.key, unit)
+            self._evict(t, v.key, cause, by=unit)
         if self.business.place(unit, record=False) is None:
             del self.pending[unit.seq]
             self._started(t, unit.seq)
 
-    def _evict(self, t: float, uid: int, by: Unit) -> None:
+    def _evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
+        """Stop a running unit and queue it again whole. Services move: their
+        next start is a migration, and a stateful one may go only where its
+        state can follow. Jobs resume from their last checkpoint."""
         run = self._close_run(uid, stop_at=t)
+        unit = self.units[uid].unit
+        fleet = self.world.fleet
+        held = []
         for task in run.tasks:
             rec = self.tasks[task]
-            if rec.component.lifetime == "service":  # a service moves: its next start is a migration
-                rec.moved_from = self.state.placements[task].host.node
-                rec.stopped_at = t
-            self._end_task(t, task, PENDING, "preempted", by=by.tasks[0])
+            node = self.state.placements[task].host.node
+            if rec.component.lifetime == "service":
+                rec.moved_from, rec.stopped_at = node, t
+            held.append(int(fleet.node_site[node]) if rec.component.lifetime == "service" and rec.component.stateful else -1)
+            extra = {"by": by.tasks[0]} if by is not None else {}
+            self._end_task(t, task, PENDING, "preempted", cause=cause, **extra, **why)
+        if any(s >= 0 for s in held):
+            by_task = dict(zip(run.tasks, held))
+            unit.state_sites = tuple(by_task.get(task, -1) for task in unit.tasks)
         self.pending[uid] = None
 
-    def log_move(self, t: float, rec: TaskRecord, to: int) -> None:
-        """A moved service: stop, transfer its state over the path, restore."""
+    def log_move(self, t: float, rec: TaskRecord, to: int, **cause: Any) -> None:
+        """A moved service: stopped, its state travels over the path, restored.
+        It is placed now and ``started`` when its state has arrived; until then
+        it is a migration in flight."""
         fleet = self.world.fleet
         state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
-        downtime = (t - rec.stopped_at) + transfer_s(fleet, rec.moved_from, to, state_bytes)
+        transfer = transfer_s(fleet, rec.moved_from, to, state_bytes)
+        downtime = (t - rec.stopped_at) + transfer
         self.log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
-                  to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6))
+                  to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6), **cause)
         rec.moved_from = rec.stopped_at = None
         rec.last_move_at = t
+        self._moves += 1
+        self.migrating[rec.task] = self._moves
+        self.loop.schedule(t + transfer, MoveDone(rec.task, self._moves))
+
+    def _move_done(self, t: float, ev: "MoveDone") -> None:
+        if self.migrating.get(ev.task) != ev.move:
+            return  # the task stopped again before its state arrived
+        del self.migrating[ev.task]
+        p = self.state.placements[ev.task]
+        self.log(t, "started", task=ev.task, **self.where(p.host.node))
 
     def _started(self, t: float, uid: int) -> None:
         us = self.units[uid]
+        us.unit.state_sites = ()
         placed = [task for task in us.unit.tasks if task in self.state.placements]
         for task in us.unit.tasks[len(placed):]:  # an elastic gang placed below its size
             self._end_task(t, task, FAILED, "failed",
@@ -446,8 +493,9 @@ class Simulation:
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if rec.moved_from is not None:
-                self.log_move(t, rec, p.host.node)
-            self.log(t, "started", task=task, **where)
+                self.log_move(t, rec, p.host.node)  # started when its state arrives
+            else:
+                self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
 
     # ------------------------------------------------------------ helpers
