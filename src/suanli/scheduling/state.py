@@ -73,6 +73,16 @@ class PlacementState:
         self.placements: dict[str, Placement] = {}  # by task name
         self.tasks_on_node: dict[int, set[str]] = {}
         self._component_masks: dict[tuple, np.ndarray] = {}
+        # host changes not yet reported, when someone reports them (the simulator):
+        # (kind, id(host)) -> host; a host added and removed before a report cancels out
+        self.journal: dict[tuple[str, int], Host] | None = None
+
+    def _note(self, kind: str, host: Host) -> None:
+        if self.journal is None:
+            return
+        if kind == "hostRemoved" and self.journal.pop(("hostAdded", id(host)), None) is not None:
+            return  # never reported: a rolled-back growth
+        self.journal[(kind, id(host))] = host
 
     def _quota_vector(self, tenant: str) -> np.ndarray:
         big = np.iinfo(np.int64).max // 4
@@ -131,14 +141,17 @@ class PlacementState:
         self.tenant_used[vc.tenant] += a.vec
         if vc.component < 0:
             vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+        self._note("hostAdded", host)
         return host
 
     def remove_host(self, vc: VCState, host: Host) -> None:
-        """Undo ``add_host`` for a host nothing runs on (a rolled-back growth)."""
+        """Remove a host nothing runs on (a rolled-back growth, an idle host, a
+        host on a failed node that moved)."""
         vc.hosts.remove(host)
         vc.by_row.pop(host.row, None)
         last = vc.next_index.get(host.group, 0) - 1
-        if host.name == (f"{host.group}-{last}" if host.group is not None else f"auto-{last}"):
+        unseen = self.journal is None or ("hostAdded", id(host)) in self.journal
+        if unseen and host.name == (f"{host.group}-{last}" if host.group is not None else f"auto-{last}"):
             vc.next_index[host.group] = last  # a rolled-back host leaves no gap in the names
         self.nodes.give(host.node_alloc)
         self.tenant_used[vc.tenant] -= host.node_alloc.vec
@@ -146,6 +159,7 @@ class PlacementState:
             vc.table.retire(host.row)
         if not vc.hosts:
             vc.component = -1
+        self._note("hostRemoved", host)
 
     # ------------------------------------------------------------ tasks
 
@@ -160,6 +174,7 @@ class PlacementState:
                 vc.by_node[a.row] = host
                 if vc.component < 0:
                     vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+                self._note("hostAdded", host)
             host.node_alloc = _merge(host.node_alloc, a)
             self.tenant_used[tenant] += a.vec
         else:
@@ -184,6 +199,7 @@ class PlacementState:
                 del vc.by_node[host.node]
                 if not vc.hosts:
                     vc.component = -1
+                self._note("hostRemoved", host)
         return p
 
     # ------------------------------------------------------------ nodes

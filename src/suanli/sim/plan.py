@@ -22,10 +22,8 @@ def dry_run(sim, at: float) -> dict[str, Any]:
     pending = [r for r in sim.tasks.values() if r.status == "pending"]
     moves: list[dict[str, Any]] = []
     # shown even when the scenario turns rescheduling off: this is what it would do
-    policy = sim.scenario.policy.rescheduling if sim.scenario is not None else None
-    hysteresis = policy.hysteresis if policy else 60.0
-    limit = policy.max_concurrent_migrations if policy else 8
-    for mv in plan_returns(sim, at, hysteresis, limit):
+    policy = sim.policy
+    for mv in plan_returns(sim, at, policy.hysteresis, policy.max_concurrent_migrations - len(sim.migrating)):
         p = sim.state.placements[mv.task]
         table = sim.state.vcs[p.vc].table
         moves.append({"kind": "return", "task": mv.task, "from": fleet.node_name(p.host.node),

@@ -85,12 +85,15 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
 
 
 def apply_returns(sim, t: float) -> None:
-    """Plan this instant's return moves and make them."""
-    policy = sim.scenario.policy.rescheduling
-    if not sim.near_running:
+    """Plan this instant's return moves and make those the disruption budgets
+    and the migration limit allow."""
+    policy = sim.policy
+    room = policy.max_concurrent_migrations - len(sim.migrating)
+    if not sim.near_running or room <= 0:
         return
-    for move in plan_returns(sim, t, policy.hysteresis, policy.max_concurrent_migrations):
-        _move(sim, t, move)
+    for move in plan_returns(sim, t, policy.hysteresis, room):
+        if sim.may_disturb(sim.tasks[move.task].unit):
+            _move(sim, t, move)
 
 def _move(sim, t: float, move: Move) -> None:
     """Move a running service to a better row: the run goes on, the task is
@@ -106,6 +109,7 @@ def _move(sim, t: float, move: Move) -> None:
     p = sim.state.add_placement(move.task, rec.tenant, vcs, a)
     sim.business.acquire(rec.component, p.host.node)
     rec.moved_from, rec.stopped_at = old.host.node, t
+    sim.disrupted[move.task] = None
     sim.log(t, "placed", task=move.task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason="closer to its near site")
     sim.log_move(t, rec, p.host.node, cause="return")
 
@@ -127,6 +131,8 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
         if not all(c.preemptible for c in comps):
             continue
         if fair:
+            if not sim.may_disturb(uid):
+                continue  # reclaim is voluntary: within budgets and the migration limit
             other = us.unit.tenant
             if other == unit.tenant or us.unit.priority > unit.priority or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):

@@ -31,6 +31,8 @@ from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
+from suanli.spec.schema import ReschedulingPolicy
+from suanli.sim.hosts import HostKeeper, Wake
 from suanli.sim.metrics import Recorder
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, transfer_s,
                                     victims)
@@ -104,6 +106,7 @@ class Simulation:
         self.seed = world.seed if seed is None else seed
         self.until = until if until is not None else (scenario.until if scenario and scenario.until else None)
         self.state = PlacementState(world)
+        self.state.journal = {}  # every host added or removed becomes an event
         self.rng = np.random.default_rng(self.seed)
         self.global_layer = GlobalLayer(self.state, self.rng)
         self.business = BusinessLayer(self.state, self.global_layer, self.rng)
@@ -117,7 +120,7 @@ class Simulation:
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.links_down: set[frozenset[int]] = set()
         self.recorder = Recorder(self.state, self._near_violations)
-        self.near_running: dict[str, Component] = {}  # running tasks with a near bound
+        self.near_running: dict[str, Component] = {}  # running tasks with a near site
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
         self.units_by_app: dict[str, list[int]] = {}
@@ -127,8 +130,10 @@ class Simulation:
         self._reclaimed_at: float | None = None
         self.migrating: dict[str, int] = {}  # tasks whose state is on its way -> their move
         self._moves = 0
-        policy = scenario.policy.rescheduling if scenario is not None else None
-        self.rescheduling = policy if policy is not None and policy.enabled else None
+        self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
+        self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
+        self.hosts = HostKeeper(self)
+        self.disrupted: dict[str, None] = {}  # tasks stopped to move, until they run again
 
     # ------------------------------------------------------------ running
 
@@ -140,9 +145,7 @@ class Simulation:
 
     def _start(self) -> None:
         self.global_layer.place_initial()
-        for vc in self.state.vcs.values():
-            for h in vc.hosts:
-                self.log(0.0, "hostAdded", vc=vc.name, host=h.name, node=self.world.fleet.node_name(h.node))
+        self.flush_hosts(0.0)
         arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
             self.loop.schedule(arrivals.get(app.name, 0.0), Submit(app))
@@ -195,9 +198,14 @@ class Simulation:
                 self._claim_ended(t, ev.claim)
             elif isinstance(ev, MoveDone):
                 self._move_done(t, ev)
+            elif isinstance(ev, Wake):
+                pass  # the instant's pass is the point
+        self.hosts.before(t)
         self._schedule(t)
         if self.rescheduling is not None:
             apply_returns(self, t)
+        self.hosts.after(t)
+        self.flush_hosts(t)
         self.recorder.sample(t)
         if self.on_instant is not None:
             self.on_instant(t)
@@ -246,6 +254,7 @@ class Simulation:
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
         self.migrating.pop(task, None)
+        self.disrupted.pop(task, None)
         rec.status, rec.ended_at = status, t
         self.log(t, kind, task=task, **where, **extra)
 
@@ -279,12 +288,19 @@ class Simulation:
         fleet = self.world.fleet
         if ev.kind == "delete":
             self._delete(t, ev.app, "deleted")
-        elif ev.kind in ("nodeDown", "nodeUp"):
+        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain"):
             node = fleet.node_by_name(ev.node)
             self.log(t, ev.kind, node=ev.node)
             tasks = self.state.set_node_enabled(node, ev.kind == "nodeUp")
-            for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
-                self._stop_unit(t, uid, node)
+            if ev.kind == "nodeUp":
+                self.hosts.node_back(node)
+                return
+            if ev.kind == "nodeDown":
+                for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
+                    self._stop_unit(t, uid, node)
+            else:
+                self.hosts.draining[node] = None  # its work moves off in waves (hosts.before)
+            self.hosts.node_out(node)
         elif ev.kind in ("linkDown", "linkUp"):
             pair = frozenset(fleet.site_index[s] for s in ev.between)
             (self.links_down.add if ev.kind == "linkDown" else self.links_down.discard)(pair)
@@ -295,7 +311,7 @@ class Simulation:
             self.log(t, ev.kind, between=list(ev.between))
             if self.rescheduling is not None:  # work whose bound broke moves, or waits
                 for uid, reason in broken_units(self).items():
-                    self._evict(t, uid, "bound broken", reason=reason)
+                    self.evict(t, uid, "bound broken", reason=reason)
         elif ev.kind == "deviceBusy":
             self._device_busy(t, ev)
 
@@ -402,8 +418,6 @@ class Simulation:
         reclaimed = 0
         hopeless: set[tuple] = set()
         for unit in sorted(failed, key=lambda u: (-u.priority, share[u.tenant], u.seq)):
-            if reclaimed >= policy.max_concurrent_migrations:
-                break
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless or share[unit.tenant] * (1 + FAIR_MARGIN) >= top:
                 continue
@@ -418,12 +432,12 @@ class Simulation:
     def _evict_for(self, t: float, unit: Unit, plan: list, cause: str) -> None:
         """Evict the planned victims, then place the unit they made room for."""
         for v in plan:
-            self._evict(t, v.key, cause, by=unit)
+            self.evict(t, v.key, cause, by=unit)
         if self.business.place(unit, record=False) is None:
             del self.pending[unit.seq]
             self._started(t, unit.seq)
 
-    def _evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
+    def evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
         """Stop a running unit and queue it again whole. Services move: their
         next start is a migration, and a stateful one may go only where its
         state can follow. Jobs resume from their last checkpoint."""
@@ -439,6 +453,7 @@ class Simulation:
             held.append(int(fleet.node_site[node]) if rec.component.lifetime == "service" and rec.component.stateful else -1)
             extra = {"by": by.tasks[0]} if by is not None else {}
             self._end_task(t, task, PENDING, "preempted", cause=cause, **extra, **why)
+            self.disrupted[task] = None
         if any(s >= 0 for s in held):
             by_task = dict(zip(run.tasks, held))
             unit.state_sites = tuple(by_task.get(task, -1) for task in unit.tasks)
@@ -464,6 +479,7 @@ class Simulation:
         if self.migrating.get(ev.task) != ev.move:
             return  # the task stopped again before its state arrived
         del self.migrating[ev.task]
+        self.disrupted.pop(ev.task, None)
         p = self.state.placements[ev.task]
         self.log(t, "started", task=ev.task, **self.where(p.host.node))
 
@@ -485,7 +501,7 @@ class Simulation:
             rec = self.tasks[task]
             p = self.state.placements[task]
             rec.status = RUNNING
-            if rec.component.near is not None and rec.component.near.max_rtt_ms is not None:
+            if rec.component.near is not None:
                 self.near_running[task] = rec.component
             if rec.first_placed_at is None:
                 rec.first_placed_at = t
@@ -495,8 +511,30 @@ class Simulation:
             if rec.moved_from is not None:
                 self.log_move(t, rec, p.host.node)  # started when its state arrives
             else:
+                self.disrupted.pop(task, None)
                 self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
+
+    # ------------------------------------------------------------ voluntary moves
+
+    def may_disturb(self, uid: int, moves: int = 0) -> bool:
+        """May a voluntary move (return, reclaim, defragmentation, drain) stop
+        this running unit now? Only within each of its components' disruption
+        budget (a gang: when no other member is moving), and while fewer than
+        ``maxConcurrentMigrations`` moves (``moves`` planned now, plus states
+        in flight) are under way."""
+        policy = self.policy
+        unit = self.units[uid].unit
+        if len(self.migrating) + moves + len(unit.tasks) > policy.max_concurrent_migrations:
+            return False
+        moving = Counter((c.app, c.name) for c in (self.tasks[t].component for t in self.disrupted))
+        members = Counter((c.app, c.name) for c in unit.components)
+        for comp in dict.fromkeys(unit.components):
+            key = (comp.app, comp.name)
+            limit = 0 if comp.gang else policy.budget(comp.size)
+            if moving[key] + (0 if comp.gang else members[key]) > limit:
+                return False
+        return True
 
     # ------------------------------------------------------------ helpers
 
@@ -507,6 +545,8 @@ class Simulation:
         rtt = fleet.network.rtt_ms
         count = 0
         for task, comp in self.near_running.items():
+            if comp.near.max_rtt_ms is None:
+                continue  # a preference only
             node = self.state.placements[task].host.node
             if rtt[fleet.node_site[node], fleet.site_index[comp.near.site]] > comp.near.max_rtt_ms:
                 count += 1
@@ -517,4 +557,14 @@ class Simulation:
         return {"node": fleet.node_name(node), "site": fleet.site_of(node).name}
 
     def log(self, t: float, kind: str, **fields: Any) -> None:
+        if self.state.journal:
+            self.flush_hosts(t)  # host changes come before what they made possible
         self.events.append({"t": round(t, 6), "kind": kind, **fields})
+
+    def flush_hosts(self, t: float, **why: Any) -> None:
+        """Log the hosts added and removed since the last event."""
+        changes, self.state.journal = self.state.journal, {}
+        name = self.world.fleet.node_name
+        for (kind, _), h in changes.items():
+            self.events.append({"t": round(t, 6), "kind": kind, "vc": h.vc, "host": h.name,
+                                "node": name(h.node), **why})

@@ -130,7 +130,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
         here = ("spec", "events", i)
         if ev.kind == "delete" and ev.app not in apps:
             out.append(_missing(sc, here + ("app",), "application", ev.app, apps))
-        elif ev.kind in ("nodeDown", "nodeUp") and ev.node not in nodes:
+        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain") and ev.node not in nodes:
             out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
         elif ev.kind in ("linkDown", "linkUp"):
             for j, end in enumerate(ev.between):

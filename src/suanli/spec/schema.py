@@ -487,6 +487,11 @@ class NodeUpEvent(_EventBase):
     node: str
 
 
+class NodeDrainEvent(_EventBase):
+    kind: Literal["nodeDrain"]  # no new work; running work moves off gracefully; nodeUp ends it
+    node: str
+
+
 class LinkDownEvent(_EventBase):
     kind: Literal["linkDown"]
     between: tuple[Name, Name]
@@ -514,15 +519,42 @@ class DeviceBusyEvent(_EventBase):
 
 
 EventSpec = Annotated[
-    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
+    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, NodeDrainEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
     Field(discriminator="kind"),
 ]
+
+
+def _parse_budget(value: Any) -> Any:
+    """A disruption budget: a count of replicas (>= 1) or a percentage ("25%")."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            pct = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"expected a count or a percentage like '25%', got {value!r}") from None
+        if not 0 < pct <= 100:
+            raise ValueError(f"a percentage must be above 0% and at most 100%, got {value!r}")
+        return value.strip()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"expected a count (1 or more) or a percentage like '25%', got {value!r}")
+    return value
+
+
+DisruptionBudget = Annotated[Union[int, str], BeforeValidator(_parse_budget)]
 
 
 class ReschedulingPolicy(Base):
     enabled: bool = True
     hysteresis: DurationS = 60.0
     max_concurrent_migrations: Annotated[int, Field(ge=1)] = 8
+    # at most this many of a component's replicas disturbed at once by voluntary
+    # moves (returns, reclaim, defragmentation, drains); at least one
+    disruption_budget: DisruptionBudget = "25%"
+
+    def budget(self, replicas: int) -> int:
+        b = self.disruption_budget
+        if isinstance(b, str):
+            return max(1, int(replicas * float(b[:-1]) / 100))
+        return b
 
 
 class PolicySpec(Base):

@@ -1,0 +1,164 @@
+"""The world changing under running work: hosts that move and shrink, drains,
+disruption budgets and the migration limit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import yaml
+
+from builders import app, component, node_group, site, tenant, vc
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
+
+
+def simulate(path, **kw):
+    sim = Simulation(load_world([str(path)]), **kw)
+    return sim, sim.run()
+
+
+def scenario(tmp_path, sites, apps, vcs=(), until="2h", arrivals=(), events=(), policy=None, tenants=None):
+    docs = [
+        {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"}, "spec": {"sites": list(sites)}},
+        *(tenants or [tenant()]), *vcs, *apps,
+        {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"},
+         "spec": {"until": until, "arrivals": list(arrivals), "events": list(events),
+                  **({"policy": {"rescheduling": policy}} if policy else {})}},
+    ]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def host_events(sim, kind=None):
+    return [e for e in sim.events if e["kind"] in ((kind,) if kind else ("hostAdded", "hostRemoved"))]
+
+
+def test_an_elastic_group_grows_for_pending_work_and_shrinks_after_scale_down_after(tmp_path):
+    pool = {"name": "pool", "min": 1, "max": 4, "resources": {"cpu": 8, "memory": "16Gi"}}
+    jobs = component("j", lifetime="job", replicas=3, cpu=8, memory="8Gi", duration="10m")
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=4, cpu=8)])],
+                    [app("w", components=[jobs], virtualCluster="v")],
+                    vcs=[vc("v", groups=[pool], autoscale={"scaleDownAfter": "5m"})])
+    sim, _ = simulate(path)
+    added, removed = host_events(sim, "hostAdded"), host_events(sim, "hostRemoved")
+    assert [e["t"] for e in added] == [0, 0, 0]  # min 1 up front, two more for the pending jobs
+    assert len({e["node"] for e in added}) == 3 and all(e["vc"] == "v" for e in added)
+    # the jobs end at 10m; idle hosts go at 15m, down to the group's min
+    assert [e["t"] for e in removed] == [900, 900]
+    assert all(e["reason"] == "idle for 300s" for e in removed)
+    assert len(sim.state.vcs["v"].hosts) == 1
+    # every host event names vc, host and node, and host names are never reused
+    names = [e["host"] for e in added]
+    assert len(set(names)) == len(names)
+
+
+def test_an_idle_host_that_gets_work_again_is_kept(tmp_path):
+    pool = {"name": "pool", "min": 0, "max": 2, "resources": {"cpu": 8, "memory": "16Gi"}}
+    first = component("j", lifetime="job", cpu=8, memory="8Gi", duration="10m")
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=2, cpu=8)])],
+                    [app("a", components=[first], virtualCluster="v"),
+                     app("b", components=[first], virtualCluster="v")],
+                    vcs=[vc("v", groups=[pool], autoscale={"scaleDownAfter": "5m"})],
+                    arrivals=[{"at": 0, "app": "a"}, {"at": "13m", "app": "b"}])
+    sim, _ = simulate(path)
+    removed = host_events(sim, "hostRemoved")
+    # idle from 10m, busy again from 13m to 23m, removed 5 minutes after that
+    assert [e["t"] for e in removed] == [28 * 60]
+    assert len(host_events(sim, "hostAdded")) == 1
+
+
+def test_a_fixed_coupled_group_moves_off_a_failed_node_inside_its_domain(tmp_path):
+    ib = lambda d: {"ethernet": "lan", "ib": d}  # noqa: E731
+    groups = [node_group("a", count=3, cpu=8, fabrics=ib("ib-a")), node_group("b", count=4, cpu=8, fabrics=ib("ib-b"))]
+    trainers = {"name": "trainers", "count": 2, "resources": {"cpu": 8, "memory": "16Gi"}, "coupling": "ib"}
+    gang = component("g", lifetime="job", cpu=8, memory="8Gi", gang={"size": 2}, coupling="ib", duration="1h")
+    path = scenario(tmp_path, [site("s", groups=groups)], [app("w", components=[gang], virtualCluster="v")],
+                    vcs=[vc("v", groups=[trainers])])
+    sim, _ = simulate(path, until=60)
+    domain = {e["node"].split("/")[1].split("-")[0] for e in host_events(sim, "hostAdded")}
+    assert len(domain) == 1
+    victim = host_events(sim, "hostAdded")[0]["node"]
+    path = scenario(tmp_path, [site("s", groups=groups)], [app("w", components=[gang], virtualCluster="v")],
+                    vcs=[vc("v", groups=[trainers])], events=[{"at": "10m", "kind": "nodeDown", "node": victim}])
+    sim, _ = simulate(path)
+    at_10 = [e for e in host_events(sim) if e["t"] == 600]
+    assert [e["kind"] for e in at_10] == ["hostAdded", "hostRemoved"]
+    new, old = at_10
+    assert old["node"] == victim and new["node"] != victim
+    assert new["node"].split("/")[1].split("-")[0] == victim.split("/")[1].split("-")[0]  # same ib domain
+    assert new["reason"].startswith("replaces ") and "out of service" in old["reason"]
+    hosts = sim.state.vcs["v"].hosts
+    assert len(hosts) == 2 and victim not in {sim.world.fleet.node_name(h.node) for h in hosts}
+    # the gang lost a member at 10m, was requeued whole and runs again on the moved hosts
+    placed = [e for e in sim.events if e["kind"] == "placed" and e["t"] == 600]
+    assert len(placed) == 2 and victim not in {e["node"] for e in placed}
+
+
+def test_a_host_with_nowhere_to_go_waits_for_room(tmp_path):
+    fixed = {"name": "f", "count": 2, "resources": {"cpu": 8, "memory": "16Gi"}}
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=2, cpu=8)])],
+                    [app("w", components=[component("c", cpu=1)], virtualCluster="v")],
+                    vcs=[vc("v", groups=[fixed])],
+                    events=[{"at": "10m", "kind": "nodeDown", "node": "s/n-0"},
+                            {"at": "20m", "kind": "nodeUp", "node": "s/n-0"}])
+    sim, _ = simulate(path)
+    # no spare node: the host stays (out of service) and is back in service at 20m
+    assert len(host_events(sim, "hostAdded")) == 2 and not host_events(sim, "hostRemoved")
+    assert len(sim.state.vcs["v"].hosts) == 2
+    assert sim.tasks["w/c/0"].status == "running"
+
+
+def test_a_drain_moves_work_off_in_waves_within_the_disruption_budget(tmp_path):
+    web = component("web", replicas=4, cpu=1, state={"kind": "stateful", "size": "1Gi"})
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=2, cpu=8)])],
+                    [app("w", components=[web], priority=1)],
+                    events=[{"at": "10m", "kind": "nodeDrain", "node": "s/n-0"}],
+                    policy={"disruptionBudget": 1})
+    sim, _ = simulate(path, until=9 * 60)
+    on_n0 = {t for t, p in sim.state.placements.items() if sim.world.fleet.node_name(p.host.node) == "s/n-0"}
+    sim, _ = simulate(path)
+    drained = [e for e in sim.events if e["kind"] == "preempted"]
+    assert {e["task"] for e in drained} == on_n0 and all(e["cause"] == "drain" for e in drained)
+    # one replica at a time: each waits for the previous one's state to arrive (1 GiB over the node fabric)
+    times = [e["t"] for e in drained]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    started = {e["task"]: e["t"] for e in sim.events if e["kind"] == "started" and e["t"] >= 600}
+    for a, b in zip(drained, drained[1:]):
+        assert b["t"] >= started[a["task"]]
+    assert all(sim.world.fleet.node_name(p.host.node) == "s/n-1" for p in sim.state.placements.values())
+
+
+def test_the_disruption_budget_limits_return_moves(tmp_path):
+    """Four replicas pushed off their near site come back at most two at a time."""
+    svc = component("s", replicas=4, cpu=2, state={"kind": "stateful", "size": "8Gi"}, near={"site": "car"})
+    hog = component("h", cpu=8, near={"site": "car", "maxRttMs": 1})
+    sites = [site("car", tier="device", groups=[node_group(count=1, cpu=8)]),
+             site("edge", tier="edge", groups=[node_group(count=1, cpu=16)])]
+    docs_links = [{"between": ["car", "edge"], "rttMs": 10, "bandwidth": "1Gbps"}]
+    path = scenario(tmp_path, sites, [app("w", components=[svc], priority=1), app("hog", components=[hog], priority=9)],
+                    arrivals=[{"at": 0, "app": "w"}, {"at": "10m", "app": "hog"}],
+                    events=[{"at": "20m", "kind": "delete", "app": "hog"}],
+                    policy={"disruptionBudget": "50%", "hysteresis": "1m"})
+    data = list(yaml.safe_load_all(path.read_text()))
+    data[0]["spec"]["links"] = docs_links
+    path.write_text(yaml.safe_dump_all(data, sort_keys=False))
+    sim, _ = simulate(path)
+    returns = [e for e in sim.events if e["kind"] == "migrated" and e.get("cause") == "return"]
+    assert len(returns) == 4
+    by_time = Counter(e["t"] for e in returns)
+    assert max(by_time.values()) <= 2  # 50% of 4
+    # the next pair goes only once the first pair's state (8 GiB at 1 Gbps, ~69 s) has arrived
+    first, later = min(by_time), max(by_time)
+    assert later - first >= 8 * 2**30 * 8 / 1e9
+
+
+def test_a_bad_disruption_budget_is_reported(tmp_path):
+    import subprocess
+    import sys
+
+    path = scenario(tmp_path, [site("s")], [app("w")], policy={"disruptionBudget": "150%"})
+    run = subprocess.run([sys.executable, "-m", "suanli.cli", "simulate", str(path), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "spec.policy.rescheduling.disruptionBudget" in run.stderr and "at most 100%" in run.stderr
