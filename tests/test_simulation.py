@@ -212,19 +212,35 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
     assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed"))
 
 
-def test_device_busy_claims_what_is_free_and_gives_it_back(tmp_path):
+def test_device_busy_takes_its_capacity_moving_what_stands_in_the_way(tmp_path):
     svc = component("s", cpu=6, accelerators=[{"kind": "npu", "count": 0.5}])
+    small = component("m", cpu=1)
     groups = [node_group(count=1, cpu=8, accelerators=[{"kind": "npu", "model": "Orin", "count": 2, "shareable": True}])]
     busy = {"at": "10m", "kind": "deviceBusy", "site": "s", "duration": "5m",
             "resources": {"cpu": 4, "accelerators": [{"kind": "npu", "count": 1}]}}
-    path = _scenario_world(tmp_path, [svc], events=[busy], groups=groups, until="30m")
+    path = _scenario_world(tmp_path, [svc, small], events=[busy], groups=groups, until="30m")
     sim, _ = simulate(path)
     claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
-    assert claimed["claimed"] == {"cpu_milli": 2000, "mem_mib": 0, "npu_milli": 1000}
-    assert claimed["short"] == {"cpu_milli": 2000}
+    assert claimed["claimed"] == {"cpu_milli": 4000, "mem_mib": 0, "npu_milli": 1000} and "short" not in claimed
+    # the 6-core service had to go (the 1-core one alone would not have made room); it comes back at 15m
+    moved = [e for e in sim.events if e["kind"] == "preempted"]
+    assert [(e["task"], e["t"], e["cause"]) for e in moved] == [("w/s/0", 600, "capacity claimed")]
+    assert sim.tasks["w/m/0"].status == "running" and sim.tasks["w/s/0"].status == "running"
     freed = next(e for e in sim.events if e["kind"] == "deviceFree")
     assert freed["t"] == 15 * 60 and freed["freed"] == claimed["claimed"]
-    assert int(sim.state.nodes.free[0, 0]) == 2000  # the claim was given back; the service still holds 6 cores
+    back = [e for e in sim.events if e.get("task") == "w/s/0" and e["kind"] == "placed"]
+    assert [e["t"] for e in back] == [0, 900]
+
+
+def test_device_busy_reports_what_even_evictions_cannot_free(tmp_path):
+    svc = component("s", cpu=2)
+    busy = {"at": "10m", "kind": "deviceBusy", "node": "s/n-0", "resources": {"cpu": 12}}
+    path = _scenario_world(tmp_path, [svc], events=[busy], groups=[node_group(count=1, cpu=8)], until="30m")
+    sim, _ = simulate(path)
+    claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
+    assert claimed["claimed"]["cpu_milli"] == 6000 and claimed["short"] == {"cpu_milli": 6000}
+    assert not [e for e in sim.events if e["kind"] == "preempted"]  # evicting would not make 12 cores fit
+    assert sim.tasks["w/s/0"].status == "running"
 
 
 # ---------------------------------------------------------------- traces

@@ -24,7 +24,7 @@ from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.output import resources_json
-from suanli.scheduling.filters import feasible
+from suanli.scheduling.filters import feasible, fits_row
 from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, partial_allocation
@@ -317,9 +317,11 @@ class Simulation:
 
     def _device_busy(self, t: float, ev: Any) -> None:
         """Local work outside the scheduler claims capacity on a node (the site's
-        node with the most room when a site is named). What is free is taken at
-        once; what is not is reported as ``short`` (evicting work for it is the
-        rescheduler's job)."""
+        node with the most room when a site is named). The claim comes first:
+        when what is free is short, the work on that node that stands in the
+        way moves off, cheapest first (lowest priority, least state, fewest
+        tasks), until the claim fits. What cannot be freed (capacity held by
+        an explicit VC's host) is reported as ``short``."""
         fleet, nodes = self.world.fleet, self.state.nodes
         req = compile_request(fleet, resources_of(ev.resources))
         if ev.node is not None:
@@ -328,7 +330,10 @@ class Simulation:
             rows = np.flatnonzero(nodes.view("site") == fleet.site_index[ev.site])
         fits = rows[feasible(nodes, req)[rows]]
         row = int(fits[0]) if fits.size else int(rows[np.argmax(nodes.free[0, rows])])
-        a = allocation(nodes, req, row) if fits.size else partial_allocation(nodes, req, row)
+        if not fits.size:
+            self._make_room(t, req, row)
+        full = fits_row(nodes, req, row)
+        a = allocation(nodes, req, row) if full else partial_allocation(nodes, req, row)
         nodes.take(a)
         claim = len(self.claims)
         self.claims[claim] = a
@@ -337,6 +342,42 @@ class Simulation:
                   **({"short": short} if short else {}))
         if ev.duration is not None:
             self.loop.schedule(t + ev.duration, ClaimEnded(claim))
+
+    def _make_room(self, t: float, req, row: int) -> None:
+        """Evict running units on ``row`` (default VCs: they hold node capacity
+        directly), cheapest first, only as many as the claim needs, and only
+        if together they make it fit."""
+        nodes = self.state.nodes
+        units = {}
+        for task in self.state.tasks_on_node.get(row, ()):
+            p = self.state.placements[task]
+            uid = self.tasks[task].unit
+            if self.state.vcs[p.vc].default and self.units[uid].run is not None:
+                units[uid] = self.units[uid].unit
+        cost = {uid: (u.priority, sum(c.state_mib for c in set(u.components) if c.stateful), len(u.tasks), uid)
+                for uid, u in units.items()}
+        held = {uid: [self.state.placements[task].alloc for task in self.units[uid].run.tasks
+                      if self.state.placements[task].host.node == row] for uid in units}
+        chosen = []
+        with_all = [a for uid in units for a in held[uid]]
+        for a in with_all:
+            nodes.give(a)
+        enough = fits_row(nodes, req, row)
+        for a in with_all:
+            nodes.take(a)
+        if not enough:
+            return
+        for uid in sorted(units, key=cost.get):  # cheapest first, until it fits
+            chosen.append(uid)
+            for a in held[uid]:
+                nodes.give(a)
+            if fits_row(nodes, req, row):
+                break
+        for uid in chosen:
+            for a in held[uid]:
+                nodes.take(a)
+        for uid in chosen:
+            self.evict(t, uid, "capacity claimed", reason=f"deviceBusy on {self.world.fleet.node_name(row)}")
 
     def _claim_ended(self, t: float, claim: int) -> None:
         a = self.claims.pop(claim)
