@@ -162,3 +162,54 @@ def test_a_bad_disruption_budget_is_reported(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "spec.policy.rescheduling.disruptionBudget" in run.stderr and "at most 100%" in run.stderr
+
+
+def _sharing_world(tmp_path, nodes=1, gpus=2, preemptible=True, late="15m"):
+    """Half-GPU jobs and services arrive in turn, so each GPU gets one of each;
+    the jobs end, leaving half of every GPU free; then a whole-GPU job arrives."""
+    half = [{"kind": "gpu", "count": 0.5}]
+    apps, arrivals = [], []
+    for i in range(nodes * gpus):
+        apps.append(app(f"job{i}", components=[component("j", lifetime="job", cpu=1, accelerators=half,
+                                                         duration="10m")]))
+        apps.append(app(f"svc{i}", components=[component("s", cpu=1, accelerators=half,
+                                                         state={"kind": "stateful", "size": "1Gi"})],
+                        preemptible=preemptible))
+        arrivals += [{"at": f"{2 * i}s", "app": f"job{i}"}, {"at": f"{2 * i + 1}s", "app": f"svc{i}"}]
+    apps.append(app("whole", components=[component("w", lifetime="job", cpu=1,
+                                                   accelerators=[{"kind": "gpu", "count": 1}], duration="10m")]))
+    arrivals.append({"at": late, "app": "whole"})
+    groups = [node_group(count=nodes, cpu=16, accelerators=[{"kind": "gpu", "model": "T4", "count": gpus,
+                                                             "shareable": True}])]
+    return scenario(tmp_path, [site("s", groups=groups)], apps, arrivals=arrivals, until="1h")
+
+
+def test_scattered_device_share_is_gathered_for_a_whole_device_task(tmp_path):
+    sim, _ = simulate(_sharing_world(tmp_path))
+    before = [e for e in sim.events if e["kind"] == "placed" and e["t"] < 900]
+    assert len(before) == 4  # two jobs and two services, half a GPU each
+    moves = [e for e in sim.events if e["kind"] == "migrated" and e.get("cause") == "defragment"]
+    assert len(moves) == 1 and moves[0]["t"] == 900 and moves[0]["from"] == moves[0]["to"] == "s/n-0"
+    assert moves[0]["bytes"] == 2**30
+    placed = next(e for e in sim.events if e["kind"] == "placed" and e["task"] == "whole/w/0")
+    assert placed["t"] == 900
+    # after the move the two services share one GPU and the whole-GPU job has the other
+    sim, _ = simulate(_sharing_world(tmp_path), until=20 * 60)
+    p = sim.state.placements
+    svc_slots = {p[t].alloc.slots for t in ("svc0/s/0", "svc1/s/0")}
+    assert len(svc_slots) == 1 and p["whole/w/0"].alloc.slots not in svc_slots
+
+
+def test_defragmentation_moves_a_share_to_another_node_when_it_must(tmp_path):
+    sim, _ = simulate(_sharing_world(tmp_path, nodes=2, gpus=1))
+    moves = [e for e in sim.events if e["kind"] == "migrated" and e.get("cause") == "defragment"]
+    assert len(moves) == 1 and moves[0]["from"] != moves[0]["to"]
+    placed = next(e for e in sim.events if e["kind"] == "placed" and e["task"] == "whole/w/0")
+    assert placed["t"] == 900 and placed["node"] == moves[0]["from"]
+
+
+def test_no_defragmentation_of_work_that_may_not_be_disturbed(tmp_path):
+    sim, _ = simulate(_sharing_world(tmp_path, preemptible=False))
+    assert not [e for e in sim.events if e["kind"] == "migrated"]
+    assert sim.tasks["whole/w/0"].status == "pending"
+    assert "insufficient gpu" in sim.tasks["whole/w/0"].reasons

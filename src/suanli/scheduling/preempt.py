@@ -41,14 +41,14 @@ def plan_preemption(layer: BusinessLayer, unit: Unit, candidates: list[Victim]) 
         return None
     for v in candidates:
         _release(layer, v, table)
-    if not _fits(layer, unit):
+    if not fits_now(layer, unit):
         for v in candidates:
             _restore(layer, v, table)
         return None
     evicted = []
     for v in sorted(candidates, key=Victim.cost, reverse=True):
         _restore(layer, v, table)
-        if not _fits(layer, unit):
+        if not fits_now(layer, unit):
             _release(layer, v, table)
             evicted.append(v)
     for v in evicted:  # leave the table as it was: the caller evicts for real
@@ -72,7 +72,7 @@ def _restore(layer: BusinessLayer, v: Victim, table) -> None:
             layer.state.tenant_used[v.tenant] += a.vec
 
 
-def _fits(layer: BusinessLayer, unit: Unit) -> bool:
+def fits_now(layer: BusinessLayer, unit: Unit) -> bool:
     """Would the unit fit now? Placed tentatively, then everything given back."""
     vcs = layer.state.vcs[unit.app.vc]
     reqs = layer.unit_requests(unit)

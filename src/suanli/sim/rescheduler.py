@@ -96,22 +96,28 @@ def apply_returns(sim, t: float) -> None:
             _move(sim, t, move)
 
 def _move(sim, t: float, move: Move) -> None:
-    """Move a running service to a better row: the run goes on, the task is
-    placed again there and its state travels (``migrated``)."""
     rec = sim.tasks[move.task]
-    old = sim.state.placements[move.task]
+    vcs = sim.state.vcs[sim.state.placements[move.task].vc]
+    a = allocation(vcs.table, sim.business.request(rec.component, rec.tenant), move.to_row)
+    relocate(sim, t, move.task, a, "return", "closer to its near site")
+
+
+def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
+    """Move a running task to allocation ``a`` on its VC's table (another row,
+    or other devices of the same row): its run goes on, it is placed again
+    there and its state travels (``migrated``; started when it arrives)."""
+    rec = sim.tasks[task]
+    old = sim.state.placements[task]
     vcs = sim.state.vcs[old.vc]
-    sim.state.remove_placement(move.task)
+    sim.state.remove_placement(task)
     sim.business.release(rec.component, old.host.node)
-    req = sim.business.request(rec.component, rec.tenant)
-    a = allocation(vcs.table, req, move.to_row)
     vcs.table.take(a)
-    p = sim.state.add_placement(move.task, rec.tenant, vcs, a)
+    p = sim.state.add_placement(task, rec.tenant, vcs, a)
     sim.business.acquire(rec.component, p.host.node)
     rec.moved_from, rec.stopped_at = old.host.node, t
-    sim.disrupted[move.task] = None
-    sim.log(t, "placed", task=move.task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason="closer to its near site")
-    sim.log_move(t, rec, p.host.node, cause="return")
+    sim.disrupted[task] = None
+    sim.log(t, "placed", task=task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason=reason)
+    sim.log_move(t, rec, p.host.node, cause=cause)
 
 
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:

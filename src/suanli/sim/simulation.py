@@ -32,10 +32,11 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import ReschedulingPolicy
+from suanli.sim.defrag import plan_defrag
 from suanli.sim.hosts import HostKeeper, Wake
 from suanli.sim.metrics import Recorder
-from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, transfer_s,
-                                    victims)
+from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
+                                    transfer_s, victims)
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
@@ -128,6 +129,7 @@ class Simulation:
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
         self._reclaimed_at: float | None = None
+        self._defragged_at: float | None = None
         self.migrating: dict[str, int] = {}  # tasks whose state is on its way -> their move
         self._moves = 0
         self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
@@ -419,8 +421,9 @@ class Simulation:
                 continue
             del self.pending[uid]
             self._started(t, uid)
-        if failed and (self._preempt(t, [u for u, _ in failed]) or self._reclaim(t, [u for u, _ in failed])):
-            self._schedule(t)  # the evicted work may fit elsewhere now
+        units = [u for u, _ in failed]
+        if failed and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
+            self._schedule(t)  # the evicted or moved work may fit elsewhere now
 
     # ------------------------------------------------------------ preemption
 
@@ -469,6 +472,31 @@ class Simulation:
             self._evict_for(t, unit, plan, "fair share")
             reclaimed += 1
         return reclaimed > 0
+
+    def _defragment(self, t: float, failed: list[Unit]) -> bool:
+        """Once per instant: for waiting units that need whole devices, move
+        fractional tasks together so whole devices come free, when that makes
+        the unit fit (see ``defrag``)."""
+        if self.rescheduling is None or self._defragged_at == t:
+            return False
+        self._defragged_at = t
+        placed = False
+        hopeless: set[tuple] = set()
+        for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
+            shape = unit_shape(unit)
+            if unit.seq not in self.pending or shape in hopeless or not _needs_whole_devices(unit):
+                continue
+            plan = plan_defrag(self, unit)
+            if not plan:
+                hopeless.add(shape)
+                continue
+            for task, a in plan:
+                relocate(self, t, task, a, "defragment", f"frees whole devices for {unit.tasks[0]}")
+            if self.business.place(unit, record=False) is None:
+                del self.pending[unit.seq]
+                self._started(t, unit.seq)
+                placed = True
+        return placed
 
     def _evict_for(self, t: float, unit: Unit, plan: list, cause: str) -> None:
         """Evict the planned victims, then place the unit they made room for."""
@@ -609,3 +637,7 @@ class Simulation:
         for (kind, _), h in changes.items():
             self.events.append({"t": round(t, 6), "kind": kind, "vc": h.vc, "host": h.name,
                                 "node": name(h.node), **why})
+
+
+def _needs_whole_devices(unit: Unit) -> bool:
+    return any(a.milli >= 1000 for c in unit.components for a in c.resources.accelerators)
