@@ -164,7 +164,7 @@ def test_a_bad_disruption_budget_is_reported(tmp_path):
     assert "spec.policy.rescheduling.disruptionBudget" in run.stderr and "at most 100%" in run.stderr
 
 
-def _sharing_world(tmp_path, nodes=1, gpus=2, preemptible=True, late="15m"):
+def _sharing_world(tmp_path, nodes=1, gpus=2, preemptible=True, late="15m", policy=None):
     """Half-GPU jobs and services arrive in turn, so each GPU gets one of each;
     the jobs end, leaving half of every GPU free; then a whole-GPU job arrives."""
     half = [{"kind": "gpu", "count": 0.5}]
@@ -181,7 +181,7 @@ def _sharing_world(tmp_path, nodes=1, gpus=2, preemptible=True, late="15m"):
     arrivals.append({"at": late, "app": "whole"})
     groups = [node_group(count=nodes, cpu=16, accelerators=[{"kind": "gpu", "model": "T4", "count": gpus,
                                                              "shareable": True}])]
-    return scenario(tmp_path, [site("s", groups=groups)], apps, arrivals=arrivals, until="1h")
+    return scenario(tmp_path, [site("s", groups=groups)], apps, arrivals=arrivals, until="1h", policy=policy)
 
 
 def test_scattered_device_share_is_gathered_for_a_whole_device_task(tmp_path):
@@ -213,3 +213,19 @@ def test_no_defragmentation_of_work_that_may_not_be_disturbed(tmp_path):
     assert not [e for e in sim.events if e["kind"] == "migrated"]
     assert sim.tasks["whole/w/0"].status == "pending"
     assert "insufficient gpu" in sim.tasks["whole/w/0"].reasons
+
+
+def test_plan_shows_the_defragmentation_it_would_make(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = _sharing_world(tmp_path, policy={"enabled": False})
+    out = subprocess.run([sys.executable, "-m", "suanli.cli", "plan", str(path), "--at", "16m", "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    plan = json.loads(out)
+    gather = [m for m in plan["moves"] if m["kind"] == "defragment"]
+    assert len(gather) == 1 and gather[0]["for"] == ["whole/w/0"]
+    (move,) = gather[0]["move"]
+    assert move["from"] == move["to"] == "s/n-0" and len(move["devices"]) == 1
+    assert [p["task"] for p in plan["pending"]] == ["whole/w/0"]  # nothing was moved

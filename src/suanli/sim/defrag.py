@@ -31,6 +31,10 @@ from suanli.scheduling.table import Allocation
 MAX_ROWS = 8  # candidate rows tried per waiting unit
 
 
+def needs_whole_devices(unit: Unit) -> bool:
+    return any(a.milli >= 1000 for c in unit.components for a in c.resources.accelerators)
+
+
 def plan_defrag(sim, unit: Unit) -> list[tuple[str, Allocation]] | None:
     """The moves that would let ``unit`` fit, or None."""
     if len(unit.tasks) != 1:

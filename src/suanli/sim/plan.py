@@ -3,8 +3,9 @@
 ``dry_run(sim)`` is called on a simulation stopped at time T. It lists what
 runs where and what waits, then the moves that would come next, each with its
 cost and gain, without making any: return moves (services closer to their
-``near`` site) and preemptions (which lower-priority units a waiting unit would
-evict). Nothing in the simulation is changed by it.
+``near`` site), defragmentation (fractional tasks moved so a waiting
+whole-device task fits) and preemptions (which lower-priority units a waiting
+unit would evict). Nothing in the simulation is changed by it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from suanli.scheduling.preempt import plan_preemption
+from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.rescheduler import plan_returns, victims
 
 
@@ -31,6 +33,12 @@ def dry_run(sim, at: float) -> dict[str, Any]:
                       "gain": round(mv.gain, 3), "cost_downtime_s": round(mv.downtime_s, 6)})
     waiting = sorted({sim.units[r.unit].unit.seq: sim.units[r.unit].unit for r in pending if r.unit >= 0}.items())
     for _, unit in sorted(waiting, key=lambda kv: (-kv[1].priority, kv[0])):
+        gather = plan_defrag(sim, unit) if needs_whole_devices(unit) else None
+        if gather:
+            moves.append({"kind": "defragment", "for": unit.tasks,
+                          "move": [{"task": task, "from": fleet.node_name(sim.state.placements[task].host.node),
+                                    "to": fleet.node_name(int(sim.state.vcs[unit.app.vc].table.node[a.row])),
+                                    "devices": list(a.slots)} for task, a in gather]})
         plan = plan_preemption(sim.business, unit, victims(sim, unit))
         if plan:
             moves.append({"kind": "preempt", "for": unit.tasks, "priority": unit.priority,

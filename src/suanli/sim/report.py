@@ -34,8 +34,8 @@ MAX_POINTS = 2000  # per plotted line
 PENDING_ROWS = 50
 CLASSES = ("short/small", "short/large", "resident/small", "resident/large")
 STATUSES = ("submitted", "finished", "running", "pending", "failed")
-MOVE_KINDS = ("nodeDown", "nodeUp", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
-INCIDENT_KINDS = ("nodeDown", "nodeUp", "linkDown", "linkUp")
+MOVE_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
+INCIDENT_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "deviceBusy")
 
 # Colours: resources keep theirs across tier panels; kinds of move are grouped
 # by what they are (infrastructure red/green, task disruption amber/purple).
@@ -47,7 +47,7 @@ EXTRA_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 TENANT_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
                  "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
 KIND_COLORS = {
-    "nodeDown": "#c0392b", "nodeUp": "#27ae60", "linkDown": "#e67e22", "linkUp": "#16a085",
+    "nodeDown": "#c0392b", "nodeUp": "#27ae60", "nodeDrain": "#a04000", "linkDown": "#e67e22", "linkUp": "#16a085",
     "lost": "#8e44ad", "requeued": "#f1c40f", "preempted": "#d35400", "migrated": "#2980b9",
 }
 PCT_COLORS = {"p50": "#9ecae1", "p90": "#4292c6", "p99": "#08519c"}
@@ -725,6 +725,19 @@ def _migration_note(migrations: list[dict]) -> str:
     return f'<p class="note">{_esc("; ".join(bits))}.</p>'
 
 
+def _causes_note(metrics: dict) -> str:
+    """Why work was disturbed, and whether anything ran beyond its near bound."""
+    causes = (metrics.get("moves") or {}).get("causes") or {}
+    near = metrics.get("near_violations") or {}
+    bits = []
+    if causes:
+        bits.append("Why work was stopped or moved: " + ", ".join(f"{k} {v:,}" for k, v in causes.items()))
+    if _num(near.get("max_concurrent")):
+        bits.append(f"tasks beyond their near bound: up to {near.get('max_concurrent')} at once, "
+                    f"{duration(near.get('task_seconds'))} task-time in all, {near.get('at_end')} at the end")
+    return f'<p class="note">{_esc("; ".join(bits))}.</p>' if bits else ""
+
+
 # ----------------------------------------------------------------- entry point
 
 
@@ -797,7 +810,8 @@ def render_report(result: dict, events: list[dict]) -> str:
                  "two decades or more.", delay_img),
         _section("moves", "3 · Moves and incidents over time",
                  "Nodes and links going down and up, tasks lost with a node, requeued, preempted and "
-                 "migrated.", moves_img + _migration_note(migrations) + chips + _incident_table(events)),
+                 "migrated.", moves_img + _migration_note(migrations) + _causes_note(metrics) + chips
+                 + _incident_table(events)),
         _section("fairness", "4 · Fairness",
                  "Dominant share per tenant over time (the largest fraction of any one resource of the "
                  "fleet the tenant holds)"

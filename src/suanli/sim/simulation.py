@@ -32,7 +32,7 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import ReschedulingPolicy
-from suanli.sim.defrag import plan_defrag
+from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper, Wake
 from suanli.sim.metrics import Recorder
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
@@ -484,7 +484,7 @@ class Simulation:
         hopeless: set[tuple] = set()
         for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
             shape = unit_shape(unit)
-            if unit.seq not in self.pending or shape in hopeless or not _needs_whole_devices(unit):
+            if unit.seq not in self.pending or shape in hopeless or not needs_whole_devices(unit):
                 continue
             plan = plan_defrag(self, unit)
             if not plan:
@@ -637,7 +637,3 @@ class Simulation:
         for (kind, _), h in changes.items():
             self.events.append({"t": round(t, 6), "kind": kind, "vc": h.vc, "host": h.name,
                                 "node": name(h.node), **why})
-
-
-def _needs_whole_devices(unit: Unit) -> bool:
-    return any(a.milli >= 1000 for c in unit.components for a in c.resources.accelerators)
