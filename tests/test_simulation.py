@@ -517,3 +517,29 @@ def test_fair_share_reclaim_moves_shares_toward_the_weights(tmp_path):
     weighted = {t: sim.state.dominant_share(t) for t in "abc"}
     assert weighted["c"] > 0  # the late tenant gets its share too
     assert max(weighted.values()) - min(weighted.values()) <= 1 / 12 + 1e-9  # within one node of fair
+
+
+def test_the_game_moves_with_its_state_when_the_edge_has_room_for_it(examples, tmp_path):
+    """A variant: the edge has an NPU node and perception needs both car NPUs,
+    so the game itself must go; its 512 MiB cross the 200 Mbps car link."""
+    fleet = (examples / "city-fleet.yaml").read_text().replace(
+        "    - name: edge-2\n",
+        "        - {name: npu, count: 1, arch: aarch64, cpu: 16, memory: 64Gi,\n"
+        "           accelerators: [{kind: npu, model: Orin, count: 2, shareable: true}]}\n"
+        "    - name: edge-2\n", 1)
+    (tmp_path / "city-fleet.yaml").write_text(fleet)
+    (tmp_path / "tenants.yaml").write_text((examples / "tenants.yaml").read_text())
+    text = (examples / "autodrive.yaml").read_text().replace(
+        "accelerators: [{kind: npu, model: Orin, count: 1}]", "accelerators: [{kind: npu, model: Orin, count: 2}]")
+    path = tmp_path / "autodrive.yaml"
+    path.write_text(text)
+    sim, _ = simulate(path)
+    game = [e for e in sim.events if e.get("task") == "infotainment/game/0"]
+    moves = [e for e in game if e["kind"] == "migrated"]
+    assert [(e["from"], e["to"]) for e in moves] == [("car-1/soc-0", "edge-1/npu-0"), ("edge-1/npu-0", "car-1/soc-0")]
+    transfer = 512 * 2**20 * 8 / 200e6 + 0.008
+    assert all(e["bytes"] == 512 * 2**20 and e["downtime_s"] == pytest.approx(transfer) for e in moves)
+    assert 600 <= moves[0]["t"] <= 660 and 2400 <= moves[1]["t"] <= 2700
+    started = [e["t"] for e in game if e["kind"] == "started"]
+    assert started[1:] == [pytest.approx(m["t"] + transfer) for m in moves]  # running again once the state is there
+    assert not [e for e in game if e["kind"] in ("lost", "finished", "failed")]

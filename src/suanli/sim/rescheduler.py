@@ -114,6 +114,7 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     vcs.table.take(a)
     p = sim.state.add_placement(task, rec.tenant, vcs, a)
     sim.business.acquire(rec.component, p.host.node)
+    sim.track_near(task)
     rec.moved_from, rec.stopped_at = old.host.node, t
     sim.disrupted[task] = None
     sim.log(t, "placed", task=task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason=reason)

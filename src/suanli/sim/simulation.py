@@ -121,7 +121,7 @@ class Simulation:
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.links_down: set[frozenset[int]] = set()
         self.recorder = Recorder(self.state, self._near_violations)
-        self.near_running: dict[str, Component] = {}  # running tasks with a near site
+        self.near_running: dict[str, Component] = {}  # running tasks away from their near site
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
         self.units_by_app: dict[str, list[int]] = {}
@@ -570,8 +570,7 @@ class Simulation:
             rec = self.tasks[task]
             p = self.state.placements[task]
             rec.status = RUNNING
-            if rec.component.near is not None:
-                self.near_running[task] = rec.component
+            self.track_near(task)
             if rec.first_placed_at is None:
                 rec.first_placed_at = t
             rec.reasons = Counter()
@@ -606,6 +605,18 @@ class Simulation:
         return True
 
     # ------------------------------------------------------------ helpers
+
+    def track_near(self, task: str) -> None:
+        """Keep ``near_running`` to the running tasks placed away from their
+        ``near`` site: only they can move closer, or be beyond their bound."""
+        comp = self.tasks[task].component
+        if comp.near is None:
+            return
+        site = self.world.fleet.node_site[self.state.placements[task].host.node]
+        if site != self.world.fleet.site_index[comp.near.site]:
+            self.near_running[task] = comp
+        else:
+            self.near_running.pop(task, None)
 
     def _near_violations(self) -> int:
         """Running tasks now farther from their near site than their bound
