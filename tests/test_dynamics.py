@@ -229,3 +229,20 @@ def test_plan_shows_the_defragmentation_it_would_make(tmp_path):
     (move,) = gather[0]["move"]
     assert move["from"] == move["to"] == "s/n-0" and len(move["devices"]) == 1
     assert [p["task"] for p in plan["pending"]] == ["whole/w/0"]  # nothing was moved
+
+
+def test_a_return_held_back_by_hysteresis_happens_when_it_expires(tmp_path):
+    svc = component("s", cpu=4, near={"site": "car"})
+    hog = component("h", cpu=8, near={"site": "car", "maxRttMs": 1})
+    sites = [site("car", tier="device", groups=[node_group(count=1, cpu=8)]),
+             site("edge", tier="edge", groups=[node_group(count=1, cpu=16)])]
+    path = scenario(tmp_path, sites, [app("w", components=[svc], priority=1), app("hog", components=[hog], priority=9)],
+                    arrivals=[{"at": 0, "app": "w"}, {"at": "10m", "app": "hog"}],
+                    events=[{"at": "630s", "kind": "delete", "app": "hog"}], policy={"hysteresis": "2m"})
+    data = list(yaml.safe_load_all(path.read_text()))
+    data[0]["spec"]["links"] = [{"between": ["car", "edge"], "rttMs": 10, "bandwidth": "1Gbps"}]
+    path.write_text(yaml.safe_dump_all(data, sort_keys=False))
+    sim, _ = simulate(path)
+    placed = [(e["t"], e["site"]) for e in sim.events if e.get("task") == "w/s/0" and e["kind"] == "placed"]
+    # moved to the edge at 10m; the car is free at 10m30s, but it may move again only at 12m
+    assert placed == [(0, "car"), (600, "edge"), (720, "car")]

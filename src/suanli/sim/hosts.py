@@ -16,16 +16,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-
 import numpy as np
 
 from suanli.scheduling.state import Host, VCState
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """Nothing but a reason to look again (an idle host's time is up)."""
 
 
 class HostKeeper:
@@ -113,7 +106,7 @@ class HostKeeper:
                     if t - since >= vc.scale_down_after_s:
                         due.append((since, h))
                     elif since == t:
-                        sim.loop.schedule(t + vc.scale_down_after_s, Wake())
+                        sim.wake_at(t + vc.scale_down_after_s)
                 for _, h in sorted(due, key=lambda d: d[0])[: max(len(hosts) - group.min, 0)]:
                     sim.flush_hosts(t)
                     state.remove_host(vcs, h)

@@ -61,6 +61,7 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         if comp.lifetime != "service" or len(sim.units[rec.unit].unit.tasks) > 1:
             continue
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
+            sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
             continue
         p = state.placements[task]
         vcs = state.vcs[p.vc]

@@ -33,7 +33,7 @@ from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import ReschedulingPolicy
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
-from suanli.sim.hosts import HostKeeper, Wake
+from suanli.sim.hosts import HostKeeper
 from suanli.sim.metrics import Recorder
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
                                     transfer_s, victims)
@@ -94,6 +94,11 @@ class MoveDone:
 
 
 @dataclass(frozen=True, slots=True)
+class Wake:
+    """Nothing but a reason to look again (a hysteresis or an idle time is up)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ScenarioEvent:
     spec: Any  # one of schema's event specs
 
@@ -132,6 +137,8 @@ class Simulation:
         self._defragged_at: float | None = None
         self.migrating: dict[str, int] = {}  # tasks whose state is on its way -> their move
         self._moves = 0
+        self.now = 0.0
+        self._wakes: set[float] = set()
         self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
         self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
         self.hosts = HostKeeper(self)
@@ -184,6 +191,7 @@ class Simulation:
             self.loop.schedule(arrival.leave_at, Leave(arrival.app.name))
 
     def _handle(self, t: float, batch: list[Any]) -> None:
+        self.now = t
         for ev in batch:
             if isinstance(ev, Submit):
                 self._submit(t, ev.app)
@@ -589,12 +597,19 @@ class Simulation:
         """May a voluntary move (return, reclaim, defragmentation, drain) stop
         this running unit now? Only within each of its components' disruption
         budget (a gang: when no other member is moving), and while fewer than
-        ``maxConcurrentMigrations`` moves (``moves`` planned now, plus states
-        in flight) are under way."""
+        ``maxConcurrentMigrations`` migrations (``moves`` planned now, plus
+        states in flight) are under way; a service moved less than
+        ``hysteresis`` ago stays (no flapping between mechanisms)."""
         policy = self.policy
         unit = self.units[uid].unit
-        if len(self.migrating) + moves + len(unit.tasks) > policy.max_concurrent_migrations:
+        services = sum(1 for c in unit.components if c.lifetime == "service")  # jobs requeue, not migrate
+        if len(self.migrating) + moves + services > policy.max_concurrent_migrations:
             return False
+        for task in unit.tasks:
+            last = self.tasks[task].last_move_at
+            if last is not None and self.now - last < policy.hysteresis:
+                self.wake_at(last + policy.hysteresis)  # look again when it may move
+                return False
         moving = Counter((c.app, c.name) for c in (self.tasks[t].component for t in self.disrupted))
         members = Counter((c.app, c.name) for c in unit.components)
         for comp in dict.fromkeys(unit.components):
@@ -603,6 +618,12 @@ class Simulation:
             if moving[key] + (0 if comp.gang else members[key]) > limit:
                 return False
         return True
+
+    def wake_at(self, when: float) -> None:
+        """Make sure there is an instant (and a pass) at ``when``."""
+        if when not in self._wakes:
+            self._wakes.add(when)
+            self.loop.schedule(when, Wake())
 
     # ------------------------------------------------------------ helpers
 
