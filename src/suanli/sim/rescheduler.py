@@ -139,12 +139,12 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
         if not all(c.preemptible for c in comps):
             continue
         if fair:
-            if not sim.may_disturb(uid):
-                continue  # reclaim is voluntary: within budgets and the migration limit
             other = us.unit.tenant
             if other == unit.tenant or us.unit.priority > unit.priority or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
                 continue
+            if not sim.may_disturb(uid):
+                continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
         elif us.unit.priority >= unit.priority:
             continue
         held = []

@@ -610,6 +610,8 @@ class Simulation:
             if last is not None and self.now - last < policy.hysteresis:
                 self.wake_at(last + policy.hysteresis)  # look again when it may move
                 return False
+        if not self.disrupted:
+            return True
         moving = Counter((c.app, c.name) for c in (self.tasks[t].component for t in self.disrupted))
         members = Counter((c.app, c.name) for c in unit.components)
         for comp in dict.fromkeys(unit.components):
