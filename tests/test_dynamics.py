@@ -246,3 +246,24 @@ def test_a_return_held_back_by_hysteresis_happens_when_it_expires(tmp_path):
     placed = [(e["t"], e["site"]) for e in sim.events if e.get("task") == "w/s/0" and e["kind"] == "placed"]
     # moved to the edge at 10m; the car is free at 10m30s, but it may move again only at 12m
     assert placed == [(0, "car"), (600, "edge"), (720, "car")]
+
+
+def test_a_drained_nodes_vc_host_moves_and_its_work_follows(tmp_path):
+    fixed = {"name": "f", "count": 1, "resources": {"cpu": 8, "memory": "16Gi"}}
+    svc = component("s", replicas=2, cpu=2, state={"kind": "stateful", "size": "1Gi"})
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=2, cpu=8)])],
+                    [app("w", components=[svc], virtualCluster="v")], vcs=[vc("v", groups=[fixed])],
+                    events=[{"at": "10m", "kind": "nodeDrain", "node": "s/n-0"}],
+                    policy={"disruptionBudget": "100%"})
+    sim, _ = simulate(path, until=60)
+    first = sim.world.fleet.node_name(sim.state.vcs["v"].hosts[0].node)
+    if first != "s/n-0":  # drain the node the host is on
+        path.write_text(path.read_text().replace("node: s/n-0", f"node: {first}"))
+    sim, _ = simulate(path)
+    hosts = host_events(sim)
+    assert [(e["kind"], e["t"]) for e in hosts] == [("hostAdded", 0), ("hostAdded", 600), ("hostRemoved", 600)]
+    assert hosts[2]["node"] == first and hosts[1]["node"] != first
+    moved = [e for e in sim.events if e["kind"] == "migrated"]
+    assert len(moved) == 2 and all(e["from"] == first and e["to"] == hosts[1]["node"] and e["bytes"] == 2**30
+                                    for e in moved)
+    assert [sim.world.fleet.node_name(h.node) for h in sim.state.vcs["v"].hosts] == [hosts[1]["node"]]

@@ -55,8 +55,8 @@ class HostKeeper:
         still = []
         for vc_name, h in self.stranded:
             vcs = state.vcs[vc_name]
-            if h not in vcs.hosts or nodes.enabled[h.node]:
-                continue  # already gone, or its node is back in service
+            if h not in vcs.hosts or (nodes.enabled[h.node] and id(h) not in self.replaced):
+                continue  # already gone, or its node is back in service before it moved
             group = next(g for g in world.vcs[vc_name].host_groups if g.name == h.group)
             if id(h) not in self.replaced and (not group.elastic or vcs.group_size(group.name) - 1 < group.min):
                 sim.flush_hosts(t)
