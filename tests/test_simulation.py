@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 import yaml
@@ -543,3 +543,40 @@ def test_the_game_moves_with_its_state_when_the_edge_has_room_for_it(examples, t
     started = [e["t"] for e in game if e["kind"] == "started"]
     assert started[1:] == [pytest.approx(m["t"] + transfer) for m in moves]  # running again once the state is there
     assert not [e for e in game if e["kind"] in ("lost", "finished", "failed")]
+
+
+@pytest.mark.parametrize("seed,arrive,delete", [(1, 10, 40), (23, 3, 20), (5, 25, 50), (7, 10, 80)])
+def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive, delete):
+    """The same checks with other seeds, times and horizons."""
+    text = (examples / "autodrive.yaml").read_text()
+    text = text.replace("seed: 7", f"seed: {seed}").replace("until: 1h", "until: 2h")
+    text = text.replace("{at: 10m, app: autopilot}", f"{{at: {arrive}m, app: autopilot}}")
+    text = text.replace("{at: 40m, kind: delete, app: autopilot}", f"{{at: {delete}m, kind: delete, app: autopilot}}")
+    text = text.replace("include: [city-fleet.yaml, tenants.yaml]",
+                        f"include: [{examples / 'city-fleet.yaml'}, {examples / 'tenants.yaml'}]")
+    path = tmp_path / "variant.yaml"
+    path.write_text(text)
+    sim, _ = simulate(path)
+    fleet, ev = sim.world.fleet, sim.events
+    a, d = arrive * 60, delete * 60
+    info = [t for t in sim.tasks if t.startswith("infotainment/")]
+    placed = defaultdict(list)
+    for e in ev:
+        if e["kind"] == "placed":
+            placed[e["task"]].append(e)
+    for task in info:
+        assert placed[task][0]["site"] == "car-1" and placed[task][0]["t"] < a
+        assert placed[task][-1]["site"] == "car-1" and placed[task][-1]["t"] <= d + 300
+        assert sim.tasks[task].status == "running"
+        for e in placed[task]:
+            rtt = fleet.network.rtt_ms[fleet.site_index[e["site"]], fleet.site_index["car-1"]]
+            assert rtt <= sim.tasks[task].component.near.max_rtt_ms
+    for task in ("autopilot/perception/0", "autopilot/control/0"):
+        assert placed[task][0]["site"] == "car-1" and a <= placed[task][0]["t"] <= a + 60
+    assert not [e for e in ev if e.get("task") in info and e["kind"] in ("lost", "finished", "failed")]
+    moves = Counter(e["task"] for e in ev if e["kind"] == "migrated" and e["task"] in info)
+    assert max(moves.values()) <= 2
+    for e in ev:
+        if e["kind"] == "migrated" and e["task"] in info:
+            comp = sim.tasks[e["task"]].component
+            assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0) and e["downtime_s"] >= 0
