@@ -32,6 +32,20 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+class PolicyName(str, Enum):
+    default = "default"
+    random = "random"
+    dotprod = "dotprod"
+    clustering = "clustering"
+    packing = "packing"
+    bestfit = "bestfit"
+    fgd = "fgd"
+    suanli = "suanli"
+
+
+POLICY = typer.Option(None, "--policy", help="Placement policy (default: the Scenario's policy.placement, else default).")
+
+
 def _fail(exc: SpecError, what: str = "nothing was scheduled") -> None:
     n = len(exc.problems)
     for p in exc.problems:
@@ -68,6 +82,7 @@ def schedule(
     files: List[Path] = FILES,
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Tie-break seed (default: the Scenario's, else 0)."),
+    policy: Optional[PolicyName] = POLICY,
 ) -> None:
     """Place every application once, through both layers, and print the outcome."""
     from suanli.output import outcome_json
@@ -78,7 +93,7 @@ def schedule(
         world = load_world(files)
     except SpecError as exc:
         _fail(exc)
-    outcome = run_schedule(world, seed)
+    outcome = run_schedule(world, seed, policy.value if policy else None)
     result = outcome_json(outcome)
     if output is OutputFormat.json:
         # compact: json's C encoder is used only without indentation (pipe to `jq` to read)
@@ -118,6 +133,7 @@ def simulate(
     out: Path = typer.Option(..., "--out", help="Directory for result.json, events.jsonl and report.html."),
     until: Optional[str] = typer.Option(None, "--until", help="Stop at this simulated time (e.g. 2h); default: the Scenario's until."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
+    policy: Optional[PolicyName] = POLICY,
 ) -> None:
     """Run a scenario in the digital twin and write its results and report."""
     from suanli.sim.results import write_outputs
@@ -126,7 +142,7 @@ def simulate(
     world, until_s = _scenario_world(scenario, "simulate", "--until", until)
     console = Console(highlight=False, stderr=True)
     with _progress(console) as advance:
-        sim = Simulation(world, seed=seed, until=until_s, on_instant=advance)
+        sim = Simulation(world, seed=seed, until=until_s, on_instant=advance, policy=policy.value if policy else None)
         advance.total = sim.until
         end = sim.run()
     paths = write_outputs(sim, end, out)
@@ -143,13 +159,14 @@ def plan(
     at: str = typer.Option(..., "--at", help="The moment to stop at (e.g. 10m)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
+    policy: Optional[PolicyName] = POLICY,
 ) -> None:
     """Dry run: the state at time --at and the moves the rescheduler would make next."""
     from suanli.sim.plan import dry_run
     from suanli.sim.simulation import Simulation
 
     world, at_s = _scenario_world(scenario, "plan", "--at", at)
-    sim = Simulation(world, seed=seed, until=at_s)
+    sim = Simulation(world, seed=seed, until=at_s, policy=policy.value if policy else None)
     end = sim.run()
     result = dry_run(sim, end)
     if output is OutputFormat.json:
@@ -163,11 +180,71 @@ def plan(
         if m["kind"] == "return":
             console.print(f"return  {m['task']}: {m['from']} -> {m['to']} "
                           f"(gain {m['gain']:g}, downtime {m['cost_downtime_s']:g}s)")
+        elif m["kind"] == "defragment":
+            console.print(f"defragment for {', '.join(m['for'])}: "
+                          + "; ".join(f"{x['task']} {x['from']} -> {x['to']} (devices {x['devices']})" for x in m["move"]))
         elif m["kind"] == "preempt":
             console.print(f"preempt for {', '.join(m['for'])} (priority {m['priority']}): evict "
                           f"{', '.join(m['evict'])} (cost: {m['cost']})")
         else:
             console.print("no moves planned")
+
+
+experiment_app = typer.Typer(no_args_is_help=True, help="Reproducible experiments on public traces.")
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("fgd")
+def experiment_fgd(
+    nodes: Path = typer.Option(..., "--nodes", help="An openb node list CSV (e.g. openb_node_list_gpu_node.csv)."),
+    pods: Path = typer.Option(..., "--pods", help="An openb pod list CSV (any of the openb_pod_list_*.csv)."),
+    policy: str = typer.Option("suanli", "--policy", help="Policies, comma-separated: random, dotprod, clustering, "
+                               "packing, bestfit, fgd, suanli (default: suanli)."),
+    seeds: str = typer.Option("42-51", "--seeds", help="Seeds: 42-51, 42,43 or 7."),
+    out: Path = typer.Option(..., "--out", help="Directory for allocation.csv and unallocated.png."),
+) -> None:
+    """The GPU-sharing experiment of the FGD study (docs/fgd.md): allocation
+    against arrived GPU request, per policy and seed."""
+    from suanli.experiments.fgd import experiment, medians, parse_seeds, plot, write_csv
+    from suanli.scheduling.policies import POLICY_NAMES
+    from suanli.sim.traces import TraceError
+    from suanli.spec.problems import Problem
+
+    problems = []
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICY_NAMES or p == "default"]
+    if bad or not names:
+        problems.append(Problem("--policy", f"unknown policy {', '.join(map(repr, bad)) or repr(policy)}; expected "
+                                            "random, dotprod, clustering, packing, bestfit, fgd or suanli"))
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError:
+        problems.append(Problem("--seeds", f"expected seeds like 42-51, 42,43 or 7, got {seeds!r}"))
+    for opt, path in (("--nodes", nodes), ("--pods", pods)):
+        if not path.is_file():
+            problems.append(Problem(opt, f"file {str(path)!r} does not exist"))
+    if problems:
+        _fail(SpecError(problems), "nothing was run")
+    console = Console(highlight=False, stderr=True)
+    total = len(names) * len(seed_list)
+    done = []
+
+    def on_run(run) -> None:
+        done.append(run)
+        console.print(f"[{len(done)}/{total}] {run.policy} seed {run.seed}: "
+                      f"{100 - run.curve[100]:.2f}% unallocated at 100% arrived, "
+                      f"{run.placed:,} of {run.pods:,} pods placed, {run.seconds:.2f}s")
+    try:
+        workload, runs = experiment(nodes, pods, names, seed_list, on_run)
+    except TraceError as exc:
+        _fail(SpecError([Problem(str(exc).split(":")[0], str(exc))]), "nothing was run")
+    write_csv(out / "allocation.csv", workload, runs)
+    plot(out / "unallocated.png", workload, runs)
+    med = medians(runs)
+    Console(highlight=False).print(
+        f"{workload}: median unallocated GPU at 100% arrived over {len(seed_list)} seed(s): "
+        + ", ".join(f"{p} {100 - c[100]:.2f}%" for p, c in sorted(med.items(), key=lambda kv: -kv[1][100]))
+        + f"\n  allocation {out / 'allocation.csv'}\n  chart      {out / 'unallocated.png'}")
 
 
 def _counts(sim) -> str:

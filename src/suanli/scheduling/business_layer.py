@@ -138,6 +138,7 @@ class BusinessLayer:
     occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> tasks per node/site
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: dict[tuple, Request] = field(default_factory=dict)
+    policy: object = None  # a placement policy plugin (policies.py); None: the default scores
 
     @property
     def network(self):
@@ -274,7 +275,7 @@ class BusinessLayer:
         domain, name = self._domain(unit, table)
         return place_group(table, reqs, self.network, self.rng, domain=domain, domain_name=name,
                            min_members=unit.min_members if allow_fewer else None,
-                           extras=TaskExtras(self, vcs))
+                           extras=TaskExtras(self, vcs), policy=self.policy)
 
     def _grow(self, unit: Unit, vc_model, reqs: list[Request]):
         """Grow elastic groups for each distinct request of the unit; all or nothing."""

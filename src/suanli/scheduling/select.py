@@ -144,6 +144,7 @@ def place_group(
     min_members: int | None = None,
     extras: Extras | None = None,
     restrict: np.ndarray | None = None,
+    policy=None,
 ) -> GroupResult:
     """Place all members (or, with ``min_members``, as many as fit, at least that many)
     inside one domain (``domain[row]`` codes, -1 for none; None: anywhere)."""
@@ -154,7 +155,7 @@ def place_group(
     if domain is None:
         # no domain to choose: fill member by member, explain the first that fails
         txn = Transaction(table)
-        done = _fill(table, members, network, rng, extras, txn, None, restrict)
+        done = _fill(table, members, network, rng, extras, txn, None, restrict, policy)
         if isinstance(done, list):
             extras.commit()
             return GroupResult(allocations=done)
@@ -202,7 +203,7 @@ def place_group(
     for d, target in order[:MAX_DOMAIN_TRIES]:
         inside = None if d is None else (domain == d)
         txn = Transaction(table)
-        done = _fill(table, list(members)[:target], network, rng, extras, txn, inside, restrict)
+        done = _fill(table, list(members)[:target], network, rng, extras, txn, inside, restrict, policy)
         if isinstance(done, list):
             extras.commit()
             return GroupResult(allocations=done)
@@ -239,24 +240,33 @@ def _rank_domains(table, distinct, masks, domain, want, least) -> list[tuple[int
 
 
 def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
-          inside: np.ndarray | None, restrict: np.ndarray | None) -> list[Allocation] | Request:
-    """Place members one by one; return their allocations, or the member that failed."""
+          inside: np.ndarray | None, restrict: np.ndarray | None, policy=None) -> list[Allocation] | Request:
+    """Place members one by one; return their allocations, or the member that failed.
+    ``policy`` (a placement policy plugin) chooses row and devices; None: the default scores."""
     done: list[Allocation] = []
     local: dict[int, tuple] = {}
     anywhere = inside is None and restrict is None
+    repeatable = policy is None or policy.repeatable
     for r in members:
         extra = extras.checks(r, table)
-        row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r)))
+        row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r))) if repeatable else -1
+        a = None
         if row < 0:
             m = feasible(table, r, extra)
             if inside is not None:
                 m &= inside
             if restrict is not None:
                 m &= restrict
-            row = pick(table, r, m, network, rng)
-            if row < 0:
-                return r
-        a = allocation(table, r, row)
+            if policy is not None:
+                a = policy.place(table, r, m, network, rng)
+                if a is None:
+                    return r
+                row = a.row
+            else:
+                row = pick(table, r, m, network, rng)
+                if row < 0:
+                    return r
+        a = a or allocation(table, r, row)
         txn.take(a)
         extras.note(r, table, a)
         done.append(a)

@@ -15,6 +15,7 @@ import numpy as np
 from suanli.model.work import World
 from suanli.scheduling.business_layer import BusinessLayer, Unscheduled, build_units
 from suanli.scheduling.global_layer import GlobalLayer, UnplacedHosts
+from suanli.scheduling.policies import policy_for
 from suanli.scheduling.state import PlacementState
 
 
@@ -26,13 +27,14 @@ class Outcome:
     n_tasks: int
 
 
-def schedule(world: World, seed: int | None = None) -> Outcome:
+def schedule(world: World, seed: int | None = None, policy: str | None = None) -> Outcome:
+    """``policy``: a placement policy's name (policies.py); default: the Scenario's, else ``default``."""
     rng = np.random.default_rng(world.seed if seed is None else seed)
     state = PlacementState(world)
     global_layer = GlobalLayer(state, rng)
     global_layer.place_initial()
     units = build_units(world.apps)
-    business = BusinessLayer(state, global_layer, rng)
+    business = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
     business.run(units)
     n_tasks = sum(len(u.tasks) for u in units)
     return Outcome(state, business.unscheduled, global_layer.unplaced, n_tasks)

@@ -17,7 +17,7 @@ from suanli.model.fleet import Fleet
 
 _GROWABLE = (
     "node", "group", "site", "tier", "arch", "fabric", "cap", "free",
-    "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled", "retired",
+    "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled", "retired", "stamp",
 )
 
 _COLUMN_MAJOR = frozenset(("cap", "free", "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"))
@@ -60,6 +60,8 @@ class CandidateTable:
         self.dev_index = np.full((d, c), -1, np.int16)  # device index on the physical node
         self.enabled = np.zeros(c, bool)
         self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
+        self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
+        self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
 
     # ------------------------------------------------------------ construction
 
@@ -113,11 +115,13 @@ class CandidateTable:
             self.dev_free[j, i] = m
         self.enabled[i] = True
         self.retired[i] = False
+        self.stamp[i] += 1
         return i
 
     def retire(self, row: int) -> None:
         """Take a row out for good (a removed host); rows are never deleted."""
         self.tick += 1
+        self.stamp[row] += 1
         self.enabled[row] = False
         self.retired[row] = True
         self.free[:, row] = 0
@@ -157,15 +161,21 @@ class CandidateTable:
 
     def take(self, a: Allocation) -> None:
         self.tick += 1
+        self.stamp[a.row] += 1
         self.free[:, a.row] -= a.vec
         if a.slots:
             self.dev_free[list(a.slots), a.row] -= np.asarray(a.milli, np.int32)
+        for listener in self.listeners:
+            listener(self, a, 1)
 
     def give(self, a: Allocation) -> None:
         self.tick += 1
+        self.stamp[a.row] += 1
         self.free[:, a.row] += a.vec
         if a.slots:
             self.dev_free[list(a.slots), a.row] += np.asarray(a.milli, np.int32)
+        for listener in self.listeners:
+            listener(self, a, -1)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from suanli.model.network import Network
 from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
+from suanli.scheduling.policies import policy_for
 from suanli.output import resources_json
 from suanli.scheduling.filters import feasible, fits_row
 from suanli.scheduling.preempt import plan_preemption
@@ -105,7 +106,8 @@ class ScenarioEvent:
 
 class Simulation:
     def __init__(self, world: World, *, seed: int | None = None, until: float | None = None,
-                 clock: Clock | None = None, on_instant: Callable[[float], None] | None = None) -> None:
+                 clock: Clock | None = None, on_instant: Callable[[float], None] | None = None,
+                 policy: str | None = None) -> None:
         self.world = world
         scenario = world.scenario.spec if world.scenario is not None else None
         self.scenario = scenario
@@ -115,7 +117,7 @@ class Simulation:
         self.state.journal = {}  # every host added or removed becomes an event
         self.rng = np.random.default_rng(self.seed)
         self.global_layer = GlobalLayer(self.state, self.rng)
-        self.business = BusinessLayer(self.state, self.global_layer, self.rng)
+        self.business = BusinessLayer(self.state, self.global_layer, self.rng, policy=policy_for(world, policy))
         self.loop = EventLoop(clock or VirtualClock())
         self.executor = SimExecutor(self.loop)
         self.events: list[dict[str, Any]] = []

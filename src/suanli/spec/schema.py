@@ -557,8 +557,12 @@ class ReschedulingPolicy(Base):
         return b
 
 
+PlacementPolicy = Literal["default", "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "suanli"]
+
+
 class PolicySpec(Base):
     rescheduling: ReschedulingPolicy = ReschedulingPolicy()
+    placement: PlacementPolicy = "default"  # how the business layer picks rows and devices (docs/fgd.md)
 
 
 class ScenarioSpec(Base):

@@ -1,0 +1,252 @@
+"""The GPU-sharing experiment of the FGD study, with suanli's policies.
+
+Protocol (docs/fgd.md), per policy and seed:
+
+- The cluster is an openb node list (the study uses the 1,213 GPU nodes).
+- Inflation: the trace's pods, shuffled with the seed, then copies drawn
+  uniformly with replacement from the trace and appended until the total GPU
+  request (``num_gpu x gpu_milli``) would exceed ``ratio`` (1.3) x the
+  cluster's GPU capacity; a trace already above that loses random pods until
+  it is not.
+- Pods arrive one at a time and never leave; a pod that fits nowhere is
+  skipped. The arrived GPU request counts skipped pods too.
+- After each pod: arrived % and allocated % of the cluster's GPU milli. The
+  curve's value at k% arrived is the mean allocation over the pods whose
+  arrived % rounds to k (the window k-1..k+1 when none does).
+
+The placement step is the business layer's: the same feasibility masks and
+the same policy plugins as ``schedule`` and ``simulate``.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from suanli.model.fleet import DeviceType, Fleet, NodeGroup, Site
+from suanli.model.work import AcceleratorRequest, Resources
+from suanli.scheduling.filters import feasible
+from suanli.scheduling.policies import POLICY_NAMES, TargetWorkload, make_policy
+from suanli.scheduling.request import compile_request
+from suanli.scheduling.table import CandidateTable
+from suanli.sim.traces import OpenbPods, _split_models, load_openb_nodes, load_openb_pods
+
+RATIO = 1.3
+STEPS = 131  # 0..130 % arrived
+
+
+def openb_fleet(nodes_csv: str | Path) -> Fleet:
+    """One cloud site holding the node list's nodes, GPUs shareable."""
+    shapes = load_openb_nodes(nodes_csv).groups()
+    site = Site(0, "openb", "cloud")
+    groups = [NodeGroup(i, 0, s.name, s.count, "x86_64", s.cpu_milli, s.mem_mib,
+                        (DeviceType("gpu", s.model, s.gpus, None, True),) if s.gpus else ())
+              for i, s in enumerate(shapes)]
+    return Fleet([site], groups, [])
+
+
+def target_workload(pods: OpenbPods) -> TargetWorkload:
+    """The trace's task shapes (cpu, memory, GPUs, share per GPU, models) and frequencies."""
+    counts: dict[tuple, float] = {}
+    models: dict[str, tuple[str, ...]] = {}
+    for cpu, mem, ng, gm, spec in zip(pods.cpu_milli.tolist(), pods.memory_mib.tolist(), pods.num_gpu.tolist(),
+                                      pods.gpu_milli.tolist(), pods.gpu_spec.tolist()):
+        m = models.get(spec)
+        if m is None:
+            m = models[spec] = _split_models(spec)
+        key = (cpu, mem, ng, gm if ng else 0, m)
+        counts[key] = counts.get(key, 0) + 1
+    return TargetWorkload.from_counts(counts)
+
+
+def inflate(pods: OpenbPods, capacity_milli: int, seed: int, ratio: float = RATIO) -> np.ndarray:
+    """Pod indices in arrival order: the trace shuffled, then copies drawn with
+    replacement until the GPU request would exceed ``ratio`` x capacity (or
+    random pods removed while it exceeds it)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(pods))
+    req = pods.gpu_request_milli.astype(np.int64)
+    target = ratio * capacity_milli
+    total = int(req.sum())
+    if total > target:
+        keep = np.ones(order.size, bool)
+        for i in rng.permutation(order.size):
+            if total <= target:
+                break
+            keep[i] = False
+            total -= int(req[order[i]])
+        return order[keep]
+    extra: list[np.ndarray] = []
+    while True:
+        draw = rng.integers(len(pods), size=4096)
+        acc = total + np.cumsum(req[draw])
+        over = np.flatnonzero(acc > target)
+        if over.size:
+            extra.append(draw[: over[0]])
+            break
+        extra.append(draw)
+        total = int(acc[-1])
+    return np.concatenate([order, *extra])
+
+
+@dataclass
+class Run:
+    policy: str
+    seed: int
+    curve: np.ndarray  # allocation % at 0..130 % arrived
+    placed: int
+    skipped: int
+    pods: int
+    seconds: float
+
+
+def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str, seed: int,
+             target: TargetWorkload | None = None) -> Run:
+    """Place the pods of ``order`` one by one with the policy; the allocation curve."""
+    rng = np.random.default_rng(seed + 1_000_003)
+    table = CandidateTable.from_fleet(fleet)
+    policy = make_policy(policy_name, fleet, target)
+    capacity = int(table.view("cap")[2:].sum()) if len(fleet.resources) > 2 else 0
+    gpu = fleet.kinds.get("gpu")
+    requests: dict[tuple, object] = {}
+    models: dict[str, tuple[str, ...]] = {}
+    cols = (pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli, pods.gpu_spec)
+    arrived = np.empty(order.size, np.int64)
+    used = np.empty(order.size, np.int64)
+    a_sum = u_sum = placed = 0
+    start = time.perf_counter()
+    for i, (cpu, mem, ng, gm, spec) in enumerate(zip(*(c[order].tolist() for c in cols))):
+        key = (cpu, mem, ng, gm, spec)
+        req = requests.get(key)
+        if req is None:
+            m = models.get(spec)
+            if m is None:
+                m = models[spec] = _split_models(spec)
+            accels = ()
+            if ng:
+                milli = gm if (ng == 1 and gm < 1000) else 1000 * ng
+                accels = (AcceleratorRequest("gpu", m or None, milli),)
+            req = requests[key] = compile_request(fleet, Resources(cpu, mem, accels))
+        a_sum += ng * gm
+        a = policy.place(table, req, feasible(table, req), fleet.network, rng)
+        if a is not None:
+            table.take(a)
+            placed += 1
+            if gpu >= 0:
+                u_sum += int(a.vec[2 + gpu])
+        arrived[i], used[i] = a_sum, u_sum
+    seconds = time.perf_counter() - start
+    return Run(policy_name, seed, allocation_curve(arrived, used, capacity), placed, order.size - placed,
+               order.size, seconds)
+
+
+def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> np.ndarray:
+    """Mean allocation % per integer arrived % (0..130); the k-1..k+1 window where empty."""
+    if capacity <= 0:
+        return np.zeros(STEPS)
+    pct = np.round(arrived * 100.0 / capacity).astype(np.int64)
+    alloc = used * 100.0 / capacity
+    ok = (pct >= 0) & (pct < STEPS)
+    sums = np.bincount(pct[ok], weights=alloc[ok], minlength=STEPS)[:STEPS]
+    counts = np.bincount(pct[ok], minlength=STEPS)[:STEPS]
+    out = np.full(STEPS, np.nan)
+    have = counts > 0
+    out[have] = sums[have] / counts[have]
+    for k in np.flatnonzero(~have):
+        lo, hi = max(k - 1, 0), min(k + 2, STEPS)
+        c = counts[lo:hi].sum()
+        if c:
+            out[k] = sums[lo:hi].sum() / c
+    # still empty (no pod arrived near k): carry the last value forward
+    for k in range(STEPS):
+        if np.isnan(out[k]):
+            out[k] = out[k - 1] if k else 0.0
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51``, ``42,43`` or ``7``."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            seeds += list(range(int(lo), int(hi) + 1))
+        elif part:
+            seeds.append(int(part))
+    if not seeds:
+        raise ValueError(f"no seeds in {text!r}")
+    return seeds
+
+
+def experiment(nodes_csv: str | Path, pods_csv: str | Path, policies: list[str], seeds: list[int],
+               on_run=None) -> tuple[str, list[Run]]:
+    """Every policy x seed on one pod file; the workload's name and the runs."""
+    for p in policies:
+        if p not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(POLICY_NAMES)}")
+    fleet = openb_fleet(nodes_csv)
+    pods = load_openb_pods(pods_csv)
+    capacity = 1000 * int(sum(g.count * sum(d.count for d in g.devices) for g in fleet.groups))
+    target = target_workload(pods)
+    workload = Path(pods_csv).stem.removeprefix("openb_pod_list_")
+    runs = []
+    for seed in seeds:
+        order = inflate(pods, capacity, seed)
+        for p in policies:
+            run = run_once(fleet, pods, order, p, seed, target)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
+    return workload, runs
+
+
+def write_csv(path: Path, workload: str, runs: list[Run]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["workload", "policy", "seed", *range(STEPS)])
+        for r in runs:
+            w.writerow([workload, r.policy, r.seed, *(f"{v:.4f}" for v in r.curve)])
+    tmp.replace(path)
+
+
+def medians(runs: list[Run]) -> dict[str, np.ndarray]:
+    by: dict[str, list[np.ndarray]] = {}
+    for r in runs:
+        by.setdefault(r.policy, []).append(r.curve)
+    return {p: np.median(np.stack(c), axis=0) for p, c in by.items()}
+
+
+def plot(path: Path, workload: str, runs: list[Run]) -> None:
+    """Unallocated GPU % against arrived %, the median over seeds, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = medians(runs)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    x = np.arange(STEPS)
+    for p, curve in med.items():
+        ax.plot(x, 100 - curve, label=f"{p} ({100 - curve[100]:.2f}% at 100%)", lw=1.6)
+    ax.set_xlabel("arrived GPU request, % of capacity")
+    ax.set_ylabel("unallocated GPU, %")
+    n = len({r.seed for r in runs})
+    ax.set_title(f"GPU sharing on openb ({workload}); median of {n} seed{'s' if n != 1 else ''}")
+    ax.set_xlim(0, STEPS - 1)
+    ax.set_ylim(bottom=0)
+    ax.axvline(100, color="#999", lw=0.8, ls="--")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(path)
