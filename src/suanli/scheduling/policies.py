@@ -465,8 +465,7 @@ class FgdPolicy(_GpuPolicy):
             _, first = np.unique(sid[missing], return_index=True)
             self._remember(table, req, rows[missing][first], cache, best, shares)
             known = best[sid]
-        winners = rows[known >= known.max() - 1e-9]
-        row = int(winners[rng.integers(winners.size)]) if winners.size > 1 else int(winners[0])
+        row = self.choose(rows, known, cache, rng)
         slot = None
         xs = shares.get(int(state[row]))
         if xs is not None:  # a share of one device: the lowest-index device with a best free share
@@ -478,6 +477,11 @@ class FgdPolicy(_GpuPolicy):
     def device_among(self, shares: set) -> set:
         """Which of the best free shares a row's device may have (FGD: any; the lowest index wins)."""
         return shares
+
+    def choose(self, rows: np.ndarray, known: np.ndarray, cache, rng) -> int:
+        """The row among the best-scored, by a seeded draw."""
+        winners = rows[known >= known.max() - 1e-9]
+        return int(winners[rng.integers(winners.size)]) if winners.size > 1 else int(winners[0])
 
     def _memo_for(self, req: Request, n_states: int):
         memo = self._memo.get(id(req))
