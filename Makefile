@@ -29,6 +29,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_static.py
 	$(BIN)/python bench/bench_simulate.py
+	$(BIN)/python bench/bench_fgd.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

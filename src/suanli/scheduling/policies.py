@@ -511,22 +511,38 @@ class FgdPolicy(_GpuPolicy):
 
 
 class SuanliPolicy(FgdPolicy):
-    """suanli's default for shared devices: fragmentation gradient descent,
+    """suanli's policy for shared devices: fragmentation gradient descent,
     with the ties FGD's coarse score leaves broken by best fit instead of by
-    chance.
+    chance, when the workload allows it.
 
-    The decrease of fragmentation is bucketed as ``int(100 * sigmoid(d /
-    500))`` (twice FGD's resolution near zero); within the best bucket, the
-    row left with the least free cpu and device share (each over the largest
-    row's, half and half) wins; between a row's devices, the fullest of the
-    best. Measured on the openb traces in docs/fgd.md.
+    Measured on the openb traces (docs/fgd.md): packing the ties helps when
+    any task may use any device model, and hurts when a fifth of the tasks
+    are bound to models (the gpuspec traces), where chance spreads the load
+    over the models the bound tasks need. So:
+
+    - free choice of model (bound tasks under 5% of the device demand): the
+      decrease of fragmentation is bucketed as ``int(100 * sigmoid(d / 500))``
+      (twice FGD's resolution near zero); in the best bucket the row left with
+      the least free cpu and device share (each over the largest row's, half
+      and half) wins; between a row's devices, the fullest of the best;
+    - otherwise: FGD's own score and draw.
     """
 
     name = "suanli"
-    SCALE = 500.0
+    BOUND_SHARE = 0.05
+
+    def __init__(self, target: TargetWorkload, models, kind: int = 0) -> None:
+        super().__init__(target, models, kind)
+        gpu = target.gpus > 0
+        demand = target.weight * target.gpus * np.maximum(target.milli, 0)
+        bound = np.array([bool(m) for m in target.models]) & gpu
+        share = demand[bound].sum() / max(demand[gpu].sum(), 1e-300)
+        self.pack = share < self.BOUND_SHARE
 
     def score(self, decrease, table=None, req=None, reps=None, at=None):
-        bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / self.SCALE)))
+        if not self.pack:
+            return super().score(decrease)
+        bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / 500.0)))
         rows = reps[at]
         cpu_n, gpu_n = self._norms(table)
         G = self._rows(table)[1]
@@ -541,7 +557,7 @@ class SuanliPolicy(FgdPolicy):
         return self._norm_val
 
     def device_among(self, shares: set) -> set:
-        return {min(shares)}
+        return {min(shares)} if self.pack else shares
 
 
 POLICY_NAMES = ("default", "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "suanli")
