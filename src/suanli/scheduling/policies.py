@@ -446,7 +446,7 @@ class FgdPolicy(_GpuPolicy):
             cand += np.where(shared_whole, (Wa[:, fm.whole] * lost).sum(axis=1)[at], 0.0)
         return at, slot, F[rows[at]] - (row_part[at] + cand)
 
-    def score(self, decrease: np.ndarray, table=None, req=None, reps=None, at=None) -> np.ndarray:
+    def score(self, decrease: np.ndarray, table=None, req=None, reps=None, at=None, cache=None) -> np.ndarray:
         return np.floor(100.0 / (1.0 + np.exp(-decrease / 1000.0)))
 
     def place(self, table, req, mask, network, rng):
@@ -499,7 +499,7 @@ class FgdPolicy(_GpuPolicy):
         """Score states not yet scored for this request (one row of each)."""
         state = cache[5]
         at, slots, dec = self.decrease(table, req, reps, cache)
-        s = self.score(dec, table, req, reps, at)
+        s = self.score(dec, table, req, reps, at, cache)
         per = np.full(reps.size, -np.inf)
         np.maximum.at(per, at, s)
         best[state[reps]] = per
@@ -539,13 +539,13 @@ class SuanliPolicy(FgdPolicy):
         share = demand[bound].sum() / max(demand[gpu].sum(), 1e-300)
         self.pack = share < self.BOUND_SHARE
 
-    def score(self, decrease, table=None, req=None, reps=None, at=None):
+    def score(self, decrease, table=None, req=None, reps=None, at=None, cache=None):
         if not self.pack:
             return super().score(decrease)
         bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / 500.0)))
         rows = reps[at]
         cpu_n, gpu_n = self._norms(table)
-        G = self._rows(table)[1]
+        G = (cache or self._rows(table))[1]
         k, d = _pod_gpu(req, self.kind)
         waste = 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (G[rows] - k * d) / gpu_n
         return bucket * 1000.0 + (1.0 - waste) * 999.0
