@@ -522,9 +522,10 @@ class SuanliPolicy(FgdPolicy):
 
     - free choice of model (bound tasks under 5% of the device demand): the
       decrease of fragmentation is bucketed as ``int(100 * sigmoid(d / 500))``
-      (twice FGD's resolution near zero); in the best bucket the row left with
-      the least free cpu and device share (each over the largest row's, half
-      and half) wins; between a row's devices, the fullest of the best;
+      (twice FGD's resolution near zero); in the best bucket wins the row
+      left with the least free cpu and device share (each over the largest
+      row's, half and half) and the least fragmentation, these two weighed
+      equally; between a row's devices, the fullest of the best;
     - otherwise: FGD's own score and draw.
     """
 
@@ -545,10 +546,12 @@ class SuanliPolicy(FgdPolicy):
         bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / 500.0)))
         rows = reps[at]
         cpu_n, gpu_n = self._norms(table)
-        G = (cache or self._rows(table))[1]
+        cache = cache or self._rows(table)
+        G, F = cache[1], cache[4]
         k, d = _pod_gpu(req, self.kind)
-        waste = 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (G[rows] - k * d) / gpu_n
-        return bucket * 1000.0 + (1.0 - waste) * 999.0
+        left = 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (G[rows] - k * d) / gpu_n
+        fragmented = np.minimum((F[rows] - decrease) / gpu_n, 1.0)  # the row's fragmentation after
+        return bucket * 1000.0 + (1.0 - 0.5 * (left + fragmented)) * 999.0
 
     def _norms(self, table):
         key = (id(table), table.version, table.n)
