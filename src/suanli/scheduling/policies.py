@@ -203,6 +203,7 @@ class ClusteringPolicy(_GpuPolicy):
     def __init__(self, kind: int = 0) -> None:
         super().__init__(kind)
         self.tags: dict[int, dict[int, np.ndarray]] = {}  # id(table) -> tag -> count per row
+        self._watched: dict[int, CandidateTable] = {}
 
     def _on_change(self, table: CandidateTable, a: Allocation, sign: int) -> None:
         tag = _tag(table, a, self.kind)
@@ -218,7 +219,8 @@ class ClusteringPolicy(_GpuPolicy):
         counts[a.row] += sign
 
     def watch(self, table: CandidateTable) -> None:
-        if id(table) not in self.tags:
+        if self._watched.get(id(table)) is not table:  # a table seen for the first time
+            self._watched[id(table)] = table
             self.tags[id(table)] = {}
             table.listeners.append(self._on_change)
 
@@ -360,29 +362,34 @@ class FgdPolicy(_GpuPolicy):
         self._cache: dict[int, list] = {}
         self._memo: dict[int, list] = {}  # id(request) -> [request, best score per state, best shares per state]
 
+    MAX_STATES = 200_000  # distinct row states remembered before starting afresh
+
     def _rows(self, table: CandidateTable):
         """Per row, kept up to date where the table changed: usable share per
-        class, free share, free whole devices, model, fragmentation now."""
+        class, free share, free whole devices, model, fragmentation now, and
+        the row's state: rows in the same state (free cpu and memory, free
+        share and model of each device) score alike."""
         n = table.n
         c = self._cache.get(id(table))
-        if c is None or c[0].size != n:
+        if c is None or c[-1] is not table or c[0].size != n or len(c[7]) > self.MAX_STATES:
             j = self.frag.k.size
             c = self._cache[id(table)] = [np.full(n, -1, np.int64), np.zeros((n, j)), np.zeros(n),
                                           np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n),
-                                          np.zeros(n, np.int64), {}]
-        stamp, U, G, full, model, F, state, ids = c
+                                          np.zeros(n, np.int64), {}, table]
+            self._memo.clear()  # state ids start afresh
+        stamp, U, G, full, model, F, state, ids, _ = c
         dirty = np.flatnonzero(stamp[:n] != table.stamp[:n])
         if dirty.size > 4:
-            # rows in the same state (model, free cpu and memory, free shares) score alike
-            left_sorted = np.sort(np.where(table.dev_kind[:, dirty] == self.kind, table.dev_free[:, dirty], -1), axis=0)
-            keys = np.vstack([table.dev_model[:1, dirty], table.free[:2, dirty], left_sorted]).T.tolist()
+            on = table.dev_kind[:, dirty] == self.kind
+            enc = np.sort(np.where(on, table.dev_free[:, dirty].astype(np.int64) * 4096 + table.dev_model[:, dirty], -1), axis=0)
+            keys = np.vstack([table.free[:2, dirty], enc]).T.tolist()
             for r, key in zip(dirty.tolist(), keys):
                 state[r] = ids.setdefault(tuple(key), len(ids))
             left, _ = _gpu_state(table, self.kind, dirty)
             U[dirty] = self.frag.usable(left)
             G[dirty] = np.where(left > 0, left, 0).sum(axis=0)
             full[dirty] = (left == MILLI).sum(axis=0)
-            models = np.where(table.dev_kind[:, dirty] == self.kind, table.dev_model[:, dirty], -1).max(axis=0)
+            models = np.where(on, table.dev_model[:, dirty], -1).max(axis=0)
             model[dirty] = np.where(models >= 0, models, self.frag.none)
             W = self.frag.weights(table.free[0, dirty], table.free[1, dirty], model[dirty])
             F[dirty] = G[dirty] * self.frag.P - (W * U[dirty]).sum(axis=1)
@@ -393,10 +400,12 @@ class FgdPolicy(_GpuPolicy):
             for r in dirty.tolist():
                 kinds, frees, mdls = (table.dev_kind[:, r].tolist(), table.dev_free[:, r].tolist(),
                                       table.dev_model[:, r].tolist())
-                left = [f for kd, f in zip(kinds, frees) if kd == self.kind]
-                mdl = next((m for kd, m in zip(kinds, mdls) if kd == self.kind), fr.none)
+                mine = [(f, m) for kd, f, m in zip(kinds, frees, mdls) if kd == self.kind]
+                left = [f for f, _ in mine]
+                mdl = max((m for _, m in mine), default=fr.none)
                 cpu, mem = int(table.free[0, r]), int(table.free[1, r])
-                state[r] = ids.setdefault((mdls[0], cpu, mem, *sorted(left), *([-1] * (n_slots - len(left)))), len(ids))
+                enc = [-1] * (n_slots - len(mine)) + sorted(f * 4096 + m for f, m in mine)
+                state[r] = ids.setdefault((cpu, mem, *enc), len(ids))
                 g, nf = sum(left), left.count(MILLI)
                 arr = np.array(left, np.int64)
                 U[r, fr.frac] = (arr * (arr >= fr.df[:, None])).sum(axis=1)
