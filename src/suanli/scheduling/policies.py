@@ -11,8 +11,8 @@ and device slots) to take. Every mode uses the same plugins: ``schedule``,
   the GPU-sharing policies of the FGD study (Weng et al., USENIX ATC 2023),
   with their integer scores and tie rules, so that their published figures
   can be reproduced (``docs/fgd.md``).
-- ``suanli``: fragmentation gradient descent made exact and aware of every
-  resource that strands devices; see ``FragSuanli`` and ``docs/fgd.md``.
+- ``suanli``: fragmentation gradient descent with its ties broken by best
+  fit and the row's fragmentation after (``SuanliPolicy``, ``docs/fgd.md``).
 
 All work on one accelerator kind (``gpu`` unless the fleet has another
 single shareable kind); a request's other kinds get best-fit devices.
