@@ -267,3 +267,19 @@ def test_a_drained_nodes_vc_host_moves_and_its_work_follows(tmp_path):
     assert len(moved) == 2 and all(e["from"] == first and e["to"] == hosts[1]["node"] and e["bytes"] == 2**30
                                     for e in moved)
     assert [sim.world.fleet.node_name(h.node) for h in sim.state.vcs["v"].hosts] == [hosts[1]["node"]]
+
+
+def test_a_host_moves_off_a_failed_node_even_with_the_quota_used_up(tmp_path):
+    fixed = {"name": "f", "count": 2, "resources": {"cpu": 8, "memory": "16Gi"}}
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=3, cpu=8)])],
+                    [app("w", components=[component("c", cpu=1)], virtualCluster="v")],
+                    vcs=[vc("v", groups=[fixed])], tenants=[tenant(quota={"cpu": 16})],
+                    events=[{"at": "10m", "kind": "nodeDown", "node": "s/n-0"}])
+    sim, _ = simulate(path, until=60)
+    on = {sim.world.fleet.node_name(h.node) for h in sim.state.vcs["v"].hosts}
+    down = sorted(on)[0]
+    path.write_text(path.read_text().replace("node: s/n-0", f"node: {down}"))
+    sim, _ = simulate(path)
+    hosts = {sim.world.fleet.node_name(h.node) for h in sim.state.vcs["v"].hosts}
+    assert len(hosts) == 2 and down not in hosts  # the replacement took the spare node
+    assert (sim.state.tenant_used["t"][0]) == 16000  # and the tenant is back at its quota, not over

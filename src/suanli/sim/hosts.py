@@ -60,7 +60,12 @@ class HostKeeper:
             group = next(g for g in world.vcs[vc_name].host_groups if g.name == h.group)
             if id(h) not in self.replaced and (not group.elastic or vcs.group_size(group.name) - 1 < group.min):
                 sim.flush_hosts(t)
-                got = sim.global_layer.place_hosts(world.vcs[vc_name], group, 1)
+                # the host it replaces still counts against the tenant's quota: not for its replacement
+                state.tenant_used[vcs.tenant] -= h.node_alloc.vec
+                try:
+                    got = sim.global_layer.place_hosts(world.vcs[vc_name], group, 1)
+                finally:
+                    state.tenant_used[vcs.tenant] += h.node_alloc.vec
                 if isinstance(got, Counter):
                     still.append((vc_name, h))
                     continue
