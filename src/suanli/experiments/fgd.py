@@ -51,16 +51,7 @@ def openb_fleet(nodes_csv: str | Path) -> Fleet:
 
 def target_workload(pods: OpenbPods) -> TargetWorkload:
     """The trace's task shapes (cpu, memory, GPUs, share per GPU, models) and frequencies."""
-    counts: dict[tuple, float] = {}
-    models: dict[str, tuple[str, ...]] = {}
-    for cpu, mem, ng, gm, spec in zip(pods.cpu_milli.tolist(), pods.memory_mib.tolist(), pods.num_gpu.tolist(),
-                                      pods.gpu_milli.tolist(), pods.gpu_spec.tolist()):
-        m = models.get(spec)
-        if m is None:
-            m = models[spec] = _split_models(spec)
-        key = (cpu, mem, ng, gm if ng else 0, m)
-        counts[key] = counts.get(key, 0) + 1
-    return TargetWorkload.from_counts(counts)
+    return TargetWorkload.from_counts(pods.shape_counts())
 
 
 def inflate(pods: OpenbPods, capacity_milli: int, seed: int, ratio: float = RATIO) -> np.ndarray:

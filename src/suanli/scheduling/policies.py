@@ -122,6 +122,13 @@ class _GpuPolicy(Policy):
     def __init__(self, kind: int = 0) -> None:
         self.kind = kind
 
+    def norms(self, table: CandidateTable) -> tuple[float, float]:
+        """``_norm`` of the table, computed again only when its rows change."""
+        key = (id(table), table.version, table.n)
+        if getattr(self, "_norm_key", None) != key:
+            self._norm_val, self._norm_key = _norm(table, self.kind), key
+        return self._norm_val
+
     def place(self, table, req, mask, network, rng):
         rows = np.flatnonzero(mask)
         if rows.size == 0:
@@ -149,13 +156,26 @@ def _norm(table: CandidateTable, kind: int) -> tuple[float, float]:
     return cpu, gpus
 
 
+def _free_share(left: np.ndarray) -> np.ndarray:
+    """Per row, the free share of the kind's devices, from ``_gpu_state``'s ``left``."""
+    return np.where(left > 0, left, 0).sum(axis=0)
+
+
+def _left_after(table: CandidateTable, req: Request, rows: np.ndarray, free_share: np.ndarray,
+                kind: int, norms: tuple[float, float]) -> np.ndarray:
+    """BestFit's waste: cpu and device share a row keeps free after the request,
+    each over the largest row's, half and half."""
+    cpu_n, gpu_n = norms
+    k, d = _pod_gpu(req, kind)
+    return 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (free_share - k * d) / gpu_n
+
+
 class DotProdPolicy(_GpuPolicy):
     name = "dotprod"
 
     def int_scores(self, table, req, rows):
-        cpu_n, gpu_n = _norm(table, self.kind)
-        left, _ = _gpu_state(table, self.kind, rows)
-        gpu_left = np.where(left > 0, left, 0).sum(axis=0)
+        cpu_n, gpu_n = self.norms(table)
+        gpu_left = _free_share(_gpu_state(table, self.kind, rows)[0])
         k, d = _pod_gpu(req, self.kind)
         dot = (table.free[0, rows] / cpu_n) * (req.vec[0] / cpu_n) + (gpu_left / gpu_n) * (k * d / gpu_n)
         return (100 * (1 - dot / 2)).astype(np.int64)
@@ -165,11 +185,8 @@ class BestFitPolicy(_GpuPolicy):
     name = "bestfit"
 
     def int_scores(self, table, req, rows):
-        cpu_n, gpu_n = _norm(table, self.kind)
-        left, _ = _gpu_state(table, self.kind, rows)
-        gpu_left = np.where(left > 0, left, 0).sum(axis=0)
-        k, d = _pod_gpu(req, self.kind)
-        waste = 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (gpu_left - k * d) / gpu_n
+        waste = _left_after(table, req, rows, _free_share(_gpu_state(table, self.kind, rows)[0]),
+                            self.kind, self.norms(table))
         s = (100 * (1 - waste)).astype(np.int64)
         lo, hi = s.min(), s.max()
         return (s - lo) * 100 // (hi - lo) if hi > lo else np.zeros_like(s)
@@ -238,9 +255,8 @@ class ClusteringPolicy(_GpuPolicy):
             n_tags += c > 0
             if t == tag:
                 mine = c > 0
-        _, gpu_n = _norm(table, self.kind)
-        left, _ = _gpu_state(table, self.kind, rows)
-        gpu_left = np.where(left > 0, left, 0).sum(axis=0)
+        _, gpu_n = self.norms(table)
+        gpu_left = _free_share(_gpu_state(table, self.kind, rows)[0])
         used = (25 * (gpu_n - gpu_left) // gpu_n).astype(np.int64)
         base = np.where(mine, np.where(n_tags == 1, 75, 50), np.where(n_tags == 0, 25, 0))
         return used + base
@@ -387,7 +403,7 @@ class FgdPolicy(_GpuPolicy):
                 state[r] = ids.setdefault(tuple(key), len(ids))
             left, _ = _gpu_state(table, self.kind, dirty)
             U[dirty] = self.frag.usable(left)
-            G[dirty] = np.where(left > 0, left, 0).sum(axis=0)
+            G[dirty] = _free_share(left)
             full[dirty] = (left == MILLI).sum(axis=0)
             models = np.where(on, table.dev_model[:, dirty], -1).max(axis=0)
             model[dirty] = np.where(models >= 0, models, self.frag.none)
@@ -554,19 +570,13 @@ class SuanliPolicy(FgdPolicy):
             return super().score(decrease)
         bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / 500.0)))
         rows = reps[at]
-        cpu_n, gpu_n = self._norms(table)
+        norms = self.norms(table)
+        gpu_n = norms[1]
         cache = cache or self._rows(table)
         G, F = cache[1], cache[4]
-        k, d = _pod_gpu(req, self.kind)
-        left = 0.5 * (table.free[0, rows] - req.vec[0]) / cpu_n + 0.5 * (G[rows] - k * d) / gpu_n
+        left = _left_after(table, req, rows, G[rows], self.kind, norms)
         fragmented = np.minimum((F[rows] - decrease) / gpu_n, 1.0)  # the row's fragmentation after
         return bucket * 1000.0 + (1.0 - 0.5 * (left + fragmented)) * 999.0
-
-    def _norms(self, table):
-        key = (id(table), table.version, table.n)
-        if getattr(self, "_norm_key", None) != key:
-            self._norm_val, self._norm_key = _norm(table, self.kind), key
-        return self._norm_val
 
     def device_among(self, shares: set) -> set:
         return {min(shares)} if self.pack else shares
@@ -637,11 +647,8 @@ def target_of_world(world) -> TargetWorkload:
                 import os
 
                 from suanli.sim.traces import load_openb_pods
-                pods = load_openb_pods(os.path.join(world.base_dir, tr.pods))
-                for cpu, mem, ng, gm, sp in zip(pods.cpu_milli.tolist(), pods.memory_mib.tolist(),
-                                                pods.num_gpu.tolist(), pods.gpu_milli.tolist(), pods.gpu_spec.tolist()):
-                    key = (cpu, mem, ng, gm if ng else 0, tuple(m for m in dict.fromkeys(sp.split("|")) if m))
-                    counts[key] = counts.get(key, 0.0) + 1
+                for key, n in load_openb_pods(os.path.join(world.base_dir, tr.pods)).shape_counts().items():
+                    counts[key] = counts.get(key, 0.0) + n
     if not counts:
         counts[(0, 0, 0, 0, ())] = 1.0
     return TargetWorkload.from_counts(counts)

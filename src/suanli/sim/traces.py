@@ -426,6 +426,20 @@ class OpenbPods:
         """Total GPU request of each pod in milli-GPUs: ``num_gpu * gpu_milli``."""
         return self.num_gpu * self.gpu_milli
 
+    def shape_counts(self) -> dict[tuple[int, int, int, int, tuple[str, ...]], int]:
+        """How many pods ask for each (cpu, memory, GPUs, share per GPU, allowed models);
+        a CPU-only pod's share is 0."""
+        counts: dict[tuple, int] = {}
+        models: dict[str, tuple[str, ...]] = {}
+        for cpu, mem, ng, gm, spec in zip(self.cpu_milli.tolist(), self.memory_mib.tolist(), self.num_gpu.tolist(),
+                                          self.gpu_milli.tolist(), self.gpu_spec.tolist()):
+            m = models.get(spec)
+            if m is None:
+                m = models[spec] = _split_models(spec)
+            key = (cpu, mem, ng, gm if ng else 0, m)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def arrivals(self) -> Iterator[PodArrival]:
         """Pods in creation-time order (ties keep file order; unknown time counts as 0)."""
         at = np.nan_to_num(self.creation_time, nan=0.0)
