@@ -155,7 +155,7 @@ def tables(draw) -> tuple[Fleet, CandidateTable]:
         note(f"taken: {a}")
     for _ in range(draw(st.integers(0, 1))):
         row = draw(st.integers(0, table.n - 1))
-        table.enabled[row] = False
+        table.set_enabled(row, False)
         note(f"disabled row {row}")
     return fleet, table
 

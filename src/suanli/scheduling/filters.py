@@ -82,52 +82,71 @@ def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
     return _static(table, req)[1]
 
 
-def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
-    free = table.view("free")
-    checks: list[Check] = [("node unavailable", table.view("enabled"))]
+def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
+    """The dynamic checks on rows ``at`` (a slice or row indices), masks over those rows."""
+    free = table.free[:, at]
+    checks: list[Check] = [("node unavailable", table.enabled[at])]
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
-    dev_free = table.view("dev_free")
+    dev_free = table.dev_free[:, at]
     for need, ok in zip(req.accels, usable_slots(table, req)):
+        ok = ok[:, at]
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=0)
+            n_free = (ok & (dev_free == 1000) & (table.dev_cap[:, at] == 1000)).sum(axis=0)
             checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
         else:
             checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
-        untouched = (free == table.view("cap")).all(axis=0) & (dev_free == table.view("dev_cap")).all(axis=0)
+        untouched = (free == table.cap[:, at]).all(axis=0) & (dev_free == table.dev_cap[:, at]).all(axis=0)
         checks.append(("node in use", untouched))
     return checks
 
 
-def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> np.ndarray:
-    """bool[N]: rows where the request fits now."""
-    mask = _static(table, req)[0].copy()
-    for _, m in dynamic_checks(table, req):
+def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
+    return _dynamic(table, req, slice(0, table.n))
+
+
+def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
+    """bool over rows ``at``: every dynamic check passes."""
+    checks = _dynamic(table, req, at)
+    mask = checks[0][1].copy()
+    for _, m in checks[1:]:
         mask &= m
+    return mask
+
+
+def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> np.ndarray:
+    """bool[N]: rows where the request fits now (from the request's live view)."""
+    from suanli.scheduling.live import view
+
+    mask = view(table, req).ok.copy()
     for _, m in extra:
         mask &= m
     return mask
 
 
 def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
-    """Does the request fit this one row now? (``feasible`` for a single row.)"""
-    if not (_static(table, req)[0][row] and table.enabled[row]):
+    """Does the request fit this one row now? (``feasible`` for a single row, in scalar arithmetic.)"""
+    static, slots = _static(table, req)
+    if not (static[row] and table.enabled[row]):
         return False
     free = table.free[:, row]
     if free[0] < req.vec[0] or free[1] < req.vec[1]:
         return False
-    dev_free = table.dev_free[:, row]
-    for need, ok in zip(req.accels, usable_slots(table, req)):
-        usable = ok[:, row]
-        if need.whole:
-            whole = usable & (dev_free == 1000) & (table.dev_cap[:, row] == 1000)
-            if whole.sum() < need.count:
+    if req.accels:
+        dev_free = table.dev_free[:, row].tolist()
+        for need, ok in zip(req.accels, slots):
+            usable = ok[:, row].tolist()
+            if need.whole:
+                cap = table.dev_cap[:, row].tolist()
+                n_free = sum(1 for u, f, c in zip(usable, dev_free, cap) if u and f == 1000 and c == 1000)
+                if n_free < need.count:
+                    return False
+            elif not any(u and f >= need.milli for u, f in zip(usable, dev_free)):
                 return False
-        elif not (usable & (dev_free >= need.milli)).any():
-            return False
-    if req.whole_node and not ((free == table.cap[:, row]).all() and (dev_free == table.dev_cap[:, row]).all()):
+    if req.whole_node and not ((free == table.cap[:, row]).all()
+                               and (table.dev_free[:, row] == table.dev_cap[:, row]).all()):
         return False
     return all(m[row] for _, m in extra)
 

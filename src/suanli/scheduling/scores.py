@@ -81,3 +81,30 @@ def total(table: CandidateTable, req: Request, rows: np.ndarray, network: Networ
     if req.data_sites:
         s += WEIGHTS["data"] * data(table, req, rows, network)
     return s
+
+
+def total_row(table: CandidateTable, req: Request, row: int, network: Network) -> float:
+    """``total`` for one row, in scalar arithmetic: the same value, computed
+    without array calls, for views that recompute a row or two per decision."""
+    inv = table.inverse_capacity()[:, row].tolist()
+    free = table.free[:, row].tolist()
+    vec = req.cache.get("vec")
+    if vec is None:
+        vec = req.cache["vec"] = req.vec.tolist()
+    dims = [d for d, v in enumerate(vec) if v > 0]
+    if req.whole_node or not dims:
+        cap = table.cap[:, row].tolist()
+        used = sum((c - f) * i for c, f, i in zip(cap, free, inv))
+        fit_ = 100.0 * used / max(sum(1 for i in inv if i > 0), 1)
+    else:
+        acc = 0.0
+        for d in dims:
+            acc -= (free[d] - vec[d]) * inv[d]
+        fit_ = 100.0 + acc * (100.0 / len(dims))
+    s = WEIGHTS["fit"] * fit_ + WEIGHTS["devices"] * float(devices(table, req, row))
+    if req.near_site >= 0:
+        s += WEIGHTS["near"] * (100.0 / (1.0 + float(network.rtt_ms[table.site[row], req.near_site]) / _NEAR_RTT_MS))
+    if req.data_sites:
+        rtt = sum(float(network.rtt_ms[table.site[row], d]) for d in req.data_sites)
+        s += WEIGHTS["data"] * (100.0 / (1.0 + rtt / _DATA_RTT_MS))
+    return s

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from suanli.model.network import Network
-from suanli.scheduling import scores
+from suanli.scheduling import live, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction
@@ -42,19 +42,21 @@ def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
         return Allocation(row, table.free[:, row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
     slots: list[int] = []
     milli: list[int] = []
-    dev_free = table.dev_free[:, row]
-    for need, ok in zip(req.accels, usable_slots(table, req)):
-        usable = ok[:, row]
-        if need.whole:
-            free_whole = np.flatnonzero(usable & (dev_free == 1000) & (table.dev_cap[:, row] == 1000))
-            chosen = free_whole[: need.count]
-            slots += [int(s) for s in chosen]
-            milli += [1000] * len(chosen)
-        else:
-            cand = np.flatnonzero(usable & (dev_free >= need.milli))
-            best = cand[np.argmin(dev_free[cand])]  # best fit: the fullest device that still fits
-            slots.append(int(best))
-            milli.append(need.milli)
+    if req.accels:
+        dev_free = table.dev_free[:, row].tolist()
+        for need, ok in zip(req.accels, usable_slots(table, req)):
+            usable = ok[:, row].tolist()
+            if need.whole:
+                cap = table.dev_cap[:, row].tolist()
+                free_whole = [i for i, (u, f, c) in enumerate(zip(usable, dev_free, cap)) if u and f == 1000 and c == 1000]
+                chosen = free_whole[: need.count]
+                slots += chosen
+                milli += [1000] * len(chosen)
+            else:
+                # best fit: the fullest device that still fits (the lowest index among equals)
+                _, best = min((f, i) for i, (u, f) in enumerate(zip(usable, dev_free)) if u and f >= need.milli)
+                slots.append(best)
+                milli.append(need.milli)
     return Allocation(row, req.vec.copy(), tuple(slots), tuple(milli))
 
 
@@ -252,18 +254,20 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
         row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r))) if repeatable else -1
         a = None
         if row < 0:
-            m = feasible(table, r, extra)
-            if inside is not None:
-                m &= inside
-            if restrict is not None:
-                m &= restrict
             if policy is not None:
+                m = feasible(table, r, extra)
+                if inside is not None:
+                    m &= inside
+                if restrict is not None:
+                    m &= restrict
                 a = policy.place(table, r, m, network, rng)
                 if a is None:
                     return r
                 row = a.row
             else:
-                row = pick(table, r, m, network, rng)
+                masks = [m for _, m in extra]
+                masks += [m for m in (inside, restrict) if m is not None]
+                row = live.pick(table, r, network, rng, masks)
                 if row < 0:
                     return r
         a = a or allocation(table, r, row)

@@ -206,15 +206,13 @@ class PlacementState:
 
     def set_node_enabled(self, node: int, enabled: bool) -> list[str]:
         """Take a node out of service (or back); returns the tasks running on it."""
-        self.nodes.enabled[node] = enabled
-        self.nodes.tick += 1
+        self.nodes.set_enabled(node, enabled)
         for vc in self.vcs.values():
             if vc.default:
                 continue
             for h in vc.hosts:
                 if h.node == node and h.row >= 0:
-                    vc.table.enabled[h.row] = enabled
-                    vc.table.tick += 1
+                    vc.table.set_enabled(h.row, enabled)
         return sorted(self.tasks_on_node.get(node, ()))
 
 

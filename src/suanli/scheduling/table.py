@@ -3,7 +3,10 @@
 Both layers schedule over the same shape of table: the global layer over
 physical nodes, the business layer over a virtual cluster's hosts. A table is
 updated in place when an allocation commits (``take``/``give``); it is never
-rebuilt per decision. A ``Transaction`` records allocations so a gang or an
+rebuilt per decision. Every change of what a row has free (or whether it is
+in service) goes through ``touch``, which appends the row to ``changes``:
+views kept per request (``live.py``) recompute only the rows changed since
+they last looked. A ``Transaction`` records allocations so a gang or an
 affinity group can be committed whole or rolled back whole.
 """
 
@@ -62,6 +65,9 @@ class CandidateTable:
         self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
+        self.changes: list[int] = []  # rows touched, in order, since the log was last cleared
+        self.epoch = 0  # bumps when the log is cleared: views that read it then start afresh
+        self.views = None  # live.Views of this table, made on first use
 
     # ------------------------------------------------------------ construction
 
@@ -118,10 +124,23 @@ class CandidateTable:
         self.stamp[i] += 1
         return i
 
-    def retire(self, row: int) -> None:
-        """Take a row out for good (a removed host); rows are never deleted."""
+    def touch(self, row: int) -> None:
+        """Record that what ``row`` has free (or its being in service) changed."""
         self.tick += 1
         self.stamp[row] += 1
+        self.changes.append(row)
+        if len(self.changes) > max(self.n, 4096):
+            self.changes = []
+            self.epoch += 1
+
+    def set_enabled(self, row: int, enabled: bool) -> None:
+        """Put a row in or out of service (a node down, drained or back)."""
+        self.enabled[row] = enabled
+        self.touch(row)
+
+    def retire(self, row: int) -> None:
+        """Take a row out for good (a removed host); rows are never deleted."""
+        self.touch(row)
         self.enabled[row] = False
         self.retired[row] = True
         self.free[:, row] = 0
@@ -160,20 +179,18 @@ class CandidateTable:
     # ------------------------------------------------------------ commits
 
     def take(self, a: Allocation) -> None:
-        self.tick += 1
-        self.stamp[a.row] += 1
+        self.touch(a.row)
         self.free[:, a.row] -= a.vec
-        if a.slots:
-            self.dev_free[list(a.slots), a.row] -= np.asarray(a.milli, np.int32)
+        for s, m in zip(a.slots, a.milli):
+            self.dev_free[s, a.row] -= m
         for listener in self.listeners:
             listener(self, a, 1)
 
     def give(self, a: Allocation) -> None:
-        self.tick += 1
-        self.stamp[a.row] += 1
+        self.touch(a.row)
         self.free[:, a.row] += a.vec
-        if a.slots:
-            self.dev_free[list(a.slots), a.row] += np.asarray(a.milli, np.int32)
+        for s, m in zip(a.slots, a.milli):
+            self.dev_free[s, a.row] += m
         for listener in self.listeners:
             listener(self, a, -1)
 

@@ -1,0 +1,118 @@
+"""Live views: per request, which rows it fits now and how each scores, kept
+in step with the table instead of recomputed per decision.
+
+Every filter and score of a row depends only on that row (what it is, what it
+has free, its site's place in the network) and on the request. So once a
+view has computed them for all rows, a decision needs only the rows the table
+has touched since (``CandidateTable.changes``, usually one or two) recomputed,
+and then one pass over the vector of scores for the best.
+
+A view is exact: the masks and scores it holds are the ones ``feasible`` and
+``scores.total`` would give now, element for element. It starts afresh when
+rows are added (the static masks change), when the table's change log was
+cleared, when the network was rebuilt (rtt and reachability feed scores), or
+when so many rows changed that recomputing them all is cheaper.
+
+Views live on their table, most recently used kept, within a memory budget.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+import numpy as np
+
+from suanli.model.network import Network
+from suanli.scheduling import scores
+from suanli.scheduling.filters import dynamic_ok, fits_row, static_mask
+from suanli.scheduling.request import Request
+from suanli.scheduling.table import CandidateTable
+
+VIEW_BYTES = 256 << 20  # memory all views of one table may hold
+MIN_VIEWS, MAX_VIEWS = 16, 4096
+FEW = 8  # changed rows recomputed one by one; more at once, as arrays
+
+
+class View:
+    """``ok``: the request fits the row now; ``value``: its score where it fits, else -inf."""
+
+    __slots__ = ("req", "network", "key", "epoch", "pos", "ok", "value")
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.network: Network | None = None
+        self.key = None
+        self.epoch = -1
+        self.pos = 0
+        self.ok: np.ndarray | None = None
+        self.value: np.ndarray | None = None
+
+    def sync(self, table: CandidateTable, network: Network | None) -> "View":
+        """Bring the view up to date; with a network, the scores too."""
+        key = (table.version, table.n)
+        pending = len(table.changes) - self.pos
+        fresh = (self.key != key or self.epoch != table.epoch or pending * 4 > table.n
+                 or (network is not None and self.network is not network and self.value is not None))
+        if fresh:
+            self.ok = static_mask(table, self.req) & dynamic_ok(table, self.req, slice(0, table.n))
+            self.value = None
+            self.key, self.epoch = key, table.epoch
+        elif pending <= FEW:  # row by row, in scalar arithmetic
+            ok, value, req, net = self.ok, self.value, self.req, self.network
+            for r in set(table.changes[self.pos:]):
+                ok[r] = fit = fits_row(table, req, r)
+                if value is not None:
+                    value[r] = scores.total_row(table, req, r, net) if fit else -np.inf
+        elif pending:
+            rows = np.unique(np.array(table.changes[self.pos:], np.int64))
+            self.ok[rows] = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
+            if self.value is not None:
+                self.value[rows] = np.where(self.ok[rows], scores.total(table, self.req, rows, self.network), -np.inf)
+        self.pos = len(table.changes)
+        if network is not None and self.value is None:
+            self.network = network
+            every = np.arange(table.n)
+            self.value = np.where(self.ok, scores.total(table, self.req, every, network), -np.inf)
+        return self
+
+
+class Views:
+    """The live views of one table, least recently used dropped first."""
+
+    def __init__(self, table: CandidateTable) -> None:
+        self.table = table
+        self.by_req: OrderedDict[int, View] = OrderedDict()
+
+    def get(self, req: Request) -> View:
+        v = self.by_req.get(id(req))
+        if v is None or v.req is not req:
+            v = self.by_req[id(req)] = View(req)
+            limit = min(MAX_VIEWS, max(MIN_VIEWS, VIEW_BYTES // max(9 * self.table.n, 1)))
+            while len(self.by_req) > limit:
+                self.by_req.popitem(last=False)
+        else:
+            self.by_req.move_to_end(id(req))
+        return v
+
+
+def view(table: CandidateTable, req: Request, network: Network | None = None) -> View:
+    """The request's live view of the table, up to date (scores only with a network)."""
+    views = table.views
+    if views is None:
+        views = table.views = Views(table)
+    return views.get(req).sync(table, network)
+
+
+def pick(table: CandidateTable, req: Request, network: Network, rng: np.random.Generator,
+         masks: Sequence[np.ndarray] = ()) -> int:
+    """The best row that fits now and passes every mask of ``masks``, or -1.
+    Ties go to a seeded draw, exactly as ``select.pick`` breaks them."""
+    value = view(table, req, network).value
+    for m in masks:
+        value = np.where(m[: table.n], value, -np.inf)
+    best = value.max(initial=-np.inf)
+    if best == -np.inf:
+        return -1
+    top = np.flatnonzero(value >= best - 1e-9)
+    return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
