@@ -67,6 +67,9 @@ def test_a_view_always_equals_a_fresh_computation(data):
             ok, value = fresh(table, req, fleet.network)
             assert v.ok.tolist() == ok.tolist()
             assert v.value.tolist() == value.tolist()
+            best = value.max(initial=-np.inf)
+            top = np.flatnonzero(value >= best - live.TIE).tolist() if best > -np.inf else []
+            assert v.best_rows()[1] == top
             assert live.view(table, req).ok.tolist() == ok.tolist()
 
 

@@ -56,10 +56,9 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
 
 
 def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Cached: the AND of static checks, and per-need usable slots."""
-    key = (id(table), table.version)
-    hit = req.cache.get(key)
-    if hit is None:
+    """Cached per table until its rows change: the AND of static checks, and per-need usable slots."""
+    hit = req.cache.get(id(table))
+    if hit is None or hit[0] != table.version:
         mask = np.ones(table.n, bool)
         for _, m in static_checks(table, req):
             mask &= m
@@ -69,8 +68,17 @@ def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.nd
             if not need.whole:
                 ok &= table.view("dev_shareable")
             slots.append(ok)
-        hit = req.cache[key] = (mask, slots)
-    return hit
+        hit = req.cache[id(table)] = (table.version, mask, slots)
+    return hit[1], hit[2]
+
+
+def _static_checks(table: CandidateTable, req: Request) -> list[Check]:
+    """``static_checks``, cached per table until its rows change (explanations of refusals)."""
+    key = ("checks", id(table))
+    hit = req.cache.get(key)
+    if hit is None or hit[0] != table.version:
+        hit = req.cache[key] = (table.version, static_checks(table, req))
+    return hit[1]
 
 
 def static_mask(table: CandidateTable, req: Request) -> np.ndarray:
@@ -108,11 +116,23 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
 
 
 def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
-    """bool over rows ``at``: every dynamic check passes."""
-    checks = _dynamic(table, req, at)
-    mask = checks[0][1].copy()
-    for _, m in checks[1:]:
-        mask &= m
+    """bool over rows ``at``: every dynamic check passes (``_dynamic``'s checks ANDed,
+    with no reasons kept: this is the hot path of live views)."""
+    free = table.free[:, at]
+    mask = table.enabled[at]
+    for col in (0, 1):
+        if req.vec[col] > 0:
+            mask = mask & (free[col] >= req.vec[col])
+    if req.accels or req.whole_node:
+        dev_free = table.dev_free[:, at]
+        for need, ok in zip(req.accels, usable_slots(table, req)):
+            ok = ok[:, at]
+            if need.whole:
+                mask = mask & ((ok & (dev_free == 1000) & (table.dev_cap[:, at] == 1000)).sum(axis=0) >= need.count)
+            else:
+                mask = mask & (ok & (dev_free >= need.milli)).any(axis=0)
+        if req.whole_node:
+            mask = mask & (free == table.cap[:, at]).all(axis=0) & (dev_free == table.dev_cap[:, at]).all(axis=0)
     return mask
 
 
@@ -132,7 +152,8 @@ def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Chec
     if not (static[row] and table.enabled[row]):
         return False
     free = table.free[:, row]
-    if free[0] < req.vec[0] or free[1] < req.vec[1]:
+    vec = req.plain[0]
+    if free[0] < vec[0] or free[1] < vec[1]:
         return False
     if req.accels:
         dev_free = table.dev_free[:, row].tolist()
@@ -155,7 +176,7 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     """Counts per reason: each row is charged to the first check it fails."""
     counts: Counter = Counter()
     remaining = ~table.view("retired")
-    for reason, mask in [*static_checks(table, req), *dynamic_checks(table, req), *extra]:
+    for reason, mask in [*_static_checks(table, req), *dynamic_checks(table, req), *extra]:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed

@@ -18,6 +18,7 @@ Views live on their table, most recently used kept, within a memory budget.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import OrderedDict
 from typing import Sequence
 
@@ -31,13 +32,14 @@ from suanli.scheduling.table import CandidateTable
 
 VIEW_BYTES = 256 << 20  # memory all views of one table may hold
 MIN_VIEWS, MAX_VIEWS = 16, 4096
+TIE = 1e-9  # scores this close to the best tie (select.pick's rule)
 FEW = 8  # changed rows recomputed one by one; more at once, as arrays
 
 
 class View:
     """``ok``: the request fits the row now; ``value``: its score where it fits, else -inf."""
 
-    __slots__ = ("req", "network", "key", "epoch", "pos", "ok", "value")
+    __slots__ = ("req", "network", "key", "epoch", "pos", "ok", "value", "best", "top")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -47,6 +49,10 @@ class View:
         self.pos = 0
         self.ok: np.ndarray | None = None
         self.value: np.ndarray | None = None
+        # the best rows, kept while changes allow: ``best`` the highest value, ``top``
+        # the rows within TIE of it in row order (None: to be found again)
+        self.best = -np.inf
+        self.top: list[int] | None = None
 
     def sync(self, table: CandidateTable, network: Network | None) -> "View":
         """Bring the view up to date; with a network, the scores too."""
@@ -56,16 +62,20 @@ class View:
                  or (network is not None and self.network is not network and self.value is not None))
         if fresh:
             self.ok = static_mask(table, self.req) & dynamic_ok(table, self.req, slice(0, table.n))
-            self.value = None
+            self.value, self.top = None, None
             self.key, self.epoch = key, table.epoch
         elif pending <= FEW:  # row by row, in scalar arithmetic
             ok, value, req, net = self.ok, self.value, self.req, self.network
             for r in set(table.changes[self.pos:]):
                 ok[r] = fit = fits_row(table, req, r)
                 if value is not None:
-                    value[r] = scores.total_row(table, req, r, net) if fit else -np.inf
+                    was = value[r]
+                    value[r] = v = scores.total_row(table, req, r, net) if fit else -np.inf
+                    if self.top is not None:
+                        self._retop(r, was, v)
         elif pending:
-            rows = np.unique(np.array(table.changes[self.pos:], np.int64))
+            self.top = None
+            rows = np.fromiter(set(table.changes[self.pos:]), np.int64)
             self.ok[rows] = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
             if self.value is not None:
                 self.value[rows] = np.where(self.ok[rows], scores.total(table, self.req, rows, self.network), -np.inf)
@@ -75,6 +85,29 @@ class View:
             every = np.arange(table.n)
             self.value = np.where(self.ok, scores.total(table, self.req, every, network), -np.inf)
         return self
+
+    def _retop(self, r: int, was: float, v: float) -> None:
+        """Keep ``top`` exact after row ``r``'s value went from ``was`` to ``v``; when
+        that cannot be done cheaply (the best may have fallen, or a new best is
+        within TIE of the old), drop it to be found again."""
+        best = self.best
+        if v > best + TIE:
+            self.best, self.top = v, [r]
+        elif v > best or (was >= best and v < best):
+            self.top = None
+        elif was >= best - TIE:
+            if v < best - TIE:
+                self.top.remove(r)
+        elif v >= best - TIE:
+            insort(self.top, r)
+
+    def best_rows(self) -> tuple[float, list[int]]:
+        """The highest value and the rows within TIE of it, in row order."""
+        if self.top is None:
+            value = self.value
+            self.best = float(value.max(initial=-np.inf))
+            self.top = np.flatnonzero(value >= self.best - TIE).tolist() if self.best > -np.inf else []
+        return self.best, self.top
 
 
 class Views:
@@ -108,11 +141,17 @@ def pick(table: CandidateTable, req: Request, network: Network, rng: np.random.G
          masks: Sequence[np.ndarray] = ()) -> int:
     """The best row that fits now and passes every mask of ``masks``, or -1.
     Ties go to a seeded draw, exactly as ``select.pick`` breaks them."""
-    value = view(table, req, network).value
+    v = view(table, req, network)
+    if not masks:
+        _, top = v.best_rows()
+        if not top:
+            return -1
+        return top[int(rng.integers(len(top)))] if len(top) > 1 else top[0]
+    value = v.value
     for m in masks:
         value = np.where(m[: table.n], value, -np.inf)
     best = value.max(initial=-np.inf)
     if best == -np.inf:
         return -1
-    top = np.flatnonzero(value >= best - 1e-9)
+    top = np.flatnonzero(value >= best - TIE)
     return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])

@@ -50,6 +50,15 @@ class Request:
     data_sites: tuple[int, ...] = ()
     cache: dict = field(default_factory=dict)  # per-table static masks
 
+    @property
+    def plain(self) -> tuple[list[int], bool]:
+        """``vec`` as Python ints, and whether it asks for anything: for scalar arithmetic."""
+        p = self.cache.get("plain")
+        if p is None:
+            v = self.vec.tolist()
+            p = self.cache["plain"] = (v, any(x > 0 for x in v))
+        return p
+
 
 def site_mask(fleet: Fleet, patterns: Iterable[str]) -> np.ndarray:
     rx = re.compile("|".join(f"(?:{glob_regex(p)})" for p in patterns) or "(?!)")

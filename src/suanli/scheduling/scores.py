@@ -42,10 +42,12 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
         has = (inv[:, at] > 0).sum(axis=0)
         out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
-        acc = np.zeros(table.n if whole else rows.size)
-        for d in dims:
-            # used-after / cap = 1 - (free - vec) / cap
-            acc -= (table.free[d, at] - req.vec[d]) * inv[d, at]
+        # used-after / cap = 1 - (free - vec) / cap, summed over the dimensions in order
+        pick = (dims[:, None], at[None, :]) if not whole else (dims, at)
+        terms = (table.free[pick] - req.vec[dims, None]) * inv[pick]
+        acc = -terms[0]
+        for t in terms[1:]:
+            acc -= t
         out = 100.0 + acc * (100.0 / dims.size)
     return out[rows] if whole else out
 
@@ -53,13 +55,13 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
-    key = ("devices", id(table), table.version, table.n)
-    full = req.cache.get(key)
-    if full is None:
+    key = ("devices", id(table))
+    hit = req.cache.get(key)
+    if hit is None or hit[0] != (table.version, table.n):
         kinds = table.view("cap")[2:]
         unused = kinds[req.vec[2:] == 0].sum(axis=0) > 0
-        full = req.cache[key] = np.where(unused, 0.0, 100.0)
-    return full[rows]
+        hit = req.cache[key] = ((table.version, table.n), np.where(unused, 0.0, 100.0))
+    return hit[1][rows]
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
@@ -88,9 +90,7 @@ def total_row(table: CandidateTable, req: Request, row: int, network: Network) -
     without array calls, for views that recompute a row or two per decision."""
     inv = table.inverse_capacity()[:, row].tolist()
     free = table.free[:, row].tolist()
-    vec = req.cache.get("vec")
-    if vec is None:
-        vec = req.cache["vec"] = req.vec.tolist()
+    vec = req.plain[0]
     dims = [d for d, v in enumerate(vec) if v > 0]
     if req.whole_node or not dims:
         cap = table.cap[:, row].tolist()

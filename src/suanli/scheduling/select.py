@@ -290,7 +290,7 @@ def _repeat(table: CandidateTable, req: Request, extra, hint) -> int:
     strictly (it is fuller now); so if it still fits it is the unique best row,
     and ``pick`` would return it without a tie-break draw.
     """
-    if hint is None or req.whole_node or not (req.vec > 0).any():
+    if hint is None or req.whole_node or not req.plain[1]:
         return -1
     key, row = hint
     if key != (id(table), table.version, table.tick) or not fits_row(table, req, row, extra):
