@@ -23,7 +23,7 @@ from suanli.model.work import AcceleratorRequest, Near, Resources, Selector, Ten
 from suanli.scheduling import filters
 from suanli.scheduling.filters import explain, feasible
 from suanli.scheduling.request import compile_request
-from suanli.scheduling.select import allocation, room
+from suanli.scheduling.select import allocation, room, room_row
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -388,6 +388,9 @@ def test_room_matches_the_reference(data):
         got = room(table, req, mask)
         want = [reference_room(fleet, table, r, kw, bool(mask[r])) for r in range(table.n)]
         assert got.tolist() == want, f"mask {mask.tolist()}"
+    fits = feasible(table, req)
+    for r in np.flatnonzero(fits):  # the single-row form, on rows the request fits
+        assert room_row(table, req, int(r)) == reference_room(fleet, table, int(r), kw, True), f"row {r}"
 
 
 @SETTINGS

@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import given, note
 from hypothesis import strategies as st
 
+from suanli.model.work import AcceleratorRequest, Near, Resources
 from suanli.scheduling import live, scores
 from suanli.scheduling.filters import dynamic_ok, static_mask
 from suanli.scheduling.select import allocation, pick
@@ -114,3 +115,110 @@ def test_rows_added_to_a_table_are_seen():
     hosts.append_row(nodes, 1, a.vec, a.slots, a.milli)
     assert live.view(hosts, req, fleet.network).ok.tolist() == [True]
     assert live.pick(hosts, req, fleet.network, np.random.default_rng(0)) == 0
+
+
+@SETTINGS
+@given(st.data())
+def test_a_run_of_identical_members_lands_as_one_by_one_would(data):
+    """``_fill`` places a run of the same request in a few steps (whole rows, a
+    kept ranking); the result must be the same as placing the members one by
+    one (``select.RUNS`` off): same rows, same devices, the same draws from
+    the generator."""
+    import copy
+
+    from suanli.scheduling import select
+    from suanli.scheduling.domains import coupling_domain
+    from suanli.scheduling.select import place_group
+
+    fleet, table = data.draw(tables())
+    if data.draw(st.booleans()):
+        kw = data.draw(requests(fleet))
+    else:  # sized so that a few copies fill a row: runs go from row to row
+        kinds = list(fleet.kinds.names)
+        accels = ()
+        if kinds and data.draw(st.booleans()):
+            accels = (AcceleratorRequest(data.draw(st.sampled_from(kinds)), None,
+                                         data.draw(st.sampled_from([250, 500, 1000, 2000]))),)
+        kw = {"res": Resources(data.draw(st.sampled_from([1000, 2000, 4000])),
+                               data.draw(st.sampled_from([512, 1024, 2048])), accels)}
+        if data.draw(st.booleans()):
+            kw["near"] = Near(data.draw(st.sampled_from([s.name for s in fleet.sites])), None)
+    n = data.draw(st.integers(2, 24))
+    level = data.draw(st.sampled_from([None, "ib", "ethernet", "wan"]))
+    seed = data.draw(st.integers(0, 2**16))
+    restrict = np.array(data.draw(st.lists(st.booleans(), min_size=table.n, max_size=table.n)), bool) \
+        if data.draw(st.booleans()) else None
+    table.views = None
+    twin = copy.deepcopy(table)
+    results = []
+    for t, runs in ((table, True), (twin, False)):
+        domain = coupling_domain(t, fleet.network, level) if level else None
+        rng = np.random.default_rng(seed)
+        select.RUNS = runs
+        try:
+            res = place_group(t, [compile_(fleet, kw)] * n, fleet.network, rng, domain=domain, restrict=restrict)
+        finally:
+            select.RUNS = True
+        results.append(([(a.row, a.slots, a.milli, a.vec.tolist()) for a in res.allocations],
+                        int(rng.integers(1 << 30))))
+    assert results[0] == results[1]
+    assert table.free[:, : table.n].tolist() == twin.free[:, : twin.n].tolist()
+
+
+def test_runs_on_larger_fleets_land_as_one_by_one_would():
+    """The same comparison on seeded fleets of 20 to 60 nodes, partly used,
+    where gangs of up to 48 members fill row after row (ties included: many
+    nodes are alike), inside coupling domains or anywhere."""
+    import copy
+
+    from suanli.model.fleet import DeviceType, Fleet, Link, NodeGroup, Site
+    from suanli.scheduling import select
+    from suanli.scheduling.domains import coupling_domain
+    from suanli.scheduling.request import compile_request
+    from suanli.scheduling.select import allocation, place_group
+
+    ranked = 0
+    for seed in range(40):
+        g = np.random.default_rng(seed)
+        sites = [Site(i, f"s{i}", "cloud") for i in range(3)]
+        groups = []
+        for i in range(int(g.integers(4, 9))):
+            dev = (DeviceType("gpu", "A100", int(g.choice([2, 4, 8])), None, bool(g.integers(2))),) if g.integers(3) else ()
+            groups.append(NodeGroup(i, int(g.integers(3)), f"g{i}", int(g.integers(3, 9)), "x86_64",
+                                    int(g.choice([8000, 16000])), int(g.choice([16384, 32768])), dev,
+                                    {"ib": f"ib{int(g.integers(3))}"} if g.integers(2) else {}))
+        fleet = Fleet(sites, groups, [Link(0, 1, 2.0, 1000.0), Link(1, 2, 5.0, 1000.0)])
+        table = CandidateTable.from_fleet(fleet)
+        for _ in range(int(g.integers(0, 30))):  # some of the fleet in use
+            filler = compile_request(fleet, Resources(int(g.choice([1000, 2000])), 1024, ()))
+            table.take(allocation(table, filler, int(g.integers(table.n))))
+        accels = (AcceleratorRequest("gpu", None, int(g.choice([250, 500, 1000, 2000]))),) if g.integers(2) else ()
+        near = Near(f"s{int(g.integers(3))}", None) if g.integers(2) else None
+        res = Resources(int(g.choice([1000, 2000, 4000])), int(g.choice([1024, 4096])), accels)
+        n = int(g.integers(8, 49))
+        level = [None, "ib", "wan"][int(g.integers(3))]
+        restrict = g.random(table.n) < 0.8 if g.integers(2) else None
+        table.views = None
+        twin = copy.deepcopy(table)
+        out = []
+        for t, runs in ((table, True), (twin, False)):
+            req = compile_request(fleet, res, near=near)
+            rng = np.random.default_rng(seed)
+            select.RUNS = runs
+            built = select._Ranked.__init__
+            count = [0]
+
+            def counting(self, *a, _built=built, _count=count):
+                _count[0] += 1
+                _built(self, *a)
+            select._Ranked.__init__ = counting
+            try:
+                domain = coupling_domain(t, fleet.network, level) if level else None
+                got = place_group(t, [req] * n, fleet.network, rng, domain=domain, restrict=restrict)
+            finally:
+                select.RUNS = True
+                select._Ranked.__init__ = built
+            ranked += count[0]
+            out.append(([(a.row, a.slots, a.milli) for a in got.allocations], int(rng.integers(1 << 30))))
+        assert out[0] == out[1], f"seed {seed}"
+    assert ranked >= 10  # the kept ranking was really used

@@ -105,6 +105,11 @@ class TaskExtras(Extras):
                 out.append((f"anti-affinity {key[1]} ({scope})", taken[where] == 0))
         return out
 
+    def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
+        if self.layer.anti_of.get(id(req)) is not None:
+            return 0  # the next copy makes its node (and site) taken for the group
+        return self.quota.copies(req, table, row, k) if self.quota else k
+
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
         if self.quota:
             self.quota.note(req, table, a)

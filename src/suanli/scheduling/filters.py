@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from suanli.scheduling.request import AccelNeed, Request
-from suanli.scheduling.table import CandidateTable
+from suanli.scheduling.table import CandidateTable, cols
 
 Check = tuple[str, np.ndarray]  # (reason, bool[N])
 
@@ -92,21 +92,21 @@ def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
 
 def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
     """The dynamic checks on rows ``at`` (a slice or row indices), masks over those rows."""
-    free = table.free[:, at]
+    free = cols(table.free, at)
     checks: list[Check] = [("node unavailable", table.enabled[at])]
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
-    dev_free = table.dev_free[:, at]
+    dev_free = cols(table.dev_free, at)
     for need, ok in zip(req.accels, usable_slots(table, req)):
-        ok = ok[:, at]
+        ok = cols(ok, at)
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (table.dev_cap[:, at] == 1000)).sum(axis=0)
+            n_free = (ok & (dev_free == 1000) & (cols(table.dev_cap, at) == 1000)).sum(axis=0)
             checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
         else:
             checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
-        untouched = (free == table.cap[:, at]).all(axis=0) & (dev_free == table.dev_cap[:, at]).all(axis=0)
+        untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
         checks.append(("node in use", untouched))
     return checks
 
@@ -118,21 +118,21 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
 def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
     """bool over rows ``at``: every dynamic check passes (``_dynamic``'s checks ANDed,
     with no reasons kept: this is the hot path of live views)."""
-    free = table.free[:, at]
+    free = cols(table.free, at)
     mask = table.enabled[at]
     for col in (0, 1):
         if req.vec[col] > 0:
             mask = mask & (free[col] >= req.vec[col])
     if req.accels or req.whole_node:
-        dev_free = table.dev_free[:, at]
+        dev_free = cols(table.dev_free, at)
         for need, ok in zip(req.accels, usable_slots(table, req)):
-            ok = ok[:, at]
+            ok = cols(ok, at)
             if need.whole:
-                mask = mask & ((ok & (dev_free == 1000) & (table.dev_cap[:, at] == 1000)).sum(axis=0) >= need.count)
+                mask = mask & ((ok & (dev_free == 1000) & (cols(table.dev_cap, at) == 1000)).sum(axis=0) >= need.count)
             else:
                 mask = mask & (ok & (dev_free >= need.milli)).any(axis=0)
         if req.whole_node:
-            mask = mask & (free == table.cap[:, at]).all(axis=0) & (dev_free == table.dev_cap[:, at]).all(axis=0)
+            mask = mask & (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
     return mask
 
 

@@ -52,6 +52,14 @@ class QuotaAndReach(Extras):
                         self.state.component_mask(table, self.component)))
         return out
 
+    def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
+        """Copies after the next one that the quota leaves room for (the row is
+        in the VC's component, or becomes it with the next copy)."""
+        left = (self.state.quota_left(self.vc.tenant) - self.pending).tolist()
+        vec = req.plain[0]
+        fit = min((left[d] // v for d, v in enumerate(vec) if v > 0), default=k + 1)
+        return max(0, min(k, fit - 1))
+
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
         self.pending += a.vec
         if self.component < 0:

@@ -138,20 +138,28 @@ def view(table: CandidateTable, req: Request, network: Network | None = None) ->
 
 
 def pick(table: CandidateTable, req: Request, network: Network, rng: np.random.Generator,
-         masks: Sequence[np.ndarray] = ()) -> int:
-    """The best row that fits now and passes every mask of ``masks``, or -1.
-    Ties go to a seeded draw, exactly as ``select.pick`` breaks them."""
+         masks: Sequence[np.ndarray] = (), rows: np.ndarray | None = None) -> int:
+    """The best row that fits now and passes every mask of ``masks`` (and is one of
+    ``rows``, ascending, when given), or -1. Ties go to a seeded draw, exactly as
+    ``select.pick`` breaks them."""
     v = view(table, req, network)
-    if not masks:
+    if not masks and rows is None:
         _, top = v.best_rows()
         if not top:
             return -1
         return top[int(rng.integers(len(top)))] if len(top) > 1 else top[0]
-    value = v.value
-    for m in masks:
-        value = np.where(m[: table.n], value, -np.inf)
+    if rows is None:
+        value = v.value
+        for m in masks:
+            value = np.where(m[: table.n], value, -np.inf)
+    else:
+        value = v.value[rows]
+        for m in masks:
+            value = np.where(m[rows], value, -np.inf)
     best = value.max(initial=-np.inf)
     if best == -np.inf:
         return -1
     top = np.flatnonzero(value >= best - TIE)
+    if rows is not None:
+        top = rows[top]
     return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])

@@ -10,7 +10,7 @@ import numpy as np
 
 from suanli.model.network import Network
 from suanli.scheduling.request import Request
-from suanli.scheduling.table import CandidateTable
+from suanli.scheduling.table import CandidateTable, cols
 
 # Why these weights: a task that names a site to be near is best served there
 # (the car's own apps run on the car), even on a node with devices it does not
@@ -38,13 +38,12 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
         # how used the row already is, averaged over the resources it has
-        used = (table.cap[:, at] - table.free[:, at]) * inv[:, at]
-        has = (inv[:, at] > 0).sum(axis=0)
+        used = (cols(table.cap, at) - cols(table.free, at)) * cols(inv, at)
+        has = (cols(inv, at) > 0).sum(axis=0)
         out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
         # used-after / cap = 1 - (free - vec) / cap, summed over the dimensions in order
-        pick = (dims[:, None], at[None, :]) if not whole else (dims, at)
-        terms = (table.free[pick] - req.vec[dims, None]) * inv[pick]
+        terms = (cols(table.free, at)[dims] - req.vec[dims, None]) * cols(inv, at)[dims]
         acc = -terms[0]
         for t in terms[1:]:
             acc -= t

@@ -19,9 +19,11 @@ from suanli.model.network import Network
 from suanli.scheduling import live, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
 from suanli.scheduling.request import Request
-from suanli.scheduling.table import Allocation, CandidateTable, Transaction
+from suanli.scheduling.table import Allocation, CandidateTable, Transaction, cols
 
+RUNS = True  # place runs of identical members a row at a time (False: one by one, the reference)
 MAX_DOMAIN_TRIES = 8  # domains are ranked by room; beyond a few, more tries rarely succeed
+UNBOUNDED = int(np.iinfo(np.int64).max)  # room for a request that asks for nothing
 
 
 def pick(table: CandidateTable, req: Request, mask: np.ndarray, network: Network,
@@ -40,24 +42,66 @@ def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
     if req.whole_node:
         slots = tuple(int(s) for s in np.flatnonzero(table.dev_cap[:, row] > 0))
         return Allocation(row, table.free[:, row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
-    slots: list[int] = []
-    milli: list[int] = []
-    if req.accels:
-        dev_free = table.dev_free[:, row].tolist()
-        for need, ok in zip(req.accels, usable_slots(table, req)):
-            usable = ok[:, row].tolist()
+    return allocations(table, req, row, 1)[0]
+
+
+def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[Allocation]:
+    """``k`` copies of ``req`` on ``row``, as ``allocation`` would choose them one
+    after another with each taken before the next: whole devices the lowest-index
+    free ones, a share the fullest device that still fits (lowest index among
+    equals). The caller knows the row has room for ``k``."""
+    if not req.accels:
+        return [Allocation(row, req.vec.copy()) for _ in range(k)]
+    if len(req.accels) == 1 and req.accels[0].whole:  # whole devices: the lowest-index free ones, in turn
+        count = req.accels[0].count
+        ok = usable_slots(table, req)[0][:, row].tolist()
+        free = [i for i, (u, f, c) in enumerate(zip(ok, table.dev_free[:, row].tolist(), table.dev_cap[:, row].tolist()))
+                if u and f == 1000 and c == 1000]
+        milli = (1000,) * count
+        return [Allocation(row, req.vec.copy(), tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
+    dev_free = table.dev_free[:, row].tolist()
+    cap = table.dev_cap[:, row].tolist()
+    usable = [ok[:, row].tolist() for ok in usable_slots(table, req)]
+    out = []
+    for _ in range(k):
+        slots: list[int] = []
+        milli: list[int] = []
+        for need, ok in zip(req.accels, usable):
             if need.whole:
-                cap = table.dev_cap[:, row].tolist()
-                free_whole = [i for i, (u, f, c) in enumerate(zip(usable, dev_free, cap)) if u and f == 1000 and c == 1000]
-                chosen = free_whole[: need.count]
+                chosen = [i for i, (u, f, c) in enumerate(zip(ok, dev_free, cap))
+                          if u and f == 1000 and c == 1000][: need.count]
+                for i in chosen:
+                    dev_free[i] = 0
                 slots += chosen
                 milli += [1000] * len(chosen)
             else:
-                # best fit: the fullest device that still fits (the lowest index among equals)
-                _, best = min((f, i) for i, (u, f) in enumerate(zip(usable, dev_free)) if u and f >= need.milli)
+                _, best = min((f, i) for i, (u, f) in enumerate(zip(ok, dev_free)) if u and f >= need.milli)
+                dev_free[best] -= need.milli
                 slots.append(best)
                 milli.append(need.milli)
-    return Allocation(row, req.vec.copy(), tuple(slots), tuple(milli))
+        out.append(Allocation(row, req.vec.copy(), tuple(slots), tuple(milli)))
+    return out
+
+
+def room_row(table: CandidateTable, req: Request, row: int) -> int:
+    """``room`` for one row, in scalar arithmetic: copies of ``req`` it could take now
+    (the request is known to fit its static checks)."""
+    if req.whole_node:
+        return 1
+    vec = req.plain[0]
+    free = table.free[:, row].tolist()
+    n = min((free[c] // vec[c] for c in (0, 1) if vec[c] > 0), default=UNBOUNDED)
+    if req.accels:
+        dev_free = table.dev_free[:, row].tolist()
+        cap = table.dev_cap[:, row].tolist()
+        for need, ok in zip(req.accels, usable_slots(table, req)):
+            usable = ok[:, row].tolist()
+            if need.whole:
+                whole = sum(1 for u, f, c in zip(usable, dev_free, cap) if u and f == 1000 and c == 1000)
+                n = min(n, whole // max(need.count, 1))
+            else:
+                n = min(n, sum(f // need.milli for u, f in zip(usable, dev_free) if u))
+    return n
 
 
 def partial_allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
@@ -87,21 +131,29 @@ def partial_allocation(table: CandidateTable, req: Request, row: int) -> Allocat
 
 def room(table: CandidateTable, req: Request, mask: np.ndarray) -> np.ndarray:
     """int[N]: how many copies of ``req`` each row could take now (0 where masked)."""
-    n = table.n
-    out = np.full(n, np.iinfo(np.int64).max, np.int64)
     if req.whole_node:
         return mask.astype(np.int64)
-    free = table.view("free")
+    out = room_at(table, req, slice(0, table.n))
+    out[~mask] = 0
+    return out
+
+
+def room_at(table: CandidateTable, req: Request, at) -> np.ndarray:
+    """``room`` over rows ``at`` (a slice or row indices), masks aside."""
+    free = cols(table.free, at)
+    out = np.full(free.shape[1], UNBOUNDED, np.int64)
+    if req.whole_node:
+        return np.ones_like(out)
     for col in np.flatnonzero(req.vec[:2] > 0):
         out = np.minimum(out, free[col] // req.vec[col])
-    dev_free = table.view("dev_free")
+    dev_free = cols(table.dev_free, at)
     for need, ok in zip(req.accels, usable_slots(table, req)):
+        ok = cols(ok, at)
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (table.view("dev_cap") == 1000)).sum(axis=0)
+            n_free = (ok & (dev_free == 1000) & (cols(table.dev_cap, at) == 1000)).sum(axis=0)
             out = np.minimum(out, n_free // max(need.count, 1))
         else:
             out = np.minimum(out, ((dev_free // need.milli) * ok).sum(axis=0))
-    out[~mask] = 0
     return out
 
 
@@ -114,6 +166,11 @@ class Extras:
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         return []
+
+    def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
+        """How many of ``k`` more copies of ``req``, placed on ``row`` one after
+        another right after one that was, these constraints would let through."""
+        return k
 
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
         pass
@@ -219,15 +276,14 @@ def _rank_domains(table, distinct, masks, domain, want, least) -> list[tuple[int
     """Domains that have room for every distinct member: the largest achievable
     size first (elastic gangs), then the tightest sufficient domain, so that big
     domains stay free for big groups."""
-    codes = domain[: table.n]
-    valid = codes >= 0
-    if not valid.any():
+    uniq, index = _partition(domain, table.n)
+    if not uniq.size:
         return []
-    uniq, inv = np.unique(codes[valid], return_inverse=True)
     rooms: list[tuple[np.ndarray, int]] = []
     for key, (r, count) in distinct.items():
-        per_row = np.minimum(room(table, r, masks[key] & valid), count)[valid]
-        rooms.append((np.bincount(inv, weights=per_row, minlength=uniq.size), count))
+        rows = np.flatnonzero(masks[key] & (index >= 0))  # room only where it may count
+        per_row = np.minimum(room_at(table, r, rows), count)
+        rooms.append((np.bincount(index[rows], weights=per_row, minlength=uniq.size), count))
     if len(rooms) == 1:
         total, count = rooms[0]
         target = np.minimum(total, count).astype(np.int64)
@@ -241,15 +297,52 @@ def _rank_domains(table, distinct, masks, domain, want, least) -> list[tuple[int
     return [(int(uniq[i]), int(target[i])) for i in ranked]
 
 
+_partitions: dict[int, tuple] = {}
+
+
+def _partition(domain: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct domain codes, and per row the index of its code (-1: none);
+    remembered for the last few domain arrays (the same array, the same rows)."""
+    hit = _partitions.get(id(domain))
+    if hit is not None and hit[0] is domain and hit[1] == n:
+        return hit[2], hit[3]
+    codes = domain[:n]
+    valid = codes >= 0
+    uniq, inv = np.unique(codes[valid], return_inverse=True)
+    index = np.full(n, -1, np.int64)
+    index[valid] = inv
+    if len(_partitions) >= 16:
+        _partitions.pop(next(iter(_partitions)))
+    _partitions[id(domain)] = (domain, n, uniq, index)
+    return uniq, index
+
+
 def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
           inside: np.ndarray | None, restrict: np.ndarray | None, policy=None) -> list[Allocation] | Request:
     """Place members one by one; return their allocations, or the member that failed.
-    ``policy`` (a placement policy plugin) chooses row and devices; None: the default scores."""
+    ``policy`` (a placement policy plugin) chooses row and devices; None: the default scores.
+
+    A run of identical members is placed as one by one, but in fewer steps:
+    the row the first of them takes gets as many as fit there (and the extras
+    allow), since each would have taken that row again (see ``_repeat``); and
+    once that row is full, the next rows come from a ranking of the rows kept
+    for the run (``_Ranked``) instead of a fresh pick each time."""
     done: list[Allocation] = []
     local: dict[int, tuple] = {}
     anywhere = inside is None and restrict is None
     repeatable = policy is None or policy.repeatable
-    for r in members:
+    inside_rows = np.flatnonzero(inside[: table.n]) if inside is not None else None
+    members = list(members)
+    run_end = list(range(1, len(members) + 1))  # per member: where its run of identical members ends
+    for j in range(len(members) - 2, -1, -1):
+        if members[j + 1] is members[j]:
+            run_end[j] = run_end[j + 1]
+    ranked: _Ranked | None = None
+    filled = None
+    i = 0
+    while i < len(members):
+        r = members[i]
+        run = run_end[i] - i
         extra = extras.checks(r, table)
         row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r))) if repeatable else -1
         a = None
@@ -266,20 +359,96 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
                 row = a.row
             else:
                 masks = [m for _, m in extra]
-                masks += [m for m in (inside, restrict) if m is not None]
-                row = live.pick(table, r, network, rng, masks)
+                if restrict is not None:
+                    masks.append(restrict)
+                if ranked is not None and not ranked.valid(table, r, masks):
+                    ranked = None
+                if ranked is None and run > 1 and filled is r:
+                    ranked = _Ranked(table, r, network, masks, inside_rows)
+                row = ranked.pick(rng) if ranked is not None else live.pick(table, r, network, rng, masks, inside_rows)
                 if row < 0:
                     return r
-        a = a or allocation(table, r, row)
-        txn.take(a)
-        extras.note(r, table, a)
-        done.append(a)
+        k = 1
+        filled = None  # the request, when its row is left full
+        if RUNS and run > 1 and repeatable and a is None and not r.whole_node and r.plain[1]:
+            room_left = room_row(table, r, row)
+            k = 1 + max(0, min(run - 1, room_left - 1, extras.copies(r, table, row, run - 1)))
+            if k >= room_left:
+                filled = r
+        if filled is None:
+            ranked = None  # the row keeps room, and a new value: a ranking would no longer hold
+        if a is not None:
+            allocs = [a]
+        else:
+            allocs = [allocation(table, r, row)] if k == 1 else allocations(table, r, row, k)
+        txn.take_all(allocs)
+        for a in allocs:
+            extras.note(r, table, a)
+        done += allocs
+        i += len(allocs)
+        if ranked is not None:
+            ranked.tick = table.tick
         hint = ((id(table), table.version, table.tick), row)
         if anywhere:
             r.cache["last"] = hint
         else:
             local[id(r)] = hint
     return done
+
+
+class _Ranked:
+    """For a run of identical members: the rows the request may take next, best
+    first, as ``live.pick`` would see them, kept while nothing but the run's own
+    placements changed the table and each row it took was left full.
+
+    Why this is exact: a pick sees every fitting row (inside the domain and the
+    masks) with its score. Rows the run filled no longer fit; every other row
+    is unchanged (same tick otherwise, same masks); so the best rows of the next
+    pick are the best remaining rows of the ranking, and the tie among them is
+    drawn the same way (rows in order, one draw from the generator)."""
+
+    __slots__ = ("req", "tick", "masks", "cand", "vals", "rows")
+
+    def __init__(self, table: CandidateTable, req: Request, network, masks: list[np.ndarray],
+                 inside_rows: np.ndarray | None) -> None:
+        value = live.view(table, req, network).value
+        cand = inside_rows if inside_rows is not None else np.arange(table.n)
+        vals = value[cand]
+        keep = vals > -np.inf
+        for m in masks:
+            keep &= m[cand]
+        cand, vals = cand[keep], vals[keep]
+        order = np.lexsort((cand, -vals))
+        self.req, self.tick, self.masks = req, table.tick, masks
+        self.cand = inside_rows
+        self.vals, self.rows = vals[order].tolist(), cand[order].tolist()
+
+    def valid(self, table: CandidateTable, req: Request, masks: list[np.ndarray]) -> bool:
+        if req is not self.req or table.tick != self.tick or len(masks) != len(self.masks):
+            return False
+        for m, old in zip(masks, self.masks):
+            if m is not old:
+                at = self.cand if self.cand is not None else slice(0, table.n)
+                if not np.array_equal(m[at], old[at]):
+                    return False
+        return True
+
+    def pick(self, rng: np.random.Generator) -> int:
+        """The next row (removed from the ranking), or -1."""
+        vals, rows = self.vals, self.rows
+        if not rows:
+            return -1
+        best = vals[0]
+        n = 1
+        while n < len(vals) and vals[n] >= best - live.TIE:
+            n += 1
+        if n == 1:
+            j = 0
+        else:  # ties in row order, as live.pick lists them
+            tied = sorted(range(n), key=rows.__getitem__)
+            j = tied[int(rng.integers(n))]
+        del vals[j]
+        return rows.pop(j)
 
 
 def _repeat(table: CandidateTable, req: Request, extra, hint) -> int:

@@ -26,6 +26,12 @@ _GROWABLE = (
 _COLUMN_MAJOR = frozenset(("cap", "free", "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"))
 
 
+def cols(arr: np.ndarray, at) -> np.ndarray:
+    """``arr[:, at]`` of a column-major array: a view for a slice of rows, a gather
+    for row indices (``take``, about twice as fast as fancy indexing)."""
+    return arr[:, at] if isinstance(at, slice) else arr.take(at, axis=1)
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """What one placement takes from one row: a resource vector and device shares."""
@@ -181,16 +187,51 @@ class CandidateTable:
     def take(self, a: Allocation) -> None:
         self.touch(a.row)
         self.free[:, a.row] -= a.vec
+        col = self.dev_free[:, a.row]
         for s, m in zip(a.slots, a.milli):
-            self.dev_free[s, a.row] -= m
+            col[s] -= m
         for listener in self.listeners:
             listener(self, a, 1)
+
+    def take_all(self, allocs: list[Allocation]) -> None:
+        """``take`` each allocation (several on one row are one change of it)."""
+        self._apply(allocs, -1)
+
+    def give_all(self, allocs: list[Allocation]) -> None:
+        """``give`` back each allocation."""
+        self._apply(allocs, 1)
+
+    def _apply(self, allocs: list[Allocation], sign: int) -> None:
+        if len(allocs) == 1:
+            (self.give if sign > 0 else self.take)(allocs[0])
+            return
+        by_row: dict[int, list[Allocation]] = {}
+        for a in allocs:
+            group = by_row.get(a.row)
+            if group is None:
+                by_row[a.row] = [a]
+            else:
+                group.append(a)
+        for row, group in by_row.items():
+            self.touch(row)
+            free, col = self.free[:, row], self.dev_free[:, row]
+            for a in group:
+                if sign > 0:
+                    free += a.vec
+                else:
+                    free -= a.vec
+                for s, m in zip(a.slots, a.milli):
+                    col[s] += sign * m
+        for listener in self.listeners:
+            for a in allocs:
+                listener(self, a, -sign)
 
     def give(self, a: Allocation) -> None:
         self.touch(a.row)
         self.free[:, a.row] += a.vec
+        col = self.dev_free[:, a.row]
         for s, m in zip(a.slots, a.milli):
-            self.dev_free[s, a.row] += m
+            col[s] += m
         for listener in self.listeners:
             listener(self, a, -1)
 
@@ -205,6 +246,10 @@ class Transaction:
     def take(self, a: Allocation) -> None:
         self.table.take(a)
         self.done.append(a)
+
+    def take_all(self, allocs: list[Allocation]) -> None:
+        self.table.take_all(allocs)
+        self.done += allocs
 
     def rollback(self) -> None:
         for a in reversed(self.done):
