@@ -48,8 +48,9 @@ class QuotaAndReach(Extras):
         elif not (req.vec <= left).all():
             out.append((reason, np.zeros(table.n, bool)))
         if self.component >= 0:
-            out.append(("unreachable from the virtual cluster's hosts",
-                        self.state.component_mask(table, self.component)))
+            mask = self.state.component_mask(table, self.component)
+            if mask is not None:
+                out.append(("unreachable from the virtual cluster's hosts", mask))
         return out
 
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:

@@ -72,7 +72,7 @@ class PlacementState:
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.placements: dict[str, Placement] = {}  # by task name
         self.tasks_on_node: dict[int, set[str]] = {}
-        self._component_masks: dict[tuple, np.ndarray] = {}
+        self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
         # (kind, id(host)) -> host; a host added and removed before a report cancels out
         self.journal: dict[tuple[str, int], Host] | None = None
@@ -100,15 +100,17 @@ class PlacementState:
     def quota_left(self, tenant: str) -> np.ndarray:
         return self.quota[tenant] - self.tenant_used[tenant]
 
-    def component_mask(self, table: CandidateTable, component: int) -> np.ndarray:
-        """bool[N]: rows whose site is in network component ``component`` (cached)."""
-        key = (id(table), table.version, table.n, component)
-        mask = self._component_masks.get(key)
-        if mask is None:
+    def component_mask(self, table: CandidateTable, component: int) -> np.ndarray | None:
+        """bool[N]: rows whose site is in network component ``component``; None when
+        that is every row (cached)."""
+        key = (id(table), table.version, table.n, component, id(self.fleet.network))
+        hit = self._component_masks.get(key)
+        if hit is None:
             if len(self._component_masks) > 64:
                 self._component_masks.clear()
-            mask = self._component_masks[key] = self.fleet.network.component[table.view("site")] == component
-        return mask
+            mask = self.fleet.network.component[table.view("site")] == component
+            hit = self._component_masks[key] = (None if mask.all() else mask, self.fleet.network)
+        return hit[0]
 
     def forget_network(self) -> None:
         """The network changed: cached reachability masks are stale, and each
