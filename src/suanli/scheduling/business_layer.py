@@ -177,8 +177,15 @@ class BusinessLayer:
 
     def request(self, comp: Component, tenant: str, state_site: int = -1) -> Request:
         """The component's compiled request; with ``state_site``, for a task whose
-        state waits at that site (it may go only where the state can follow)."""
-        key = (comp.app, comp.name, state_site)
+        state waits at that site (it may go only where the state can follow).
+
+        Components that ask for the same thing under the same constraints share
+        one request (and so its cached masks and live view): a trace of a
+        million one-task applications has a few hundred distinct requests.
+        Anti-affinity keeps the application in the key: its groups are its own."""
+        data = (comp.data_source, comp.data_sink)
+        anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
+        key = (tenant, comp.resources, comp.arch, comp.near, data, state_site, anti)
         req = self._requests.get(key)
         if req is None:
             fleet = self.state.fleet

@@ -35,13 +35,44 @@ class Placement:
     alloc: Allocation  # on the VC's host table, or on the node table for a default VC
 
 
+class Hosts:
+    """A VC's hosts in the order they were added; adding and removing one is O(1)
+    (a fleet-wide default VC holds a host per node in use)."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self, hosts=()) -> None:
+        self._by_id: dict[int, Host] = {id(h): h for h in hosts}
+
+    def append(self, host: Host) -> None:
+        self._by_id[id(host)] = host
+
+    def remove(self, host: Host) -> None:
+        del self._by_id[id(host)]
+
+    def __contains__(self, host: object) -> bool:
+        return self._by_id.get(id(host)) is host
+
+    def __iter__(self):
+        return iter(list(self._by_id.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __getitem__(self, i: int) -> Host:
+        return list(self._by_id.values())[i]
+
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
+
+
 @dataclass
 class VCState:
     name: str
     tenant: str
     default: bool
     table: CandidateTable
-    hosts: list[Host] = field(default_factory=list)
+    hosts: Hosts = field(default_factory=Hosts)
     component: int = -1  # the network component its hosts are in; -1 before the first
     group_domain: dict[str, int] = field(default_factory=dict)  # coupled group -> its domain code
     by_node: dict[int, Host] = field(default_factory=dict)  # default VC: the fitted host per node

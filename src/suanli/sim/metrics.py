@@ -15,82 +15,157 @@ import numpy as np
 
 from suanli.model.fleet import TIERS
 from suanli.scheduling.state import PlacementState
+from suanli.scheduling.table import CandidateTable
 
 
 class Recorder:
     """Samples, after each instant: what tasks use (by tier, per resource), the
     free share stranded on partly used shareable devices, tenants' dominant
-    shares and ``near`` violations; per site only time integrals are kept, so
-    memory does not grow with sites times samples."""
+    shares and ``near`` violations.
+
+    A sample costs what changed since the last one, not the fleet's size: per
+    node figures are kept and updated for the rows the tables touched
+    (``CandidateTable.changes``), and totals by tier and site by their
+    differences. Means are exact time integrals; the series kept for charts
+    is thinned to at most ``MAX_POINTS`` samples (every other one dropped when
+    full), so memory does not grow with the length of the run."""
+
+    MAX_POINTS = 4096
 
     def __init__(self, state: PlacementState, near_violations: Callable[[], int] | None = None) -> None:
         self.state = state
         fleet = state.fleet
-        self.capacity = np.zeros((len(TIERS), len(fleet.resources)), np.int64)
+        n_res, n_kinds = len(fleet.resources), len(fleet.kinds)
+        self.capacity = np.zeros((len(TIERS), n_res), np.int64)
         np.add.at(self.capacity, fleet.node_tier, fleet.node_capacity)
-        self.site_capacity = np.zeros((len(fleet.sites), len(fleet.resources)), np.int64)
+        self.site_capacity = np.zeros((len(fleet.sites), n_res), np.int64)
         np.add.at(self.site_capacity, fleet.node_site, fleet.node_capacity)
         self.near_violations = near_violations or (lambda: 0)
+        # the series (thinned) for charts
         self.times: list[float] = []
         self.used: list[np.ndarray] = []  # [tier, resource] per sample
         self.reserved: list[np.ndarray] = []  # [tier, resource]: held by hosts and claims
         self.fragmented: list[np.ndarray] = []  # [kind]: stranded free share / capacity
         self.shares: list[dict[str, float]] = []
         self.violations: list[int] = []
+        # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
+        n = fleet.n_nodes
+        self._held = np.zeros((n_res, n))
+        self._used = np.zeros((n_res, n))
+        self._idle = np.zeros((n_res, n))
+        self._stranded_total = np.zeros(n_kinds)
+        self._stranded = np.zeros((n_kinds, n))
+        self._cursor = _Cursor()
+        self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
+        # totals and their time integrals since the first sample
+        self._now = {"used": np.zeros(self.capacity.shape), "reserved": np.zeros(self.capacity.shape),
+                     "fragmented": np.zeros(n_kinds), "violations": 0.0}
+        self._area = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0 for k, v in self._now.items()}
+        self._frag_peak = np.zeros(n_kinds)
+        self._violations_peak = 0
+        self._first: float | None = None
+        self._last: float | None = None
         self._site_area = np.zeros(self.site_capacity.shape)  # time integral of used, per site
         self._site_peak = np.zeros(self.site_capacity.shape)
         self._site_now = np.zeros(self.site_capacity.shape)
 
-    def _used_by_node(self) -> tuple[np.ndarray, np.ndarray]:
-        """[R, N] held on each node (hosts, default-VC tasks, claims), and the part
-        tasks use: what is held minus what explicit VC hosts leave idle."""
-        nodes = self.state.nodes
-        held = nodes.view("cap") - nodes.view("free")
-        idle = np.zeros(held.shape)
+    # ------------------------------------------------------------ sampling
+
+    def _changed_nodes(self) -> np.ndarray | None:
+        """Nodes whose figures may have changed since the last sample (None: all);
+        on the way, the idle share of explicit VC hosts is brought up to date."""
+        rows = self._cursor.rows(self.state.nodes)
+        touched = [rows] if rows is not None else None
         for vc in self.state.vcs.values():
             if vc.default or vc.table.n == 0:
                 continue
             t = vc.table
-            for r in range(held.shape[0]):
-                idle[r] += np.bincount(t.view("node"), weights=t.view("free")[r], minlength=nodes.n)
-        return held, held - idle
+            seen = self._vc_seen.get(id(t))
+            if seen is None or seen[0] is not t:
+                seen = (t, _Cursor(), np.zeros((t.free.shape[0], 0)))
+            _, cursor, snap = seen
+            changed = cursor.rows(t)
+            if snap.shape[1] < t.n:  # rows were added (the cursor then reads all)
+                snap = np.hstack([snap, np.zeros((snap.shape[0], t.n - snap.shape[1]))])
+            if changed is None:
+                changed = np.arange(t.n)
+            if changed.size:
+                now = t.free[:, changed].astype(np.float64)
+                where = t.node[changed].astype(np.int64)
+                for r in range(now.shape[0]):
+                    np.add.at(self._idle[r], where, now[r] - snap[r, changed])
+                snap[:, changed] = now
+                if touched is not None:
+                    touched.append(where)
+            self._vc_seen[id(t)] = (t, cursor, snap)
+        if touched is None:
+            return None
+        return np.unique(np.concatenate(touched)) if len(touched) > 1 else touched[0]
 
     def sample(self, t: float) -> None:
         fleet = self.state.fleet
-        held, used = self._used_by_node()
-        tiers, sites = len(TIERS), len(fleet.sites)
-        used_tier = np.stack([np.bincount(fleet.node_tier, weights=u, minlength=tiers) for u in used], axis=1)
-        held_tier = np.stack([np.bincount(fleet.node_tier, weights=h, minlength=tiers) for h in held], axis=1)
-        used_site = np.stack([np.bincount(fleet.node_site, weights=u, minlength=sites) for u in used], axis=1)
+        nodes = self.state.nodes
+        changed = self._changed_nodes()
+        at = np.arange(fleet.n_nodes) if changed is None else changed
+        self._advance(t)
+        if at.size:
+            held = (nodes.cap[:, at] - nodes.free[:, at]).astype(np.float64)
+            used = held - self._idle[:, at]
+            d_held, d_used = held - self._held[:, at], used - self._used[:, at]
+            self._held[:, at], self._used[:, at] = held, used
+            free, cap, kinds = nodes.dev_free[:, at], nodes.dev_cap[:, at], nodes.dev_kind[:, at]
+            partly = nodes.dev_shareable[:, at] & (cap == 1000) & (free > 0) & (free < 1000)
+            stranded = np.stack([np.where(partly & (kinds == k), free, 0).sum(axis=0)
+                                 for k in range(len(fleet.kinds))]) if len(fleet.kinds) else self._stranded[:, at]
+            d_stranded = stranded - self._stranded[:, at]
+            self._stranded[:, at] = stranded
+            tier, site = fleet.node_tier[at], fleet.node_site[at]
+            np.add.at(self._now["used"], tier, d_used.T)
+            np.add.at(self._now["reserved"], tier, d_held.T)
+            np.add.at(self._site_now, site, d_used.T)
+            total = self.capacity.sum(axis=0)[2:]
+            self._stranded_total += d_stranded.sum(axis=1)
+            self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(len(fleet.kinds)),
+                                                where=total > 0)
+        violations = int(self.near_violations())
+        self._now["violations"] = float(violations)
+        self._frag_peak = np.maximum(self._frag_peak, self._now["fragmented"])
+        self._violations_peak = max(self._violations_peak, violations)
+        self._site_peak = np.maximum(self._site_peak, self._site_now)
+        self._record(t, violations)
+
+    def _advance(self, t: float) -> None:
+        """Integrate the totals up to ``t``."""
+        if self._last is not None and t > self._last:
+            dt = t - self._last
+            for k, v in self._now.items():
+                self._area[k] = self._area[k] + v * dt
+            self._site_area += self._site_now * dt
+        if self._first is None:
+            self._first = t
+        self._last = max(t, self._last) if self._last is not None else t
+
+    def _record(self, t: float, violations: int) -> None:
         if self.times and self.times[-1] == t:
             for lst in (self.used, self.reserved, self.fragmented, self.shares, self.violations):
                 lst.pop()
             self.times.pop()
-        elif self.times:
-            self._site_area += self._site_now * (t - self.times[-1])
         self.times.append(t)
-        self.used.append(used_tier)
-        self.reserved.append(held_tier)
-        self.fragmented.append(self._fragmented())
+        self.used.append(self._now["used"].copy())
+        self.reserved.append(self._now["reserved"].copy())
+        self.fragmented.append(self._now["fragmented"].copy())
         self.shares.append(self._shares())
-        self.violations.append(int(self.near_violations()))
-        self._site_now = used_site
-        self._site_peak = np.maximum(self._site_peak, used_site)
-
-    def _fragmented(self) -> np.ndarray:
-        """Per accelerator kind: free share on shareable devices that are partly
-        used (neither empty nor full), over the kind's capacity."""
-        nodes = self.state.nodes
-        kinds = len(self.state.fleet.kinds)
-        free, cap = nodes.view("dev_free"), nodes.view("dev_cap")
-        partly = nodes.view("dev_shareable") & (cap == 1000) & (free > 0) & (free < 1000)
-        stranded = np.bincount(nodes.view("dev_kind")[partly], weights=free[partly], minlength=kinds)
-        total = self.capacity.sum(axis=0)[2:]
-        return np.divide(stranded, total, out=np.zeros(kinds), where=total > 0)
+        self.violations.append(violations)
+        if len(self.times) > self.MAX_POINTS:  # thin: every other sample, the last kept
+            for name in ("times", "used", "reserved", "fragmented", "shares", "violations"):
+                lst = getattr(self, name)
+                setattr(self, name, lst[:-1:2] + lst[-1:])
 
     def _shares(self) -> dict[str, float]:
         return {name: round(self.state.dominant_share(name) * t.weight, 6)
                 for name, t in self.state.world.tenants.items()}
+
+    # ------------------------------------------------------------ figures
 
     def timeline(self) -> dict[str, Any]:
         """Ratios over time, per tier and resource, and the other series (for charts)."""
@@ -112,36 +187,36 @@ class Recorder:
         out["dominant_share"] = {name: [s[name] for s in self.shares] for name in self.state.world.tenants}
         return out
 
-    def _weights(self, end: float) -> np.ndarray:
-        t = np.array(self.times + [max(end, self.times[-1])])
-        return np.diff(t)
+    def _mean(self, name: str, end: float):
+        """Time-weighted mean of a total from the first sample to ``end`` (the value
+        now when no time has passed)."""
+        stop = max(end, self._last)
+        span = stop - self._first
+        if span <= 0:
+            return self._now[name]
+        return (self._area[name] + self._now[name] * (stop - self._last)) / span
 
     def time_average(self, end: float, series: str = "used") -> dict[str, dict[str, float]]:
         """Time-weighted mean ratio per tier and resource up to ``end``."""
-        if not self.times:
+        if self._first is None:
             return {}
-        weights = self._weights(end)
-        total = weights.sum()
-        arr = np.array(getattr(self, series))
+        mean = self._mean(series, end)
         keys = self.state.fleet.resource_keys
         out: dict[str, dict[str, float]] = {}
         for ti, tier in enumerate(TIERS):
             if not self.capacity[ti].any():
                 continue
-            out[tier] = {}
-            for ri, key in enumerate(keys):
-                if self.capacity[ti, ri]:
-                    ratio = arr[:, ti, ri] / self.capacity[ti, ri]
-                    mean = float((ratio * weights).sum() / total) if total > 0 else float(ratio[-1])
-                    out[tier][key] = round(mean, 6)
+            out[tier] = {key: round(float(mean[ti, ri] / self.capacity[ti, ri]), 6)
+                         for ri, key in enumerate(keys) if self.capacity[ti, ri]}
         return out
 
     def by_site(self, end: float) -> dict[str, dict[str, dict[str, float]]]:
         """Per site and resource: time-averaged and peak used / capacity."""
-        if not self.times:
+        if self._first is None:
             return {}
-        span = max(end, self.times[-1]) - self.times[0]
-        area = self._site_area + self._site_now * (max(end, self.times[-1]) - self.times[-1])
+        stop = max(end, self._last)
+        span = stop - self._first
+        area = self._site_area + self._site_now * (stop - self._last)
         out = {}
         keys = self.state.fleet.resource_keys
         for si, site in enumerate(self.state.fleet.sites):
@@ -154,21 +229,38 @@ class Recorder:
         return out
 
     def fragmentation(self, end: float) -> dict[str, dict[str, float]]:
-        if not self.times:
+        if self._first is None:
             return {}
-        weights = self._weights(end)
-        frag = np.array(self.fragmented)
-        total = weights.sum()
-        return {kind: {"mean": round(float((frag[:, k] * weights).sum() / total) if total > 0 else float(frag[-1, k]), 6),
-                       "peak": round(float(frag[:, k].max()), 6), "at_end": round(float(frag[-1, k]), 6)}
+        mean = self._mean("fragmented", end)
+        now = self._now["fragmented"]
+        return {kind: {"mean": round(float(mean[k]), 6), "peak": round(float(self._frag_peak[k]), 6),
+                       "at_end": round(float(now[k]), 6)}
                 for k, kind in enumerate(self.state.fleet.kinds.names)}
 
     def near(self, end: float) -> dict[str, float]:
-        if not self.times:
+        if self._first is None:
             return {"max_concurrent": 0, "at_end": 0, "task_seconds": 0.0}
-        v = np.array(self.violations, dtype=float)
-        return {"max_concurrent": int(v.max()), "at_end": int(v[-1]),
-                "task_seconds": round(float((v * self._weights(end)).sum()), 3)}
+        stop = max(end, self._last)
+        seconds = self._area["violations"] + self._now["violations"] * (stop - self._last)
+        return {"max_concurrent": int(self._violations_peak), "at_end": int(self._now["violations"]),
+                "task_seconds": round(float(seconds), 3)}
+
+
+class _Cursor:
+    """A reader of a table's change log: the rows touched since it last read."""
+
+    __slots__ = ("table", "epoch", "pos", "version")
+
+    def __init__(self) -> None:
+        self.table = None
+        self.epoch = self.pos = self.version = -1
+
+    def rows(self, table: CandidateTable) -> np.ndarray | None:
+        """Rows touched since the last call, or None when that is not known (read all)."""
+        known = self.table is table and self.epoch == table.epoch and self.version == table.version
+        out = np.unique(np.array(table.changes[self.pos:], np.int64)) if known else None
+        self.table, self.epoch, self.pos, self.version = table, table.epoch, len(table.changes), table.version
+        return out
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float | int]:
