@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 EXAMPLES := $(SHARED)/examples
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench bench-replay venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,15 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	$(BIN)/python bench/bench_decisions.py
 	$(BIN)/python bench/bench_static.py
+	$(BIN)/python bench/bench_static.py --gangs 500
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/bench_fgd.py
+
+# the long one: a million-pod trace replayed through suanli simulate
+bench-replay: $(STAMP)
+	$(BIN)/python bench/bench_replay.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

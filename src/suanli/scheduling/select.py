@@ -60,7 +60,7 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
         milli = (1000,) * count
         return [Allocation(row, req.vec.copy(), tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
     dev_free = table.dev_free[:, row].tolist()
-    cap = table.dev_cap[:, row].tolist()
+    cap = table.dev_cap[:, row].tolist() if any(n.whole for n in req.accels) else None
     usable = [ok[:, row].tolist() for ok in usable_slots(table, req)]
     out = []
     for _ in range(k):
