@@ -38,15 +38,17 @@ class QuotaAndReach(Extras):
         self.state, self.vc = state, vc
         self.pending = np.zeros_like(state.total)
         self.component = vc.component
+        self.limited = bool(state.world.tenants[vc.tenant].quota)  # without a quota there is nothing to check
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
-        left = self.state.quota_left(self.vc.tenant) - self.pending
-        reason = f"tenant {self.vc.tenant} quota"
         out: list[Check] = []
-        if req.whole_node:  # the need is the row's whole capacity: check per row
-            out.append((reason, (table.view("cap") <= left[:, None]).all(axis=0)))
-        elif not (req.vec <= left).all():
-            out.append((reason, np.zeros(table.n, bool)))
+        if self.limited:
+            left = self.state.quota_left(self.vc.tenant) - self.pending
+            reason = f"tenant {self.vc.tenant} quota"
+            if req.whole_node:  # the need is the row's whole capacity: check per row
+                out.append((reason, (table.view("cap") <= left[:, None]).all(axis=0)))
+            elif not (req.vec <= left).all():
+                out.append((reason, np.zeros(table.n, bool)))
         if self.component >= 0:
             mask = self.state.component_mask(table, self.component)
             if mask is not None:
@@ -56,6 +58,8 @@ class QuotaAndReach(Extras):
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
         """Copies after the next one that the quota leaves room for (the row is
         in the VC's component, or becomes it with the next copy)."""
+        if not self.limited:
+            return k
         left = (self.state.quota_left(self.vc.tenant) - self.pending).tolist()
         vec = req.plain[0]
         fit = min((left[d] // v for d, v in enumerate(vec) if v > 0), default=k + 1)

@@ -250,6 +250,8 @@ class PlacementState:
 
 
 def _merge(a: Allocation, b: Allocation, sign: int = 1) -> Allocation:
+    if not b.slots:  # no device shares to combine
+        return Allocation(a.row, a.vec + sign * b.vec, a.slots, a.milli)
     shares: dict[int, int] = dict(zip(a.slots, a.milli))
     for s, m in zip(b.slots, b.milli):
         shares[s] = shares.get(s, 0) + sign * m
