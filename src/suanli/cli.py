@@ -264,14 +264,14 @@ class _progress:
     def __enter__(self) -> "_progress":
         import time
 
-        self._started = time.monotonic()
+        self._clock = time.monotonic
+        self._started = self._clock()
+        self._terminal = self.console.is_terminal  # asked once: it is a system call
         return self
 
     def __call__(self, t: float) -> None:
-        import time
-
         if self._bar is None:
-            if not self.console.is_terminal or time.monotonic() - self._started < 2.0:
+            if not self._terminal or self._clock() - self._started < 2.0:
                 return
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -108,7 +108,10 @@ class Recorder:
         changed = self._changed_nodes()
         at = np.arange(fleet.n_nodes) if changed is None else changed
         self._advance(t)
-        if at.size:
+        if 0 < at.size <= 4:
+            for n in at.tolist():
+                self._node_changed(n)
+        elif at.size:
             held = (nodes.cap[:, at] - nodes.free[:, at]).astype(np.float64)
             used = held - self._idle[:, at]
             d_held, d_used = held - self._held[:, at], used - self._used[:, at]
@@ -133,6 +136,31 @@ class Recorder:
         self._violations_peak = max(self._violations_peak, violations)
         self._site_peak = np.maximum(self._site_peak, self._site_now)
         self._record(t, violations)
+
+    def _node_changed(self, n: int) -> None:
+        """``sample``'s update for one node, in scalar arithmetic (the usual case)."""
+        fleet, nodes = self.state.fleet, self.state.nodes
+        held = (nodes.cap[:, n] - nodes.free[:, n]).astype(np.float64)
+        used = held - self._idle[:, n]
+        tier, site = fleet.node_tier[n], fleet.node_site[n]
+        self._now["used"][tier] += used - self._used[:, n]
+        self._now["reserved"][tier] += held - self._held[:, n]
+        self._site_now[site] += used - self._used[:, n]
+        self._held[:, n], self._used[:, n] = held, used
+        kinds = len(fleet.kinds)
+        if kinds:
+            stranded = [0.0] * kinds
+            for k, f, c, sh in zip(nodes.dev_kind[:, n].tolist(), nodes.dev_free[:, n].tolist(),
+                                   nodes.dev_cap[:, n].tolist(), nodes.dev_shareable[:, n].tolist()):
+                if sh and c == 1000 and 0 < f < 1000:
+                    stranded[k] += f
+            old = self._stranded[:, n].tolist()
+            if stranded != old:
+                self._stranded[:, n] = stranded
+                self._stranded_total += np.subtract(stranded, old)
+                total = self.capacity.sum(axis=0)[2:]
+                self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(kinds),
+                                                    where=total > 0)
 
     def _advance(self, t: float) -> None:
         """Integrate the totals up to ``t``."""
@@ -162,8 +190,13 @@ class Recorder:
                 setattr(self, name, lst[:-1:2] + lst[-1:])
 
     def _shares(self) -> dict[str, float]:
-        return {name: round(self.state.dominant_share(name) * t.weight, 6)
-                for name, t in self.state.world.tenants.items()}
+        """Tenants' dominant shares, computed again only when what they use changed."""
+        key = tuple(u.tobytes() for u in self.state.tenant_used.values())
+        if getattr(self, "_shares_key", None) != key:
+            self._shares_key = key
+            self._shares_now = {name: round(self.state.dominant_share(name) * t.weight, 6)
+                                for name, t in self.state.world.tenants.items()}
+        return self._shares_now
 
     # ------------------------------------------------------------ figures
 
