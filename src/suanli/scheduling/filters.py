@@ -57,7 +57,8 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
 
 def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray]]:
     """Cached per table until its rows change: the AND of static checks, and per-need usable slots."""
-    hit = req.cache.get(id(table))
+    cache = table.cache_for(req)
+    hit = cache.get("static")
     if hit is None or hit[0] != table.version:
         mask = np.ones(table.n, bool)
         for _, m in static_checks(table, req):
@@ -68,16 +69,16 @@ def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.nd
             if not need.whole:
                 ok &= table.view("dev_shareable")
             slots.append(ok)
-        hit = req.cache[id(table)] = (table.version, mask, slots)
+        hit = cache["static"] = (table.version, mask, slots)
     return hit[1], hit[2]
 
 
 def _static_checks(table: CandidateTable, req: Request) -> list[Check]:
     """``static_checks``, cached per table until its rows change (explanations of refusals)."""
-    key = ("checks", id(table))
-    hit = req.cache.get(key)
+    cache = table.cache_for(req)
+    hit = cache.get("checks")
     if hit is None or hit[0] != table.version:
-        hit = req.cache[key] = (table.version, static_checks(table, req))
+        hit = cache["checks"] = (table.version, static_checks(table, req))
     return hit[1]
 
 

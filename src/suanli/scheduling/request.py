@@ -48,7 +48,7 @@ class Request:
     near_site: int = -1
     near_max_ms: float | None = None
     data_sites: tuple[int, ...] = ()
-    cache: dict = field(default_factory=dict)  # per-table static masks
+    cache: dict = field(default_factory=dict)  # small values of its own (the last row taken, vec as ints)
 
     @property
     def plain(self) -> tuple[list[int], bool]:

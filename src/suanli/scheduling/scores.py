@@ -54,12 +54,12 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
-    key = ("devices", id(table))
-    hit = req.cache.get(key)
+    cache = table.cache_for(req)
+    hit = cache.get("devices")
     if hit is None or hit[0] != (table.version, table.n):
         kinds = table.view("cap")[2:]
         unused = kinds[req.vec[2:] == 0].sum(axis=0) > 0
-        hit = req.cache[key] = ((table.version, table.n), np.where(unused, 0.0, 100.0))
+        hit = cache["devices"] = ((table.version, table.n), np.where(unused, 0.0, 100.0))
     return hit[1][rows]
 
 

@@ -12,6 +12,7 @@ affinity group can be committed whole or rolled back whole.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,6 +75,7 @@ class CandidateTable:
         self.changes: list[int] = []  # rows touched, in order, since the log was last cleared
         self.epoch = 0  # bumps when the log is cleared: views that read it then start afresh
         self.views = None  # live.Views of this table, made on first use
+        self._owner_caches: OrderedDict[int, tuple[object, dict]] = OrderedDict()
 
     # ------------------------------------------------------------ construction
 
@@ -165,6 +167,25 @@ class CandidateTable:
                 arr = np.full((new,) + old.shape[1:], fill, old.dtype)
                 arr[:size] = old
             setattr(self, name, arr)
+
+    # ------------------------------------------------------------ per-request caches
+
+    CACHE_BYTES = 256 << 20  # what per-request caches of one table may hold, about
+
+    def cache_for(self, owner: object) -> dict:
+        """A dict for what ``owner`` (a request) computes over this table's rows
+        (static masks, usable slots, device scores), kept for the most recently
+        used owners within ``CACHE_BYTES``; a dropped one is computed again."""
+        caches = self._owner_caches
+        hit = caches.get(id(owner))
+        if hit is None or hit[0] is not owner:
+            hit = caches[id(owner)] = (owner, {})
+            per = max(len(self.node), 1) * (10 + 2 * self.dev_kind.shape[0])
+            while len(caches) > min(4096, max(16, self.CACHE_BYTES // per)):
+                caches.popitem(last=False)
+        else:
+            caches.move_to_end(id(owner))
+        return hit[1]
 
     # ------------------------------------------------------------ views
 
