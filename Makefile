@@ -33,9 +33,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/bench_fgd.py
 
-# the long one: a million-pod trace replayed through suanli simulate
+# the long ones: a million-pod trace replayed through suanli simulate, and a
+# million pending tasks on 100,000 nodes
 bench-replay: $(STAMP)
 	$(BIN)/python bench/bench_replay.py
+	$(BIN)/python bench/bench_size.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
