@@ -20,7 +20,12 @@ Check = tuple[str, np.ndarray]  # (reason, bool[N])
 
 
 def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
-    """bool[D, N]: device slots of the needed kind and an allowed model."""
+    """bool[D, N]: device slots of the needed kind and an allowed model (a fresh array)."""
+    models = tuple(need.models.tolist()) if need.models is not None else None
+    return _shared(table, ("slots", need.kind, models), lambda: _slot_ok(table, need)).copy()
+
+
+def _slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
     ok = table.view("dev_kind") == need.kind
     if need.kind < 0:  # a kind the fleet does not have
         ok[:] = False
@@ -29,13 +34,27 @@ def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
     return ok
 
 
+def _shared(table: CandidateTable, key: tuple, make) -> np.ndarray:
+    """A mask over rows that depends only on ``key`` and the table's rows, made once
+    for every request that needs it (``CandidateTable.shared``). Not to be changed."""
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is None:
+        hit = shared[key] = make()
+    return hit
+
+
 def static_checks(table: CandidateTable, req: Request) -> list[Check]:
     """Checks on what rows are; the order is the order of explanations."""
     site, group = table.view("site"), table.view("group")
-    checks: list[Check] = [(reason, mask[site]) for reason, mask in req.site_checks]
-    checks += [(reason, mask[group]) for reason, mask in req.group_checks]
+    checks: list[Check] = [(reason, _shared(table, ("site", mask.tobytes()), lambda m=mask: m[site]))
+                           for reason, mask in req.site_checks]
+    checks += [(reason, _shared(table, ("group", mask.tobytes()), lambda m=mask: m[group]))
+               for reason, mask in req.group_checks]
     if req.arch is not None:
-        checks.append(("arch mismatch", np.isin(table.view("arch"), req.arch)))
+        arch = req.arch
+        checks.append(("arch mismatch", _shared(table, ("arch", tuple(arch.tolist())),
+                                                lambda: np.isin(table.view("arch"), arch))))
     cap = table.view("cap")
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:

@@ -82,8 +82,10 @@ class View:
         self.pos = len(table.changes)
         if network is not None and self.value is None:
             self.network = network
-            every = np.arange(table.n)
-            self.value = np.where(self.ok, scores.total(table, self.req, every, network), -np.inf)
+            self.value = np.full(table.n, -np.inf)
+            fits = np.flatnonzero(self.ok)  # rows that do not fit need no score
+            if fits.size:
+                self.value[fits] = scores.total(table, self.req, fits, network)
         return self
 
     def _retop(self, r: int, was: float, v: float) -> None:

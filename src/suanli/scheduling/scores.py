@@ -54,13 +54,15 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
-    cache = table.cache_for(req)
-    hit = cache.get("devices")
-    if hit is None or hit[0] != (table.version, table.n):
+    unused_kinds = req.plain[0][2:]
+    key = ("devices", tuple(v == 0 for v in unused_kinds))  # shared by requests that leave the same kinds unused
+    shared = table.shared()
+    full = shared.get(key)
+    if full is None:
         kinds = table.view("cap")[2:]
         unused = kinds[req.vec[2:] == 0].sum(axis=0) > 0
-        hit = cache["devices"] = ((table.version, table.n), np.where(unused, 0.0, 100.0))
-    return hit[1][rows]
+        full = shared[key] = np.where(unused, 0.0, 100.0)
+    return full[rows]
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:

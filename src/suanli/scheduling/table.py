@@ -187,6 +187,14 @@ class CandidateTable:
             caches.move_to_end(id(owner))
         return hit[1]
 
+    def shared(self) -> dict:
+        """A dict for what any request may reuse over this table's rows (keyed by
+        what it depends on), emptied when rows are added."""
+        key = (self.version, self.n)
+        if getattr(self, "_shared_key", None) != key:
+            self._shared, self._shared_key = {}, key
+        return self._shared
+
     # ------------------------------------------------------------ views
 
     def view(self, name: str) -> np.ndarray:
