@@ -54,6 +54,7 @@ class Recorder:
         self._used = np.zeros((n_res, n))
         self._idle = np.zeros((n_res, n))
         self._stranded_total = np.zeros(n_kinds)
+        self._kind_capacity = self.capacity.sum(axis=0)[2:]
         self._stranded = np.zeros((n_kinds, n))
         self._cursor = _Cursor()
         self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
@@ -126,10 +127,7 @@ class Recorder:
             np.add.at(self._now["used"], tier, d_used.T)
             np.add.at(self._now["reserved"], tier, d_held.T)
             np.add.at(self._site_now, site, d_used.T)
-            total = self.capacity.sum(axis=0)[2:]
-            self._stranded_total += d_stranded.sum(axis=1)
-            self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(len(fleet.kinds)),
-                                                where=total > 0)
+            self._add_stranded(d_stranded.sum(axis=1))
         violations = int(self.near_violations())
         self._now["violations"] = float(violations)
         self._frag_peak = np.maximum(self._frag_peak, self._now["fragmented"])
@@ -157,10 +155,13 @@ class Recorder:
             old = self._stranded[:, n].tolist()
             if stranded != old:
                 self._stranded[:, n] = stranded
-                self._stranded_total += np.subtract(stranded, old)
-                total = self.capacity.sum(axis=0)[2:]
-                self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(kinds),
-                                                    where=total > 0)
+                self._add_stranded(np.subtract(stranded, old))
+
+    def _add_stranded(self, delta: np.ndarray) -> None:
+        """Stranded share changed by ``delta`` per kind: the total and its ratio to capacity."""
+        self._stranded_total += delta
+        total = self._kind_capacity
+        self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(total.size), where=total > 0)
 
     def _advance(self, t: float) -> None:
         """Integrate the totals up to ``t``."""
