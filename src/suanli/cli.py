@@ -141,8 +141,11 @@ def simulate(
 
     world, until_s = _scenario_world(scenario, "simulate", "--until", until)
     console = Console(highlight=False, stderr=True)
+    out.mkdir(parents=True, exist_ok=True)
     with _progress(console) as advance:
-        sim = Simulation(world, seed=seed, until=until_s, on_instant=advance, policy=policy.value if policy else None)
+        # the event log goes to disk as it grows; write_outputs renames it when complete
+        sim = Simulation(world, seed=seed, until=until_s, on_instant=advance, policy=policy.value if policy else None,
+                         events_to=out / "events.jsonl.part")
         advance.total = sim.until
         end = sim.run()
     paths = write_outputs(sim, end, out)

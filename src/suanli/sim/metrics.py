@@ -321,13 +321,13 @@ def summarize(sim, end: float) -> dict[str, Any]:
     completion: dict[str, list[float]] = defaultdict(list)
     tenant_completion: dict[str, list[float]] = defaultdict(list)
     for rec in sim.tasks.values():
-        if rec.unit < 0:
+        klass = rec.klass
+        if not klass:
             continue
-        klass = sim.units[rec.unit].klass
         if rec.first_placed_at is not None:
             waits[klass].append(rec.first_placed_at - rec.submitted_at)
             tenant_waits[rec.tenant].append(rec.first_placed_at - rec.submitted_at)
-        if rec.status == "finished" and rec.component.lifetime == "job" and rec.ended_at is not None:
+        if rec.status == "finished" and rec.job and rec.ended_at is not None:
             completion[klass].append(rec.ended_at - rec.submitted_at)
             tenant_completion[rec.tenant].append(rec.ended_at - rec.submitted_at)
     reasons: Counter = Counter()
@@ -336,7 +336,8 @@ def summarize(sim, end: float) -> dict[str, Any]:
             reasons.update(rec.reasons.keys())
     state = sim.state
     weighted = {n: state.dominant_share(n) for n in state.world.tenants}
-    kinds = Counter(e["kind"] for e in sim.events)
+    log = sim.events
+    kinds = log.kinds
     return {
         "end_s": round(end, 6),
         "tasks": {"submitted": len(sim.tasks), **{k: status.get(k, 0) for k in ("finished", "running", "pending", "failed")}},
@@ -358,9 +359,7 @@ def summarize(sim, end: float) -> dict[str, Any]:
         "events": dict(sorted(kinds.items())),
         "moves": {"migrations": kinds.get("migrated", 0), "preemptions": kinds.get("preempted", 0),
                   "lost": kinds.get("lost", 0), "requeued": kinds.get("requeued", 0),
-                  "bytes": sum(int(e.get("bytes", 0)) for e in sim.events if e["kind"] == "migrated"),
-                  "downtime_s": round(sum(float(e.get("downtime_s", 0.0)) for e in sim.events
-                                          if e["kind"] == "migrated"), 6),
+                  "bytes": log.migrated_bytes, "downtime_s": round(log.migrated_downtime_s, 6),
                   # why work was disturbed: each preemption, and each move of running work, once
-                  "causes": dict(sorted(Counter(e["cause"] for e in sim.events if "cause" in e).items()))},
+                  "causes": dict(sorted(log.causes.items()))},
     }

@@ -28,14 +28,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
+
 __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 
 MAX_POINTS = 2000  # per plotted line
 PENDING_ROWS = 50
 CLASSES = ("short/small", "short/large", "resident/small", "resident/large")
 STATUSES = ("submitted", "finished", "running", "pending", "failed")
-MOVE_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
-INCIDENT_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "deviceBusy")
 
 # Colours: resources keep theirs across tier panels; kinds of move are grouped
 # by what they are (infrastructure red/green, task disruption amber/purple).
@@ -741,14 +741,17 @@ def _causes_note(metrics: dict) -> str:
 # ----------------------------------------------------------------- entry point
 
 
-def render_report(result: dict, events: list[dict]) -> str:
+def render_report(result: dict, events: Iterable[dict], count: int | None = None) -> str:
     """The report of a simulated run as one self-contained HTML document.
 
     ``result`` is the object of ``result.json``; ``events`` the event log
-    (``events.jsonl`` as dicts). Missing or empty parts are reported as such.
+    (``events.jsonl`` as dicts), or only its moves and incidents
+    (``EventLog.notable``: all the report draws one by one) with ``count``
+    the length of the whole log. Missing or empty parts are reported as such.
     """
     result = result or {}
     events = list(events or ())
+    count = len(events) if count is None else count
     metrics = result.get("metrics") or {}
     timeline = result.get("timeline") or {}
     scenario = result.get("scenario")
@@ -792,7 +795,7 @@ def render_report(result: dict, events: list[dict]) -> str:
         sub.append(f"horizon {_esc(duration(until))}")
     sub.append(f"{len(result.get('hosts') or ()):,} hosts")
     sub.append(f"{len(result.get('placements') or ()):,} placements at the end")
-    sub.append(f"{len(events):,} events")
+    sub.append(f"{count:,} events")
     n_samples = len(timeline.get("t") or ())
 
     counts = metrics.get("events") or {}

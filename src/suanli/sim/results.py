@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from suanli.output import hosts_json, placement_json
+from suanli.sim.events import encode
 from suanli.sim.metrics import summarize
 
 
@@ -50,9 +51,15 @@ def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     result = result_json(sim, end)
     paths = {"result": out / "result.json", "events": out / "events.jsonl", "report": out / "report.html"}
-    _write(paths["events"], "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in sim.events))
+    log = sim.events
+    if log.path is not None:  # streamed as the run went: complete now
+        log.close()
+        os.replace(log.path, paths["events"])
+        log.path = paths["events"]
+    else:
+        _write(paths["events"], "".join(encode(e) for e in log))
     _write(paths["result"], json.dumps(result, separators=(",", ":")) + "\n")
     from suanli.sim.report import render_report
 
-    _write(paths["report"], render_report(result, sim.events))
+    _write(paths["report"], render_report(result, log.notable, count=len(log)))
     return paths

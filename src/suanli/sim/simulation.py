@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -33,6 +34,7 @@ from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import ReschedulingPolicy
+from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper
 from suanli.sim.metrics import Recorder
@@ -41,9 +43,10 @@ from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, re
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     task: str
     tenant: str
@@ -56,7 +59,9 @@ class TaskRecord:
     moved_from: int | None = None  # the node a preempted service left; its next start is a move
     stopped_at: float | None = None
     last_move_at: float | None = None
-    reasons: Counter = field(default_factory=Counter)
+    klass: str = ""  # the unit's workload class ("" for a record that never became work)
+    job: bool = False  # a job (it finishes) rather than a service
+    reasons: Counter = field(default_factory=lambda: NO_REASONS)
 
 
 @dataclass
@@ -107,7 +112,7 @@ class ScenarioEvent:
 class Simulation:
     def __init__(self, world: World, *, seed: int | None = None, until: float | None = None,
                  clock: Clock | None = None, on_instant: Callable[[float], None] | None = None,
-                 policy: str | None = None) -> None:
+                 policy: str | None = None, events_to: Path | None = None) -> None:
         self.world = world
         scenario = world.scenario.spec if world.scenario is not None else None
         self.scenario = scenario
@@ -120,7 +125,7 @@ class Simulation:
         self.business = BusinessLayer(self.state, self.global_layer, self.rng, policy=policy_for(world, policy))
         self.loop = EventLoop(clock or VirtualClock())
         self.executor = SimExecutor(self.loop)
-        self.events: list[dict[str, Any]] = []
+        self.events = EventLog(events_to)  # in memory, or streamed to ``events_to``
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
         self.pending: dict[int, None] = {}  # unit ids, in submission order
@@ -132,6 +137,7 @@ class Simulation:
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
         self.units_by_app: dict[str, list[int]] = {}
+        self._unit_ids = 0
         self._run_ids = 0
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
@@ -226,7 +232,8 @@ class Simulation:
 
     def _submit(self, t: float, app: Application) -> None:
         for unit in build_units((app,)):
-            uid = len(self.units)
+            uid = self._unit_ids
+            self._unit_ids += 1
             unit.seq = uid
             comps = unit.components
             jobs = [c for c in comps if c.lifetime == "job"]
@@ -237,7 +244,8 @@ class Simulation:
                                         lead.work_s if lead else None, lead.duration_s if lead else None)
             self.units_by_app.setdefault(app.name, []).append(uid)
             for task, comp in zip(unit.tasks, comps):
-                self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t)
+                self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t, klass=klass,
+                                              job=comp.lifetime == "job")
                 self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending[uid] = None
 
@@ -415,6 +423,18 @@ class Simulation:
                         self._end_task(t, task, FAILED, "failed", reason=f"{why} before it was placed")
                     else:  # it ran, was stopped and waited to run again: it ends there
                         self._end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
+        self._forget(app)
+
+    def _forget(self, app: str) -> None:
+        """Drop what a deleted application's units held once all of them have ended:
+        its records stay, with their times, status and class, but not its work
+        (a long trace would otherwise keep every pod it ever replayed)."""
+        uids = self.units_by_app.get(app, ())
+        if any(self.units[uid].run is not None or uid in self.pending for uid in uids):
+            return
+        for uid in self.units_by_app.pop(app, ()):
+            for task in self.units.pop(uid).unit.tasks:
+                self.tasks[task].component = None
 
     # ------------------------------------------------------------ scheduling
 
@@ -583,7 +603,7 @@ class Simulation:
             self.track_near(task)
             if rec.first_placed_at is None:
                 rec.first_placed_at = t
-            rec.reasons = Counter()
+            rec.reasons = NO_REASONS
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if rec.moved_from is not None:
