@@ -117,6 +117,30 @@ def test_policies_never_overcommit_a_device(small):
         assert (table.view("dev_free") >= 0).all() and (table.view("free") >= 0).all(), name
 
 
+def test_packing_and_clustering_give_ties_to_one_seeded_order_of_the_nodes(small):
+    """As in the study's simulator: CPU-only pods score the same everywhere under
+    these two policies, and go to the first node of a random order fixed for
+    the run (so they fill one node after another) rather than to a fresh draw."""
+    nodes, _ = small
+    fleet = openb_fleet(nodes)
+    req = compile_request(fleet, Resources(1000, 1024))
+    for name in ("packing", "clustering"):
+        chosen = []
+        for seed in (1, 2):
+            policy, table = make_policy(name, fleet), CandidateTable.from_fleet(fleet)
+            rng = np.random.default_rng(seed)
+            rows = []
+            for _ in range(12):
+                a = policy.place(table, req, feasible(table, req), fleet.network, rng)
+                table.take(a)
+                rows.append(a.row)
+            assert len(set(rows)) == 1, (name, rows)  # one node filled first, not twelve draws
+            chosen.append(rows[0])
+        assert chosen[0] != chosen[1], name  # the order is the seed's
+    spread = make_policy("bestfit", fleet)  # the other study policies still draw among ties
+    assert spread.tie_rule == "draw"
+
+
 def test_inflation_appends_copies_until_the_next_would_exceed_the_ratio():
     pods = load_openb_pods(PODS)
     capacity = 6212 * 1000

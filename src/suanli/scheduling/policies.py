@@ -114,13 +114,17 @@ def _choose(table: CandidateTable, req: Request, row: int, kind: int, rule: str,
 
 
 class _GpuPolicy(Policy):
-    """A policy of the FGD study: integer node scores, ties to a seeded draw."""
+    """A policy of the FGD study: integer node scores, ties to a seeded draw
+    (``tie_rule = "draw"``) or to the first of the best in a seeded random
+    order of the rows, fixed for the table's life (``tie_rule = "order"``)."""
 
     repeatable = False
     device_rule = "best"
+    tie_rule = "draw"
 
     def __init__(self, kind: int = 0) -> None:
         self.kind = kind
+        self._ranks: dict[int, tuple[CandidateTable, np.ndarray]] = {}  # id(table) -> (table, rank per row)
 
     def norms(self, table: CandidateTable) -> tuple[float, float]:
         """``_norm`` of the table, computed again only when its rows change."""
@@ -134,8 +138,29 @@ class _GpuPolicy(Policy):
         if rows.size == 0:
             return None
         s = self.int_scores(table, req, rows)
-        row = int(rows[0]) if rows.size == 1 else _best(rows, s.astype(np.float64), rng)
+        if rows.size == 1:
+            row = int(rows[0])
+        elif self.tie_rule == "order":
+            top = rows[s >= s.max()]
+            row = int(top[np.argmin(self.ranks(table, rng)[top])])
+        else:
+            row = _best(rows, s.astype(np.float64), rng)
         return _choose(table, req, row, self.kind, self.device_rule, rng)
+
+    def ranks(self, table: CandidateTable, rng: np.random.Generator) -> np.ndarray:
+        """A seeded random rank per row, drawn once per table and kept (rows
+        added later rank after the rows before them, in a random order of
+        their own). The study's simulator names its nodes after a seeded
+        random permutation at the start of a run and, between nodes of equal
+        score, always takes the first name: in effect a fixed random order."""
+        got = self._ranks.get(id(table))
+        if got is None or got[0] is not table:
+            got = self._ranks[id(table)] = (table, rng.permutation(table.n))
+        rank = got[1]
+        if rank.size < table.n:
+            rank = np.concatenate([rank, rank.size + rng.permutation(table.n - rank.size)])
+            self._ranks[id(table)] = (table, rank)
+        return rank
 
     def int_scores(self, table, req, rows) -> np.ndarray:
         raise NotImplementedError
@@ -194,6 +219,7 @@ class BestFitPolicy(_GpuPolicy):
 
 class PackingPolicy(_GpuPolicy):
     name = "packing"
+    tie_rule = "order"
 
     def int_scores(self, table, req, rows):
         k, d = _pod_gpu(req, self.kind)
@@ -216,6 +242,7 @@ class ClusteringPolicy(_GpuPolicy):
     allocations it holds, which the policy follows through the table."""
 
     name = "clustering"
+    tie_rule = "order"
 
     def __init__(self, kind: int = 0) -> None:
         super().__init__(kind)
