@@ -105,6 +105,7 @@ class Fleet:
         self.node_group = np.repeat(np.arange(len(groups), dtype=np.int32), counts)
         self.group_first_node = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.n_nodes = int(counts.sum())
+        self._names: list[str] | None = None
         group_site = np.array([g.site for g in groups], dtype=np.int32)
         self.node_site = group_site[self.node_group] if len(groups) else np.zeros(0, np.int32)
         self.site_tier = np.array([TIERS.index(s.tier) for s in self.sites], dtype=np.int8)
@@ -146,6 +147,11 @@ class Fleet:
     # ------------------------------------------------------------ names
 
     def node_name(self, node: int) -> str:
+        if self._names is None:  # made once, on first use: events name nodes all the time
+            self._names = [self._name(n) for n in range(self.n_nodes)]
+        return self._names[node]
+
+    def _name(self, node: int) -> str:
         g = self.groups[int(self.node_group[node])]
         return f"{self.sites[g.site].name}/{g.name}-{node - int(self.group_first_node[g.index])}"
 

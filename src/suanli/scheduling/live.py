@@ -9,8 +9,8 @@ and then one pass over the vector of scores for the best.
 
 A view is exact: the masks and scores it holds are the ones ``feasible`` and
 ``scores.total`` would give now, element for element. It starts afresh when
-rows are added (the static masks change), when the table's change log was
-cleared, when the network was rebuilt (rtt and reachability feed scores), or
+rows are added (the static masks change), when the part of the table's
+change log it has not read was dropped, when the network was rebuilt (rtt and reachability feed scores), or
 when so many rows changed that recomputing them all is cheaper.
 
 Views live on their table, most recently used kept, within a memory budget.
@@ -39,13 +39,12 @@ FEW = 8  # changed rows recomputed one by one; more at once, as arrays
 class View:
     """``ok``: the request fits the row now; ``value``: its score where it fits, else -inf."""
 
-    __slots__ = ("req", "network", "key", "epoch", "pos", "ok", "value", "best", "top")
+    __slots__ = ("req", "network", "key", "pos", "ok", "value", "best", "top")
 
     def __init__(self, req: Request) -> None:
         self.req = req
         self.network: Network | None = None
         self.key = None
-        self.epoch = -1
         self.pos = 0
         self.ok: np.ndarray | None = None
         self.value: np.ndarray | None = None
@@ -57,29 +56,29 @@ class View:
     def sync(self, table: CandidateTable, network: Network | None) -> "View":
         """Bring the view up to date; with a network, the scores too."""
         key = (table.version, table.n)
-        pending = len(table.changes) - self.pos
-        fresh = (self.key != key or self.epoch != table.epoch or pending * 4 > table.n
+        changed = table.since(self.pos)
+        fresh = (self.key != key or changed is None or len(changed) * 4 > table.n
                  or (network is not None and self.network is not network and self.value is not None))
         if fresh:
             self.ok = static_mask(table, self.req) & dynamic_ok(table, self.req, slice(0, table.n))
             self.value, self.top = None, None
-            self.key, self.epoch = key, table.epoch
-        elif pending <= FEW:  # row by row, in scalar arithmetic
+            self.key = key
+        elif len(changed) <= FEW:  # row by row, in scalar arithmetic
             ok, value, req, net = self.ok, self.value, self.req, self.network
-            for r in set(table.changes[self.pos:]):
+            for r in set(changed):
                 ok[r] = fit = fits_row(table, req, r)
                 if value is not None:
                     was = value[r]
                     value[r] = v = scores.total_row(table, req, r, net) if fit else -np.inf
                     if self.top is not None:
                         self._retop(r, was, v)
-        elif pending:
+        elif changed:
             self.top = None
-            rows = np.fromiter(set(table.changes[self.pos:]), np.int64)
+            rows = np.fromiter(set(changed), np.int64)
             self.ok[rows] = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
             if self.value is not None:
                 self.value[rows] = np.where(self.ok[rows], scores.total(table, self.req, rows, self.network), -np.inf)
-        self.pos = len(table.changes)
+        self.pos = table.logged
         if network is not None and self.value is None:
             self.network = network
             self.value = np.full(table.n, -np.inf)

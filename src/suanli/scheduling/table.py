@@ -72,8 +72,8 @@ class CandidateTable:
         self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
-        self.changes: list[int] = []  # rows touched, in order, since the log was last cleared
-        self.epoch = 0  # bumps when the log is cleared: views that read it then start afresh
+        self.changes: list[int] = []  # rows touched, in order: the latest part of the change log
+        self.base = 0  # the log's position of changes[0] (older entries were dropped)
         self.views = None  # live.Views of this table, made on first use
         self._owner_caches: OrderedDict[int, tuple[object, dict]] = OrderedDict()
 
@@ -137,9 +137,20 @@ class CandidateTable:
         self.tick += 1
         self.stamp[row] += 1
         self.changes.append(row)
-        if len(self.changes) > max(self.n, 4096):
-            self.changes = []
-            self.epoch += 1
+        if len(self.changes) > 2 * max(self.n, 4096):  # keep the latest half: readers that far behind start afresh
+            keep = max(self.n, 4096)
+            self.base += len(self.changes) - keep
+            self.changes = self.changes[-keep:]
+
+    @property
+    def logged(self) -> int:
+        """The change log's length so far: a reader's position after reading all of it."""
+        return self.base + len(self.changes)
+
+    def since(self, pos: int) -> list[int] | None:
+        """Rows touched after log position ``pos`` (with repeats), or None when that
+        part of the log was dropped."""
+        return self.changes[pos - self.base:] if pos >= self.base else None
 
     def set_enabled(self, row: int, enabled: bool) -> None:
         """Put a row in or out of service (a node down, drained or back)."""

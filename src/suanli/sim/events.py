@@ -20,9 +20,12 @@ INCIDENT_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "devi
 NOTABLE = frozenset(MOVE_KINDS + INCIDENT_KINDS)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps would make one per call
+
+
 def encode(event: dict[str, Any]) -> str:
-    """One line of ``events.jsonl``."""
-    return json.dumps(event, separators=(",", ":")) + "\n"
+    """One line of ``events.jsonl`` (what ``json.dumps(event, separators=(",", ":"))`` gives)."""
+    return _ENCODER.encode(event) + "\n"
 
 
 class EventLog:

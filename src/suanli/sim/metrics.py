@@ -41,13 +41,14 @@ class Recorder:
         self.site_capacity = np.zeros((len(fleet.sites), n_res), np.int64)
         np.add.at(self.site_capacity, fleet.node_site, fleet.node_capacity)
         self.near_violations = near_violations or (lambda: 0)
-        # the series (thinned) for charts
+        # the series (thinned) for charts: one sample in ``_stride`` is kept
         self.times: list[float] = []
         self.used: list[np.ndarray] = []  # [tier, resource] per sample
         self.reserved: list[np.ndarray] = []  # [tier, resource]: held by hosts and claims
         self.fragmented: list[np.ndarray] = []  # [kind]: stranded free share / capacity
         self.shares: list[dict[str, float]] = []
         self.violations: list[int] = []
+        self._stride, self._skipped = 1, 0
         # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
         n = fleet.n_nodes
         self._held = np.zeros((n_res, n))
@@ -56,26 +57,38 @@ class Recorder:
         self._stranded_total = np.zeros(n_kinds)
         self._kind_capacity = self.capacity.sum(axis=0)[2:]
         self._stranded = np.zeros((n_kinds, n))
+        nodes = state.nodes  # per node, its shareable whole devices: (slot, kind), which can strand share
+        can = nodes.view("dev_shareable") & (nodes.view("dev_cap") == 1000) & (nodes.view("dev_kind") >= 0)
+        kinds = nodes.view("dev_kind")
+        self._shareable = [[(int(s), int(kinds[s, r])) for s in np.flatnonzero(can[:, r])] for r in range(n)]
         self._cursor = _Cursor()
         self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
-        # totals and their time integrals since the first sample
-        self._now = {"used": np.zeros(self.capacity.shape), "reserved": np.zeros(self.capacity.shape),
-                     "fragmented": np.zeros(n_kinds), "violations": 0.0}
-        self._area = {k: np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0 for k, v in self._now.items()}
-        self._frag_peak = np.zeros(n_kinds)
-        self._violations_peak = 0
+        # totals now, as views into one vector so that one operation integrates them all
+        shapes = {"used": self.capacity.shape, "reserved": self.capacity.shape, "fragmented": (n_kinds,),
+                  "violations": (1,), "site": self.site_capacity.shape}
+        size = sum(int(np.prod(v)) for v in shapes.values())
+        self._vec = np.zeros(size)
+        self._area_vec = np.zeros(size)  # time integrals since the first sample
+        self._peak_vec = np.zeros(size)  # highest values sampled
+        self._now: dict[str, np.ndarray] = {}
+        self._area: dict[str, np.ndarray] = {}
+        self._peak: dict[str, np.ndarray] = {}
+        at = 0
+        for name, shape in shapes.items():
+            n_items = int(np.prod(shape))
+            for store, vec in ((self._now, self._vec), (self._area, self._area_vec), (self._peak, self._peak_vec)):
+                store[name] = vec[at:at + n_items].reshape(shape)
+            at += n_items
         self._first: float | None = None
         self._last: float | None = None
-        self._site_area = np.zeros(self.site_capacity.shape)  # time integral of used, per site
-        self._site_peak = np.zeros(self.site_capacity.shape)
-        self._site_now = np.zeros(self.site_capacity.shape)
 
     # ------------------------------------------------------------ sampling
 
-    def _changed_nodes(self) -> np.ndarray | None:
-        """Nodes whose figures may have changed since the last sample (None: all);
-        on the way, the idle share of explicit VC hosts is brought up to date."""
-        rows = self._cursor.rows(self.state.nodes)
+    def _changed_nodes(self) -> list[int] | np.ndarray | None:
+        """Nodes whose figures may have changed since the last sample, ascending
+        (None: all); on the way, the idle share of explicit VC hosts is brought
+        up to date."""
+        rows = self._cursor.touched(self.state.nodes)
         touched = [rows] if rows is not None else None
         for vc in self.state.vcs.values():
             if vc.default or vc.table.n == 0:
@@ -101,18 +114,22 @@ class Recorder:
             self._vc_seen[id(t)] = (t, cursor, snap)
         if touched is None:
             return None
-        return np.unique(np.concatenate(touched)) if len(touched) > 1 else touched[0]
+        return np.unique(np.concatenate([np.asarray(x, np.int64) for x in touched])) if len(touched) > 1 else touched[0]
 
-    def sample(self, t: float) -> None:
+    def sample(self, t: float, keep: bool = False) -> None:
+        """The figures after the instant ``t``; ``keep``: this sample stays in the
+        series (the last of a run)."""
         fleet = self.state.fleet
         nodes = self.state.nodes
         changed = self._changed_nodes()
-        at = np.arange(fleet.n_nodes) if changed is None else changed
         self._advance(t)
-        if 0 < at.size <= 4:
-            for n in at.tolist():
-                self._node_changed(n)
-        elif at.size:
+        if changed is None:
+            changed = np.arange(fleet.n_nodes)
+        if len(changed) <= 4:
+            for n in changed:
+                self._node_changed(int(n))
+        else:
+            at = np.asarray(changed, np.int64)
             held = (nodes.cap[:, at] - nodes.free[:, at]).astype(np.float64)
             used = held - self._idle[:, at]
             d_held, d_used = held - self._held[:, at], used - self._used[:, at]
@@ -126,32 +143,29 @@ class Recorder:
             tier, site = fleet.node_tier[at], fleet.node_site[at]
             np.add.at(self._now["used"], tier, d_used.T)
             np.add.at(self._now["reserved"], tier, d_held.T)
-            np.add.at(self._site_now, site, d_used.T)
+            np.add.at(self._now["site"], site, d_used.T)
             self._add_stranded(d_stranded.sum(axis=1))
-        violations = int(self.near_violations())
-        self._now["violations"] = float(violations)
-        self._frag_peak = np.maximum(self._frag_peak, self._now["fragmented"])
-        self._violations_peak = max(self._violations_peak, violations)
-        self._site_peak = np.maximum(self._site_peak, self._site_now)
-        self._record(t, violations)
+        self._now["violations"][0] = self.near_violations()
+        np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
+        self._record(t, keep)
 
     def _node_changed(self, n: int) -> None:
         """``sample``'s update for one node, in scalar arithmetic (the usual case)."""
         fleet, nodes = self.state.fleet, self.state.nodes
         held = (nodes.cap[:, n] - nodes.free[:, n]).astype(np.float64)
         used = held - self._idle[:, n]
-        tier, site = fleet.node_tier[n], fleet.node_site[n]
-        self._now["used"][tier] += used - self._used[:, n]
-        self._now["reserved"][tier] += held - self._held[:, n]
-        self._site_now[site] += used - self._used[:, n]
+        d_used = used - self._used[:, n]
+        self._now["used"][fleet.node_tier[n]] += d_used
+        self._now["reserved"][fleet.node_tier[n]] += held - self._held[:, n]
+        self._now["site"][fleet.node_site[n]] += d_used
         self._held[:, n], self._used[:, n] = held, used
-        kinds = len(fleet.kinds)
-        if kinds:
-            stranded = [0.0] * kinds
-            for k, f, c, sh in zip(nodes.dev_kind[:, n].tolist(), nodes.dev_free[:, n].tolist(),
-                                   nodes.dev_cap[:, n].tolist(), nodes.dev_shareable[:, n].tolist()):
-                if sh and c == 1000 and 0 < f < 1000:
-                    stranded[k] += f
+        slots = self._shareable[n]
+        if slots:
+            stranded = [0.0] * len(fleet.kinds)
+            free = nodes.dev_free[:, n].tolist()
+            for s, k in slots:
+                if 0 < free[s] < 1000:
+                    stranded[k] += free[s]
             old = self._stranded[:, n].tolist()
             if stranded != old:
                 self._stranded[:, n] = stranded
@@ -161,21 +175,26 @@ class Recorder:
         """Stranded share changed by ``delta`` per kind: the total and its ratio to capacity."""
         self._stranded_total += delta
         total = self._kind_capacity
-        self._now["fragmented"] = np.divide(self._stranded_total, total, out=np.zeros(total.size), where=total > 0)
+        np.divide(self._stranded_total, total, out=self._now["fragmented"], where=total > 0)
 
     def _advance(self, t: float) -> None:
         """Integrate the totals up to ``t``."""
         if self._last is not None and t > self._last:
-            dt = t - self._last
-            for k, v in self._now.items():
-                self._area[k] = self._area[k] + v * dt
-            self._site_area += self._site_now * dt
+            self._area_vec += self._vec * (t - self._last)
         if self._first is None:
             self._first = t
         self._last = max(t, self._last) if self._last is not None else t
 
-    def _record(self, t: float, violations: int) -> None:
-        if self.times and self.times[-1] == t:
+    def _record(self, t: float, keep: bool) -> None:
+        """Keep this sample in the series when it is the stride's, replaces one of
+        the same instant, or is to be kept; when the series is full, every
+        other sample is dropped and the stride doubles."""
+        same = bool(self.times) and self.times[-1] == t
+        self._skipped += 1
+        if not (same or keep or self._skipped >= self._stride):
+            return
+        self._skipped = 0
+        if same:
             for lst in (self.used, self.reserved, self.fragmented, self.shares, self.violations):
                 lst.pop()
             self.times.pop()
@@ -184,20 +203,17 @@ class Recorder:
         self.reserved.append(self._now["reserved"].copy())
         self.fragmented.append(self._now["fragmented"].copy())
         self.shares.append(self._shares())
-        self.violations.append(violations)
+        self.violations.append(int(self._now["violations"][0]))
         if len(self.times) > self.MAX_POINTS:  # thin: every other sample, the last kept
             for name in ("times", "used", "reserved", "fragmented", "shares", "violations"):
                 lst = getattr(self, name)
                 setattr(self, name, lst[:-1:2] + lst[-1:])
+            self._stride *= 2
 
     def _shares(self) -> dict[str, float]:
-        """Tenants' dominant shares, computed again only when what they use changed."""
-        key = tuple(u.tobytes() for u in self.state.tenant_used.values())
-        if getattr(self, "_shares_key", None) != key:
-            self._shares_key = key
-            self._shares_now = {name: round(self.state.dominant_share(name) * t.weight, 6)
-                                for name, t in self.state.world.tenants.items()}
-        return self._shares_now
+        """Tenants' dominant shares now."""
+        return {name: round(self.state.dominant_share(name) * t.weight, 6)
+                for name, t in self.state.world.tenants.items()}
 
     # ------------------------------------------------------------ figures
 
@@ -250,14 +266,15 @@ class Recorder:
             return {}
         stop = max(end, self._last)
         span = stop - self._first
-        area = self._site_area + self._site_now * (stop - self._last)
+        now = self._now["site"]
+        area = self._area["site"] + now * (stop - self._last)
         out = {}
         keys = self.state.fleet.resource_keys
         for si, site in enumerate(self.state.fleet.sites):
             cap = self.site_capacity[si]
             out[site.name] = {
-                key: {"mean": round(float(area[si, r] / span / cap[r]) if span > 0 else float(self._site_now[si, r] / cap[r]), 6),
-                      "peak": round(float(self._site_peak[si, r] / cap[r]), 6)}
+                key: {"mean": round(float(area[si, r] / span / cap[r]) if span > 0 else float(now[si, r] / cap[r]), 6),
+                      "peak": round(float(self._peak["site"][si, r] / cap[r]), 6)}
                 for r, key in enumerate(keys) if cap[r]
             }
         return out
@@ -267,7 +284,7 @@ class Recorder:
             return {}
         mean = self._mean("fragmented", end)
         now = self._now["fragmented"]
-        return {kind: {"mean": round(float(mean[k]), 6), "peak": round(float(self._frag_peak[k]), 6),
+        return {kind: {"mean": round(float(mean[k]), 6), "peak": round(float(self._peak["fragmented"][k]), 6),
                        "at_end": round(float(now[k]), 6)}
                 for k, kind in enumerate(self.state.fleet.kinds.names)}
 
@@ -275,26 +292,31 @@ class Recorder:
         if self._first is None:
             return {"max_concurrent": 0, "at_end": 0, "task_seconds": 0.0}
         stop = max(end, self._last)
-        seconds = self._area["violations"] + self._now["violations"] * (stop - self._last)
-        return {"max_concurrent": int(self._violations_peak), "at_end": int(self._now["violations"]),
+        seconds = float(self._area["violations"][0] + self._now["violations"][0] * (stop - self._last))
+        return {"max_concurrent": int(self._peak["violations"][0]), "at_end": int(self._now["violations"][0]),
                 "task_seconds": round(float(seconds), 3)}
 
 
 class _Cursor:
     """A reader of a table's change log: the rows touched since it last read."""
 
-    __slots__ = ("table", "epoch", "pos", "version")
+    __slots__ = ("table", "pos", "version")
 
     def __init__(self) -> None:
         self.table = None
-        self.epoch = self.pos = self.version = -1
+        self.pos = self.version = -1
+
+    def touched(self, table: CandidateTable) -> list[int] | None:
+        """Rows touched since the last call, ascending, or None when that is not
+        known (read all)."""
+        changed = table.since(self.pos) if self.table is table and self.version == table.version else None
+        self.table, self.pos, self.version = table, table.logged, table.version
+        return None if changed is None else sorted(set(changed))
 
     def rows(self, table: CandidateTable) -> np.ndarray | None:
-        """Rows touched since the last call, or None when that is not known (read all)."""
-        known = self.table is table and self.epoch == table.epoch and self.version == table.version
-        out = np.unique(np.array(table.changes[self.pos:], np.int64)) if known else None
-        self.table, self.epoch, self.pos, self.version = table, table.epoch, len(table.changes), table.version
-        return out
+        """``touched`` as an array."""
+        out = self.touched(table)
+        return None if out is None else np.array(out, np.int64)
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float | int]:

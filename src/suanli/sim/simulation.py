@@ -157,7 +157,7 @@ class Simulation:
     def run(self) -> float:
         self._start()
         end = self.loop.run(self._handle, self.until)
-        self.recorder.sample(end)
+        self.recorder.sample(end, keep=True)
         return end
 
     def _start(self) -> None:
