@@ -7,9 +7,11 @@ one and replays it with ``suanli simulate`` (the real CLI, as a subprocess):
   several models) repeated under new names up to ``--nodes`` (10,000);
 - pods: ``--tasks`` pods (1,000,000) drawn with replacement from the openb
   default trace (cpu, memory, GPUs, GPU share, allowed models), arriving at
-  a steady rate, each staying for a lifetime drawn from the trace's own
+  a steady ``--rate`` (a million a day, 11.6 per second: a busy 10,000-node
+  cluster), each staying for a lifetime drawn from the trace's own
   lifetimes, scaled so that about ``--concurrency`` pods (40,000) run at
-  once: every pod arrives and leaves inside the replay.
+  once (at the default rate, 58 minutes on average): every pod arrives and
+  leaves inside the replay.
 
 It records wall time and the child's peak resident memory, and fails unless
 result.json accounts for every pod (each in exactly one final state) and the
@@ -36,7 +38,8 @@ ROOT = HERE.parent
 DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-2023"
 
 
-def write_trace(out: Path, n_nodes: int, n_tasks: int, concurrency: int, seed: int) -> Path:
+def write_trace(out: Path, n_nodes: int, n_tasks: int, concurrency: int, seed: int,
+                rate: float = 1e6 / 86_400) -> Path:
     """nodes.csv, pods.csv and scenario.yaml in ``out``; the scenario's path."""
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,8 +57,7 @@ def write_trace(out: Path, n_nodes: int, n_tasks: int, concurrency: int, seed: i
         pods = [r for r in reader]
     life = np.array([int(p["deletion_time"]) - int(p["creation_time"]) for p in pods], float)
     life = life[life > 0]
-    horizon = 10 * 86_400.0  # ten days of arrivals
-    rate = n_tasks / horizon
+    horizon = n_tasks / rate  # seconds of arrivals
     scale = concurrency / (rate * life.mean())  # Little: running = rate x mean lifetime
     pick = rng.integers(len(pods), size=n_tasks)
     arrive = np.sort(rng.uniform(0, horizon, n_tasks)).round().astype(np.int64)
@@ -94,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=1_000_000)
     ap.add_argument("--concurrency", type=int, default=40_000)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--rate", type=float, default=1e6 / 86_400, help="arrivals per second (default: a million a day)")
     ap.add_argument("--max-s", type=float, default=300.0)
     ap.add_argument("--max-rss-gib", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "replay")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    scenario = write_trace(args.out, args.nodes, args.tasks, args.concurrency, args.seed)
+    scenario = write_trace(args.out, args.nodes, args.tasks, args.concurrency, args.seed, args.rate)
     gen_s = time.perf_counter() - t0
     result_dir = args.out / "run"
     cmd = [sys.executable, "-m", "suanli.cli", "simulate", str(scenario), "--out", str(result_dir)]
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "trace replay through suanli simulate",
         "command": " ".join(["suanli", *cmd[3:]]),
         "nodes": args.nodes, "tasks": args.tasks, "target_concurrency": args.concurrency,
+        "arrivals_per_s": round(args.rate, 3),
         "generate_s": round(gen_s, 2), "wall_s": round(wall, 2), "peak_rss_gib": round(rss_gib, 3),
         "tasks_per_s": round(args.tasks / wall),
         "result_tasks": result.get("metrics", {}).get("tasks"),

@@ -269,6 +269,26 @@ def test_the_openb_default_trace_replays(tmp_path):
     assert result["metrics"]["allocation_time_average"]["cloud"]["gpu_milli"] > 0
 
 
+def test_trace_records_due_at_one_time_arrive_in_one_instant(tmp_path):
+    """A trace's records with the same time are submitted together and placed in
+    one scheduling pass, as the events of one instant are."""
+    swf = tmp_path / "log.swf"
+    swf.write_text("".join(f"{i} {t} -1 60 1 -1 -1 1 -1 -1 1 1 1 -1 1 -1 -1 -1\n"
+                           for i, t in enumerate([0, 5, 5, 5, 5, 9, 9], start=1)))
+    scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "swf"},
+                "spec": {"traces": [{"format": "swf", "path": "log.swf", "site": "hpc", "tenant": "t"}]}}
+    fleet = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": [site("hpc", groups=[node_group(count=2, cpu=4)])]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump_all([fleet, tenant(), scenario], sort_keys=False))
+    instants: list[float] = []
+    sim = Simulation(load_world([str(path)]), on_instant=instants.append)
+    sim.run()
+    assert [t for t in instants if t < 60] == [0.0, 5.0, 9.0]
+    placed = Counter(e["t"] for e in sim.events if e["kind"] == "placed")
+    assert placed == {0.0: 1, 5.0: 4, 9.0: 2}
+
+
 def test_an_swf_log_replays(tmp_path):
     swf = tmp_path / "log.swf"
     swf.write_text("; MaxProcs: 8\n"

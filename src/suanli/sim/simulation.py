@@ -182,8 +182,13 @@ class Simulation:
         self._next.append(None)
         self._queue_next(len(self._streams) - 1)
 
-    def _queue_next(self, index: int) -> None:
+    def _queue_next(self, index: int, now: float | None = None) -> None:
+        """Read stream ``index`` on: every arrival due by ``now`` arrives in this
+        instant (one scheduling pass for all of them); the next is queued."""
         nxt = next(self._streams[index], None)
+        while nxt is not None and now is not None and nxt.at <= now:
+            self._arrive(now, nxt)
+            nxt = next(self._streams[index], None)
         self._next[index] = nxt
         if nxt is not None:
             self.loop.schedule(nxt.at, NextArrival(index))
@@ -205,7 +210,7 @@ class Simulation:
                 self._submit(t, ev.app)
             elif isinstance(ev, NextArrival):
                 self._arrive(t, self._next[ev.index])
-                self._queue_next(ev.index)
+                self._queue_next(ev.index, t)
             elif isinstance(ev, Leave):
                 self._delete(t, ev.app, "left")
             elif isinstance(ev, RunFinished):
