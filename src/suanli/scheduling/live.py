@@ -4,7 +4,7 @@ in step with the table instead of recomputed per decision.
 Every filter and score of a row depends only on that row (what it is, what it
 has free, its site's place in the network) and on the request. So once a
 view has computed them for all rows, a decision needs only the rows the table
-has touched since (``CandidateTable.changes``, usually one or two) recomputed,
+has touched since (``CandidateTable.since``, usually one or two) recomputed,
 and then one pass over the vector of scores for the best.
 
 A view is exact: the masks and scores it holds are the ones ``feasible`` and
@@ -65,19 +65,23 @@ class View:
             self.key = key
         elif len(changed) <= FEW:  # row by row, in scalar arithmetic
             ok, value, req, net = self.ok, self.value, self.req, self.network
-            for r in set(changed):
+            for r in set(changed.tolist()):
                 ok[r] = fit = fits_row(table, req, r)
                 if value is not None:
                     was = value[r]
                     value[r] = v = scores.total_row(table, req, r, net) if fit else -np.inf
                     if self.top is not None:
                         self._retop(r, was, v)
-        elif changed:
-            self.top = None
-            rows = np.fromiter(set(changed), np.int64)
-            self.ok[rows] = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
+        elif changed.size:
+            rows = changed.copy()  # repeats are harmless: a row gets the same values twice
+            self.ok[rows] = ok = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
             if self.value is not None:
-                self.value[rows] = np.where(self.ok[rows], scores.total(table, self.req, rows, self.network), -np.inf)
+                v = np.where(ok, scores.total(table, self.req, rows, self.network), -np.inf)
+                if self.top is not None:
+                    self._retop_rows(rows, self.value[rows], v)
+                self.value[rows] = v
+            else:
+                self.top = None
         self.pos = table.logged
         if network is not None and self.value is None:
             self.network = network
@@ -101,6 +105,22 @@ class View:
                 self.top.remove(r)
         elif v >= best - TIE:
             insort(self.top, r)
+
+    def _retop_rows(self, rows: np.ndarray, was: np.ndarray, v: np.ndarray) -> None:
+        """``_retop`` for many rows at once: kept when none of the best rows changed
+        and the new values either clear the best by more than TIE (they alone
+        are the new best) or stay at or below it; otherwise dropped."""
+        best = self.best
+        if (was >= best - TIE).any():
+            self.top = None  # a best row changed: the best may have fallen
+            return
+        m = float(v.max())
+        if m > best + TIE:
+            self.best, self.top = m, np.unique(rows[v >= m - TIE]).tolist()
+        elif m > best:
+            self.top = None  # a new best within TIE of the old: its ties are found again
+        elif m >= best - TIE:
+            self.top = sorted(set(self.top).union(rows[v >= best - TIE].tolist()))
 
     def best_rows(self) -> tuple[float, list[int]]:
         """The highest value and the rows within TIE of it, in row order."""

@@ -4,7 +4,7 @@ Both layers schedule over the same shape of table: the global layer over
 physical nodes, the business layer over a virtual cluster's hosts. A table is
 updated in place when an allocation commits (``take``/``give``); it is never
 rebuilt per decision. Every change of what a row has free (or whether it is
-in service) goes through ``touch``, which appends the row to ``changes``:
+in service) goes through ``touch``, which appends the row to a change log:
 views kept per request (``live.py``) recompute only the rows changed since
 they last looked. A ``Transaction`` records allocations so a gang or an
 affinity group can be committed whole or rolled back whole.
@@ -72,8 +72,9 @@ class CandidateTable:
         self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
-        self.changes: list[int] = []  # rows touched, in order: the latest part of the change log
-        self.base = 0  # the log's position of changes[0] (older entries were dropped)
+        self._log = np.zeros(8192, np.int64)  # the latest part of the change log: rows touched, in order
+        self._logged = 0  # entries of _log in use
+        self.base = 0  # the log's position of _log[0] (older entries were dropped)
         self.views = None  # live.Views of this table, made on first use
         self._owner_caches: OrderedDict[int, tuple[object, dict]] = OrderedDict()
 
@@ -136,21 +137,32 @@ class CandidateTable:
         """Record that what ``row`` has free (or its being in service) changed."""
         self.tick += 1
         self.stamp[row] += 1
-        self.changes.append(row)
-        if len(self.changes) > 2 * max(self.n, 4096):  # keep the latest half: readers that far behind start afresh
-            keep = max(self.n, 4096)
-            self.base += len(self.changes) - keep
-            self.changes = self.changes[-keep:]
+        if self._logged == self._log.size:
+            self._trim()
+        self._log[self._logged] = row
+        self._logged += 1
+
+    def _trim(self) -> None:
+        """The log is full: keep its latest part (as many entries as rows, at least
+        4,096); readers further behind start afresh."""
+        keep = max(self.n, 4096)
+        if self._log.size < 2 * keep:  # the table grew: a longer log
+            self._log = np.concatenate([self._log, np.zeros(2 * keep - self._log.size, np.int64)])
+            return
+        drop = self._logged - keep
+        self._log[:keep] = self._log[drop:self._logged]
+        self.base += drop
+        self._logged = keep
 
     @property
     def logged(self) -> int:
         """The change log's length so far: a reader's position after reading all of it."""
-        return self.base + len(self.changes)
+        return self.base + self._logged
 
-    def since(self, pos: int) -> list[int] | None:
-        """Rows touched after log position ``pos`` (with repeats), or None when that
-        part of the log was dropped."""
-        return self.changes[pos - self.base:] if pos >= self.base else None
+    def since(self, pos: int) -> np.ndarray | None:
+        """Rows touched after log position ``pos`` (with repeats; a view to read before
+        the next change), or None when that part of the log was dropped."""
+        return self._log[pos - self.base:self._logged] if pos >= self.base else None
 
     def set_enabled(self, row: int, enabled: bool) -> None:
         """Put a row in or out of service (a node down, drained or back)."""

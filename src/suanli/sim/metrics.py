@@ -25,7 +25,7 @@ class Recorder:
 
     A sample costs what changed since the last one, not the fleet's size: per
     node figures are kept and updated for the rows the tables touched
-    (``CandidateTable.changes``), and totals by tier and site by their
+    (``CandidateTable.since``), and totals by tier and site by their
     differences. Means are exact time integrals; the series kept for charts
     is thinned to at most ``MAX_POINTS`` samples (every other one dropped when
     full), so memory does not grow with the length of the run."""
@@ -311,7 +311,9 @@ class _Cursor:
         known (read all)."""
         changed = table.since(self.pos) if self.table is table and self.version == table.version else None
         self.table, self.pos, self.version = table, table.logged, table.version
-        return None if changed is None else sorted(set(changed))
+        if changed is None:
+            return None
+        return sorted(set(changed.tolist())) if changed.size <= 64 else np.unique(changed).tolist()
 
     def rows(self, table: CandidateTable) -> np.ndarray | None:
         """``touched`` as an array."""
