@@ -141,6 +141,36 @@ def test_packing_and_clustering_give_ties_to_one_seeded_order_of_the_nodes(small
     assert spread.tie_rule == "draw"
 
 
+def test_suanli_sends_cpu_hungry_tasks_to_cpu_and_cpu_light_ones_where_cpu_is_short():
+    """Two nodes of 4 GPUs, one with 24 cores, one with 96; the workload takes
+    6.5 milli-cores per milli-GPU on average. A task of 12 cores and a GPU
+    leaves no fragment on either node by FGD's measure, but on the poor one
+    its other GPUs could no longer be fed: suanli sends it to the rich node
+    every time, where FGD draws. A task of 1 core and a GPU goes the other
+    way: it uses GPUs the poor node's cpu cannot carry anyway."""
+    from suanli.model.fleet import DeviceType, Fleet, NodeGroup, Site
+    from suanli.scheduling.policies import TargetWorkload
+
+    gpu = (DeviceType("gpu", "T4", 4, None, True),)
+    fleet = Fleet([Site(0, "s", "cloud")], [NodeGroup(0, 0, "poor", 1, "x86_64", 24000, 262144, gpu, {}),
+                                            NodeGroup(1, 0, "rich", 1, "x86_64", 96000, 262144, gpu, {})], [])
+    target = TargetWorkload.from_counts({(12000, 1024, 1, 1000, ()): 1, (1000, 1024, 1, 1000, ()): 1})
+    hungry = compile_request(fleet, Resources(12000, 1024, (AcceleratorRequest("gpu", None, 1000),)))
+    light = compile_request(fleet, Resources(1000, 1024, (AcceleratorRequest("gpu", None, 1000),)))
+    fgd_rows = set()
+    for seed in range(12):
+        for name in ("suanli", "fgd"):
+            policy = make_policy(name, fleet, target)
+            for req, want in ((hungry, 1), (light, 0)):
+                table = CandidateTable.from_fleet(fleet)
+                a = policy.place(table, req, feasible(table, req), fleet.network, np.random.default_rng(seed))
+                if name == "suanli":
+                    assert a.row == want, (seed, req.vec)
+                elif req is hungry:
+                    fgd_rows.add(a.row)
+    assert fgd_rows == {0, 1}  # FGD alone sees no difference between the two nodes
+
+
 def test_inflation_appends_copies_until_the_next_would_exceed_the_ratio():
     pods = load_openb_pods(PODS)
     capacity = 6212 * 1000

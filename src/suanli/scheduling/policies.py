@@ -579,6 +579,23 @@ class SuanliPolicy(FgdPolicy):
       row's, half and half) and the least fragmentation, these two weighed
       equally; between a row's devices, the fullest of the best;
     - otherwise: FGD's own score and draw.
+
+    In both, the decrease of fragmentation is first corrected by the change
+    of the row's *stranded* share: the free device share the row's free cpu
+    or memory cannot carry at the target workload's rate (cpu and memory per
+    milli of device demand, ``rho_cpu`` and ``rho_mem``):
+
+        S = max(0, G - c / rho_cpu, G - m / rho_mem)
+
+    FGD looks one task ahead: a row with 8 cores and two free devices is no
+    fragment to a task of 8 cores, yet after it the second device has none
+    left for anything. ``S`` counts what the row's cpu and memory can carry
+    once it fills up, so cpu-hungry tasks (the shares of 470 and 650 milli
+    take 12 cores, 25 per device) go to rows rich in cpu, and cpu-light ones
+    (810 milli with 3 cores) to rows poor in it, whose devices would strand
+    otherwise. Where tasks are bound to models, drawing tasks to a row can
+    take the models the bound tasks need, so there only a rise of ``S``
+    counts (a penalty), not a fall.
     """
 
     name = "suanli"
@@ -591,6 +608,25 @@ class SuanliPolicy(FgdPolicy):
         bound = np.array([bool(m) for m in target.models]) & gpu
         share = demand[bound].sum() / max(demand[gpu].sum(), 1e-300)
         self.pack = share < self.BOUND_SHARE
+        total = max(float(demand[gpu].sum()), 1e-300)
+        self.rho_cpu = max(float((target.weight * target.cpu)[gpu].sum()) / total, 1e-9)
+        self.rho_mem = max(float((target.weight * target.mem)[gpu].sum()) / total, 1e-9)
+
+    def stranded(self, share: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
+        """The free device share that free cpu and memory cannot carry at the workload's rates."""
+        return np.maximum(share - np.minimum(cpu * (1.0 / self.rho_cpu), mem * (1.0 / self.rho_mem)), 0.0)
+
+    def decrease(self, table, req, rows, cache=None):
+        """FGD's decrease of fragmentation, less the rise of the row's stranded share."""
+        cache = cache or self._rows(table)
+        at, slot, dec = super().decrease(table, req, rows, cache)
+        G = cache[1][rows]
+        k, d = _pod_gpu(req, self.kind)
+        cpu, mem = table.free[0, rows], table.free[1, rows]
+        rise = self.stranded(G - k * d, cpu - req.vec[0], mem - req.vec[1]) - self.stranded(G, cpu, mem)
+        if not self.pack:
+            rise = np.maximum(rise, 0.0)
+        return at, slot, dec - rise[at]
 
     def score(self, decrease, table=None, req=None, reps=None, at=None, cache=None):
         if not self.pack:
