@@ -596,6 +596,12 @@ class SuanliPolicy(FgdPolicy):
     otherwise. Where tasks are bound to models, drawing tasks to a row can
     take the models the bound tasks need, so there only a rise of ``S``
     counts (a penalty), not a fall.
+
+    Where tasks are bound to models, the decrease is also charged for the
+    device share a task takes of a model bound tasks press on: share taken ×
+    ``pressure`` (how much more of the model bound tasks ask for than its
+    share of capacity). On gpuspec33, where bound tasks ask for more T4 than
+    there is, free tasks otherwise take T4s the bound ones cannot do without.
     """
 
     name = "suanli"
@@ -608,6 +614,8 @@ class SuanliPolicy(FgdPolicy):
         bound = np.array([bool(m) for m in target.models]) & gpu
         share = demand[bound].sum() / max(demand[gpu].sum(), 1e-300)
         self.pack = share < self.BOUND_SHARE
+        self.target, self.model_codes = target, models
+        self._pressure: tuple[tuple, np.ndarray] | None = None
         total = max(float(demand[gpu].sum()), 1e-300)
         self.rho_cpu = max(float((target.weight * target.cpu)[gpu].sum()) / total, 1e-9)
         self.rho_mem = max(float((target.weight * target.mem)[gpu].sum()) / total, 1e-9)
@@ -624,9 +632,40 @@ class SuanliPolicy(FgdPolicy):
         k, d = _pod_gpu(req, self.kind)
         cpu, mem = table.free[0, rows], table.free[1, rows]
         rise = self.stranded(G - k * d, cpu - req.vec[0], mem - req.vec[1]) - self.stranded(G, cpu, mem)
-        if not self.pack:
-            rise = np.maximum(rise, 0.0)
-        return at, slot, dec - rise[at]
+        if self.pack:
+            return at, slot, dec - rise[at]
+        dec = dec - np.maximum(rise, 0.0)[at]
+        if k * d > 0:  # what the task takes of a model that bound tasks press on
+            pressure = self.pressure(table)
+            model = cache[3][rows][at]
+            dec = dec - pressure[np.where((model >= 0) & (model < pressure.size), model, pressure.size - 1)] * (k * d)
+        return at, slot, dec
+
+    def pressure(self, table: CandidateTable) -> np.ndarray:
+        """Per device model (by code; one more entry, 0, for rows without one):
+        how much more of the model the bound tasks of the target workload ask
+        for than its share of capacity, as (bound demand on it / all demand) /
+        (its capacity / all capacity). A bound task's demand is spread over
+        its allowed models by their capacity. Cached until the table's rows change."""
+        key = (id(table), table.version, table.n)
+        if self._pressure is not None and self._pressure[0] == key:
+            return self._pressure[1]
+        on = table.view("dev_kind") == self.kind
+        n = len(self.model_codes.names)
+        cap = np.bincount(table.view("dev_model")[on].astype(np.int64), weights=table.view("dev_cap")[on],
+                          minlength=n)[:n].astype(np.float64)
+        t = self.target
+        demand = t.weight * t.gpus * np.maximum(t.milli, 0)
+        bound = np.zeros(n)
+        for names, d in zip(t.models, demand):
+            codes = sorted({c for c in (self.model_codes.get(x) for x in names) if c >= 0}) if names else []
+            if d > 0 and codes and cap[codes].sum() > 0:
+                bound[codes] += d * cap[codes] / cap[codes].sum()
+        share = cap / max(cap.sum(), 1e-300)
+        p = np.divide(bound / max(demand.sum(), 1e-300), share, out=np.zeros(n), where=share > 0)
+        p = np.append(p, 0.0)
+        self._pressure = (key, p)
+        return p
 
     def score(self, decrease, table=None, req=None, reps=None, at=None, cache=None):
         if not self.pack:
