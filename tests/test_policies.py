@@ -171,6 +171,27 @@ def test_suanli_sends_cpu_hungry_tasks_to_cpu_and_cpu_light_ones_where_cpu_is_sh
     assert fgd_rows == {0, 1}  # FGD alone sees no difference between the two nodes
 
 
+def test_model_pressure_is_bound_demand_over_capacity_share():
+    """One T4 node and three G2 nodes of 4 GPUs (T4: a quarter of capacity).
+    Bound tasks: a T4-only shape with 30% of the demand, and a shape allowed
+    on T4 or G2 with 20%, spread by capacity (5% to T4, 15% to G2). So T4 is
+    asked 35% / 25% = 1.4 times its share, G2 15% / 75% = 0.2; a free task
+    pays 1.4 per milli it takes of a T4."""
+    from suanli.model.fleet import DeviceType, Fleet, NodeGroup, Site
+    from suanli.scheduling.policies import TargetWorkload
+
+    fleet = Fleet([Site(0, "s", "cloud")],
+                  [NodeGroup(0, 0, "t4", 1, "x86_64", 32000, 131072, (DeviceType("gpu", "T4", 4, None, True),), {}),
+                   NodeGroup(1, 0, "g2", 3, "x86_64", 32000, 131072, (DeviceType("gpu", "G2", 4, None, True),), {})], [])
+    target = TargetWorkload.from_counts({(1000, 1024, 1, 1000, ("T4",)): 3, (1000, 1024, 1, 1000, ("G2", "T4")): 2,
+                                         (1000, 1024, 1, 1000, ()): 5})
+    policy = make_policy("suanli", fleet, target)
+    assert not policy.pack  # half the demand is bound: FGD's score, with the charges
+    p = policy.pressure(CandidateTable.from_fleet(fleet))
+    t4, g2 = fleet.models.get("T4"), fleet.models.get("G2")
+    assert p[t4] == pytest.approx(1.4) and p[g2] == pytest.approx(0.2) and p[-1] == 0
+
+
 def test_inflation_appends_copies_until_the_next_would_exceed_the_ratio():
     pods = load_openb_pods(PODS)
     capacity = 6212 * 1000
