@@ -74,8 +74,10 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
     return checks
 
 
-def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Cached per table until its rows change: the AND of static checks, and per-need usable slots."""
+def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray], dict]:
+    """Cached per table until its rows change: the AND of static checks, per-need
+    usable slots, and (filled as rows are asked for) each row's usable slots as
+    indices (``row_slots``)."""
     cache = table.cache_for(req)
     hit = cache.get("static")
     if hit is None or hit[0] != table.version:
@@ -88,8 +90,8 @@ def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.nd
             if not need.whole:
                 ok &= table.view("dev_shareable")
             slots.append(ok)
-        hit = cache["static"] = (table.version, mask, slots)
-    return hit[1], hit[2]
+        hit = cache["static"] = (table.version, mask, slots, {})
+    return hit[1], hit[2], hit[3]
 
 
 def _static_checks(table: CandidateTable, req: Request) -> list[Check]:
@@ -108,6 +110,17 @@ def static_mask(table: CandidateTable, req: Request) -> np.ndarray:
 
 def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
     return _static(table, req)[1]
+
+
+def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
+    """Per need of ``req``: the device slots of ``row`` it may use (``usable_slots``'
+    column, as indices), for the scalar paths; kept per row with the request's
+    static masks."""
+    static = _static(table, req)
+    got = static[2].get(row)
+    if got is None:
+        got = static[2][row] = [np.flatnonzero(ok[:, row]).tolist() for ok in static[1]]
+    return got
 
 
 def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
@@ -168,7 +181,7 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
 
 def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
     """Does the request fit this one row now? (``feasible`` for a single row, in scalar arithmetic.)"""
-    static, slots = _static(table, req)
+    static, _, by_row = _static(table, req)
     if not (static[row] and table.enabled[row]):
         return False
     free = table.free[:, row]
@@ -177,14 +190,12 @@ def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Chec
         return False
     if req.accels:
         dev_free = table.dev_free[:, row].tolist()
-        for need, ok in zip(req.accels, slots):
-            usable = ok[:, row].tolist()
+        for need, usable in zip(req.accels, by_row.get(row) or row_slots(table, req, row)):
             if need.whole:
                 cap = table.dev_cap[:, row].tolist()
-                n_free = sum(1 for u, f, c in zip(usable, dev_free, cap) if u and f == 1000 and c == 1000)
-                if n_free < need.count:
+                if sum(1 for s in usable if dev_free[s] == 1000 and cap[s] == 1000) < need.count:
                     return False
-            elif not any(u and f >= need.milli for u, f in zip(usable, dev_free)):
+            elif not any(dev_free[s] >= need.milli for s in usable):
                 return False
     if req.whole_node and not ((free == table.cap[:, row]).all()
                                and (table.dev_free[:, row] == table.dev_cap[:, row]).all()):

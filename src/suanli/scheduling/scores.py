@@ -54,8 +54,9 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
-    unused_kinds = req.plain[0][2:]
-    key = ("devices", tuple(v == 0 for v in unused_kinds))  # shared by requests that leave the same kinds unused
+    key = req.cache.get("devices")
+    if key is None:  # shared by requests that leave the same kinds unused
+        key = req.cache["devices"] = ("devices", tuple(v == 0 for v in req.plain[0][2:]))
     shared = table.shared()
     full = shared.get(key)
     if full is None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from suanli.model.network import Network
 from suanli.scheduling import live, scores
-from suanli.scheduling.filters import Check, explain, feasible, fits_row, usable_slots
+from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction, cols
 
@@ -52,30 +52,28 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
     equals). The caller knows the row has room for ``k``."""
     if not req.accels:
         return [Allocation(row, req.vec.copy()) for _ in range(k)]
+    usable = row_slots(table, req, row)
+    dev_free = table.dev_free[:, row].tolist()
     if len(req.accels) == 1 and req.accels[0].whole:  # whole devices: the lowest-index free ones, in turn
         count = req.accels[0].count
-        ok = usable_slots(table, req)[0][:, row].tolist()
-        free = [i for i, (u, f, c) in enumerate(zip(ok, table.dev_free[:, row].tolist(), table.dev_cap[:, row].tolist()))
-                if u and f == 1000 and c == 1000]
+        cap = table.dev_cap[:, row].tolist()
+        free = [i for i in usable[0] if dev_free[i] == 1000 and cap[i] == 1000]
         milli = (1000,) * count
         return [Allocation(row, req.vec.copy(), tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
-    dev_free = table.dev_free[:, row].tolist()
     cap = table.dev_cap[:, row].tolist() if any(n.whole for n in req.accels) else None
-    usable = [ok[:, row].tolist() for ok in usable_slots(table, req)]
     out = []
     for _ in range(k):
         slots: list[int] = []
         milli: list[int] = []
         for need, ok in zip(req.accels, usable):
             if need.whole:
-                chosen = [i for i, (u, f, c) in enumerate(zip(ok, dev_free, cap))
-                          if u and f == 1000 and c == 1000][: need.count]
+                chosen = [i for i in ok if dev_free[i] == 1000 and cap[i] == 1000][: need.count]
                 for i in chosen:
                     dev_free[i] = 0
                 slots += chosen
                 milli += [1000] * len(chosen)
-            else:
-                _, best = min((f, i) for i, (u, f) in enumerate(zip(ok, dev_free)) if u and f >= need.milli)
+            else:  # the fullest usable device that fits (lowest index among equals)
+                _, best = min((dev_free[i], i) for i in ok if dev_free[i] >= need.milli)
                 dev_free[best] -= need.milli
                 slots.append(best)
                 milli.append(need.milli)
@@ -94,13 +92,12 @@ def room_row(table: CandidateTable, req: Request, row: int) -> int:
     if req.accels:
         dev_free = table.dev_free[:, row].tolist()
         cap = table.dev_cap[:, row].tolist()
-        for need, ok in zip(req.accels, usable_slots(table, req)):
-            usable = ok[:, row].tolist()
+        for need, usable in zip(req.accels, row_slots(table, req, row)):
             if need.whole:
-                whole = sum(1 for u, f, c in zip(usable, dev_free, cap) if u and f == 1000 and c == 1000)
+                whole = sum(1 for s in usable if dev_free[s] == 1000 and cap[s] == 1000)
                 n = min(n, whole // max(need.count, 1))
             else:
-                n = min(n, sum(f // need.milli for u, f in zip(usable, dev_free) if u))
+                n = min(n, sum(dev_free[s] // need.milli for s in usable))
     return n
 
 
@@ -337,6 +334,19 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
     for j in range(len(members) - 2, -1, -1):
         if members[j + 1] is members[j]:
             run_end[j] = run_end[j + 1]
+    if len(members) == 1 and policy is None and anywhere:  # one task anywhere: the common case, kept short
+        r = members[0]
+        extra = extras.checks(r, table)
+        row = _repeat(table, r, extra, r.cache.get("last")) if repeatable else -1
+        if row < 0:
+            row = live.pick(table, r, network, rng, [m for _, m in extra])
+            if row < 0:
+                return r
+        a = allocation(table, r, row)
+        txn.take(a)
+        extras.note(r, table, a)
+        r.cache["last"] = ((id(table), table.version, table.tick), row)
+        return [a]
     ranked: _Ranked | None = None
     filled = None
     i = 0
