@@ -151,11 +151,13 @@ def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
 def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
     """bool over rows ``at``: every dynamic check passes (``_dynamic``'s checks ANDed,
     with no reasons kept: this is the hot path of live views)."""
-    free = cols(table.free, at)
+    vec = req.plain[0]
     mask = table.enabled[at]
-    for col in (0, 1):
-        if req.vec[col] > 0:
-            mask = mask & (free[col] >= req.vec[col])
+    if vec[0] > 0 or vec[1] > 0:
+        free = cols(table.free[:2], at)  # cpu and memory only
+        for col in (0, 1):
+            if vec[col] > 0:
+                mask = mask & (free[col] >= vec[col])
     if req.accels or req.whole_node:
         dev_free = cols(table.dev_free, at)
         for need, ok in zip(req.accels, usable_slots(table, req)):
@@ -165,7 +167,8 @@ def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
             else:
                 mask = mask & (ok & (dev_free >= need.milli)).any(axis=0)
         if req.whole_node:
-            mask = mask & (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
+            mask = mask & (cols(table.free, at) == cols(table.cap, at)).all(axis=0) & (
+                dev_free == cols(table.dev_cap, at)).all(axis=0)
     return mask
 
 

@@ -34,7 +34,7 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     (cpu, memory, each accelerator kind's share): bin packing, which keeps
     whole nodes and whole devices free for large requests."""
     at, whole = _gather(table, rows)
-    dims = np.flatnonzero(req.vec > 0)
+    dims, sel, vec = _dims(req)
     inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
         # how used the row already is, averaged over the resources it has
@@ -43,12 +43,27 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
         out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
         # used-after / cap = 1 - (free - vec) / cap, summed over the dimensions in order
-        terms = (cols(table.free, at)[dims] - req.vec[dims, None]) * cols(inv, at)[dims]
+        if sel is not None:  # the dimensions are adjacent rows of the arrays: read only them
+            terms = (cols(table.free[sel], at) - vec) * cols(inv[sel], at)
+        else:
+            terms = (cols(table.free, at)[dims] - vec) * cols(inv, at)[dims]
         acc = -terms[0]
         for t in terms[1:]:
             acc -= t
         out = 100.0 + acc * (100.0 / dims.size)
     return out[rows] if whole else out
+
+
+def _dims(req: Request) -> tuple[np.ndarray, slice | None, np.ndarray]:
+    """The resources ``req`` asks for, as indices and (when adjacent) a slice, and
+    its amounts of them as a column; kept with the request."""
+    got = req.cache.get("dims")
+    if got is None:
+        dims = np.flatnonzero(req.vec > 0)
+        adjacent = dims.size > 0 and int(dims[-1] - dims[0]) + 1 == dims.size
+        got = req.cache["dims"] = (dims, slice(int(dims[0]), int(dims[-1]) + 1) if adjacent else None,
+                                   req.vec[dims, None])
+    return got
 
 
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
