@@ -11,8 +11,10 @@ and device slots) to take. Every mode uses the same plugins: ``schedule``,
   the GPU-sharing policies of the FGD study (Weng et al., USENIX ATC 2023),
   with their integer scores and tie rules, so that their published figures
   can be reproduced (``docs/fgd.md``).
-- ``suanli``: fragmentation gradient descent with its ties broken by best
-  fit and the row's fragmentation after (``SuanliPolicy``, ``docs/fgd.md``).
+- ``suanli``: fragmentation gradient descent corrected by the device share a
+  row's cpu and memory could no longer feed, and (where tasks are bound to
+  models) by the share taken of models bound tasks press on; ties broken by
+  best fit and the row's fragmentation after (``SuanliPolicy``, ``docs/fgd.md``).
 
 All work on one accelerator kind (``gpu`` unless the fleet has another
 single shareable kind); a request's other kinds get best-fit devices.
@@ -578,7 +580,7 @@ class SuanliPolicy(FgdPolicy):
       left with the least free cpu and device share (each over the largest
       row's, half and half) and the least fragmentation, these two weighed
       equally; between a row's devices, the fullest of the best;
-    - otherwise: FGD's own score and draw.
+    - otherwise: FGD's own score and draw (of the corrected decrease below).
 
     In both, the decrease of fragmentation is first corrected by the change
     of the row's *stranded* share: the free device share the row's free cpu
