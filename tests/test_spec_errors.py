@@ -846,3 +846,11 @@ def test_example_validates_from_another_directory(tmp_path, monkeypatch):
     code, out, err = run_cli("validate", EXAMPLES / "autodrive.yaml")
     assert code == 0, err
     assert out == "ok: 3 file(s), 1 fleets, 4 tenants, 2 applications, 1 scenarios\n"
+
+
+def test_simulate_with_an_out_path_that_is_a_file_says_so(tmp_path):
+    examples = Path(__file__).resolve().parents[2] / "shared" / "examples"
+    taken = tmp_path / "taken"
+    taken.write_text("not a directory\n")
+    code, out, err = run_cli("simulate", examples / "autodrive.yaml", "--out", taken)
+    assert code == 2 and "--out" in err and "cannot make directory" in err and "Traceback" not in err

@@ -141,7 +141,12 @@ def simulate(
 
     world, until_s = _scenario_world(scenario, "simulate", "--until", until)
     console = Console(highlight=False, stderr=True)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from suanli.spec.problems import Problem
+
+        _fail(SpecError([Problem("--out", f"cannot make directory {out}: {exc.strerror or exc}")]), "nothing was simulated")
     with _progress(console) as advance:
         # the event log goes to disk as it grows; write_outputs renames it when complete
         sim = Simulation(world, seed=seed, until=until_s, on_instant=advance, policy=policy.value if policy else None,
