@@ -27,8 +27,9 @@ class Recorder:
     node figures are kept and updated for the rows the tables touched
     (``CandidateTable.since``), and totals by tier and site by their
     differences. Means are exact time integrals; the series kept for charts
-    is thinned to at most ``MAX_POINTS`` samples (every other one dropped when
-    full), so memory does not grow with the length of the run."""
+    is thinned to at most ``MAX_POINTS`` samples (when full, every other one is
+    dropped and from then on one sample in two, four, ... is kept, the last of
+    a run always), so memory does not grow with the length of the run."""
 
     MAX_POINTS = 4096
 
