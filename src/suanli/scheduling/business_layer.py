@@ -212,11 +212,13 @@ class BusinessLayer:
         by_priority: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
         for u in sorted(units, key=lambda u: u.seq):
             by_priority[u.priority][u.tenant].append(u)
-        share = {t: self.state.dominant_share(t) for t in self.state.world.tenants}
+        # shares order tenants only when several wait: with one, they are not read
+        several = len({u.tenant for u in units}) > 1
+        share = {t: self.state.dominant_share(t) for t in self.state.world.tenants} if several else {}
         for prio in sorted(by_priority, reverse=True):
             queues = by_priority[prio]
             while queues:
-                tenant = min(queues, key=lambda t: (share[t], queues[t][0].seq))
+                tenant = min(queues, key=lambda t: (share[t], queues[t][0].seq)) if len(queues) > 1 else next(iter(queues))
                 unit = queues[tenant].popleft()
                 if not queues[tenant]:
                     del queues[tenant]
@@ -229,7 +231,7 @@ class BusinessLayer:
                 if reasons is not None:
                     failed.append((unit, reasons))
                     failed_shapes[shape] = reasons
-                if reasons is None or not self.state.vcs[unit.app.vc].default:
+                if several and (reasons is None or not self.state.vcs[unit.app.vc].default):
                     share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
         return failed
 
