@@ -334,19 +334,6 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
     for j in range(len(members) - 2, -1, -1):
         if members[j + 1] is members[j]:
             run_end[j] = run_end[j + 1]
-    if len(members) == 1 and policy is None and anywhere:  # one task anywhere: the common case, kept short
-        r = members[0]
-        extra = extras.checks(r, table)
-        row = _repeat(table, r, extra, r.cache.get("last")) if repeatable else -1
-        if row < 0:
-            row = live.pick(table, r, network, rng, [m for _, m in extra])
-            if row < 0:
-                return r
-        a = allocation(table, r, row)
-        txn.take(a)
-        extras.note(r, table, a)
-        r.cache["last"] = ((id(table), table.version, table.tick), row)
-        return [a]
     ranked: _Ranked | None = None
     filled = None
     i = 0
