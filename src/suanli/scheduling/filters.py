@@ -116,10 +116,15 @@ def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     """Per need of ``req``: the device slots of ``row`` it may use (``usable_slots``'
     column, as indices), for the scalar paths; kept per row with the request's
     static masks."""
-    static = _static(table, req)
-    got = static[2].get(row)
+    return _slots_at(_static(table, req), row)
+
+
+def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict], row: int) -> list[list[int]]:
+    """``row_slots`` from ``_static``'s entry."""
+    _, slots, by_row = static
+    got = by_row.get(row)
     if got is None:
-        got = static[2][row] = [np.flatnonzero(ok[:, row]).tolist() for ok in static[1]]
+        got = by_row[row] = [np.flatnonzero(ok[:, row]).tolist() for ok in slots]
     return got
 
 
@@ -184,8 +189,8 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
 
 def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
     """Does the request fit this one row now? (``feasible`` for a single row, in scalar arithmetic.)"""
-    static, _, by_row = _static(table, req)
-    if not (static[row] and table.enabled[row]):
+    cached = _static(table, req)
+    if not (cached[0][row] and table.enabled[row]):
         return False
     free = table.free[:, row]
     vec = req.plain[0]
@@ -193,7 +198,7 @@ def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Chec
         return False
     if req.accels:
         dev_free = table.dev_free[:, row].tolist()
-        for need, usable in zip(req.accels, by_row.get(row) or row_slots(table, req, row)):
+        for need, usable in zip(req.accels, _slots_at(cached, row)):
             if need.whole:
                 cap = table.dev_cap[:, row].tolist()
                 if sum(1 for s in usable if dev_free[s] == 1000 and cap[s] == 1000) < need.count:
