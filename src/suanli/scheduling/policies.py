@@ -639,12 +639,11 @@ class SuanliPolicy(FgdPolicy):
         dec = dec - np.maximum(rise, 0.0)[at]
         if k * d > 0:  # what the task takes of a model that bound tasks press on
             pressure = self.pressure(table)
-            model = cache[3][rows][at]
-            dec = dec - pressure[np.where((model >= 0) & (model < pressure.size), model, pressure.size - 1)] * (k * d)
+            dec = dec - pressure[cache[3][rows][at]] * (k * d)
         return at, slot, dec
 
     def pressure(self, table: CandidateTable) -> np.ndarray:
-        """Per device model (by code; one more entry, 0, for rows without one):
+        """Per device model (by code, as the rows' models are kept; 0 for rows without one):
         how much more of the model the bound tasks of the target workload ask
         for than its share of capacity, as (bound demand on it / all demand) /
         (its capacity / all capacity). A bound task's demand is spread over
@@ -664,8 +663,8 @@ class SuanliPolicy(FgdPolicy):
             if d > 0 and codes and cap[codes].sum() > 0:
                 bound[codes] += d * cap[codes] / cap[codes].sum()
         share = cap / max(cap.sum(), 1e-300)
-        p = np.divide(bound / max(demand.sum(), 1e-300), share, out=np.zeros(n), where=share > 0)
-        p = np.append(p, 0.0)
+        p = np.zeros(self.frag.none + 1)  # the last entry: rows without a device of the kind
+        np.divide(bound / max(demand.sum(), 1e-300), share, out=p[:n], where=share > 0)
         self._pressure = (key, p)
         return p
 
