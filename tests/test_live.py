@@ -268,3 +268,22 @@ def test_kept_best_rows_stay_exact_when_many_rows_change_at_once():
                 assert v.value.tolist() == value.tolist()
                 assert v.best_rows()[1] == top, seed
     assert kept >= 50  # the kept rows were really carried through array updates
+
+
+def test_a_best_row_falling_by_less_than_tie_lets_rows_outside_the_kept_ones_lead():
+    """Row 0 holds the best; row 2 is within TIE of it, row 1 just outside. Row 0
+    falls by less than TIE: row 2 leads, and rows 0 and 1 are within TIE of it. The
+    kept rows alone cannot show that, so they are found again (both paths)."""
+    t = live.TIE
+
+    def fallen(update) -> list[int]:
+        v = live.View(None)
+        v.value = np.array([10.0, 10.0 - 1.5 * t, 10.0 - 0.5 * t, 0.0])
+        v.best, v.top = 10.0, [0, 2]
+        v.value[0] = 10.0 - 0.8 * t
+        update(v)
+        return v.best_rows()[1]
+
+    assert fallen(lambda v: v._retop(0, 10.0, 10.0 - 0.8 * t)) == [0, 1, 2]
+    assert fallen(lambda v: v._retop_rows(np.array([0, 3]), np.array([10.0, 0.0]),
+                                          np.array([10.0 - 0.8 * t, 0.0]))) == [0, 1, 2]

@@ -34,6 +34,7 @@ VIEW_BYTES = 256 << 20  # memory all views of one table may hold
 MIN_VIEWS, MAX_VIEWS = 16, 4096
 TIE = 1e-9  # scores this close to the best tie (select.pick's rule)
 FEW = 8  # changed rows recomputed one by one; more at once, as arrays
+LONG = 64  # best rows kept through changes up to this many; more are found again, as arrays
 
 
 class View:
@@ -74,12 +75,13 @@ class View:
                         self._retop(r, was, v)
         elif changed.size:
             rows = changed.copy()  # repeats are harmless: a row gets the same values twice
-            self.ok[rows] = ok = static_mask(table, self.req)[rows] & dynamic_ok(table, self.req, rows)
+            self.ok[rows] = ok = static_mask(table, self.req).take(rows) & dynamic_ok(table, self.req, rows)
             if self.value is not None:
                 v = np.where(ok, scores.total(table, self.req, rows, self.network), -np.inf)
-                if self.top is not None:
-                    self._retop_rows(rows, self.value[rows], v)
+                was = self.value.take(rows)
                 self.value[rows] = v
+                if self.top is not None:
+                    self._retop_rows(rows, was, v)
             else:
                 self.top = None
         self.pos = table.logged
@@ -92,35 +94,64 @@ class View:
         return self
 
     def _retop(self, r: int, was: float, v: float) -> None:
-        """Keep ``top`` exact after row ``r``'s value went from ``was`` to ``v``; when
-        that cannot be done cheaply (the best may have fallen, or a new best is
-        within TIE of the old), drop it to be found again."""
-        best = self.best
-        if v > best + TIE:
-            self.best, self.top = v, [r]
-        elif v > best or (was >= best and v < best):
+        """Keep ``best`` and ``top`` exact after row ``r``'s value went from ``was``
+        to ``v`` (``value`` already holds ``v``); drop ``top`` to be found again
+        when the best fell (a row outside it may now lead) or when updating a
+        long ``top`` row by row would cost more than finding it again."""
+        best, top = self.best, self.top
+        if best > -np.inf and was >= best - TIE:  # r was one of the best rows
+            top.remove(r)
+            new = v if v >= best or not top else max(v, self._max_of(top))
+        else:
+            new = max(best, v)  # the best rows are untouched: one of them holds ``best``
+        if new < best or (new > best and len(top) > LONG):
             self.top = None
-        elif was >= best - TIE:
-            if v < best - TIE:
-                self.top.remove(r)
-        elif v >= best - TIE:
-            insort(self.top, r)
+            return
+        if new > best:
+            top = self.top = [x for x in top if self.value[x] >= new - TIE]
+        if v >= new - TIE and v > -np.inf:
+            insort(top, r)
+        self.best = new
 
     def _retop_rows(self, rows: np.ndarray, was: np.ndarray, v: np.ndarray) -> None:
-        """``_retop`` for many rows at once: kept when none of the best rows changed
-        and the new values either clear the best by more than TIE (they alone
-        are the new best) or stay at or below it; otherwise dropped."""
-        best = self.best
-        if (was >= best - TIE).any():
-            self.top = None  # a best row changed: the best may have fallen
+        """``_retop`` for many rows at once (``value`` already holds ``v``).
+
+        Why this is exact: rows outside ``top`` that did not change are below
+        ``best - TIE``. So when the highest of the changed rows and the
+        unchanged best rows is at least the old best, it is the new best, and
+        the new best rows are among those two sets."""
+        best, top = self.best, self.top
+        if len(top) > LONG:
+            self.top = None
             return
-        m = float(v.max())
-        if m > best + TIE:
-            self.best, self.top = m, np.unique(rows[v >= m - TIE]).tolist()
-        elif m > best:
-            self.top = None  # a new best within TIE of the old: its ties are found again
-        elif m >= best - TIE:
-            self.top = sorted(set(self.top).union(rows[v >= best - TIE].tolist()))
+        hit = was >= best - TIE
+        if best > -np.inf and hit.any():
+            gone = set(rows[hit].tolist())
+            top = [x for x in top if x not in gone]
+            kept = self._max_of(top) if top else -np.inf
+        else:
+            kept = best
+        new = max(kept, float(v.max()))
+        if new < best:
+            self.top = None
+            return
+        if new == -np.inf:
+            self.top = []
+            return
+        if new > best and top:
+            top = [x for x in top if self.value[x] >= new - TIE]
+        add = rows[v >= new - TIE]
+        if len(top) + add.size > LONG:
+            self.top = None
+            return
+        self.best, self.top = new, sorted(set(top).union(add.tolist())) if add.size else top
+
+    def _max_of(self, rows: list[int]) -> float:
+        """The highest value among ``rows`` (a non-empty list)."""
+        if len(rows) <= 16:
+            value = self.value
+            return max(float(value[x]) for x in rows)
+        return float(self.value.take(rows).max())
 
     def best_rows(self) -> tuple[float, list[int]]:
         """The highest value and the rows within TIE of it, in row order."""
