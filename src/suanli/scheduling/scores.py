@@ -93,13 +93,26 @@ def data(table: CandidateTable, req: Request, rows: np.ndarray, network: Network
     return 100.0 / (1.0 + rtt / _DATA_RTT_MS)
 
 
+def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
+    """float64[n]: the weighted sum of the scores that depend only on what a row
+    is (devices, near, data), computed once per request, table rows and
+    network; ``total`` adds the packing score, the only one that moves."""
+    cache = table.cache_for(req)
+    key = (table.version, table.n)
+    hit = cache.get("bonus")
+    if hit is None or hit[0] != key or hit[1] is not network:
+        rows = np.arange(table.n)
+        b = WEIGHTS["devices"] * devices(table, req, rows)
+        if req.near_site >= 0:
+            b += WEIGHTS["near"] * near(table, req, rows, network)
+        if req.data_sites:
+            b += WEIGHTS["data"] * data(table, req, rows, network)
+        hit = cache["bonus"] = (key, network, b)
+    return hit[2]
+
+
 def total(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
-    s = WEIGHTS["fit"] * fit(table, req, rows) + WEIGHTS["devices"] * devices(table, req, rows)
-    if req.near_site >= 0:
-        s += WEIGHTS["near"] * near(table, req, rows, network)
-    if req.data_sites:
-        s += WEIGHTS["data"] * data(table, req, rows, network)
-    return s
+    return WEIGHTS["fit"] * fit(table, req, rows) + bonus(table, req, network).take(rows)
 
 
 def total_row(table: CandidateTable, req: Request, row: int, network: Network) -> float:
@@ -118,10 +131,4 @@ def total_row(table: CandidateTable, req: Request, row: int, network: Network) -
         for d in dims:
             acc -= (free[d] - vec[d]) * inv[d]
         fit_ = 100.0 + acc * (100.0 / len(dims))
-    s = WEIGHTS["fit"] * fit_ + WEIGHTS["devices"] * float(devices(table, req, row))
-    if req.near_site >= 0:
-        s += WEIGHTS["near"] * (100.0 / (1.0 + float(network.rtt_ms[table.site[row], req.near_site]) / _NEAR_RTT_MS))
-    if req.data_sites:
-        rtt = sum(float(network.rtt_ms[table.site[row], d]) for d in req.data_sites)
-        s += WEIGHTS["data"] * (100.0 / (1.0 + rtt / _DATA_RTT_MS))
-    return s
+    return WEIGHTS["fit"] * fit_ + float(bonus(table, req, network)[row])
