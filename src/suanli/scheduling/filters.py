@@ -74,24 +74,29 @@ def static_checks(table: CandidateTable, req: Request) -> list[Check]:
     return checks
 
 
-def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray], dict]:
+def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.ndarray], dict, list]:
     """Cached per table until its rows change: the AND of static checks, per-need
-    usable slots, and (filled as rows are asked for) each row's usable slots as
-    indices (``row_slots``)."""
+    usable slots, (filled as rows are asked for) each row's usable slots as
+    indices (``row_slots``; shared by the requests with the same needs), and
+    per whole-device need the usable slots that hold a whole device (None for
+    shares)."""
     cache = table.cache_for(req)
     hit = cache.get("static")
     if hit is None or hit[0] != table.version:
         mask = np.ones(table.n, bool)
         for _, m in static_checks(table, req):
             mask &= m
-        slots = []
+        slots, whole = [], []
         for need in req.accels:
             ok = slot_ok(table, need)
             if not need.whole:
                 ok &= table.view("dev_shareable")
             slots.append(ok)
-        hit = cache["static"] = (table.version, mask, slots, {})
-    return hit[1], hit[2], hit[3]
+            whole.append(ok & (table.view("dev_cap") == 1000) if need.whole else None)
+        needs = tuple((n.kind, None if n.models is None else tuple(n.models.tolist()), n.whole) for n in req.accels)
+        by_row = table.shared().setdefault(("row slots", needs), {})
+        hit = cache["static"] = (table.version, mask, slots, by_row, whole)
+    return hit[1], hit[2], hit[3], hit[4]
 
 
 def _static_checks(table: CandidateTable, req: Request) -> list[Check]:
@@ -119,12 +124,12 @@ def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     return _slots_at(_static(table, req), row)
 
 
-def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict], row: int) -> list[list[int]]:
+def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict, list], row: int) -> list[list[int]]:
     """``row_slots`` from ``_static``'s entry."""
-    _, slots, by_row = static
+    _, slots, by_row, _ = static
     got = by_row.get(row)
     if got is None:
-        got = by_row[row] = [np.flatnonzero(ok[:, row]).tolist() for ok in slots]
+        got = by_row[row] = [[s for s, usable in enumerate(ok[:, row].tolist()) if usable] for ok in slots]
     return got
 
 
@@ -157,7 +162,7 @@ def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
     """bool over rows ``at``: every dynamic check passes (``_dynamic``'s checks ANDed,
     with no reasons kept: this is the hot path of live views)."""
     vec = req.plain[0]
-    mask = table.enabled[at]
+    mask = cols(table.enabled, at)
     if vec[0] > 0 or vec[1] > 0:
         free = cols(table.free[:2], at)  # cpu and memory only
         for col in (0, 1):
@@ -165,12 +170,13 @@ def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
                 mask = mask & (free[col] >= vec[col])
     if req.accels or req.whole_node:
         dev_free = cols(table.dev_free, at)
-        for need, ok in zip(req.accels, usable_slots(table, req)):
-            ok = cols(ok, at)
+        _, usable, _, whole = _static(table, req)
+        for need, ok, whole_ok in zip(req.accels, usable, whole):
             if need.whole:
-                mask = mask & ((ok & (dev_free == 1000) & (cols(table.dev_cap, at) == 1000)).sum(axis=0) >= need.count)
+                free_whole = cols(whole_ok, at) & (dev_free == 1000)
+                mask = mask & (np.count_nonzero(free_whole, axis=0) >= need.count)
             else:
-                mask = mask & (ok & (dev_free >= need.milli)).any(axis=0)
+                mask = mask & (cols(ok, at) & (dev_free >= need.milli)).any(axis=0)
         if req.whole_node:
             mask = mask & (cols(table.free, at) == cols(table.cap, at)).all(axis=0) & (
                 dev_free == cols(table.dev_cap, at)).all(axis=0)

@@ -28,9 +28,12 @@ _COLUMN_MAJOR = frozenset(("cap", "free", "dev_kind", "dev_model", "dev_cap", "d
 
 
 def cols(arr: np.ndarray, at) -> np.ndarray:
-    """``arr[:, at]`` of a column-major array: a view for a slice of rows, a gather
-    for row indices (``take``, about twice as fast as fancy indexing)."""
-    return arr[:, at] if isinstance(at, slice) else arr.take(at, axis=1)
+    """``arr[:, at]`` of a column-major array (``arr[at]`` of a one-row one): a view
+    for a slice of rows, a gather for row indices (``take``, about twice as fast
+    as fancy indexing)."""
+    if isinstance(at, slice):
+        return arr[..., at]
+    return arr.take(at, axis=-1)
 
 
 @dataclass(frozen=True, slots=True)
