@@ -222,15 +222,15 @@ class BusinessLayer:
                 unit = queues[tenant].popleft()
                 if not queues[tenant]:
                     del queues[tenant]
-                shape = unit_shape(unit)
-                reasons = failed_shapes.get(shape)
+                reasons = failed_shapes.get(unit_shape(unit)) if failed_shapes else None
                 if reasons is None:
                     reasons = self.place(unit, record)
+                    if reasons is not None:
+                        failed_shapes[unit_shape(unit)] = reasons
                 elif record:
                     self._record(unit, unit.tasks, reasons)
                 if reasons is not None:
                     failed.append((unit, reasons))
-                    failed_shapes[shape] = reasons
                 if several and (reasons is None or not self.state.vcs[unit.app.vc].default):
                     share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
         return failed

@@ -36,9 +36,9 @@ class QuotaAndReach(Extras):
 
     def __init__(self, state: PlacementState, vc: VCState) -> None:
         self.state, self.vc = state, vc
-        self.pending = np.zeros_like(state.total)
         self.component = vc.component
         self.limited = bool(state.world.tenants[vc.tenant].quota)  # without a quota there is nothing to check
+        self.pending = np.zeros_like(state.total) if self.limited else None  # tentative usage, read with a quota
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         out: list[Check] = []
@@ -66,16 +66,19 @@ class QuotaAndReach(Extras):
         return max(0, min(k, fit - 1))
 
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
-        self.pending += a.vec
+        if self.limited:
+            self.pending += a.vec
         if self.component < 0:
             self.component = int(self.state.fleet.network.component[table.site[a.row]])
 
     def undo(self) -> None:
-        self.pending[:] = 0
+        if self.limited:
+            self.pending[:] = 0
         self.component = self.vc.component
 
     def commit(self) -> None:
-        self.pending[:] = 0
+        if self.limited:
+            self.pending[:] = 0
 
 
 @dataclass

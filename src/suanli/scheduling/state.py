@@ -250,10 +250,11 @@ class PlacementState:
 
 
 def _merge(a: Allocation, b: Allocation, sign: int = 1) -> Allocation:
+    vec = a.vec + b.vec if sign > 0 else a.vec - b.vec
     if not b.slots:  # no device shares to combine
-        return Allocation(a.row, a.vec + sign * b.vec, a.slots, a.milli)
-    shares: dict[int, int] = dict(zip(a.slots, a.milli))
+        return Allocation(a.row, vec, a.slots, a.milli)
+    shares = dict(zip(a.slots, a.milli))
     for s, m in zip(b.slots, b.milli):
         shares[s] = shares.get(s, 0) + sign * m
-    slots = tuple(sorted(s for s, m in shares.items() if m))
-    return Allocation(a.row, a.vec + sign * b.vec, slots, tuple(shares[s] for s in slots))
+    slots = sorted([s for s, m in shares.items() if m])
+    return Allocation(a.row, vec, tuple(slots), tuple([shares[s] for s in slots]))
