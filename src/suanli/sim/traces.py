@@ -44,6 +44,7 @@ import zlib
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Iterator, Mapping, Sequence
@@ -62,6 +63,7 @@ __all__ = [
     "load_openb_nodes",
     "load_openb_pods",
     "read_swf_header",
+    "rows_in_order",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -69,6 +71,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 # truncated gzip stream, bytes that are not UTF-8, and the csv module's own.
 _READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error)
 _ARRIVAL_CHUNK = 4096  # rows turned into Python values at a time by arrivals()
+_CSV_CHUNK = 512  # rows read before their columns are converted; a few hundred stay in cache
 
 
 class TraceError(ValueError):
@@ -177,19 +180,93 @@ def _read_header(path: Path, reader, cols: Sequence[_Col]) -> tuple[dict[str, in
     return {c.name: where[c.name] for c in cols if c.name in where}, len(header)
 
 
-def _new_sink(kind: type) -> array | list:
-    # Typed arrays hold numbers unboxed while the file streams by; only str
-    # columns need Python objects, and those end up as NumPy str arrays.
-    return array("q") if kind is int else array("d") if kind is float else []
-
-
 def _read_csv(path: str | Path, cols: Sequence[_Col]) -> tuple[dict, np.ndarray, frozenset[str]]:
-    """Stream a CSV into one NumPy array per known column.
+    """Read a CSV into one NumPy array per known column.
 
     Returns the columns, each row's line number (for later error messages) and
     the names of the known columns the file has.
+
+    Rows are read a chunk at a time and each column of a chunk is converted at
+    once (see :func:`_convert`): a Python call per cell costs more than reading
+    the row. That handles the files met in practice; anything else (a bad cell,
+    a row of the wrong width, a quoted field over several lines, a read error)
+    sends the whole file to :func:`_read_csv_by_cell`, which reads what it can
+    take and reports the first problem in file order.
     """
     path = _require_file(path)
+    try:
+        return _read_csv_by_column(path, cols)
+    except _Unusual:
+        return _read_csv_by_cell(path, cols)
+
+
+class _Unusual(Exception):
+    """The file needs reading cell by cell."""
+
+
+def _read_csv_by_column(path: Path, cols: Sequence[_Col]) -> tuple[dict, np.ndarray, frozenset[str]]:
+    """:func:`_read_csv` for a file without surprises; :class:`_Unusual` at the first."""
+    parts: dict[str, list[np.ndarray]] = {c.name: [] for c in cols}
+    line_parts: list[np.ndarray] = []
+    with _open_text(path, "utf-8-sig") as fh:
+        reader = csv.reader(fh, strict=True)
+        try:
+            where, width = _read_header(path, reader, cols)
+            plan = [(c, where[c.name]) for c in cols if c.name in where]
+            while True:
+                start = reader.line_num
+                rows = list(islice(reader, _CSV_CHUNK))
+                if not rows:
+                    break
+                if reader.line_num - start != len(rows):
+                    raise _Unusual  # a quoted field spans lines: the rows' line numbers are unknown
+                lines = np.arange(start + 1, reader.line_num + 1, dtype=np.int64)
+                if set(map(len, rows)) != {width}:
+                    keep = [i for i, row in enumerate(rows) if row]  # a blank line is no row
+                    rows, lines = [rows[i] for i in keep], lines[keep]
+                    if set(map(len, rows)) - {width}:
+                        raise _Unusual
+                cells = list(zip(*rows))  # one tuple per column, empty for no rows
+                for col, i in plan:
+                    parts[col.name].append(_convert(path, col, cells[i] if cells else (), lines))
+                line_parts.append(lines)
+        except (*_READ_ERRORS, TraceError) as exc:
+            raise _Unusual from exc
+    present = frozenset(where)
+    lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
+    out = {c.name: _column(c, parts[c.name], len(lines), c.name in present) for c in cols}
+    return out, _frozen(lines), present
+
+
+def _convert(path: Path, col: _Col, texts: tuple[str, ...], lines: np.ndarray) -> np.ndarray:
+    """One column of a chunk, as :func:`_cell` reads it cell by cell.
+
+    The builtin ``int``/``float`` mapped over the cells does it in C. Each
+    takes only text that :func:`_cell` reads as the same value (both strip the
+    same blanks; an int outside int64 is an OverflowError), so a column they
+    take whole is done; otherwise ("12000.0", a cell of spaces, a bad cell) the
+    column goes cell by cell.
+    """
+    if col.kind is str:
+        return np.array(list(map(str.strip, texts)), dtype=np.str_)
+    try:
+        if col.kind is int:
+            return np.fromiter(map(int, texts), np.int64, len(texts))
+        # An empty time cell (not recorded, common) is NaN; any other must be finite.
+        blanks = texts.count("")
+        cells = [t or "nan" for t in texts] if blanks else texts
+        values = np.fromiter(map(float, cells), np.float64, len(texts))
+        if np.count_nonzero(~np.isfinite(values)) == blanks:
+            return values
+    except (ValueError, OverflowError):
+        pass
+    by_cell = [_cell(path, line, col, t) for line, t in zip(lines.tolist(), texts)]
+    return np.array(by_cell, dtype=_dtype(col.kind))
+
+
+def _read_csv_by_cell(path: Path, cols: Sequence[_Col]) -> tuple[dict, np.ndarray, frozenset[str]]:
+    """:func:`_read_csv`, one cell at a time: slower, but takes any file and
+    stops at the first problem in file order."""
     sinks = {c.name: _new_sink(c.kind) for c in cols}
     lines = array("q")
     with _open_text(path, "utf-8-sig") as fh:  # -sig: tolerate a byte-order mark
@@ -211,22 +288,32 @@ def _read_csv(path: str | Path, cols: Sequence[_Col]) -> tuple[dict, np.ndarray,
             line = reader.line_num + (0 if isinstance(exc, csv.Error) else 1)
             raise TraceError(path, f"cannot read: {exc}", line=line) from exc
     present = frozenset(where)
-    out = {c.name: _column(c, sinks[c.name], len(lines), c.name in present) for c in cols}
+    out = {c.name: _column(c, [_from_sink(c, sinks[c.name])], len(lines), c.name in present) for c in cols}
     return out, _frozen(np.array(lines, dtype=np.int64)), present
 
 
-def _column(col: _Col, sink: array | list, n: int, present: bool) -> np.ndarray:
-    if col.kind is str:
-        arr = np.array(sink if present else [""] * n, dtype=np.str_)
-    elif present:
-        arr = np.array(sink, dtype=_dtype(col.kind))  # copies the buffer, no per-item objects
-    else:  # optional column absent from this file (multigpu*: no times)
+def _new_sink(kind: type) -> array | list:
+    # Typed arrays hold numbers unboxed while the file streams by; only str
+    # columns need Python objects, and those end up as NumPy str arrays.
+    return array("q") if kind is int else array("d") if kind is float else []
+
+
+def _from_sink(col: _Col, sink: array | list) -> np.ndarray:
+    return np.array(sink, dtype=_dtype(col.kind))  # copies an array's buffer, no per-item objects
+
+
+def _column(col: _Col, parts: list[np.ndarray], n: int, present: bool) -> np.ndarray:
+    if present:
+        arr = np.concatenate(parts) if parts else np.array([], dtype=_dtype(col.kind))
+    elif col.kind is str:  # optional column absent from this file (multigpu*: no times)
+        arr = np.array([""] * n, dtype=np.str_)
+    else:
         arr = np.full(n, math.nan if col.kind is float else 0, dtype=_dtype(col.kind))
     return _frozen(arr)
 
 
 def _dtype(kind: type) -> type:
-    return np.int64 if kind is int else np.float64
+    return np.int64 if kind is int else np.float64 if kind is float else np.str_
 
 
 def _frozen(arr: np.ndarray) -> np.ndarray:
@@ -440,22 +527,35 @@ class OpenbPods:
             counts[key] = counts.get(key, 0) + 1
         return counts
 
+    def arrival_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows in creation-time order (ties keep file order) and each row's
+        arrival time: its creation time, or 0 when unknown."""
+        at = np.nan_to_num(self.creation_time, nan=0.0)
+        return np.argsort(at, kind="stable"), at
+
     def arrivals(self) -> Iterator[PodArrival]:
         """Pods in creation-time order (ties keep file order; unknown time counts as 0)."""
-        at = np.nan_to_num(self.creation_time, nan=0.0)
-        order = np.argsort(at, kind="stable")
+        order, at = self.arrival_order()
         models: dict[str, tuple[str, ...]] = {}  # few distinct specs; split each once
-        for lo in range(0, len(order), _ARRIVAL_CHUNK):
-            idx = order[lo : lo + _ARRIVAL_CHUNK]
-            # tolist() per chunk: fast Python values without one per pod for the whole file
-            cols = (self.name, self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, at,
-                    self.deletion_time, self.qos, self.gpu_spec)  # fmt: skip
-            for n, cpu, mem, ng, gm, t, end, qos, spec in zip(*(c[idx].tolist() for c in cols)):
-                allowed = models.get(spec)
-                if allowed is None:
-                    allowed = models[spec] = _split_models(spec)
-                # NaN > t is False, so an unknown end is None as well.
-                yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end > t else None, qos)
+        cols = (self.name, self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, at,
+                self.deletion_time, self.qos, self.gpu_spec)  # fmt: skip
+        for n, cpu, mem, ng, gm, t, end, qos, spec in rows_in_order(order, *cols):
+            allowed = models.get(spec)
+            if allowed is None:
+                allowed = models[spec] = _split_models(spec)
+            # NaN > t is False, so an unknown end is None as well.
+            yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end > t else None, qos)
+
+
+def rows_in_order(order: np.ndarray, *columns: np.ndarray) -> Iterator[tuple]:
+    """The columns' elements at ``order``, a tuple of Python values per row.
+
+    Converted with ``tolist()`` a chunk at a time: fast Python values without
+    one per row of the whole table held at once.
+    """
+    for lo in range(0, len(order), _ARRIVAL_CHUNK):
+        idx = order[lo : lo + _ARRIVAL_CHUNK]
+        yield from zip(*(c[idx].tolist() for c in columns))
 
 
 def _split_models(spec: str) -> tuple[str, ...]:
