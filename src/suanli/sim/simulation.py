@@ -126,6 +126,8 @@ class Simulation:
         self.loop = EventLoop(clock or VirtualClock())
         self.executor = SimExecutor(self.loop)
         self.events = EventLog(events_to)  # in memory, or streamed to ``events_to``
+        self._names: dict[int, tuple[str, str]] = {}  # node -> its name and its site's, for events
+        self._stamp: tuple[float | None, float] = (None, 0.0)  # an instant's time and its rounding, for events
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
         self.pending: dict[int, None] = {}  # unit ids, in submission order
@@ -683,18 +685,28 @@ class Simulation:
         return count
 
     def where(self, node: int) -> dict[str, str]:
-        fleet = self.world.fleet
-        return {"node": fleet.node_name(node), "site": fleet.site_of(node).name}
+        names = self._names.get(node)
+        if names is None:
+            fleet = self.world.fleet
+            names = self._names[node] = (fleet.node_name(node), fleet.site_of(node).name)
+        return {"node": names[0], "site": names[1]}
 
     def log(self, t: float, kind: str, **fields: Any) -> None:
         if self.state.journal:
             self.flush_hosts(t)  # host changes come before what they made possible
-        self.events.append({"t": round(t, 6), "kind": kind, **fields})
+        at, rounded = self._stamp
+        if t is not at:  # round() is slow, and an instant logs many events with the one time object
+            self._stamp = t, (rounded := round(t, 6))
+        self.events.append({"t": rounded, "kind": kind, **fields})
 
     def flush_hosts(self, t: float, **why: Any) -> None:
         """Log the hosts added and removed since the last event."""
-        changes, self.state.journal = self.state.journal, {}
+        changes = self.state.journal
+        if not changes:  # most instants change no host
+            return
+        self.state.journal = {}
         name = self.world.fleet.node_name
+        rounded = round(t, 6)
+        append = self.events.append
         for (kind, _), h in changes.items():
-            self.events.append({"t": round(t, 6), "kind": kind, "vc": h.vc, "host": h.name,
-                                "node": name(h.node), **why})
+            append({"t": rounded, "kind": kind, "vc": h.vc, "host": h.name, "node": name(h.node), **why})
