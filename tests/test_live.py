@@ -287,3 +287,19 @@ def test_a_best_row_falling_by_less_than_tie_lets_rows_outside_the_kept_ones_lea
     assert fallen(lambda v: v._retop(0, 10.0, 10.0 - 0.8 * t)) == [0, 1, 2]
     assert fallen(lambda v: v._retop_rows(np.array([0, 3]), np.array([10.0, 0.0]),
                                           np.array([10.0 - 0.8 * t, 0.0]))) == [0, 1, 2]
+
+
+def test_a_changed_row_within_tie_below_the_best_joins_the_best_rows():
+    """Row 3 rises to just under the unchanged best of row 0: it ties (both paths)."""
+    t = live.TIE
+
+    def risen(update) -> list[int]:
+        v = live.View(None)
+        v.value = np.array([10.0, 5.0, 10.0 - 0.2 * t, 10.0 - 0.5 * t])
+        v.best, v.top = 10.0, [0, 2]
+        update(v)
+        return v.top
+
+    assert risen(lambda v: v._retop(3, 0.0, 10.0 - 0.5 * t)) == [0, 2, 3]
+    assert risen(lambda v: v._retop_rows(np.array([3, 1]), np.array([0.0, 5.0]),
+                                         np.array([10.0 - 0.5 * t, 5.0]))) == [0, 2, 3]

@@ -78,9 +78,9 @@ class View:
             self.ok[rows] = ok = static_mask(table, self.req).take(rows) & dynamic_ok(table, self.req, rows)
             if self.value is not None:
                 v = np.where(ok, scores.total(table, self.req, rows, self.network), -np.inf)
-                was = self.value.take(rows)
+                was = self.value.take(rows) if self.top is not None else None
                 self.value[rows] = v
-                if self.top is not None:
+                if was is not None:
                     self._retop_rows(rows, was, v)
             else:
                 self.top = None
@@ -124,14 +124,14 @@ class View:
         if len(top) > LONG:
             self.top = None
             return
-        hit = was >= best - TIE
-        if best > -np.inf and hit.any():
-            gone = set(rows[hit].tolist())
+        m = float(v.max())
+        if best > -np.inf and float(was.max()) >= best - TIE:  # some best rows changed
+            gone = set(rows[was >= best - TIE].tolist())
             top = [x for x in top if x not in gone]
             kept = self._max_of(top) if top else -np.inf
         else:
             kept = best
-        new = max(kept, float(v.max()))
+        new = max(kept, m)
         if new < best:
             self.top = None
             return
@@ -140,11 +140,13 @@ class View:
             return
         if new > best and top:
             top = [x for x in top if self.value[x] >= new - TIE]
-        add = rows[v >= new - TIE]
-        if len(top) + add.size > LONG:
-            self.top = None
-            return
-        self.best, self.top = new, sorted(set(top).union(add.tolist())) if add.size else top
+        if m >= new - TIE:  # changed rows join the best
+            add = rows[v >= new - TIE].tolist()
+            if len(top) + len(add) > LONG:
+                self.top = None
+                return
+            top = sorted(set(top).union(add))
+        self.best, self.top = new, top
 
     def _max_of(self, rows: list[int]) -> float:
         """The highest value among ``rows`` (a non-empty list)."""
