@@ -63,7 +63,6 @@ __all__ = [
     "load_openb_nodes",
     "load_openb_pods",
     "read_swf_header",
-    "rows_in_order",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -527,35 +526,22 @@ class OpenbPods:
             counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def arrival_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """Rows in creation-time order (ties keep file order) and each row's
-        arrival time: its creation time, or 0 when unknown."""
-        at = np.nan_to_num(self.creation_time, nan=0.0)
-        return np.argsort(at, kind="stable"), at
-
     def arrivals(self) -> Iterator[PodArrival]:
         """Pods in creation-time order (ties keep file order; unknown time counts as 0)."""
-        order, at = self.arrival_order()
+        at = np.nan_to_num(self.creation_time, nan=0.0)
+        order = np.argsort(at, kind="stable")
         models: dict[str, tuple[str, ...]] = {}  # few distinct specs; split each once
-        cols = (self.name, self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, at,
-                self.deletion_time, self.qos, self.gpu_spec)  # fmt: skip
-        for n, cpu, mem, ng, gm, t, end, qos, spec in rows_in_order(order, *cols):
-            allowed = models.get(spec)
-            if allowed is None:
-                allowed = models[spec] = _split_models(spec)
-            # NaN > t is False, so an unknown end is None as well.
-            yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end > t else None, qos)
-
-
-def rows_in_order(order: np.ndarray, *columns: np.ndarray) -> Iterator[tuple]:
-    """The columns' elements at ``order``, a tuple of Python values per row.
-
-    Converted with ``tolist()`` a chunk at a time: fast Python values without
-    one per row of the whole table held at once.
-    """
-    for lo in range(0, len(order), _ARRIVAL_CHUNK):
-        idx = order[lo : lo + _ARRIVAL_CHUNK]
-        yield from zip(*(c[idx].tolist() for c in columns))
+        for lo in range(0, len(order), _ARRIVAL_CHUNK):
+            idx = order[lo : lo + _ARRIVAL_CHUNK]
+            # tolist() per chunk: fast Python values without one per pod for the whole file
+            cols = (self.name, self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, at,
+                    self.deletion_time, self.qos, self.gpu_spec)  # fmt: skip
+            for n, cpu, mem, ng, gm, t, end, qos, spec in zip(*(c[idx].tolist() for c in cols)):
+                allowed = models.get(spec)
+                if allowed is None:
+                    allowed = models[spec] = _split_models(spec)
+                # NaN > t is False, so an unknown end is None as well.
+                yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end > t else None, qos)
 
 
 def _split_models(spec: str) -> tuple[str, ...]:

@@ -94,22 +94,17 @@ def openb_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arriv
     service on the trace's site and leaves at ``deletion_time``. A pod asking a
     share of one GPU (``gpu_milli`` < 1000) gets that share of one device; a
     pod asking whole GPUs gets ``num_gpu`` whole devices of an allowed model."""
-    from suanli.sim.traces import _split_models, load_openb_pods, rows_in_order
+    from suanli.sim.traces import load_openb_pods
 
     pods = load_openb_pods(os.path.join(base_dir, tr.pods))
-    site = tr.site or "openb"
-    near = _on_site(fleet, site) if site in fleet.site_index else None
-    # Pods repeat a few shapes; Resources are frozen, so pods of a shape share one.
-    shapes: dict[tuple[int, int, int, int, str], Resources] = {}
-    order, at = pods.arrival_order()
-    cols = (pods.name, at, pods.deletion_time, pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli,
-            pods.gpu_spec)  # fmt: skip
-    for name, t, end, cpu, mem, ng, gm, spec in rows_in_order(order, *cols):
-        res = shapes.get(key := (cpu, mem, ng, gm, spec))
+    near = _on_site(fleet, tr.site or "openb") if (tr.site or "openb") in fleet.site_index else None
+    shapes: dict[tuple, Resources] = {}  # pods repeat a few shapes; Resources are frozen, so they share one
+    for pod in pods.arrivals():
+        key = (pod.cpu_milli, pod.mem_mib, pod.num_gpu, pod.gpu_milli, pod.models)
+        res = shapes.get(key)
         if res is None:
-            res = shapes[key] = _openb_resources(cpu, mem, ng, gm, _split_models(spec))
-        # NaN > t is False, so an unknown end is None as well.
-        yield Arrival(t, _single(name, tr.tenant, "pod", res, "service", near=near), end if end > t else None)
+            res = shapes[key] = _openb_resources(*key)
+        yield Arrival(pod.at_s, _single(pod.name, tr.tenant, "pod", res, "service", near=near), pod.leave_at_s)
 
 
 def _openb_resources(cpu_milli: int, mem_mib: int, num_gpu: int, gpu_milli: int,
