@@ -141,13 +141,13 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
-    for need, ok in zip(req.accels, usable_slots(table, req)):
-        ok = cols(ok, at)
+    _, usable, _, whole = _static(table, req)
+    for need, ok, whole_ok in zip(req.accels, usable, whole):
         if need.whole:
-            n_free = (ok & (dev_free == 1000) & (cols(table.dev_cap, at) == 1000)).sum(axis=0)
+            n_free = np.count_nonzero(cols(whole_ok, at) & (dev_free == 1000), axis=0)
             checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
         else:
-            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
+            checks.append((f"insufficient {need.kind_name}", (cols(ok, at) & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
         untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
         checks.append(("node in use", untouched))
