@@ -16,14 +16,44 @@ from suanli.model.work import World
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
-@dataclass
 class Host:
-    vc: str
-    name: str
-    group: str | None  # None for a default VC's fitted host
-    node: int
-    node_alloc: Allocation  # what the host holds on the node table
-    row: int  # row in the VC's host table (-1 for a default VC)
+    """A slice of a node that a VC holds: a host of one of its groups, or in a
+    default VC the fitted host of a node, exactly what the VC's tasks there
+    take (``held``, per task), which comes and goes with them."""
+
+    __slots__ = ("vc", "name", "group", "node", "row", "held", "_alloc", "_none")
+
+    def __init__(self, vc: str, name: str, group: str | None, node: int, node_alloc: Allocation,
+                 row: int, held: dict[str, Allocation] | None = None) -> None:
+        self.vc = vc
+        self.name = name
+        self.group = group  # None for a default VC's fitted host
+        self.node = node
+        self.row = row  # row in the VC's host table (-1 for a default VC)
+        self.held = held  # a fitted host: its tasks' allocations on the node table
+        self._alloc = node_alloc  # None: to be summed from ``held``
+        self._none = node_alloc  # a fitted host's allocation with no task
+
+    @property
+    def node_alloc(self) -> Allocation:
+        """What the host holds on the node table (a fitted host: its tasks' sum,
+        added up when asked for, not at every task that comes or goes)."""
+        if self._alloc is None:
+            self._alloc = _sum(self._none, self.held.values())
+        return self._alloc
+
+    def hold(self, task: str, a: Allocation) -> None:
+        """A fitted host: ``task`` takes ``a`` on its node."""
+        self.held[task] = a
+        self._alloc = None
+
+    def release(self, task: str) -> None:
+        """A fitted host: ``task`` gives back what it took."""
+        del self.held[task]
+        self._alloc = None
+
+    def __repr__(self) -> str:
+        return f"Host({self.vc!r}, {self.name!r}, group={self.group!r}, node={self.node})"
 
 
 @dataclass
@@ -202,13 +232,13 @@ class PlacementState:
             host = vc.by_node.get(a.row)
             if host is None:
                 host = Host(vc.name, vc.new_name(None), None, a.row,
-                            Allocation(a.row, np.zeros_like(a.vec)), -1)
+                            Allocation(a.row, np.zeros_like(a.vec)), -1, held={})
                 vc.hosts.append(host)
                 vc.by_node[a.row] = host
                 if vc.component < 0:
                     vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
                 self._note("hostAdded", host)
-            host.node_alloc = _merge(host.node_alloc, a)
+            host.hold(task, a)
             self.tenant_used[tenant] += a.vec
         else:
             host = vc.by_row[a.row]
@@ -225,9 +255,9 @@ class PlacementState:
         self.tasks_on_node[p.host.node].discard(task)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
-            host.node_alloc = _merge(host.node_alloc, p.alloc, sign=-1)
+            host.release(task)
             self.tenant_used[p.tenant] -= p.alloc.vec
-            if not host.node_alloc.vec.any():
+            if not host.held:
                 vc.hosts.remove(host)
                 del vc.by_node[host.node]
                 if not vc.hosts:
@@ -249,12 +279,14 @@ class PlacementState:
         return sorted(self.tasks_on_node.get(node, ()))
 
 
-def _merge(a: Allocation, b: Allocation, sign: int = 1) -> Allocation:
-    vec = a.vec + b.vec if sign > 0 else a.vec - b.vec
-    if not b.slots:  # no device shares to combine
-        return Allocation(a.row, vec, a.slots, a.milli)
-    shares = dict(zip(a.slots, a.milli))
-    for s, m in zip(b.slots, b.milli):
-        shares[s] = shares.get(s, 0) + sign * m
-    slots = sorted([s for s, m in shares.items() if m])
-    return Allocation(a.row, vec, tuple(slots), tuple([shares[s] for s in slots]))
+def _sum(none: Allocation, allocs) -> Allocation:
+    """``none`` plus ``allocs`` (all on its row): vectors added, shares added per
+    device slot, slots in order, the ones left with no share dropped."""
+    vec = none.vec.copy()
+    shares: dict[int, int] = {}
+    for a in allocs:
+        vec += a.vec
+        for s, m in zip(a.slots, a.milli):
+            shares[s] = shares.get(s, 0) + m
+    slots = sorted(s for s, m in shares.items() if m)
+    return Allocation(none.row, vec, tuple(slots), tuple(shares[s] for s in slots))
