@@ -93,6 +93,29 @@ def test_same_scenario_and_seed_give_identical_outputs(examples):
     assert json.dumps(list(c.events)) != json.dumps(list(a.events))
 
 
+def test_a_run_collects_garbage_less_often_and_puts_the_thresholds_back(examples):
+    import gc
+
+    from suanli.sim.simulation import GC_THRESHOLDS
+
+    before = gc.get_threshold()
+    seen = []
+    sim = Simulation(load_world([str(examples / "autodrive.yaml")]), until=60,
+                     on_instant=lambda t: seen.append(gc.get_threshold()))
+    try:
+        gc.set_threshold(700, 10, 10)
+        sim.run()
+        assert seen and all(s == GC_THRESHOLDS for s in seen)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(50_000, 5, 100)  # never more often than the caller asked
+        seen.clear()
+        Simulation(load_world([str(examples / "autodrive.yaml")]), until=60,
+                   on_instant=lambda t: seen.append(gc.get_threshold())).run()
+        assert seen and all(s == (50_000, 20, 100) for s in seen)
+    finally:
+        gc.set_threshold(*before)
+
+
 @pytest.mark.parametrize("p, eff, expected", [(1, 0.9, 1.0), (2, 0.9, 1.8), (8, 0.5, 1.0), (4, 1.0, 4.0)],
                          ids=["serial", "pair", "poor-scaling", "perfect"])
 def test_speed_of_parallel_work(p, eff, expected):

@@ -9,7 +9,9 @@ event (``events``) in time order; the same scenario and seed give the same log.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -44,6 +46,24 @@ from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
+
+
+# A run allocates and drops many small objects (events, allocations, records)
+# and makes few reference cycles. At the interpreter's default thresholds (a
+# collection per 700 new container objects) collecting took 4.5% of a
+# 100,000-pod replay's time; at these, 0.3%.
+GC_THRESHOLDS = (20_000, 20, 10)
+
+
+@contextmanager
+def fewer_collections():
+    """Collect garbage less often for the duration (never more often than before)."""
+    old = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(old, GC_THRESHOLDS)))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 @dataclass(slots=True)
@@ -157,9 +177,10 @@ class Simulation:
     # ------------------------------------------------------------ running
 
     def run(self) -> float:
-        self._start()
-        end = self.loop.run(self._handle, self.until)
-        self.recorder.sample(end, keep=True)
+        with fewer_collections():
+            self._start()
+            end = self.loop.run(self._handle, self.until)
+            self.recorder.sample(end, keep=True)
         return end
 
     def _start(self) -> None:
