@@ -96,7 +96,7 @@ def _choose(table: CandidateTable, req: Request, row: int, kind: int, rule: str,
     free ones. Other kinds: best fit."""
     need = _need(req, kind)
     if slot is not None and len(req.accels) == 1 and not req.whole_node:
-        return Allocation(row, req.vec.copy(), (slot,), (need.milli,))
+        return Allocation(row, req.vec, (slot,), (need.milli,))
     base = allocation(table, req, row)
     if need is None or need.whole:
         return base

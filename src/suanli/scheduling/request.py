@@ -50,6 +50,10 @@ class Request:
     data_sites: tuple[int, ...] = ()
     cache: dict = field(default_factory=dict)  # small values of its own (the last row taken, vec as ints)
 
+    def __post_init__(self) -> None:
+        # allocations of the request share its vector: it must never change
+        self.vec.flags.writeable = False
+
     @property
     def plain(self) -> tuple[list[int], bool]:
         """``vec`` as Python ints, and whether it asks for anything: for scalar arithmetic."""

@@ -51,7 +51,7 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
     free ones, a share the fullest device that still fits (lowest index among
     equals). The caller knows the row has room for ``k``."""
     if not req.accels:
-        return [Allocation(row, req.vec.copy()) for _ in range(k)]
+        return [Allocation(row, req.vec) for _ in range(k)]
     usable = row_slots(table, req, row)
     dev_free = table.dev_free[:, row].tolist()
     if len(req.accels) == 1 and req.accels[0].whole:  # whole devices: the lowest-index free ones, in turn
@@ -59,7 +59,7 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
         cap = table.dev_cap[:, row].tolist()
         free = [i for i in usable[0] if dev_free[i] == 1000 and cap[i] == 1000]
         milli = (1000,) * count
-        return [Allocation(row, req.vec.copy(), tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
+        return [Allocation(row, req.vec, tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
     cap = table.dev_cap[:, row].tolist() if any(n.whole for n in req.accels) else None
     out = []
     for _ in range(k):
@@ -77,7 +77,7 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
                 dev_free[best] -= need.milli
                 slots.append(best)
                 milli.append(need.milli)
-        out.append(Allocation(row, req.vec.copy(), tuple(slots), tuple(milli)))
+        out.append(Allocation(row, req.vec, tuple(slots), tuple(milli)))
     return out
 
 

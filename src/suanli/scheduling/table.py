@@ -41,7 +41,7 @@ class Allocation:
     """What one placement takes from one row: a resource vector and device shares."""
 
     row: int
-    vec: np.ndarray  # int64[R]
+    vec: np.ndarray  # int64[R], read-only (shared with the request it was made for)
     slots: tuple[int, ...] = ()  # device slots of the row
     milli: tuple[int, ...] = ()  # share taken on each slot
 
