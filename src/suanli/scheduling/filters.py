@@ -119,17 +119,19 @@ def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
 
 def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     """Per need of ``req``: the device slots of ``row`` it may use (``usable_slots``'
-    column, as indices), for the scalar paths; kept per row with the request's
-    static masks."""
+    column, as indices; for a need of whole devices only the slots that hold a
+    whole device), for the scalar paths; kept per row with the request's static
+    masks."""
     return _slots_at(_static(table, req), row)
 
 
 def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict, list], row: int) -> list[list[int]]:
     """``row_slots`` from ``_static``'s entry."""
-    _, slots, by_row, _ = static
+    _, slots, by_row, whole = static
     got = by_row.get(row)
     if got is None:
-        got = by_row[row] = [[s for s, usable in enumerate(ok[:, row].tolist()) if usable] for ok in slots]
+        got = by_row[row] = [[s for s, usable in enumerate((ok if w is None else w)[:, row].tolist()) if usable]
+                             for ok, w in zip(slots, whole)]
     return got
 
 
@@ -206,8 +208,7 @@ def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Chec
         dev_free = table.dev_free[:, row].tolist()
         for need, usable in zip(req.accels, _slots_at(cached, row)):
             if need.whole:
-                cap = table.dev_cap[:, row].tolist()
-                if sum(1 for s in usable if dev_free[s] == 1000 and cap[s] == 1000) < need.count:
+                if sum(1 for s in usable if dev_free[s] == 1000) < need.count:
                     return False
             elif not any(dev_free[s] >= need.milli for s in usable):
                 return False

@@ -56,18 +56,16 @@ def allocations(table: CandidateTable, req: Request, row: int, k: int) -> list[A
     dev_free = table.dev_free[:, row].tolist()
     if len(req.accels) == 1 and req.accels[0].whole:  # whole devices: the lowest-index free ones, in turn
         count = req.accels[0].count
-        cap = table.dev_cap[:, row].tolist()
-        free = [i for i in usable[0] if dev_free[i] == 1000 and cap[i] == 1000]
+        free = [i for i in usable[0] if dev_free[i] == 1000]
         milli = (1000,) * count
         return [Allocation(row, req.vec, tuple(free[j * count:(j + 1) * count]), milli) for j in range(k)]
-    cap = table.dev_cap[:, row].tolist() if any(n.whole for n in req.accels) else None
     out = []
     for _ in range(k):
         slots: list[int] = []
         milli: list[int] = []
         for need, ok in zip(req.accels, usable):
             if need.whole:
-                chosen = [i for i in ok if dev_free[i] == 1000 and cap[i] == 1000][: need.count]
+                chosen = [i for i in ok if dev_free[i] == 1000][: need.count]
                 for i in chosen:
                     dev_free[i] = 0
                 slots += chosen
@@ -91,10 +89,9 @@ def room_row(table: CandidateTable, req: Request, row: int) -> int:
     n = min((free[c] // vec[c] for c in (0, 1) if vec[c] > 0), default=UNBOUNDED)
     if req.accels:
         dev_free = table.dev_free[:, row].tolist()
-        cap = table.dev_cap[:, row].tolist()
         for need, usable in zip(req.accels, row_slots(table, req, row)):
             if need.whole:
-                whole = sum(1 for s in usable if dev_free[s] == 1000 and cap[s] == 1000)
+                whole = sum(1 for s in usable if dev_free[s] == 1000)
                 n = min(n, whole // max(need.count, 1))
             else:
                 n = min(n, sum(dev_free[s] // need.milli for s in usable))
