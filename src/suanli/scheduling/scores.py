@@ -69,9 +69,7 @@ def _dims(req: Request) -> tuple[np.ndarray, slice | None, np.ndarray]:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
-    key = req.cache.get("devices")
-    if key is None:  # shared by requests that leave the same kinds unused
-        key = req.cache["devices"] = ("devices", tuple(v == 0 for v in req.plain[0][2:]))
+    key = _unused_kinds(req)
     shared = table.shared()
     full = shared.get(key)
     if full is None:
@@ -93,22 +91,32 @@ def data(table: CandidateTable, req: Request, rows: np.ndarray, network: Network
     return 100.0 / (1.0 + rtt / _DATA_RTT_MS)
 
 
+def _unused_kinds(req: Request) -> tuple:
+    """Which accelerator kinds the request leaves unused: what ``devices`` depends on."""
+    key = req.cache.get("devices")
+    if key is None:
+        key = req.cache["devices"] = ("devices", tuple(v == 0 for v in req.plain[0][2:]))
+    return key
+
+
 def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
     """float64[n]: the weighted sum of the scores that depend only on what a row
-    is (devices, near, data), computed once per request, table rows and
-    network; ``total`` adds the packing score, the only one that moves."""
-    cache = table.cache_for(req)
-    key = (table.version, table.n)
-    hit = cache.get("bonus")
-    if hit is None or hit[0] != key or hit[1] is not network:
+    is (devices, near, data), computed once per table rows and network for all
+    requests that leave the same kinds unused and name the same near and data
+    sites (one shared vector stays in cache where one per request would not);
+    ``total`` adds the packing score, the only one that moves."""
+    key = ("bonus", _unused_kinds(req), req.near_site, req.data_sites)
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is None or hit[0] is not network:
         rows = np.arange(table.n)
         b = WEIGHTS["devices"] * devices(table, req, rows)
         if req.near_site >= 0:
             b += WEIGHTS["near"] * near(table, req, rows, network)
         if req.data_sites:
             b += WEIGHTS["data"] * data(table, req, rows, network)
-        hit = cache["bonus"] = (key, network, b)
-    return hit[2]
+        hit = shared[key] = (network, b)
+    return hit[1]
 
 
 def total(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
