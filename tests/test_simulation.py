@@ -292,6 +292,51 @@ def test_the_openb_default_trace_replays(tmp_path):
     assert result["metrics"]["allocation_time_average"]["cloud"]["gpu_milli"] > 0
 
 
+def test_a_fitted_host_holds_exactly_what_its_tasks_take_as_they_come_and_go(tmp_path):
+    """A default VC's fitted host is the sum of its running tasks' allocations
+    (resources and device shares), on a node where some run, and goes with the
+    last of them; checked through a replay where pods keep arriving and leaving."""
+    scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "openb"},
+                "spec": {"traces": [{"format": "openb", "tenant": "t",
+                                     "nodes": str(DATA / "openb_node_list_all_node.csv"),
+                                     "pods": str(DATA / "openb_pod_list_default.csv")}]}}
+    path = tmp_path / "openb.yaml"
+    path.write_text(yaml.safe_dump_all([tenant(), scenario], sort_keys=False))
+    checked, hosts_seen = [], []
+
+    def check(t):
+        if len(checked) % 97:  # every 97th instant: the check reads every placement
+            checked.append(None)
+            return
+        state = sim.state
+        for vc in state.vcs.values():
+            if not vc.default:
+                continue
+            by_node = defaultdict(list)
+            for p in state.placements.values():
+                if p.vc == vc.name:
+                    by_node[p.host.node].append(p)
+            assert set(vc.by_node) == set(by_node) == {h.node for h in vc.hosts}
+            for node, placed in by_node.items():
+                hosts_seen.append(node)
+                host = vc.by_node[node]
+                assert all(p.host is host for p in placed)
+                want_vec = sum(p.alloc.vec for p in placed)
+                shares = Counter()
+                for p in placed:
+                    for slot, m in zip(p.alloc.slots, p.alloc.milli):
+                        shares[slot] += m
+                got = host.node_alloc
+                assert got.row == node and got.vec.tolist() == want_vec.tolist()
+                assert list(got.slots) == sorted(s for s, m in shares.items() if m)
+                assert list(got.milli) == [shares[s] for s in got.slots]
+        checked.append(t)
+
+    sim = Simulation(load_world([str(path)]), on_instant=check)
+    sim.run()
+    assert sum(1 for c in checked if c is not None) > 20 and len(hosts_seen) > 1000
+
+
 def test_trace_records_due_at_one_time_arrive_in_one_instant(tmp_path):
     """A trace's records with the same time are submitted together and placed in
     one scheduling pass, as the events of one instant are."""
