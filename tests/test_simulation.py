@@ -271,13 +271,19 @@ def test_device_busy_reports_what_even_evictions_cannot_free(tmp_path):
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-2023"
 
 
-def test_the_openb_default_trace_replays(tmp_path):
+def openb_scenario(tmp_path):
+    """A scenario file replaying the openb default trace on its node list, for tenant t."""
     scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "openb"},
                 "spec": {"traces": [{"format": "openb", "tenant": "t",
                                      "nodes": str(DATA / "openb_node_list_all_node.csv"),
                                      "pods": str(DATA / "openb_pod_list_default.csv")}]}}
     path = tmp_path / "openb.yaml"
     path.write_text(yaml.safe_dump_all([tenant(), scenario], sort_keys=False))
+    return path
+
+
+def test_the_openb_default_trace_replays(tmp_path):
+    path = openb_scenario(tmp_path)
     world = load_world([str(path)])
     assert world.fleet.n_nodes == 1523 and world.fleet.sites[0].name == "openb"
     sim, end = simulate(path)
@@ -296,12 +302,7 @@ def test_a_fitted_host_holds_exactly_what_its_tasks_take_as_they_come_and_go(tmp
     """A default VC's fitted host is the sum of its running tasks' allocations
     (resources and device shares), on a node where some run, and goes with the
     last of them; checked through a replay where pods keep arriving and leaving."""
-    scenario = {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "openb"},
-                "spec": {"traces": [{"format": "openb", "tenant": "t",
-                                     "nodes": str(DATA / "openb_node_list_all_node.csv"),
-                                     "pods": str(DATA / "openb_pod_list_default.csv")}]}}
-    path = tmp_path / "openb.yaml"
-    path.write_text(yaml.safe_dump_all([tenant(), scenario], sort_keys=False))
+    path = openb_scenario(tmp_path)
     checked, hosts_seen = [], []
 
     def check(t):
