@@ -447,7 +447,7 @@ CASES = [
         "unknown-event-kind",
         edit(SCENARIO, "kind: nodeDown,", "kind: nodeBoom,"),
         "spec.events[0].kind",
-        "expected one of 'delete', 'nodeDown', 'nodeUp', 'nodeDrain', 'linkDown', 'linkUp', 'deviceBusy'",
+        "expected one of 'delete', 'nodeDown', 'nodeUp', 'nodeDrain', 'nodeCordon', 'linkDown', 'linkUp', 'deviceBusy'",
         "'nodeBoom'",
         with_app=True,
     ),

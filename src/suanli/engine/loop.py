@@ -33,6 +33,12 @@ class EventLoop:
     def peek_time(self) -> float | None:
         return self._queue[0][0] if self._queue else None
 
+    def run_due(self, handle: Callable[[float, list[Any]], None], until: float) -> None:
+        """Deliver, as ``run`` does, every event due by ``until``, without waiting."""
+        while self._queue and self._queue[0][0] <= until:
+            t = self._queue[0][0]
+            handle(t, self._instant(t))
+
     def run(self, handle: Callable[[float, list[Any]], None], until: float | None = None) -> float:
         """Deliver events in order, all those of one instant together, until ``until``.
 
@@ -44,11 +50,15 @@ class EventLoop:
             if until is not None and t > until:
                 break
             self.clock.wait_until(t)
-            batch = []
-            while self._queue and self._queue[0][0] == t:
-                batch.append(heapq.heappop(self._queue)[2])
-            handle(t, batch)
+            handle(t, self._instant(t))
         end = self.now() if until is None else max(until, self.now())
         if until is not None:
             self.clock.wait_until(until)
         return end
+
+    def _instant(self, t: float) -> list[Any]:
+        """Take every event queued at ``t`` off the queue, in sequence order."""
+        batch = []
+        while self._queue and self._queue[0][0] == t:
+            batch.append(heapq.heappop(self._queue)[2])
+        return batch

@@ -28,8 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
-MOVE_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
-INCIDENT_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "linkDown", "linkUp", "deviceBusy")
+MOVE_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon", "linkDown", "linkUp", "lost", "requeued", "preempted", "migrated")
+INCIDENT_KINDS = ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon", "linkDown", "linkUp", "deviceBusy")
 NOTABLE = frozenset(MOVE_KINDS + INCIDENT_KINDS)
 
 # Events a streamed log holds before it encodes them or hands them on. Few: the
@@ -101,6 +101,14 @@ class EventLog:
 
     def __len__(self) -> int:
         return self._n
+
+    def take(self) -> list[dict[str, Any]]:
+        """The events of an in-memory log appended since the last take, which it
+        then forgets: a live control plane hands them on and keeps none."""
+        if self._stream is not None:
+            raise TypeError("a streamed log writes its events to its file")
+        events, self._events = self._events, []
+        return events
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self._stream is None:

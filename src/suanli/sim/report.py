@@ -47,7 +47,7 @@ EXTRA_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 TENANT_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
                  "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
 KIND_COLORS = {
-    "nodeDown": "#c0392b", "nodeUp": "#27ae60", "nodeDrain": "#a04000", "linkDown": "#e67e22", "linkUp": "#16a085",
+    "nodeDown": "#c0392b", "nodeUp": "#27ae60", "nodeDrain": "#a04000", "nodeCordon": "#b9770e", "linkDown": "#e67e22", "linkUp": "#16a085",
     "lost": "#8e44ad", "requeued": "#f1c40f", "preempted": "#d35400", "migrated": "#2980b9",
 }
 PCT_COLORS = {"p50": "#9ecae1", "p90": "#4292c6", "p99": "#08519c"}

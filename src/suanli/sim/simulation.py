@@ -14,7 +14,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -96,6 +96,7 @@ class UnitState:
 @dataclass(frozen=True, slots=True)
 class Submit:
     app: Application
+    ended: Mapping[str, str] | None = None  # tasks that ended before (a restarted control plane) -> status
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +179,27 @@ class Simulation:
 
     def run(self) -> float:
         with fewer_collections():
-            self._start()
+            self.start()
             end = self.loop.run(self._handle, self.until)
             self.recorder.sample(end, keep=True)
         return end
 
-    def _start(self) -> None:
+    def step(self, until: float) -> None:
+        """Handle every instant due by ``until``, without waiting: a live
+        control plane's turn, between the commands it takes."""
+        self.loop.run_due(self._handle, until)
+
+    def submit(self, app: Application, ended: Mapping[str, str] | None = None) -> None:
+        """Submit ``app`` now. Units all of whose tasks are in ``ended`` (task ->
+        finished or failed) are recorded so and not run again."""
+        self.loop.schedule(self.loop.now(), Submit(app, ended))
+
+    def apply(self, spec: Any) -> None:
+        """A scenario event (one of the schema's event specs) happens now."""
+        self.loop.schedule(self.loop.now(), ScenarioEvent(spec))
+
+    def start(self) -> None:
+        """Place the VCs' first hosts and queue the world's work (``run`` does this first)."""
         self.global_layer.place_initial()
         self.flush_hosts(0.0)
         arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
@@ -230,7 +246,7 @@ class Simulation:
         self.now = t
         for ev in batch:
             if isinstance(ev, Submit):
-                self._submit(t, ev.app)
+                self._submit(t, ev.app, ev.ended)
             elif isinstance(ev, NextArrival):
                 self._arrive(t, self._next[ev.index])
                 self._queue_next(ev.index, t)
@@ -258,8 +274,13 @@ class Simulation:
 
     # ------------------------------------------------------------ arrivals and ends
 
-    def _submit(self, t: float, app: Application) -> None:
+    def _submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None) -> None:
         for unit in build_units((app,)):
+            if ended and all(task in ended for task in unit.tasks):
+                for task, comp in zip(unit.tasks, unit.components):
+                    self.tasks[task] = TaskRecord(task, app.tenant, None, -1, ended[task], t, ended_at=t,
+                                                  job=comp.lifetime == "job")
+                continue
             uid = self._unit_ids
             self._unit_ids += 1
             unit.seq = uid
@@ -336,13 +357,15 @@ class Simulation:
         fleet = self.world.fleet
         if ev.kind == "delete":
             self._delete(t, ev.app, "deleted")
-        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain"):
+        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon"):
             node = fleet.node_by_name(ev.node)
             self.log(t, ev.kind, node=ev.node)
             tasks = self.state.set_node_enabled(node, ev.kind == "nodeUp")
             if ev.kind == "nodeUp":
                 self.hosts.node_back(node)
                 return
+            if ev.kind == "nodeCordon":
+                return  # what runs there stays, hosts included
             if ev.kind == "nodeDown":
                 for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
                     self._stop_unit(t, uid, node)

@@ -146,6 +146,12 @@ def _replace_message(p: Problem, message: str) -> Problem:
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def parse_text(display: str, text: str) -> list[Loaded | Problem]:
+    """The documents of one YAML (or JSON) text, validated one by one, and the
+    problems found, as ``load_documents`` reads a file named ``display``."""
+    return _parse_file(display, text)
+
+
 def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
     out: list[Loaded | Problem] = []
     loader = _SafeLoader(text)

@@ -79,6 +79,14 @@ def check_references(docs: Documents) -> list[Problem]:
     return problems
 
 
+def check_application(app: Loaded, world) -> list[Problem]:
+    """An Application document's references (tenant, virtual cluster, sites)
+    checked against a world already built (a live control plane's)."""
+    vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default}
+    sites = {s.name: s.tier for s in world.fleet.sites}
+    return _check_app(app, app.doc.metadata.tenant, app.doc.spec, ("spec",), world.tenants, vcs, sites)
+
+
 def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants, vcs, sites) -> list[Problem]:
     out: list[Problem] = []
     if tenant not in tenants:
@@ -130,7 +138,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
         here = ("spec", "events", i)
         if ev.kind == "delete" and ev.app not in apps:
             out.append(_missing(sc, here + ("app",), "application", ev.app, apps))
-        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain") and ev.node not in nodes:
+        elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon") and ev.node not in nodes:
             out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
         elif ev.kind in ("linkDown", "linkUp"):
             for j, end in enumerate(ev.between):

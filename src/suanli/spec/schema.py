@@ -492,6 +492,11 @@ class NodeDrainEvent(_EventBase):
     node: str
 
 
+class NodeCordonEvent(_EventBase):
+    kind: Literal["nodeCordon"]  # no new work; running work stays; nodeUp ends it
+    node: str
+
+
 class LinkDownEvent(_EventBase):
     kind: Literal["linkDown"]
     between: tuple[Name, Name]
@@ -519,7 +524,7 @@ class DeviceBusyEvent(_EventBase):
 
 
 EventSpec = Annotated[
-    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, NodeDrainEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
+    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, NodeDrainEvent, NodeCordonEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
     Field(discriminator="kind"),
 ]
 
