@@ -1,4 +1,5 @@
-"""The command line: ``suanli validate`` and ``suanli schedule``.
+"""The command line: ``validate``, ``schedule``, ``simulate``, ``plan``, ``experiment``, and the
+control plane's ``serve`` and client commands (``suanli.server.commands``).
 
 Bad input exits with status 2 and one line per problem (file:line, document,
 field path, what was expected); never a traceback.
@@ -253,6 +254,15 @@ def experiment_fgd(
         f"{workload}: median unallocated GPU at 100% arrived over {len(seed_list)} seed(s): "
         + ", ".join(f"{p} {100 - c[100]:.2f}%" for p, c in sorted(med.items(), key=lambda kv: -kv[1][100]))
         + f"\n  allocation {out / 'allocation.csv'}\n  chart      {out / 'unallocated.png'}")
+
+
+def _register_server_commands() -> None:
+    from suanli.server.commands import register
+
+    register(app)
+
+
+_register_server_commands()
 
 
 def _counts(sim) -> str:

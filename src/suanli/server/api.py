@@ -1,0 +1,660 @@
+"""The REST API of ``suanli serve`` (FastAPI; the OpenAPI document at ``/openapi.json``, pages at ``/docs``).
+
+Every route under ``/v1`` needs a bearer token. A tenant's token sees and
+changes only the tenant's own objects: another tenant's object answers 404,
+exactly as one that does not exist. Admin tokens see everything, act on
+nodes and mint tokens. Errors are RFC 9457 problem details
+(``application/problem+json``) with, for a rejected document, one entry per
+problem and its field path, found by the same spec code that reads files.
+
+Reads of applications, tasks and events come from the store; questions about
+the scheduler's live state (nodes, hosts, the rescheduler's plan) are asked
+of the controller, which answers between instants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import Counter
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import yaml
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from suanli.model.work import World
+from suanli.output import resources_json
+from suanli.server.controller import Controller, build_app
+from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
+from suanli.spec.loader import parse_text
+from suanli.spec.problems import Problem
+from suanli.spec.refs import check_application
+
+PROBLEM = "application/problem+json"
+
+
+@dataclass
+class Limits:
+    max_body_bytes: int = 1 << 20  # a request body larger than this answers 413
+    rate: float = 500.0  # requests per second per token, on average
+    burst: int = 1000  # requests per token at once
+    events_page: int = 1000  # events in one answer at most
+
+
+# ------------------------------------------------------------------ problems
+
+
+class ProblemError(Exception):
+    def __init__(self, status: int, title: str, detail: str = "", errors: list[dict] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail or title)
+        self.status, self.title, self.detail, self.errors, self.headers = status, title, detail, errors, headers
+
+
+class ProblemDetail(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str = ""
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = Field(None, description="one per problem: path (field path), message")
+
+
+def problem_response(request: Request, status: int, title: str, detail: str = "", errors=None,
+                     headers=None) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail,
+            "instance": request.url.path}
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def not_found(what: str, name: str) -> ProblemError:
+    return ProblemError(404, "Not Found", f"no {what} {name!r}")
+
+
+ERRORS = {code: {"model": ProblemDetail, "content": {PROBLEM: {}}} for code in (401, 404, 413, 429)}
+ADMIN_ERRORS = {**ERRORS, 403: {"model": ProblemDetail, "content": {PROBLEM: {}}}}
+
+
+# ------------------------------------------------------------------ response bodies
+
+
+class TaskOut(BaseModel):
+    task: str
+    tenant: str
+    app: str
+    status: Literal["pending", "running", "finished", "failed"]
+    node: str | None = None
+    site: str | None = None
+    vc: str | None = None
+    host: str | None = None
+    reasons: dict[str, int] | None = None
+    placements: int = 0
+    submitted_at: str
+    started_at: str | None = None
+    ended_at: str | None = None
+
+
+class TaskDetail(TaskOut):
+    history: list[dict[str, Any]]
+
+
+class AppOut(BaseModel):
+    name: str
+    tenant: str
+    created_at: str
+    tasks: dict[str, int]  # status -> count
+    document: dict[str, Any]
+
+
+class EventOut(BaseModel):
+    id: int
+    kind: str
+    t: float
+    body: dict[str, Any]
+
+
+class NodeOut(BaseModel):
+    node: str
+    site: str
+    tier: str
+    arch: str
+    state: Literal["ready", "cordoned", "drained", "down"]
+    capacity: dict[str, int]
+    free: dict[str, int]
+    tasks: int
+
+
+class SiteOut(BaseModel):
+    name: str
+    tier: str
+    region: str
+    nodes: int
+
+
+class FleetOut(BaseModel):
+    sites: int
+    nodes: int
+    capacity: dict[str, int]
+    free: dict[str, int]
+
+
+class TenantOut(BaseModel):
+    name: str
+    weight: float
+    quota: dict[str, int]
+    allowed_sites: list[str]
+
+
+class HostOut(BaseModel):
+    host: str
+    group: str | None
+    node: str
+    resources: dict[str, int]
+
+
+class VCOut(BaseModel):
+    name: str
+    tenant: str
+    default: bool
+    hosts: list[HostOut]
+
+
+class TokenIn(BaseModel):
+    tenant: str | None = Field(None, description="the tenant the token speaks for; none: an admin token")
+
+
+class TokenOut(BaseModel):
+    token: str
+    tenant: str | None
+
+
+class Health(BaseModel):
+    status: Literal["ok", "failing"]
+    controller: Literal["running", "stopped"]
+    instants: int
+
+
+APP_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "description": "an Application document, as in a file (apiVersion, kind, metadata, spec)",
+            "required": ["apiVersion", "kind", "metadata", "spec"],
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "metadata": {"type": "object"}, "spec": {"type": "object"}},
+        }}},
+    }
+}
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def task_out(row: TaskRow) -> dict[str, Any]:
+    return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
+            "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons,
+            "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
+            "ended_at": iso(row.ended_at)}
+
+
+def event_out(row) -> dict[str, Any]:
+    return {"id": row.id, "kind": row.kind, "t": row.at, "body": row.body}
+
+
+# ------------------------------------------------------------------ limits
+
+
+class RateLimiter:
+    """A token bucket per key (a token's digest)."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> float:
+        """0 when allowed, else the seconds to wait."""
+        now = time.monotonic()
+        with self._lock:
+            level, at = self._buckets.get(key, (float(self.burst), now))
+            level = min(float(self.burst), level + (now - at) * self.rate)
+            if level < 1:
+                self._buckets[key] = (level, now)
+                return (1 - level) / self.rate
+            self._buckets[key] = (level - 1, now)
+            if len(self._buckets) > 100_000:  # forget full buckets: they are as good as new
+                self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.burst}
+            return 0.0
+
+
+class BodyLimit:
+    """ASGI middleware: a body over ``limit`` bytes answers 413 before it is read whole."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._too_large(scope, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._too_large(scope, send)
+
+    async def _too_large(self, scope, send):
+        body = json.dumps({"type": "about:blank", "title": "Content Too Large", "status": 413,
+                           "detail": f"request bodies are at most {self.limit} bytes",
+                           "instance": scope.get("path", "")}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", PROBLEM.encode()), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ the application
+
+
+def create_api(world: World, store: Store, controller: Controller, limits: Limits | None = None,
+               start_controller: bool = True) -> FastAPI:
+    limits = limits or Limits()
+    limiter = RateLimiter(limits.rate, limits.burst)
+    fleet = world.fleet
+    bearer = HTTPBearer(auto_error=False, description="a token from `suanli token create`")
+    requests: Counter = Counter()  # (method, route, status) -> count, for /metrics
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if start_controller:
+            controller.start()
+        try:
+            yield
+        finally:
+            if start_controller:
+                controller.stop()
+
+    api = FastAPI(title="suanli", version="1", lifespan=lifespan,
+                  description="The live control plane: the suanli scheduler on wall-clock time.")
+
+    # -------------------------------------------------------- errors as problems
+
+    @api.exception_handler(ProblemError)
+    async def _problem(request: Request, exc: ProblemError):
+        return problem_response(request, exc.status, exc.title, exc.detail, exc.errors, exc.headers)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        title = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, "Error")
+        return problem_response(request, exc.status_code, title, str(exc.detail))
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        errors = [{"path": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()]
+        return problem_response(request, 422, "Unprocessable Content", "the request is not valid", errors)
+
+    @api.middleware("http")
+    async def _count(request: Request, call_next):
+        response = await call_next(request)
+        route = next((r.path for r in api.router.routes if r.matches(request.scope)[0] is Match.FULL), "unmatched")
+        requests[(request.method, route, response.status_code)] += 1
+        return response
+
+    # -------------------------------------------------------- who asks
+
+    def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+        if creds is None or creds.scheme.lower() != "bearer":
+            raise ProblemError(401, "Unauthorized", "a bearer token is required",
+                               headers={"WWW-Authenticate": "Bearer"})
+        wait = limiter.allow(digest(creds.credentials))
+        if wait:
+            raise ProblemError(429, "Too Many Requests", f"at most {limits.rate:g} requests per second per token",
+                               headers={"Retry-After": str(max(1, round(wait)))})
+        who = store.principal(creds.credentials)
+        if who is None:
+            raise ProblemError(401, "Unauthorized", "the token is not known", headers={"WWW-Authenticate": "Bearer"})
+        return who
+
+    def admin(who: Principal = Depends(principal)) -> Principal:
+        if not who.admin:
+            raise ProblemError(403, "Forbidden", "this needs an admin token")
+        return who
+
+    def tenant_of(who: Principal, tenant: str | None) -> str:
+        """The tenant a request acts for: a tenant token's own; an admin names one."""
+        if who.admin:
+            if tenant is None:
+                raise ProblemError(422, "Unprocessable Content", "an admin names the tenant (?tenant=NAME)")
+            return tenant
+        return who.tenant
+
+    # -------------------------------------------------------- health and metrics
+
+    @api.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+    def healthz():
+        ok = controller.alive or not start_controller
+        body = {"status": "ok" if ok else "failing", "controller": "running" if controller.alive else "stopped",
+                "instants": controller.instants}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @api.get("/metrics", response_class=PlainTextResponse)
+    def metrics():
+        """Prometheus text format: tasks by status, nodes by state, requests, the scheduler's turns."""
+        counts = Counter(row.status for row in store.tasks())
+        states = controller.call(lambda sim: _node_states(sim))
+        lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
+        lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in ("pending", "running", "finished", "failed")]
+        lines += ["# HELP suanli_nodes Nodes by state.", "# TYPE suanli_nodes gauge"]
+        by_state = Counter(states)
+        lines += [f'suanli_nodes{{state="{s}"}} {by_state.get(s, 0)}' for s in ("ready", "cordoned", "drained", "down")]
+        lines += ["# HELP suanli_applications Applications accepted and not deleted.",
+                  "# TYPE suanli_applications gauge", f"suanli_applications {len(store.apps())}"]
+        lines += ["# HELP suanli_scheduler_instants_total Instants the scheduler handled and recorded.",
+                  "# TYPE suanli_scheduler_instants_total counter",
+                  f"suanli_scheduler_instants_total {controller.instants}",
+                  "# HELP suanli_scheduler_errors_total Commands or turns of the scheduler that failed.",
+                  "# TYPE suanli_scheduler_errors_total counter", f"suanli_scheduler_errors_total {controller.errors}",
+                  "# HELP suanli_events_total Events recorded.", "# TYPE suanli_events_total counter",
+                  f"suanli_events_total {controller.published}",
+                  "# HELP suanli_http_requests_total HTTP requests answered.",
+                  "# TYPE suanli_http_requests_total counter"]
+        for (method, route, status), n in sorted(requests.items()):
+            lines.append(f'suanli_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {n}')
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    # -------------------------------------------------------- fleet
+
+    def _node_states(sim) -> list[str]:
+        drained, enabled = sim.hosts.draining, sim.state.nodes.enabled
+        cordoned = controller.cordoned
+        out = []
+        for n in range(fleet.n_nodes):
+            name = fleet.node_name(n)
+            out.append("ready" if enabled[n] else "drained" if n in drained else
+                       "cordoned" if name in cordoned else "down")
+        return out
+
+    def _node_out(sim, n: int, state: str) -> dict[str, Any]:
+        nodes, site = sim.state.nodes, fleet.site_of(n)
+        return {"node": fleet.node_name(n), "site": site.name, "tier": site.tier,
+                "arch": fleet.groups[int(fleet.node_group[n])].arch, "state": state,
+                "capacity": resources_json(sim.state, nodes.cap[:, n]),
+                "free": resources_json(sim.state, nodes.free[:, n]),
+                "tasks": len(sim.state.tasks_on_node.get(n, ()))}
+
+    @api.get("/v1/fleet", response_model=FleetOut, responses=ERRORS)
+    def get_fleet(who: Principal = Depends(principal)):
+        def answer(sim):
+            nodes = sim.state.nodes
+            return {"sites": len(fleet.sites), "nodes": fleet.n_nodes,
+                    "capacity": resources_json(sim.state, nodes.cap[:, :fleet.n_nodes].sum(axis=1)),
+                    "free": resources_json(sim.state, nodes.free[:, :fleet.n_nodes].sum(axis=1))}
+        return controller.call(answer)
+
+    @api.get("/v1/sites", response_model=list[SiteOut], responses=ERRORS)
+    def get_sites(who: Principal = Depends(principal)):
+        counts = Counter(int(s) for s in fleet.node_site)
+        return [{"name": s.name, "tier": s.tier, "region": s.region, "nodes": counts.get(s.index, 0)}
+                for s in fleet.sites]
+
+    @api.get("/v1/nodes", response_model=list[NodeOut], responses=ERRORS)
+    def get_nodes(who: Principal = Depends(principal), site: str | None = None):
+        def answer(sim):
+            states = _node_states(sim)
+            return [_node_out(sim, n, states[n]) for n in range(fleet.n_nodes)
+                    if site is None or fleet.site_of(n).name == site]
+        return controller.call(answer)
+
+    def _node_index(name: str) -> int:
+        try:
+            return fleet.node_by_name(name)
+        except (KeyError, ValueError):
+            raise not_found("node", name) from None
+
+    @api.get("/v1/nodes/{node:path}", response_model=NodeOut, responses=ERRORS)
+    def get_node(node: str, who: Principal = Depends(principal)):
+        n = _node_index(node)
+        return controller.call(lambda sim: _node_out(sim, n, _node_states(sim)[n]))
+
+    def node_action(action: str):
+        def act(node: str, who: Principal = Depends(admin)):
+            _node_index(node)
+            state = {"cordon": "cordoned", "drain": "drained", "uncordon": None}[action]
+            store.set_node_state(node, state)
+            controller.node(node, action)
+            return controller.call(lambda sim: _node_out(sim, fleet.node_by_name(node),
+                                                         _node_states(sim)[fleet.node_by_name(node)]))
+        act.__name__ = f"{action}_node"
+        return act
+
+    for action in ("cordon", "drain", "uncordon"):
+        api.post(f"/v1/nodes/{{node:path}}/{action}", response_model=NodeOut, responses=ADMIN_ERRORS,
+                 summary=f"{action.capitalize()} a node")(node_action(action))
+
+    # -------------------------------------------------------- tenants and virtual clusters
+
+    def _tenant_out(name: str) -> dict[str, Any]:
+        t = world.tenants[name]
+        return {"name": t.name, "weight": t.weight, "quota": dict(t.quota), "allowed_sites": list(t.allowed_sites)}
+
+    @api.get("/v1/tenants", response_model=list[TenantOut], responses=ERRORS)
+    def get_tenants(who: Principal = Depends(principal)):
+        return [_tenant_out(n) for n in world.tenants if who.admin or n == who.tenant]
+
+    @api.get("/v1/tenants/{name}", response_model=TenantOut, responses=ERRORS)
+    def get_tenant(name: str, who: Principal = Depends(principal)):
+        if name not in world.tenants or not (who.admin or name == who.tenant):
+            raise not_found("tenant", name)
+        return _tenant_out(name)
+
+    def _vc_out(sim, name: str) -> dict[str, Any]:
+        vc, vcs = world.vcs[name], sim.state.vcs[name]
+        return {"name": name, "tenant": vc.tenant, "default": vc.default,
+                "hosts": [{"host": h.name, "group": h.group, "node": fleet.node_name(h.node),
+                           "resources": resources_json(sim.state, h.node_alloc.vec)} for h in vcs.hosts]}
+
+    @api.get("/v1/vcs", response_model=list[VCOut], responses=ERRORS)
+    def get_vcs(who: Principal = Depends(principal)):
+        names = [n for n, vc in world.vcs.items() if who.admin or vc.tenant == who.tenant]
+        return controller.call(lambda sim: [_vc_out(sim, n) for n in names])
+
+    @api.get("/v1/vcs/{name:path}", response_model=VCOut, responses=ERRORS)
+    def get_vc(name: str, who: Principal = Depends(principal)):
+        vc = world.vcs.get(name)
+        if vc is None or not (who.admin or vc.tenant == who.tenant):
+            raise not_found("virtual cluster", name)
+        return controller.call(lambda sim: _vc_out(sim, name))
+
+    # -------------------------------------------------------- applications
+
+    def _app_out(row: AppRow) -> dict[str, Any]:
+        counts = Counter(t.status for t in store.tasks(row.tenant, row.name))
+        return {"name": row.name, "tenant": row.tenant, "created_at": iso(row.created_at),
+                "tasks": {s: counts.get(s, 0) for s in ("pending", "running", "finished", "failed")},
+                "document": row.document}
+
+    @api.post("/v1/applications", status_code=201, response_model=AppOut,
+              responses={**ERRORS, 200: {"model": AppOut, "description": "the same idempotency key again"},
+                         403: {"model": ProblemDetail}, 409: {"model": ProblemDetail},
+                         422: {"model": ProblemDetail}},
+              openapi_extra=APP_BODY)
+    async def create_application(request: Request, who: Principal = Depends(principal),
+                                 idempotency_key: str | None = Header(None, max_length=256)):
+        """Submit an Application document (JSON, or YAML with a YAML content type). A
+        repeated ``Idempotency-Key`` returns the application it created first."""
+        raw = await request.body()
+        return await asyncio.to_thread(_create, raw, request.headers.get("content-type", ""), who, idempotency_key)
+
+    def _create(raw: bytes, ctype: str, who: Principal, key: str | None) -> Response:
+        doc = _read_document(raw, ctype)
+        tenant = doc["metadata"].get("tenant")
+        if who.admin and tenant is None:
+            raise ProblemError(422, "Unprocessable Content", "an admin names the tenant (metadata.tenant)",
+                               [{"path": "metadata.tenant", "message": "required for an admin token"}])
+        if not who.admin:
+            if tenant is not None and tenant != who.tenant:
+                raise ProblemError(403, "Forbidden", "a tenant's token submits only the tenant's own applications",
+                                   [{"path": "metadata.tenant", "message": f"must be {who.tenant!r} or absent"}])
+            doc["metadata"]["tenant"] = tenant = who.tenant
+        text = json.dumps(doc)
+        found = parse_text("request body", text)
+        problems = [p for p in found if isinstance(p, Problem)]
+        if not problems:
+            problems = check_application(found[0], world)
+        if problems:
+            raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
+                               [{"path": p.path, "message": p.message} for p in problems])
+        name = found[0].name
+        app = build_app(tenant, name, doc)
+        tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
+        try:
+            row, new = store.create_app(tenant, name, doc, tasks, key)
+        except Conflict:
+            raise ProblemError(409, "Conflict", f"an application {name!r} exists; delete it first") from None
+        if new:
+            controller.submit(app)
+        return JSONResponse(_app_out(row), status_code=201 if new else 200)
+
+    def _read_document(raw: bytes, ctype: str) -> dict:
+        try:
+            text = raw.decode("utf-8")
+            data = yaml.safe_load(text) if "yaml" in ctype else json.loads(text)
+        except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+            raise ProblemError(400, "Bad Request", f"the body is not a readable document: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
+            raise ProblemError(422, "Unprocessable Content", "the body is one Application document",
+                               [{"path": "metadata", "message": "a mapping with name is required"}])
+        if data.get("kind") != "Application":
+            raise ProblemError(422, "Unprocessable Content", "the body is one Application document",
+                               [{"path": "kind", "message": f"expected 'Application', got {data.get('kind')!r}"}])
+        return data
+
+    @api.get("/v1/applications", response_model=list[AppOut], responses=ERRORS)
+    def list_applications(who: Principal = Depends(principal)):
+        return [_app_out(r) for r in store.apps(who.tenant)]
+
+    @api.get("/v1/applications/{name}", response_model=AppOut, responses=ERRORS)
+    def get_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
+        row = store.app(tenant_of(who, tenant), name)
+        if row is None:
+            raise not_found("application", name)
+        return _app_out(row)
+
+    @api.delete("/v1/applications/{name}", status_code=204, responses=ERRORS)
+    def delete_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
+        """Delete an application: its running tasks stop, its records go."""
+        owner = tenant_of(who, tenant)
+        if not store.delete_app(owner, name):
+            raise not_found("application", name)
+        controller.delete(owner, name)
+        return Response(status_code=204)
+
+    # -------------------------------------------------------- tasks
+
+    @api.get("/v1/tasks", response_model=list[TaskOut], responses=ERRORS)
+    def list_tasks(who: Principal = Depends(principal), app: str | None = None,
+                   status: Literal["pending", "running", "finished", "failed"] | None = None):
+        return [task_out(r) for r in store.tasks(who.tenant, app, status)]
+
+    @api.get("/v1/tasks/{task:path}", response_model=TaskDetail, responses=ERRORS)
+    def get_task(task: str, who: Principal = Depends(principal), tenant: str | None = None):
+        owner = tenant_of(who, tenant)
+        row = store.task(owner, task)
+        if row is None:
+            raise not_found("task", task)
+        history = [e.body for e in store.events(owner, task=task, limit=limits.events_page)]
+        return {**task_out(row), "history": history}
+
+    # -------------------------------------------------------- events
+
+    @api.get("/v1/events", response_model=list[EventOut], responses=ERRORS)
+    def list_events(who: Principal = Depends(principal), after: int = Query(0, ge=0),
+                    limit: int = Query(100, ge=1, le=1000)):
+        """Events after id ``after``, oldest first (a tenant's own; all for an admin)."""
+        return [event_out(e) for e in store.events(who.tenant, after, min(limit, limits.events_page))]
+
+    @api.get("/v1/events/stream", responses=ERRORS,
+             response_class=StreamingResponse)
+    async def stream_events(request: Request, who: Principal = Depends(principal), after: int | None = Query(None, ge=0),
+                            last_event_id: str | None = Header(None)):
+        """Server-sent events: each event as it is recorded (``id`` is the event's id;
+        a reconnect with ``Last-Event-ID`` resumes after it). Without ``after``, from now."""
+        start = after
+        if start is None:
+            start = int(last_event_id) if last_event_id and last_event_id.isdigit() else store.last_event_id()
+
+        async def gen():
+            nonlocal start
+            yield ": suanli events\n\n"
+            while not await request.is_disconnected():
+                rows = await asyncio.to_thread(store.events, who.tenant, start, limits.events_page)
+                for e in rows:
+                    start = e.id
+                    yield f"id: {e.id}\nevent: {e.kind}\ndata: {json.dumps(e.body)}\n\n"
+                if not rows:
+                    seen = controller.published
+                    await asyncio.to_thread(_wait_for_more, seen, 1.0)
+                    if controller.published == seen:
+                        yield ": keep-alive\n\n"
+
+        return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    def _wait_for_more(seen: int, timeout: float) -> None:
+        with controller.changed:
+            controller.changed.wait_for(lambda: controller.published != seen, timeout)
+
+    # -------------------------------------------------------- the rescheduler's plan
+
+    @api.get("/v1/plan", responses=ADMIN_ERRORS)
+    def get_plan(who: Principal = Depends(admin)) -> dict[str, Any]:
+        """The dry run of the rescheduler now: what runs where, what waits, the moves it would make."""
+        from suanli.sim.plan import dry_run
+
+        return controller.call(lambda sim: dry_run(sim, controller.clock.now()))
+
+    # -------------------------------------------------------- tokens
+
+    @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, 422: {"model": ProblemDetail}})
+    def create_token(body: TokenIn, who: Principal = Depends(admin)):
+        """Mint a token for a tenant (or, with no tenant, another admin token). It is shown once."""
+        if body.tenant is not None and body.tenant not in world.tenants:
+            raise ProblemError(422, "Unprocessable Content", f"no tenant {body.tenant!r}",
+                               [{"path": "tenant", "message": f"tenants are {', '.join(sorted(world.tenants))}"}])
+        return {"token": store.mint(body.tenant), "tenant": body.tenant}
+
+    api.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    return api

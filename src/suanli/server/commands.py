@@ -1,0 +1,353 @@
+"""The commands of the live control plane: ``serve``, and the client commands
+(``apply``, ``get``, ``describe``, ``delete``, ``events``, ``token create``)
+that talk to it over its REST API.
+
+The client finds the server in ``--server`` or ``SUANLI_SERVER`` and speaks
+with ``--token`` or ``SUANLI_TOKEN``. A request the server refuses for its
+content (a bad document, an unknown name) exits with status 2 and the
+server's problems, one per line with its field path; a server that cannot be
+reached or fails exits with status 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from suanli.spec.problems import Problem, SpecError
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+SERVER = typer.Option(None, "--server", envvar="SUANLI_SERVER", help=f"The server's URL (default {DEFAULT_SERVER}).")
+TOKEN = typer.Option(None, "--token", envvar="SUANLI_TOKEN", help="A bearer token (suanli token create).")
+ADMIN_TENANT = typer.Option(None, "--tenant", help="With an admin token: the tenant whose object it is.")
+err = Console(stderr=True, highlight=False)
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Kind(str, Enum):
+    apps = "apps"
+    tasks = "tasks"
+    vcs = "vcs"
+    nodes = "nodes"
+    tenants = "tenants"
+
+
+class ExecutorName(str, Enum):
+    sim = "sim"
+    local = "local"
+    ray = "ray"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error[/red]: {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+class Client:
+    """The REST API over HTTP, with retries on a connection lost (creates carry an idempotency key)."""
+
+    def __init__(self, server: str | None, token: str | None) -> None:
+        import httpx
+
+        self.server = (server or DEFAULT_SERVER).rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+        self._httpx = httpx
+
+    def request(self, method: str, path: str, *, where: str = "", **kw: Any):
+        for attempt in range(3):
+            try:
+                r = self.http.request(method, path, **kw)
+                break
+            except self._httpx.TransportError as exc:
+                if attempt == 2:
+                    _fail(f"cannot reach the server at {self.server}: {exc}", 1)
+        if r.status_code >= 500:
+            _fail(f"the server failed ({r.status_code}): {r.text[:500]}", 1)
+        if r.status_code >= 400:
+            self._problem(r, where)
+        return r
+
+    def _problem(self, r, where: str) -> None:
+        try:
+            body = r.json()
+        except ValueError:
+            body = {"title": r.reason_phrase, "detail": r.text}
+        lines = [f"{where}{e.get('path') + ': ' if e.get('path') else ''}{e.get('message')}"
+                 for e in body.get("errors") or []]
+        head = f"{body.get('title', r.reason_phrase)} ({r.status_code}): {body.get('detail', '')}".rstrip(": ")
+        for line in lines or [head]:
+            err.print(f"[red]error[/red]: {escape(line)}", soft_wrap=True)
+        if lines:
+            err.print(escape(head), soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the control plane's commands to the command line."""
+
+    @app.command()
+    def serve(
+        files: List[Path] = typer.Argument(..., help="Fleet, Tenant and VirtualCluster documents."),
+        db: str = typer.Option("sqlite:///suanli.db", "--db", help="Database URL: a SQLite file, or "
+                               "postgresql+psycopg://USER:PASSWORD@HOST/DB."),
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8080, "--port"),
+        executor: ExecutorName = typer.Option(ExecutorName.sim, "--executor", help="Who runs the tasks: sim "
+                                              "(the digital twin's executor, on the wall clock)."),
+        speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second (sim executor)."),
+        max_rate: float = typer.Option(500.0, "--max-rate", help="Requests per second per token, on average."),
+        max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body, in bytes."),
+    ) -> None:
+        """Run the control plane: the scheduler on wall-clock time behind a REST API (docs at /docs)."""
+        import uvicorn
+
+        from suanli.server.api import Limits, create_api
+        from suanli.server.controller import Controller
+        from suanli.server.store import Store
+        from suanli.spec.build import build_world
+        from suanli.spec.loader import load_documents
+
+        problems = []
+        if executor is not ExecutorName.sim:
+            problems.append(Problem("--executor", f"the {executor.value!r} executor is not part of this version; "
+                                                  "use sim"))
+        if speed <= 0:
+            problems.append(Problem("--speed", f"must be above 0, got {speed:g}"))
+        if problems:
+            _fail_problems(problems)
+        try:
+            docs = load_documents(files)
+            extra = [(d.src, d.doc.kind) for d in [*docs.applications, *docs.scenarios]]
+            if extra:
+                raise SpecError([Problem(src.file, f"a {kind} document: serve takes Fleet, Tenant and "
+                                         "VirtualCluster documents; submit applications with suanli apply",
+                                         document=src.index, label=src.label) for src, kind in extra])
+            if not docs.fleets:
+                raise SpecError([Problem(", ".join(docs.files), "no Fleet document among the files")])
+            world = build_world(docs)
+        except SpecError as exc:
+            _fail_problems(exc.problems)
+        try:
+            store = Store(db)
+        except Exception as exc:  # a bad URL, a database that is not there
+            _fail_problems([Problem("--db", f"cannot open the database: {exc}".splitlines()[0])])
+        made = store.ensure_admin(os.environ.get("SUANLI_ADMIN_TOKEN") or None)
+        if made is not None:
+            err.print(f"admin token (shown once): {made}", soft_wrap=True)
+        controller = Controller(world, store, speed=speed)
+        api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
+                                                          burst=max(1, int(2 * max_rate))))
+        err.print(f"suanli serving {world.fleet.n_nodes} nodes on http://{host}:{port} (docs at /docs)")
+        uvicorn.run(api, host=host, port=port, log_level="warning")
+
+    @app.command()
+    def apply(
+        file: Path = typer.Option(..., "-f", "--file", help="A YAML file of Application documents."),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Submit the applications of a file (the same document again is left as it is)."""
+        import yaml
+
+        try:
+            docs = [d for d in yaml.safe_load_all(file.read_text(encoding="utf-8")) if d is not None]
+        except OSError as exc:
+            _fail(f"{file}: cannot read file: {exc.strerror or exc}")
+        except yaml.YAMLError as exc:
+            _fail(f"{file}: malformed YAML: {exc}")
+        bad = [i for i, d in enumerate(docs) if not isinstance(d, dict) or d.get("kind") != "Application"]
+        if bad or not docs:
+            _fail(f"{file}: document {bad[0] if bad else 0}: apply takes Application documents"
+                  if bad else f"{file}: no documents")
+        client = Client(server, token)
+        out = Console(highlight=False)
+        for i, doc in enumerate(docs):
+            key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+            r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
+                               where=f"{file}: document {i}: ")
+            body = r.json()
+            out.print(f"application/{body['name']} {'created' if r.status_code == 201 else 'unchanged'}")
+
+    @app.command()
+    def get(
+        kind: Kind = typer.Argument(..., help="apps, tasks, vcs, nodes or tenants"),
+        output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
+        app_name: Optional[str] = typer.Option(None, "--app", help="tasks: of this application only"),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """List objects: apps, tasks, vcs, nodes or tenants."""
+        client = Client(server, token)
+        path = {"apps": "/v1/applications", "tasks": "/v1/tasks", "vcs": "/v1/vcs", "nodes": "/v1/nodes",
+                "tenants": "/v1/tenants"}[kind.value]
+        params = {"app": app_name} if app_name and kind is Kind.tasks else {}
+        items = client.request("GET", path, params=params).json()
+        if output is Output.json:
+            sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
+            return
+        columns = {
+            "apps": [("NAME", "name"), ("TENANT", "tenant"), ("PENDING", "tasks.pending"),
+                     ("RUNNING", "tasks.running"), ("FINISHED", "tasks.finished"), ("FAILED", "tasks.failed"),
+                     ("CREATED", "created_at")],
+            "tasks": [("TASK", "task"), ("TENANT", "tenant"), ("STATUS", "status"), ("NODE", "node"),
+                      ("SITE", "site"), ("PLACEMENTS", "placements")],
+            "vcs": [("NAME", "name"), ("TENANT", "tenant"), ("DEFAULT", "default"), ("HOSTS", "hosts#")],
+            "nodes": [("NODE", "node"), ("SITE", "site"), ("TIER", "tier"), ("STATE", "state"), ("TASKS", "tasks"),
+                      ("FREE CPU", "free.cpu_milli"), ("FREE MEM MiB", "free.mem_mib")],
+            "tenants": [("NAME", "name"), ("WEIGHT", "weight"), ("ALLOWED SITES", "allowed_sites")],
+        }[kind.value]
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for head, _ in columns:
+            table.add_column(head)
+        for item in items:
+            table.add_row(*(escape(_cell(item, key)) for _, key in columns))
+        Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
+
+    @app.command()
+    def describe(
+        kind: str = typer.Argument(..., help="task"),
+        name: str = typer.Argument(..., help="APP/COMPONENT/INDEX"),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """A task in full: status, placement, why it waits, and its history."""
+        if kind != "task":
+            _fail(f"describe takes 'task', got {kind!r}")
+        client = Client(server, token)
+        t = client.request("GET", f"/v1/tasks/{name}", params=_tenant(tenant)).json()
+        out = Console(highlight=False)
+        for key in ("task", "tenant", "status", "node", "site", "vc", "host", "placements", "submitted_at",
+                    "started_at", "ended_at"):
+            if t.get(key) is not None:
+                out.print(f"{key + ':':14}{escape(str(t[key]))}")
+        if t.get("reasons"):
+            out.print("waiting:      " + escape(", ".join(f"{n} {why}" for why, n in t["reasons"].items())))
+        out.print("history:")
+        for e in t["history"]:
+            rest = {k: v for k, v in e.items() if k not in ("t", "kind", "task", "tenant")}
+            out.print(f"  {_when(e['t'])}  {e['kind']:10} " + escape(" ".join(f"{k}={v}" for k, v in rest.items())))
+
+    @app.command()
+    def delete(
+        kind: str = typer.Argument(..., help="app"),
+        name: str = typer.Argument(...),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Delete an application: its running tasks stop."""
+        if kind not in ("app", "apps", "application"):
+            _fail(f"delete takes 'app', got {kind!r}")
+        Client(server, token).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
+        Console(highlight=False).print(f"application/{name} deleted")
+
+    @app.command()
+    def events(
+        follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing events as they come."),
+        output: Output = typer.Option(Output.table, "-o", "--output", help="table or json (one object per line)"),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """The scheduler's events (your tenant's; all of them with an admin token)."""
+        client = Client(server, token)
+        show = _event_printer(output)
+        after = 0
+        while True:  # the recorded ones, a page at a time
+            page = client.request("GET", "/v1/events", params={"after": after, "limit": 1000}).json()
+            for e in page:
+                show(e["body"])
+                after = e["id"]
+            if len(page) < 1000:
+                break
+        if not follow:
+            return
+        try:
+            with client.http.stream("GET", "/v1/events/stream", params={"after": after}, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    client._problem(r, "")
+                data = None
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        data = json.loads(line[6:])
+                    elif line == "" and data is not None:
+                        show(data)
+                        data = None
+        except client._httpx.TransportError as exc:
+            _fail(f"the event stream from {client.server} ended: {exc}", 1)
+        except KeyboardInterrupt:
+            pass
+
+    token_app = typer.Typer(no_args_is_help=True, help="Tokens for the control plane's API.")
+    app.add_typer(token_app, name="token")
+
+    @token_app.command("create")
+    def token_create(
+        tenant: Optional[str] = typer.Option(None, "--tenant", help="The tenant it speaks for; none: an admin token."),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Mint a token (needs an admin token); it is printed once."""
+        body = Client(server, token).request("POST", "/v1/tokens", json={"tenant": tenant}).json()
+        sys.stdout.write(body["token"] + "\n")
+
+
+def _fail_problems(problems: list[Problem]) -> None:
+    for p in problems:
+        err.print(f"[red]error[/red]: {escape(str(p))}", soft_wrap=True)
+    n = len(problems)
+    err.print(f"{n} problem{'s' if n != 1 else ''} found; nothing was served.")
+    raise typer.Exit(2)
+
+
+def _tenant(tenant: str | None) -> dict[str, str]:
+    return {"tenant": tenant} if tenant else {}
+
+
+def _cell(item: dict, key: str) -> str:
+    if key.endswith("#"):
+        return str(len(item.get(key[:-1]) or ()))
+    value: Any = item
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _when(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _event_printer(output: Output):
+    out = Console(highlight=False)
+
+    def show(e: dict) -> None:
+        if output is Output.json:
+            sys.stdout.write(json.dumps(e, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+            return
+        rest = {k: v for k, v in e.items() if k not in ("t", "kind")}
+        out.print(f"{_when(e['t'])}  {e['kind']:11} " + escape(" ".join(f"{k}={v}" for k, v in rest.items())))
+
+    return show

@@ -1,0 +1,276 @@
+"""The one thread that owns the scheduler of a live control plane.
+
+The scheduler is the simulator's (``Simulation``), on a wall clock. Nothing
+else touches it: request handlers put commands on the controller's queue
+(submit, delete, cordon, a question to answer), and the controller applies
+them between instants. After each instant it writes what changed (task
+status and placement, the instant's events) to the store in one
+transaction, then tells event streams there is more.
+
+Applications of different tenants may share a name, so inside the scheduler
+an application is ``TENANT:NAME`` (``:`` is not allowed in names); outside,
+task names are ``APP/COMPONENT/INDEX`` with the tenant beside them.
+
+On start the controller rebuilds the scheduler's world from the store:
+cordoned and drained nodes, then every application, with the tasks that had
+ended recorded as ended. A task the store holds as running is asked of the
+executor; the simulated executor's runs do not outlive its process, so such
+a task is requeued (an event says why) and placed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from suanli.engine.clock import WallClock
+from suanli.model.work import Application, World
+from suanli.server.store import Store, TaskRow
+from suanli.sim.simulation import Simulation
+from suanli.spec import schema
+from suanli.spec.build import build_application
+
+log = logging.getLogger("suanli.server")
+
+SEP = ":"
+ENDED = ("finished", "failed")
+IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
+
+
+def internal(tenant: str, app: str) -> str:
+    return f"{tenant}{SEP}{app}"
+
+
+def split(name: str) -> tuple[str, str]:
+    """``TENANT:APP/...`` -> (tenant, ``APP/...``)."""
+    tenant, _, rest = name.partition(SEP)
+    return tenant, rest
+
+
+NODE_EVENTS = {"cordon": "nodeCordon", "drain": "nodeDrain", "uncordon": "nodeUp"}
+
+
+def node_event(node: str, action: str):
+    """The scenario event a node action is: cordon, drain or uncordon."""
+    kind = NODE_EVENTS[action]
+    return schema.NodeCordonEvent(at=0, kind=kind, node=node) if kind == "nodeCordon" else \
+        schema.NodeDrainEvent(at=0, kind=kind, node=node) if kind == "nodeDrain" else \
+        schema.NodeUpEvent(at=0, kind=kind, node=node)
+
+
+def build_app(tenant: str, name: str, document: dict) -> Application:
+    """The scheduler's application for an accepted document."""
+    spec = schema.ApplicationDoc.model_validate(document).spec
+    return build_application(internal(tenant, name), tenant, spec)
+
+
+class Controller:
+    def __init__(self, world: World, store: Store, *, speed: float = 1.0, policy: str | None = None) -> None:
+        self.world = world
+        self.store = store
+        self.clock = WallClock(speed)
+        self.epoch = time.time()  # wall time at the scheduler's time 0
+        self.sim = Simulation(world, clock=self.clock, policy=policy)
+        self.inbox: queue.Queue[Callable[[float], None]] = queue.Queue()
+        self.published = 0  # events written so far (streams wait for it to grow)
+        self.changed = threading.Condition()
+        self.instants = 0
+        self.last_turn = time.monotonic()
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reasons: dict[str, int] = {}  # pending task -> id of the reasons last written
+        self._vc_tenant = {name: vc.tenant for name, vc in world.vcs.items()}
+        self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
+
+    # ------------------------------------------------------------ life
+
+    def start(self) -> None:
+        """Rebuild from the store, then run the scheduler's thread."""
+        self.sim.start()
+        self._restore()
+        self._turn()
+        self._thread = threading.Thread(target=self._run, name="suanli-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.inbox.put(lambda now: None)  # wake the thread now rather than at its next look
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wall(self, t: float) -> float:
+        """Wall time (seconds since the epoch) of scheduler time ``t``."""
+        return self.epoch + t / self.clock.speed
+
+    def _restore(self) -> None:
+        sim = self.sim
+        for node, state in self.store.node_states().items():
+            self._node(node, "cordon" if state == "cordoned" else "drain")
+        tasks: dict[int, list[TaskRow]] = {}
+        for row in self.store.tasks():
+            tasks.setdefault(row.app_id, []).append(row)
+        lost = []
+        for app in self.store.apps():
+            rows = tasks.get(app.id, [])
+            ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
+            sim.submit(build_app(app.tenant, app.name, app.document), ended)
+            lost += [r for r in rows if r.status == "running"]
+        if lost:  # the simulated executor's runs ended with the process that ran them
+            now = time.time()
+            why = "not running on the executor after the control plane restarted"
+            self.store.record(
+                [(r.tenant, r.name, {"status": "pending", "node": None, "site": None, "host": None,
+                                     "updated_at": now}) for r in lost],
+                [{"at": now, "kind": "requeued", "tenant": r.tenant, "task": r.name,
+                  "body": {"t": now, "kind": "requeued", "task": r.name, "tenant": r.tenant, "reason": why}}
+                 for r in lost])
+
+    # ------------------------------------------------------------ commands (any thread)
+
+    def submit(self, app: Application) -> None:
+        self.inbox.put(lambda now: self.sim.submit(app))
+
+    def delete(self, tenant: str, name: str) -> None:
+        event = schema.DeleteEvent.model_construct(at=0, kind="delete", app=internal(tenant, name))  # TENANT:NAME
+        self.inbox.put(lambda now: self.sim.apply(event))
+
+    def node(self, node: str, action: str) -> None:
+        """``cordon`` (no new work), ``drain`` (and its work moves off) or ``uncordon``."""
+        self.inbox.put(lambda now: self._node(node, action))
+
+    def call(self, fn: Callable[[Simulation], Any], timeout: float = 30.0) -> Any:
+        """``fn(sim)`` run by the controller between instants; its result."""
+        done: Future = Future()
+
+        def ask(now: float) -> None:
+            try:
+                self._turn()  # what was asked before has happened
+                done.set_result(fn(self.sim))
+            except BaseException as exc:  # handed to the asking thread
+                done.set_exception(exc)
+
+        self.inbox.put(ask)
+        return done.result(timeout)
+
+    def _node(self, node: str, action: str) -> None:
+        (self.cordoned.add if action == "cordon" else self.cordoned.discard)(node)
+        self.sim.apply(node_event(node, action))
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            nxt = self.sim.loop.peek_time()
+            wait = IDLE_WAIT_S if nxt is None else (nxt - self.clock.now()) / self.clock.speed
+            commands = []
+            try:
+                commands.append(self.inbox.get(timeout=min(IDLE_WAIT_S, wait)) if wait > 0
+                                else self.inbox.get_nowait())
+            except queue.Empty:
+                pass
+            while True:
+                try:
+                    commands.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            now = self.clock.now()
+            for command in commands:
+                try:
+                    command(now)
+                except Exception:  # one bad command must not stop the scheduler
+                    self.errors += 1
+                    log.exception("a command failed")
+            try:
+                self._turn()
+            except Exception:
+                self.errors += 1
+                log.exception("the scheduler's turn failed")
+                time.sleep(0.1)  # the store may be away: retry soon, not in a tight loop
+
+    def _turn(self) -> None:
+        """Handle the instants due, then write what they changed."""
+        self.sim.step(self.clock.now())
+        self.last_turn = time.monotonic()
+        events = self.sim.events.take()
+        changes = self._changes(events) + self._reasons_changed()
+        if not events and not changes:
+            return
+        rows = [self._row(e) for e in events]
+        self.store.record(changes, rows)
+        self.instants += 1
+        with self.changed:
+            self.published += len(rows)
+            self.changed.notify_all()
+
+    # ------------------------------------------------------------ what an instant changed
+
+    def _row(self, e: dict[str, Any]) -> dict[str, Any]:
+        """An event as the store keeps it: names as the tenant knows them."""
+        body = dict(e)
+        at = self.wall(body.pop("t"))
+        tenant = task = None
+        if "task" in body:
+            tenant, task = split(body["task"])
+            body["task"], body["tenant"] = task, tenant
+        elif "app" in body:
+            tenant, body["app"] = split(body["app"])
+            body["tenant"] = tenant
+        elif "vc" in body:
+            tenant = self._vc_tenant.get(body["vc"])
+        return {"at": at, "kind": e["kind"], "tenant": tenant, "task": task, "body": {"t": round(at, 6), **body}}
+
+    def _changes(self, events: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
+        fields: dict[str, dict[str, Any]] = {}
+        for e in events:
+            task = e.get("task")
+            if task is None or SEP not in task:
+                continue
+            kind, at = e["kind"], self.wall(e["t"])
+            f = fields.setdefault(task, {})
+            if kind == "placed":
+                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), reasons=None)
+                f["placements"] = f.get("placements", 0) + 1
+            elif kind == "started":
+                f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
+            elif kind == "migrated":
+                f.update(node=e.get("to"))
+            elif kind in ENDED:
+                f.update(status=kind, ended_at=at)
+            elif kind in ("requeued", "lost", "preempted"):
+                f.update(status="pending", node=None, site=None, host=None)
+            else:
+                continue
+            f["updated_at"] = at
+            self._reasons.pop(task, None)
+        out = []
+        for task, f in fields.items():
+            if not f:
+                continue
+            if "placements" in f:
+                f["placements"] = TaskRow.placements + f["placements"]
+            tenant, name = split(task)
+            out.append((tenant, name, f))
+        return out
+
+    def _reasons_changed(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Pending tasks whose reasons for waiting changed since last written."""
+        sim, out = self.sim, []
+        now = time.time()
+        for uid in sim.pending:
+            for task in sim.units[uid].unit.tasks:
+                rec = sim.tasks[task]
+                if rec.status != "pending" or not rec.reasons or self._reasons.get(task) == id(rec.reasons):
+                    continue
+                self._reasons[task] = id(rec.reasons)
+                tenant, name = split(task)
+                out.append((tenant, name, {"reasons": dict(rec.reasons), "updated_at": now}))
+        return out
