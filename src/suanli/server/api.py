@@ -86,8 +86,13 @@ def not_found(what: str, name: str) -> ProblemError:
     return ProblemError(404, "Not Found", f"no {what} {name!r}")
 
 
-ERRORS = {code: {"model": ProblemDetail, "content": {PROBLEM: {}}} for code in (401, 404, 413, 429)}
-ADMIN_ERRORS = {**ERRORS, 403: {"model": ProblemDetail, "content": {PROBLEM: {}}}}
+def problems(*codes: int) -> dict[int, dict]:
+    """Documented answers that are problem details (FastAPI would file a ``model`` under application/json)."""
+    return {code: {"content": {PROBLEM: {"schema": ProblemDetail.model_json_schema()}}} for code in codes}
+
+
+ERRORS = problems(401, 404, 413, 422, 429)
+ADMIN_ERRORS = {**ERRORS, **problems(403)}
 
 
 # ------------------------------------------------------------------ response bodies
@@ -319,8 +324,16 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     @api.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        title = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, "Error")
-        return problem_response(request, exc.status_code, title, str(exc.detail))
+        title = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, "Error")
+        headers = exc.headers
+        if exc.status_code == 405:  # the path's methods, not only those of the first route that matched it
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request.scope))}
+        return problem_response(request, exc.status_code, title, str(exc.detail), headers=headers)
+
+    def _allowed(scope) -> list[str]:
+        first = next(r for r in api.router.routes if r.matches(scope)[0] is not Match.NONE)
+        return sorted({m for r in api.router.routes if getattr(r, "path", None) == first.path
+                       for m in getattr(r, "methods", None) or ()})
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -445,11 +458,6 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
         except (KeyError, ValueError):
             raise not_found("node", name) from None
 
-    @api.get("/v1/nodes/{node:path}", response_model=NodeOut, responses=ERRORS)
-    def get_node(node: str, who: Principal = Depends(principal)):
-        n = _node_index(node)
-        return controller.call(lambda sim: _node_out(sim, n, _node_states(sim)[n]))
-
     def node_action(action: str):
         def act(node: str, who: Principal = Depends(admin)):
             _node_index(node)
@@ -464,6 +472,13 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
     for action in ("cordon", "drain", "uncordon"):
         api.post(f"/v1/nodes/{{node:path}}/{action}", response_model=NodeOut, responses=ADMIN_ERRORS,
                  summary=f"{action.capitalize()} a node")(node_action(action))
+
+    # After the actions: ``{node:path}`` matches ``NODE/cordon`` too, and the first route a path
+    # matches is the one whose methods a 405 answer lists in ``Allow``.
+    @api.get("/v1/nodes/{node:path}", response_model=NodeOut, responses=ERRORS)
+    def get_node(node: str, who: Principal = Depends(principal)):
+        n = _node_index(node)
+        return controller.call(lambda sim: _node_out(sim, n, _node_states(sim)[n]))
 
     # -------------------------------------------------------- tenants and virtual clusters
 
@@ -509,8 +524,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     @api.post("/v1/applications", status_code=201, response_model=AppOut,
               responses={**ERRORS, 200: {"model": AppOut, "description": "the same idempotency key again"},
-                         403: {"model": ProblemDetail}, 409: {"model": ProblemDetail},
-                         422: {"model": ProblemDetail}},
+                         **problems(400, 403, 409)},
               openapi_extra=APP_BODY)
     async def create_application(request: Request, who: Principal = Depends(principal),
                                  idempotency_key: str | None = Header(None, max_length=256)):
@@ -648,7 +662,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     # -------------------------------------------------------- tokens
 
-    @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, 422: {"model": ProblemDetail}})
+    @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, **problems(400)})
     def create_token(body: TokenIn, who: Principal = Depends(admin)):
         """Mint a token for a tenant (or, with no tenant, another admin token). It is shown once."""
         if body.tenant is not None and body.tenant not in world.tenants:
