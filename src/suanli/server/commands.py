@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"{file}: document {bad[0] if bad else 0}: apply takes Application documents"
                   if bad else f"{file}: no documents")
         client = Client(server, token)
-        out = Console(highlight=False)
+        out = Console(highlight=False, soft_wrap=True)
         for i, doc in enumerate(docs):
             key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
             r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
@@ -231,7 +231,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"describe takes 'task', got {kind!r}")
         client = Client(server, token)
         t = client.request("GET", f"/v1/tasks/{name}", params=_tenant(tenant)).json()
-        out = Console(highlight=False)
+        out = Console(highlight=False, soft_wrap=True)
         for key in ("task", "tenant", "status", "node", "site", "vc", "host", "placements", "submitted_at",
                     "started_at", "ended_at"):
             if t.get(key) is not None:
@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
         if kind not in ("app", "apps", "application"):
             _fail(f"delete takes 'app', got {kind!r}")
         Client(server, token).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
-        Console(highlight=False).print(f"application/{name} deleted")
+        Console(highlight=False, soft_wrap=True).print(f"application/{name} deleted")
 
     @app.command()
     def events(
@@ -340,7 +340,7 @@ def _when(t: float) -> str:
 
 
 def _event_printer(output: Output):
-    out = Console(highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
 
     def show(e: dict) -> None:
         if output is Output.json:

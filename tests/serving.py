@@ -1,0 +1,66 @@
+"""``suanli serve`` as a child process on a free loopback port, for the tests
+that need a real server: killed, started again, talked to by the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from conftest import EXAMPLES
+
+ADMIN = "sl_test-admin-token"
+FLEET = (EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``suanli serve`` as a child process, started again after each kill."""
+
+    def __init__(self, db: str, port: int, log) -> None:
+        self.db, self.port, self.log = db, port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        env = {**os.environ, "SUANLI_ADMIN_TOKEN": ADMIN}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from suanli.cli import main; main()", "serve",
+             *map(str, FLEET),
+             "--db", self.db, "--port", str(self.port), "--speed", "20", "--max-rate", "100000"],
+            env=env, stdout=self.log, stderr=self.log)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}")
+            time.sleep(0.05)
+        raise RuntimeError("the server did not come up within 60 s")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.kills += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
