@@ -37,7 +37,7 @@ from suanli.model.work import World
 from suanli.output import resources_json
 from suanli.server.controller import Controller, build_app
 from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
-from suanli.spec.loader import parse_text
+from suanli.spec.loader import validate_document
 from suanli.spec.problems import Problem
 from suanli.spec.refs import check_application
 
@@ -292,6 +292,30 @@ class _TooLarge(Exception):
     pass
 
 
+class RequestCounter:
+    """ASGI middleware: each answer counted by method, route template and status, for /metrics."""
+
+    def __init__(self, app, counts: Counter) -> None:
+        self.app, self.counts = app, counts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500  # no answer started: the server failed
+
+        async def seen(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            route = scope.get("route")  # the router sets it on a match
+            self.counts[(scope["method"], getattr(route, "path", "unmatched"), status)] += 1
+
+
 # ------------------------------------------------------------------ the application
 
 
@@ -340,16 +364,9 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
         errors = [{"path": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()]
         return problem_response(request, 422, "Unprocessable Content", "the request is not valid", errors)
 
-    @api.middleware("http")
-    async def _count(request: Request, call_next):
-        response = await call_next(request)
-        route = next((r.path for r in api.router.routes if r.matches(request.scope)[0] is Match.FULL), "unmatched")
-        requests[(request.method, route, response.status_code)] += 1
-        return response
-
     # -------------------------------------------------------- who asks
 
-    def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+    async def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
         if creds is None or creds.scheme.lower() != "bearer":
             raise ProblemError(401, "Unauthorized", "a bearer token is required",
                                headers={"WWW-Authenticate": "Bearer"})
@@ -357,12 +374,13 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
         if wait:
             raise ProblemError(429, "Too Many Requests", f"at most {limits.rate:g} requests per second per token",
                                headers={"Retry-After": str(max(1, round(wait)))})
-        who = store.principal(creds.credentials)
+        # a known token is answered from memory, on the event loop; only a new one is looked up
+        who = store.remembered(creds.credentials) or await asyncio.to_thread(store.principal, creds.credentials)
         if who is None:
             raise ProblemError(401, "Unauthorized", "the token is not known", headers={"WWW-Authenticate": "Bearer"})
         return who
 
-    def admin(who: Principal = Depends(principal)) -> Principal:
+    async def admin(who: Principal = Depends(principal)) -> Principal:
         if not who.admin:
             raise ProblemError(403, "Forbidden", "this needs an admin token")
         return who
@@ -387,7 +405,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
     @api.get("/metrics", response_class=PlainTextResponse)
     def metrics():
         """Prometheus text format: tasks by status, nodes by state, requests, the scheduler's turns."""
-        counts = Counter(row.status for row in store.tasks())
+        counts = store.task_counts()
         states = controller.call(lambda sim: _node_states(sim))
         lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
         lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in ("pending", "running", "finished", "failed")]
@@ -516,8 +534,10 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     # -------------------------------------------------------- applications
 
-    def _app_out(row: AppRow) -> dict[str, Any]:
-        counts = Counter(t.status for t in store.tasks(row.tenant, row.name))
+    def _app_out(row: AppRow, counts: dict[str, int] | None = None) -> dict[str, Any]:
+        """An application and its tasks by status (``counts``, when known, else read)."""
+        if counts is None:
+            counts = store.task_counts(row.id)
         return {"name": row.name, "tenant": row.tenant, "created_at": iso(row.created_at),
                 "tasks": {s: counts.get(s, 0) for s in ("pending", "running", "finished", "failed")},
                 "document": row.document}
@@ -544,8 +564,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
                 raise ProblemError(403, "Forbidden", "a tenant's token submits only the tenant's own applications",
                                    [{"path": "metadata.tenant", "message": f"must be {who.tenant!r} or absent"}])
             doc["metadata"]["tenant"] = tenant = who.tenant
-        text = json.dumps(doc)
-        found = parse_text("request body", text)
+        found = validate_document("request body", doc)
         problems = [p for p in found if isinstance(p, Problem)]
         if not problems:
             problems = check_application(found[0], world)
@@ -553,15 +572,16 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
             raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
                                [{"path": p.path, "message": p.message} for p in problems])
         name = found[0].name
-        app = build_app(tenant, name, doc)
+        app = build_app(tenant, name, found[0].doc)
         tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
         try:
             row, new = store.create_app(tenant, name, doc, tasks, key)
         except Conflict:
             raise ProblemError(409, "Conflict", f"an application {name!r} exists; delete it first") from None
-        if new:
-            controller.submit(app)
-        return JSONResponse(_app_out(row), status_code=201 if new else 200)
+        if not new:
+            return JSONResponse(_app_out(row), status_code=200)
+        controller.submit(app)
+        return JSONResponse(_app_out(row, {"pending": len(tasks)}), status_code=201)
 
     def _read_document(raw: bytes, ctype: str) -> dict:
         try:
@@ -670,5 +690,6 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
                                [{"path": "tenant", "message": f"tenants are {', '.join(sorted(world.tenants))}"}])
         return {"token": store.mint(body.tenant), "tenant": body.tenant}
 
+    api.add_middleware(RequestCounter, counts=requests)
     api.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     return api

@@ -11,6 +11,7 @@ reached or fails exits with status 1.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -153,6 +154,11 @@ def register(app: typer.Typer) -> None:
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate))))
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on http://{host}:{port} (docs at /docs)")
+        # What start-up built (modules, the fleet, the scheduler's tables) lives as long as
+        # the process: frozen, the collector no longer walks it, and a full collection
+        # takes a few milliseconds instead of stopping every request for 50 to 150.
+        gc.collect()
+        gc.freeze()
         uvicorn.run(api, host=host, port=port, log_level="warning")
 
     @app.command()

@@ -62,10 +62,11 @@ def node_event(node: str, action: str):
         schema.NodeUpEvent(at=0, kind=kind, node=node)
 
 
-def build_app(tenant: str, name: str, document: dict) -> Application:
-    """The scheduler's application for an accepted document."""
-    spec = schema.ApplicationDoc.model_validate(document).spec
-    return build_application(internal(tenant, name), tenant, spec)
+def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) -> Application:
+    """The scheduler's application for an accepted document (as stored, or validated already)."""
+    if not isinstance(document, schema.ApplicationDoc):
+        document = schema.ApplicationDoc.model_validate(document)
+    return build_application(internal(tenant, name), tenant, document.spec)
 
 
 class Controller:
@@ -255,8 +256,6 @@ class Controller:
         for task, f in fields.items():
             if not f:
                 continue
-            if "placements" in f:
-                f["placements"] = TaskRow.placements + f["placements"]
             tenant, name = split(task)
             out.append((tenant, name, f))
         return out

@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from sqlalchemy import (JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint, create_engine,
-                        delete, event, select, update)
-from sqlalchemy.engine import Engine
+from sqlalchemy import (JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
+                        create_engine, delete, event, func, insert, select, update)
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 TOKEN_PREFIX = "sl_"  # tokens are recognisable in logs and secret scanners
+T = TypeVar("T")
 
 
 class Base(DeclarativeBase):
@@ -114,6 +118,23 @@ class Conflict(Exception):
     """An application of that name exists (under another idempotency key)."""
 
 
+# The statements of the busiest writes (a submission, an instant of the scheduler),
+# built once and run on the connection: the ORM's unit of work and per-call statement
+# building cost more than the database does here.
+INSERT_APP = insert(AppRow.__table__)
+INSERT_TASKS = insert(TaskRow.__table__)
+INSERT_EVENTS = insert(EventRow.__table__)
+
+
+@lru_cache(maxsize=64)
+def task_update(fields: tuple[str, ...]):
+    """UPDATE of one task's ``fields`` (``placements``: a count to add), for many tasks at once."""
+    t = TaskRow.__table__
+    values = {f: t.c.placements + bindparam("add_placements") if f == "placements" else bindparam(f"v_{f}")
+              for f in fields}
+    return update(t).where(t.c.tenant == bindparam("k_tenant"), t.c.name == bindparam("k_name")).values(values)
+
+
 def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
@@ -145,6 +166,18 @@ def migrate(url: str) -> None:
     command.upgrade(cfg, "head")
 
 
+class _Write:
+    """A write waiting for the next group commit."""
+
+    __slots__ = ("work", "done", "result", "error")
+
+    def __init__(self, work: Callable[[Connection], Any]) -> None:
+        self.work = work
+        self.done = False
+        self.result: Any = None
+        self.error: Exception | None = None
+
+
 class Store:
     def __init__(self, url: str, *, upgrade: bool = True) -> None:
         if upgrade:
@@ -152,16 +185,66 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
+        # This process's writers take turns on a lock: SQLite has one writer at a time,
+        # and one that finds the file locked polls it with sleeps of 1 to 100 ms; the
+        # busiest writes also share commits (``_write``), on either database.
+        self._write_lock = threading.Lock()
+        self._queued: list[_Write] = []  # writes waiting for the lock, to be committed together
+        self._queued_lock = threading.Lock()
+        self._principals: dict[str, Principal] = {}  # token digest -> who (tokens are never changed)
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A write transaction of its own, committed on leaving."""
+        with self._write_lock, self.session.begin() as s:
+            yield s
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """``work(connection)`` in a write transaction, committed before this returns.
+
+        Writes that arrive while another commits wait for it; then the first of
+        them to get the lock commits all that are waiting in one transaction (a
+        group commit: one sync to disk for them all, not one each). Should that
+        transaction fail, each of its writes runs again on its own, so that one
+        write's failure (a name taken) is that write's alone."""
+        w = _Write(work)
+        with self._queued_lock:
+            self._queued.append(w)
+        with self._write_lock:  # every holder commits what is queued: ``w`` too, by now or here
+            with self._queued_lock:
+                batch, self._queued = self._queued, []
+            if batch:
+                self._commit(batch)
+        if not w.done:
+            raise RuntimeError("the write was not committed: the thread committing it stopped")
+        if w.error is not None:
+            raise w.error
+        return w.result
+
+    def _commit(self, batch: list[_Write]) -> None:
+        """One transaction for the batch; should it fail, one for each of its writes."""
+        try:
+            with self.engine.begin() as conn:
+                results = [w.work(conn) for w in batch]
+        except Exception as exc:
+            if len(batch) > 1:
+                for w in batch:
+                    self._commit([w])
+            else:
+                batch[0].error, batch[0].done = exc, True
+            return
+        for w, result in zip(batch, results):
+            w.result, w.done = result, True
 
     # ------------------------------------------------------------ tokens
 
     def ensure_admin(self, token: str | None) -> str | None:
         """An admin token: ``token`` when given (kept), else one made now when
         none exists. Returns a token made now (to be shown once), else None."""
-        with self.session.begin() as s:
+        with self._writing() as s:
             if token is not None:
                 if s.scalar(select(TokenRow).where(TokenRow.digest == digest(token))) is None:
                     s.add(TokenRow(digest=digest(token), tenant=None, created_at=time.time()))
@@ -174,14 +257,24 @@ class Store:
 
     def mint(self, tenant: str | None) -> str:
         made = new_token()
-        with self.session.begin() as s:
+        with self._writing() as s:
             s.add(TokenRow(digest=digest(made), tenant=tenant, created_at=time.time()))
         return made
 
+    def remembered(self, token: str) -> Principal | None:
+        """Who a token speaks for, if it was looked up before (no database access)."""
+        return self._principals.get(digest(token))
+
     def principal(self, token: str) -> Principal | None:
-        with self.session() as s:
-            row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
-        return None if row is None else Principal(row.tenant)
+        key = digest(token)
+        who = self._principals.get(key)
+        if who is None:
+            with self.session() as s:
+                row = s.scalar(select(TokenRow).where(TokenRow.digest == key))
+            if row is None:
+                return None  # not remembered: a token minted later is found then
+            who = self._principals[key] = Principal(row.tenant)
+        return who
 
     # ------------------------------------------------------------ applications
 
@@ -189,34 +282,35 @@ class Store:
                    key: str | None) -> tuple[AppRow, bool]:
         """Record an accepted application and its tasks (pending); returns the row
         and whether it is new. A repeated idempotency key returns the first
-        row; a name taken under another key raises ``Conflict``."""
+        row; a name taken under another key raises ``Conflict``.
+
+        The insert comes first, in one transaction with the tasks' rows: a new
+        application (the usual case) costs one round of writes; the unique
+        constraints on name and key tell a repeat, looked up only then."""
         now = time.time()
-        for attempt in range(2):
+        fields = dict(tenant=tenant, name=name, document=document, idempotency_key=key, created_at=now)
+
+        def write(conn: Connection) -> int:
+            app_id = conn.execute(INSERT_APP, fields).inserted_primary_key[0]
+            if tasks:
+                conn.execute(INSERT_TASKS, [dict(tenant=tenant, name=t, app_id=app_id, status="pending",
+                                                 placements=0, submitted_at=now, updated_at=now) for t in tasks])
+            return app_id
+
+        try:
+            app_id = self._write(write)
+        except IntegrityError:
+            same = None
             if key is not None:
                 with self.session() as s:
-                    row = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.idempotency_key == key))
-                if row is not None:
-                    return row, False
-            try:
-                with self.session.begin() as s:
-                    row = AppRow(tenant=tenant, name=name, document=document, idempotency_key=key, created_at=now)
-                    s.add(row)
-                    s.flush()
-                    s.add_all(TaskRow(tenant=tenant, name=t, app_id=row.id, status="pending", placements=0,
-                                      submitted_at=now, updated_at=now) for t in tasks)
-                return row, True
-            except IntegrityError:
-                if key is None or attempt:
-                    with self.session() as s:
-                        same = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.idempotency_key == key)) \
-                            if key is not None else None
-                    if same is not None:
-                        return same, False
-                    raise Conflict(name) from None
-        raise AssertionError("unreachable")
+                    same = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.idempotency_key == key))
+            if same is None:
+                raise Conflict(name) from None
+            return same, False
+        return AppRow(id=app_id, **fields), True
 
     def delete_app(self, tenant: str, name: str) -> bool:
-        with self.session.begin() as s:
+        with self._writing() as s:
             row = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.name == name))
             if row is None:
                 return False
@@ -248,19 +342,36 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
+    def task_counts(self, app_id: int | None = None) -> dict[str, int]:
+        """Tasks by status: of one application, or of all."""
+        q = select(TaskRow.status, func.count()).group_by(TaskRow.status)
+        if app_id is not None:
+            q = q.where(TaskRow.app_id == app_id)
+        with self.session() as s:
+            return {status: n for status, n in s.execute(q)}
+
     def task(self, tenant: str, name: str) -> TaskRow | None:
         with self.session() as s:
             return s.get(TaskRow, (tenant, name))
 
     def record(self, changes: Iterable[tuple[str, str, dict[str, Any]]], events: Sequence[dict[str, Any]]) -> None:
         """One instant of the scheduler: task fields changed (tenant, task,
-        fields) and the events, in one transaction. A task whose application
+        fields; ``placements`` is the number of new placements, added to the
+        count) and the events, in one transaction. A task whose application
         was deleted meanwhile is skipped."""
-        with self.session.begin() as s:
-            for tenant, task, fields in changes:
-                s.execute(update(TaskRow).where(TaskRow.tenant == tenant, TaskRow.name == task).values(**fields))
-            if events:
-                s.add_all(EventRow(**e) for e in events)
+        by_fields: dict[tuple[str, ...], list[dict[str, Any]]] = {}  # one UPDATE per set of fields, many rows
+        for tenant, task, fields in changes:
+            params = {"add_placements" if f == "placements" else f"v_{f}": v for f, v in fields.items()}
+            by_fields.setdefault(tuple(sorted(fields)), []).append({"k_tenant": tenant, "k_name": task, **params})
+        rows_of_events = [{"tenant": None, "task": None, **e} for e in events]
+
+        def write(conn: Connection) -> None:
+            for fields, rows in by_fields.items():
+                conn.execute(task_update(fields), rows)
+            if rows_of_events:
+                conn.execute(INSERT_EVENTS, rows_of_events)
+
+        self._write(write)
 
     # ------------------------------------------------------------ events
 
@@ -281,7 +392,7 @@ class Store:
     # ------------------------------------------------------------ nodes
 
     def set_node_state(self, node: str, state: str | None) -> None:
-        with self.session.begin() as s:
+        with self._writing() as s:
             row = s.get(NodeStateRow, node)
             if state is None:
                 if row is not None:

@@ -152,6 +152,15 @@ def parse_text(display: str, text: str) -> list[Loaded | Problem]:
     return _parse_file(display, text)
 
 
+def validate_document(display: str, data: Any) -> list[Loaded | Problem]:
+    """One document already read (a JSON request body, say), validated as
+    ``parse_text`` validates each document of a text; its problems have no lines."""
+    try:
+        return _validate(Source(display, 0, _label(data), None, data))
+    except RecursionError:
+        return [Problem(display, "nested too deeply to check; simplify the document", "", 0, "", None)]
+
+
 def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
     out: list[Loaded | Problem] = []
     loader = _SafeLoader(text)
