@@ -39,6 +39,9 @@ log = logging.getLogger("suanli.server")
 SEP = ":"
 ENDED = ("finished", "failed")
 IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
+# Turns come at most this often: commands that arrive meanwhile are taken together,
+# in one instant and one write, instead of a turn (and a commit) each.
+TURN_GAP_S = 0.02
 
 
 def internal(tenant: str, app: str) -> str:
@@ -178,6 +181,9 @@ class Controller:
                                 else self.inbox.get_nowait())
             except queue.Empty:
                 pass
+            rest = self.last_turn + TURN_GAP_S - time.monotonic()
+            if commands and rest > 0:
+                self._stop.wait(rest)
             while True:
                 try:
                     commands.append(self.inbox.get_nowait())
