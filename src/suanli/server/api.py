@@ -413,7 +413,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
         by_state = Counter(states)
         lines += [f'suanli_nodes{{state="{s}"}} {by_state.get(s, 0)}' for s in ("ready", "cordoned", "drained", "down")]
         lines += ["# HELP suanli_applications Applications accepted and not deleted.",
-                  "# TYPE suanli_applications gauge", f"suanli_applications {len(store.apps())}"]
+                  "# TYPE suanli_applications gauge", f"suanli_applications {store.app_count()}"]
         lines += ["# HELP suanli_scheduler_instants_total Instants the scheduler handled and recorded.",
                   "# TYPE suanli_scheduler_instants_total counter",
                   f"suanli_scheduler_instants_total {controller.instants}",

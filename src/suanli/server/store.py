@@ -325,6 +325,10 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
+    def app_count(self) -> int:
+        with self.session() as s:
+            return s.scalar(select(func.count()).select_from(AppRow))
+
     def app(self, tenant: str, name: str) -> AppRow | None:
         with self.session() as s:
             return s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.name == name))
