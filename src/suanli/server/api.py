@@ -34,7 +34,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from suanli.model.work import World
-from suanli.output import resources_json
 from suanli.server.controller import Controller, build_app
 from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
 from suanli.spec.loader import validate_document
@@ -42,6 +41,8 @@ from suanli.spec.problems import Problem
 from suanli.spec.refs import check_application
 
 PROBLEM = "application/problem+json"
+STREAM_LOOK_S = 0.1  # an event stream looks for new events this often
+KEEP_ALIVE_LOOKS = 10  # and says it is alive after this many looks found none
 
 
 @dataclass
@@ -399,14 +400,15 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
     def healthz():
         ok = controller.alive or not start_controller
         body = {"status": "ok" if ok else "failing", "controller": "running" if controller.alive else "stopped",
-                "instants": controller.instants}
+                "instants": controller.stats()["instants"] if controller.alive else 0}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @api.get("/metrics", response_class=PlainTextResponse)
     def metrics():
         """Prometheus text format: tasks by status, nodes by state, requests, the scheduler's turns."""
         counts = store.task_counts()
-        states = controller.call(lambda sim: _node_states(sim))
+        stats = controller.stats()
+        states = controller.ask("node_states")
         lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
         lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in ("pending", "running", "finished", "failed")]
         lines += ["# HELP suanli_nodes Nodes by state.", "# TYPE suanli_nodes gauge"]
@@ -416,11 +418,11 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
                   "# TYPE suanli_applications gauge", f"suanli_applications {store.app_count()}"]
         lines += ["# HELP suanli_scheduler_instants_total Instants the scheduler handled and recorded.",
                   "# TYPE suanli_scheduler_instants_total counter",
-                  f"suanli_scheduler_instants_total {controller.instants}",
+                  f"suanli_scheduler_instants_total {stats['instants']}",
                   "# HELP suanli_scheduler_errors_total Commands or turns of the scheduler that failed.",
-                  "# TYPE suanli_scheduler_errors_total counter", f"suanli_scheduler_errors_total {controller.errors}",
+                  "# TYPE suanli_scheduler_errors_total counter", f"suanli_scheduler_errors_total {stats['errors']}",
                   "# HELP suanli_events_total Events recorded.", "# TYPE suanli_events_total counter",
-                  f"suanli_events_total {controller.published}",
+                  f"suanli_events_total {stats['published']}",
                   "# HELP suanli_http_requests_total HTTP requests answered.",
                   "# TYPE suanli_http_requests_total counter"]
         for (method, route, status), n in sorted(requests.items()):
@@ -429,32 +431,9 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     # -------------------------------------------------------- fleet
 
-    def _node_states(sim) -> list[str]:
-        drained, enabled = sim.hosts.draining, sim.state.nodes.enabled
-        cordoned = controller.cordoned
-        out = []
-        for n in range(fleet.n_nodes):
-            name = fleet.node_name(n)
-            out.append("ready" if enabled[n] else "drained" if n in drained else
-                       "cordoned" if name in cordoned else "down")
-        return out
-
-    def _node_out(sim, n: int, state: str) -> dict[str, Any]:
-        nodes, site = sim.state.nodes, fleet.site_of(n)
-        return {"node": fleet.node_name(n), "site": site.name, "tier": site.tier,
-                "arch": fleet.groups[int(fleet.node_group[n])].arch, "state": state,
-                "capacity": resources_json(sim.state, nodes.cap[:, n]),
-                "free": resources_json(sim.state, nodes.free[:, n]),
-                "tasks": len(sim.state.tasks_on_node.get(n, ()))}
-
     @api.get("/v1/fleet", response_model=FleetOut, responses=ERRORS)
     def get_fleet(who: Principal = Depends(principal)):
-        def answer(sim):
-            nodes = sim.state.nodes
-            return {"sites": len(fleet.sites), "nodes": fleet.n_nodes,
-                    "capacity": resources_json(sim.state, nodes.cap[:, :fleet.n_nodes].sum(axis=1)),
-                    "free": resources_json(sim.state, nodes.free[:, :fleet.n_nodes].sum(axis=1))}
-        return controller.call(answer)
+        return controller.ask("fleet")
 
     @api.get("/v1/sites", response_model=list[SiteOut], responses=ERRORS)
     def get_sites(who: Principal = Depends(principal)):
@@ -464,11 +443,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
     @api.get("/v1/nodes", response_model=list[NodeOut], responses=ERRORS)
     def get_nodes(who: Principal = Depends(principal), site: str | None = None):
-        def answer(sim):
-            states = _node_states(sim)
-            return [_node_out(sim, n, states[n]) for n in range(fleet.n_nodes)
-                    if site is None or fleet.site_of(n).name == site]
-        return controller.call(answer)
+        return controller.ask("nodes", site)
 
     def _node_index(name: str) -> int:
         try:
@@ -482,8 +457,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
             state = {"cordon": "cordoned", "drain": "drained", "uncordon": None}[action]
             store.set_node_state(node, state)
             controller.node(node, action)
-            return controller.call(lambda sim: _node_out(sim, fleet.node_by_name(node),
-                                                         _node_states(sim)[fleet.node_by_name(node)]))
+            return controller.ask("node", node)
         act.__name__ = f"{action}_node"
         return act
 
@@ -495,8 +469,8 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
     # matches is the one whose methods a 405 answer lists in ``Allow``.
     @api.get("/v1/nodes/{node:path}", response_model=NodeOut, responses=ERRORS)
     def get_node(node: str, who: Principal = Depends(principal)):
-        n = _node_index(node)
-        return controller.call(lambda sim: _node_out(sim, n, _node_states(sim)[n]))
+        _node_index(node)
+        return controller.ask("node", node)
 
     # -------------------------------------------------------- tenants and virtual clusters
 
@@ -514,23 +488,17 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
             raise not_found("tenant", name)
         return _tenant_out(name)
 
-    def _vc_out(sim, name: str) -> dict[str, Any]:
-        vc, vcs = world.vcs[name], sim.state.vcs[name]
-        return {"name": name, "tenant": vc.tenant, "default": vc.default,
-                "hosts": [{"host": h.name, "group": h.group, "node": fleet.node_name(h.node),
-                           "resources": resources_json(sim.state, h.node_alloc.vec)} for h in vcs.hosts]}
-
     @api.get("/v1/vcs", response_model=list[VCOut], responses=ERRORS)
     def get_vcs(who: Principal = Depends(principal)):
         names = [n for n, vc in world.vcs.items() if who.admin or vc.tenant == who.tenant]
-        return controller.call(lambda sim: [_vc_out(sim, n) for n in names])
+        return controller.ask("vcs", names)
 
     @api.get("/v1/vcs/{name:path}", response_model=VCOut, responses=ERRORS)
     def get_vc(name: str, who: Principal = Depends(principal)):
         vc = world.vcs.get(name)
         if vc is None or not (who.admin or vc.tenant == who.tenant):
             raise not_found("virtual cluster", name)
-        return controller.call(lambda sim: _vc_out(sim, name))
+        return controller.ask("vcs", [name])[0]
 
     # -------------------------------------------------------- applications
 
@@ -653,6 +621,7 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
 
         async def gen():
             nonlocal start
+            quiet = 0  # looks in a row that found nothing new
             yield ": suanli events\n\n"
             while not await request.is_disconnected():
                 rows = await asyncio.to_thread(store.events, who.tenant, start, limits.events_page)
@@ -660,25 +629,21 @@ def create_api(world: World, store: Store, controller: Controller, limits: Limit
                     start = e.id
                     yield f"id: {e.id}\nevent: {e.kind}\ndata: {json.dumps(e.body)}\n\n"
                 if not rows:
-                    seen = controller.published
-                    await asyncio.to_thread(_wait_for_more, seen, 1.0)
-                    if controller.published == seen:
+                    quiet += 1
+                    if quiet % KEEP_ALIVE_LOOKS == 0:
                         yield ": keep-alive\n\n"
+                    await asyncio.sleep(STREAM_LOOK_S)
+                else:
+                    quiet = 0
 
         return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-    def _wait_for_more(seen: int, timeout: float) -> None:
-        with controller.changed:
-            controller.changed.wait_for(lambda: controller.published != seen, timeout)
 
     # -------------------------------------------------------- the rescheduler's plan
 
     @api.get("/v1/plan", responses=ADMIN_ERRORS)
     def get_plan(who: Principal = Depends(admin)) -> dict[str, Any]:
         """The dry run of the rescheduler now: what runs where, what waits, the moves it would make."""
-        from suanli.sim.plan import dry_run
-
-        return controller.call(lambda sim: dry_run(sim, controller.clock.now()))
+        return controller.ask("plan")
 
     # -------------------------------------------------------- tokens
 

@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from suanli.server.api import Limits, create_api
-        from suanli.server.controller import Controller
+        from suanli.server.remote import RemoteController
         from suanli.server.store import Store
         from suanli.spec.build import build_world
         from suanli.spec.loader import load_documents
@@ -150,13 +150,13 @@ def register(app: typer.Typer) -> None:
         made = store.ensure_admin(os.environ.get("SUANLI_ADMIN_TOKEN") or None)
         if made is not None:
             err.print(f"admin token (shown once): {made}", soft_wrap=True)
-        controller = Controller(world, store, speed=speed)
+        controller = RemoteController(files, db, speed=speed)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate))))
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on http://{host}:{port} (docs at /docs)")
-        # What start-up built (modules, the fleet, the scheduler's tables) lives as long as
-        # the process: frozen, the collector no longer walks it, and a full collection
-        # takes a few milliseconds instead of stopping every request for 50 to 150.
+        # What start-up built (modules, the fleet) lives as long as the process: frozen,
+        # the collector no longer walks it, and a full collection takes a few milliseconds
+        # instead of stopping every request for 50 to 150.
         gc.collect()
         gc.freeze()
         uvicorn.run(api, host=host, port=port, log_level="warning")

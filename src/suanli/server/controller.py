@@ -5,7 +5,8 @@ else touches it: request handlers put commands on the controller's queue
 (submit, delete, cordon, a question to answer), and the controller applies
 them between instants. After each instant it writes what changed (task
 status and placement, the instant's events) to the store in one
-transaction, then tells event streams there is more.
+transaction. ``suanli serve`` runs it in a process of its own
+(``remote.py``).
 
 Applications of different tenants may share a name, so inside the scheduler
 an application is ``TENANT:NAME`` (``:`` is not allowed in names); outside,
@@ -29,6 +30,7 @@ from typing import Any, Callable
 
 from suanli.engine.clock import WallClock
 from suanli.model.work import Application, World
+from suanli.output import resources_json
 from suanli.server.store import Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
@@ -80,8 +82,7 @@ class Controller:
         self.epoch = time.time()  # wall time at the scheduler's time 0
         self.sim = Simulation(world, clock=self.clock, policy=policy)
         self.inbox: queue.Queue[Callable[[float], None]] = queue.Queue()
-        self.published = 0  # events written so far (streams wait for it to grow)
-        self.changed = threading.Condition()
+        self.published = 0  # events written so far
         self.instants = 0
         self.last_turn = time.monotonic()
         self.errors = 0
@@ -151,6 +152,18 @@ class Controller:
         """``cordon`` (no new work), ``drain`` (and its work moves off) or ``uncordon``."""
         self.inbox.put(lambda now: self._node(node, action))
 
+    def ask(self, query: str, *args: Any) -> Any:
+        """The answer to one of ``QUERIES`` about the scheduler's state now."""
+        return self.call(lambda sim: QUERIES[query](self, *args))
+
+    def ask_here(self, query: str, *args: Any) -> Any:
+        """``ask``, from the controller's own thread (between instants)."""
+        self._turn()  # what was asked before has happened
+        return QUERIES[query](self, *args)
+
+    def stats(self) -> dict[str, int]:
+        return {"instants": self.instants, "errors": self.errors, "published": self.published}
+
     def call(self, fn: Callable[[Simulation], Any], timeout: float = 30.0) -> Any:
         """``fn(sim)`` run by the controller between instants; its result."""
         done: Future = Future()
@@ -214,9 +227,7 @@ class Controller:
         rows = [self._row(e) for e in events]
         self.store.record(changes, rows)
         self.instants += 1
-        with self.changed:
-            self.published += len(rows)
-            self.changed.notify_all()
+        self.published += len(rows)
 
     # ------------------------------------------------------------ what an instant changed
 
@@ -279,3 +290,63 @@ class Controller:
                 tenant, name = split(task)
                 out.append((tenant, name, {"reasons": dict(rec.reasons), "updated_at": now}))
         return out
+
+
+# ------------------------------------------------------------------ questions about the state now
+# Asked by name (``Controller.ask``), so that they can be asked across a process boundary too.
+
+
+def _node_states(c: Controller) -> list[str]:
+    sim, fleet = c.sim, c.world.fleet
+    drained, enabled = sim.hosts.draining, sim.state.nodes.enabled
+    return ["ready" if enabled[n] else "drained" if n in drained else
+            "cordoned" if fleet.node_name(n) in c.cordoned else "down" for n in range(fleet.n_nodes)]
+
+
+def _node_out(c: Controller, n: int, state: str) -> dict[str, Any]:
+    sim, fleet = c.sim, c.world.fleet
+    nodes, site = sim.state.nodes, fleet.site_of(n)
+    return {"node": fleet.node_name(n), "site": site.name, "tier": site.tier,
+            "arch": fleet.groups[int(fleet.node_group[n])].arch, "state": state,
+            "capacity": resources_json(sim.state, nodes.cap[:, n]),
+            "free": resources_json(sim.state, nodes.free[:, n]),
+            "tasks": len(sim.state.tasks_on_node.get(n, ()))}
+
+
+def _nodes(c: Controller, site: str | None) -> list[dict[str, Any]]:
+    fleet, states = c.world.fleet, _node_states(c)
+    return [_node_out(c, n, states[n]) for n in range(fleet.n_nodes) if site is None or fleet.site_of(n).name == site]
+
+
+def _node(c: Controller, name: str) -> dict[str, Any]:
+    n = c.world.fleet.node_by_name(name)
+    return _node_out(c, n, _node_states(c)[n])
+
+
+def _fleet(c: Controller) -> dict[str, Any]:
+    sim, fleet = c.sim, c.world.fleet
+    nodes, n = sim.state.nodes, fleet.n_nodes
+    return {"sites": len(fleet.sites), "nodes": n,
+            "capacity": resources_json(sim.state, nodes.cap[:, :n].sum(axis=1)),
+            "free": resources_json(sim.state, nodes.free[:, :n].sum(axis=1))}
+
+
+def _vcs(c: Controller, names: list[str]) -> list[dict[str, Any]]:
+    sim, fleet, out = c.sim, c.world.fleet, []
+    for name in names:
+        vc, vcs = c.world.vcs[name], sim.state.vcs[name]
+        out.append({"name": name, "tenant": vc.tenant, "default": vc.default,
+                    "hosts": [{"host": h.name, "group": h.group, "node": fleet.node_name(h.node),
+                               "resources": resources_json(sim.state, h.node_alloc.vec)} for h in vcs.hosts]})
+    return out
+
+
+def _plan(c: Controller) -> dict[str, Any]:
+    from suanli.sim.plan import dry_run
+
+    return dry_run(c.sim, c.clock.now())
+
+
+QUERIES: dict[str, Callable[..., Any]] = {
+    "node_states": _node_states, "nodes": _nodes, "node": _node, "fleet": _fleet, "vcs": _vcs, "plan": _plan,
+}
