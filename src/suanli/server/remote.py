@@ -54,9 +54,14 @@ class RemoteController:
         self._proc.start()
         theirs.close()
         self._conn = ours
-        if not ours.poll(START_TIMEOUT_S):
-            raise RuntimeError("the controller did not start in time")
-        kind, detail = ours.recv()
+        try:
+            if not ours.poll(START_TIMEOUT_S):
+                raise RuntimeError("the controller did not start in time")
+            kind, detail = ours.recv()
+        except EOFError:
+            self._proc.join(5)
+            raise RuntimeError(f"the controller's process ended while starting "
+                               f"(exit status {self._proc.exitcode})") from None
         if kind != "ready":
             raise RuntimeError(f"the controller failed to start: {detail}")
         self._reader = threading.Thread(target=self._read, name="suanli-controller-answers", daemon=True)

@@ -14,7 +14,9 @@ with a ``postgresql+psycopg://`` URL.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import secrets
 import threading
 import time
@@ -166,6 +168,42 @@ def migrate(url: str) -> None:
     command.upgrade(cfg, "head")
 
 
+def _sqlite_file(url: str) -> str | None:
+    """The file of a SQLite database URL (None: not SQLite, or in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+    return None if path in ("", ":memory:") else path
+
+
+class WriterLock:
+    """A lock for this process's threads and, given a file, for other processes too."""
+
+    def __init__(self, database: str | None) -> None:
+        self._threads = threading.Lock()
+        self._fd = os.open(database + "-writer.lock", os.O_RDWR | os.O_CREAT, 0o600) if database else None
+
+    def __enter__(self) -> "WriterLock":
+        self._threads.acquire()
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._threads.release()
+                raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._threads.release()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class _Write:
     """A write waiting for the next group commit."""
 
@@ -185,16 +223,19 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
-        # This process's writers take turns on a lock: SQLite has one writer at a time,
-        # and one that finds the file locked polls it with sleeps of 1 to 100 ms; the
-        # busiest writes also share commits (``_write``), on either database.
-        self._write_lock = threading.Lock()
+        # Writers take turns on a lock: SQLite has one writer at a time, and one that
+        # finds the file locked polls it with sleeps of 1 to 100 ms; the busiest writes
+        # also share commits (``_write``), on either database. With SQLite the lock is
+        # also held on a file beside the database, for the writers of other processes
+        # (the API's and the controller's), whom the kernel wakes as soon as it is free.
+        self._write_lock = WriterLock(_sqlite_file(url))
         self._queued: list[_Write] = []  # writes waiting for the lock, to be committed together
         self._queued_lock = threading.Lock()
         self._principals: dict[str, Principal] = {}  # token digest -> who (tokens are never changed)
 
     def close(self) -> None:
         self.engine.dispose()
+        self._write_lock.close()
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
