@@ -410,3 +410,33 @@ def test_the_models_match_the_migrations(db_url):
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     engine.dispose()
     assert diff == [], json.dumps([str(d) for d in diff])
+
+
+def _count_under_lock(db: str, path: str, times: int) -> None:
+    from suanli.server.store import WriterLock
+
+    lock = WriterLock(db)
+    for _ in range(times):
+        with lock:  # a read-modify-write that loses counts unless the lock excludes the other process
+            with open(path) as f:
+                n = int(f.read())
+            os.sched_yield()
+            with open(path, "w") as f:
+                f.write(str(n + 1))
+    lock.close()
+
+
+def test_sqlite_writers_of_two_processes_take_turns(tmp_path):
+    import multiprocessing
+
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_count_under_lock, args=(str(tmp_path / "s.db"), str(counter), 300))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert counter.read_text() == "600"
