@@ -35,6 +35,7 @@ from starlette.routing import Match
 
 from suanli.model.work import World
 from suanli.server.controller import Controller, build_app
+from suanli.server.remote import RemoteController
 from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
 from suanli.spec.loader import validate_document
 from suanli.spec.problems import Problem
@@ -320,7 +321,7 @@ class RequestCounter:
 # ------------------------------------------------------------------ the application
 
 
-def create_api(world: World, store: Store, controller: Controller, limits: Limits | None = None,
+def create_api(world: World, store: Store, controller: "Controller | RemoteController", limits: Limits | None = None,
                start_controller: bool = True) -> FastAPI:
     limits = limits or Limits()
     limiter = RateLimiter(limits.rate, limits.burst)
