@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_static.py --gangs 500
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/bench_fgd.py
+	$(BIN)/python bench/bench_serve.py
 
 # the long ones: a million-pod trace replayed through suanli simulate, and a
 # million pending tasks on 100,000 nodes
