@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from suanli.render import OutputFormat
 from suanli.spec.problems import SpecError
 
 app = typer.Typer(
@@ -26,11 +27,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True, highlight=False)
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class PolicyName(str, Enum):

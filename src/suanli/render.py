@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from enum import Enum
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+
+class OutputFormat(str, Enum):
+    """``-o``: a table for people, JSON for programs."""
+
+    table = "table"
+    json = "json"
 
 MAX_ROWS = 200  # beyond this, tables summarise; -o json has everything
 

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from suanli.render import OutputFormat as Output
 from suanli.spec.problems import Problem, SpecError
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -32,11 +33,6 @@ SERVER = typer.Option(None, "--server", envvar="SUANLI_SERVER", help=f"The serve
 TOKEN = typer.Option(None, "--token", envvar="SUANLI_TOKEN", help="A bearer token (suanli token create).")
 ADMIN_TENANT = typer.Option(None, "--tenant", help="With an admin token: the tenant whose object it is.")
 err = Console(stderr=True, highlight=False)
-
-
-class Output(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class Kind(str, Enum):

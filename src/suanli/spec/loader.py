@@ -146,15 +146,9 @@ def _replace_message(p: Problem, message: str) -> Problem:
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def parse_text(display: str, text: str) -> list[Loaded | Problem]:
-    """The documents of one YAML (or JSON) text, validated one by one, and the
-    problems found, as ``load_documents`` reads a file named ``display``."""
-    return _parse_file(display, text)
-
-
 def validate_document(display: str, data: Any) -> list[Loaded | Problem]:
     """One document already read (a JSON request body, say), validated as
-    ``parse_text`` validates each document of a text; its problems have no lines."""
+    ``load_documents`` validates each document of a file; its problems have no lines."""
     try:
         return _validate(Source(display, 0, _label(data), None, data))
     except RecursionError:
