@@ -7,6 +7,7 @@ scheduler never knows which one runs it.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
@@ -14,7 +15,13 @@ from typing import Protocol
 class Clock(Protocol):
     def now(self) -> float: ...
 
-    def wait_until(self, t: float) -> None: ...
+    def wait_until(self, t: float) -> bool:
+        """Wait for ``t``; False when woken before it (``wake``)."""
+
+
+class WakeableClock(Clock, Protocol):
+    def wake(self) -> None:
+        """End a ``wait_until`` early (another thread has news)."""
 
 
 class VirtualClock:
@@ -26,9 +33,10 @@ class VirtualClock:
     def now(self) -> float:
         return self._t
 
-    def wait_until(self, t: float) -> None:
+    def wait_until(self, t: float) -> bool:
         if t > self._t:
             self._t = t
+        return True
 
 
 class WallClock:
@@ -39,11 +47,18 @@ class WallClock:
             raise ValueError("speed must be above 0")
         self.speed = speed
         self._origin = time.monotonic()
+        self._woken = threading.Event()
 
     def now(self) -> float:
         return (time.monotonic() - self._origin) * self.speed
 
-    def wait_until(self, t: float) -> None:
+    def wait_until(self, t: float) -> bool:
         delay = (t - self.now()) / self.speed
-        if delay > 0:
-            time.sleep(delay)
+        if delay <= 0:
+            return True
+        woken = self._woken.wait(delay)
+        self._woken.clear()  # events posted meanwhile are on the loop's list, looked at next
+        return not woken
+
+    def wake(self) -> None:
+        self._woken.set()

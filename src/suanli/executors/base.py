@@ -1,9 +1,12 @@
 """The executor interface and the events executors report.
 
-The simulation (and later the live control plane) tells an executor to
-``start``, ``stop``, ``checkpoint`` and ``restore`` the tasks of a run; the
-executor reports back through events on the loop (``RunFinished``), so the
-scheduler never knows whether the work is simulated or real.
+The simulation (and the live control plane, which is the same code on a wall
+clock) tells an executor to ``start``, ``stop`` and ``release`` the tasks of a
+run; the executor reports back through events on the loop (``RunFinished``,
+``TaskExited``, ``NodeLost``, ``Note``), so the scheduler never knows whether
+the work is simulated or real. Real executors post their events from their
+own threads (``EventLoop.post``); the scheduler's thread handles them in
+order, between instants.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class Run:
     checkpoint_every_s: float | None = None
     finish_at: float | None = None  # set by the executor for jobs
     tokens: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] | None = None  # task -> times a real executor restarted it in this run
+    exited: set[str] | None = None  # job tasks whose process ended well
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +40,58 @@ class RunFinished:
     run_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class TaskExited:
+    """A task's process ended on its own (not stopped by the executor)."""
+
+    run_id: int
+    task: str
+    code: int  # exit status; -N: ended by signal N
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Start a task of a run again in place (a restart policy's backoff is up)."""
+
+    run_id: int
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    """The machine behind a fleet node is gone (or was never there)."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something an executor did that the event log should say (a checkpoint taken)."""
+
+    kind: str
+    fields: tuple[tuple[str, object], ...]
+
+
 class Executor(Protocol):
-    def start(self, run: Run, now: float) -> None: ...
+    def start(self, run: Run, now: float) -> None:
+        """Start every task of ``run`` where the scheduler placed it."""
 
-    def stop(self, run: Run, now: float) -> None: ...
+    def stop(self, run: Run, now: float) -> None:
+        """Stop the run early (it moves or is requeued): keep its progress and state."""
 
-    def checkpoint(self, run: Run, now: float) -> None: ...
+    def move(self, run: Run, task: str, now: float) -> None:
+        """One task of a running run was placed elsewhere: stop it where it ran,
+        keeping its state, and start it where it is placed now."""
 
-    def restore(self, run: Run, now: float) -> None: ...
+    def release(self, run: Run, now: float) -> None:
+        """The run is over (its jobs finished, or it was deleted): end what still runs."""
+
+    def restart(self, run: Run, task: str, now: float) -> None:
+        """Start one task of a running run again in place."""
+
+    def node_down(self, node: int, now: float) -> None:
+        """A node went down: what runs there is gone, without a last checkpoint."""
+
+    def close(self) -> None:
+        """End everything this executor started."""

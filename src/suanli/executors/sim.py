@@ -21,20 +21,21 @@ def speed(parallelism: int, efficiency: float) -> float:
     return p * efficiency ** math.log2(p)
 
 
+def runtime(run: Run) -> float | None:
+    """Seconds until the run's jobs finish; None for services."""
+    if run.remaining_s is not None:
+        return max(run.remaining_s, 0.0)
+    if run.remaining_work_s is not None:
+        return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
+    return None
+
+
 class SimExecutor:
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
 
-    def runtime(self, run: Run) -> float | None:
-        """Seconds until the run's jobs finish; None for services."""
-        if run.remaining_s is not None:
-            return max(run.remaining_s, 0.0)
-        if run.remaining_work_s is not None:
-            return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
-        return None
-
     def start(self, run: Run, now: float) -> None:
-        length = self.runtime(run)
+        length = runtime(run)
         run.started_at = now
         if length is not None:
             run.finish_at = now + length
@@ -42,18 +43,34 @@ class SimExecutor:
 
     def stop(self, run: Run, now: float) -> None:
         """Keep the progress the last checkpoint saved (the finish event is then stale)."""
-        elapsed = max(now - run.started_at, 0.0)
-        every = run.checkpoint_every_s
-        saved = math.floor(elapsed / every) * every if every else 0.0
-        if run.remaining_s is not None:
-            run.remaining_s = max(run.remaining_s - saved, 0.0)
-        if run.remaining_work_s is not None:
-            done = saved * speed(run.parallelism, run.efficiency)
-            run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
-        run.finish_at = None
+        keep_progress(run, now)
 
-    def checkpoint(self, run: Run, now: float) -> None:
-        """Checkpoints are implied by ``checkpointEvery``; nothing to do in simulation."""
+    def move(self, run: Run, task: str, now: float) -> None:
+        """The run goes on; the simulation accounts for the state's transfer."""
 
-    def restore(self, run: Run, now: float) -> None:
-        """Restoring is starting with the saved progress; ``start`` does it."""
+    def release(self, run: Run, now: float) -> None:
+        """Nothing runs outside the simulation."""
+
+    def restart(self, run: Run, task: str, now: float) -> None:
+        """Simulated tasks never exit on their own."""
+
+    def node_down(self, node: int, now: float) -> None:
+        """Stopping the units is the simulation's part; checkpoints are implied."""
+
+    def close(self) -> None:
+        """Nothing to end."""
+
+
+def keep_progress(run: Run, now: float) -> None:
+    """What a run stopped at ``now`` keeps: the work its last checkpoint
+    (``checkpointEvery``) saved, else nothing. Real executors keep the same
+    account, so the twin's estimates of a moved job stay comparable."""
+    elapsed = max(now - run.started_at, 0.0)
+    every = run.checkpoint_every_s
+    saved = math.floor(elapsed / every) * every if every else 0.0
+    if run.remaining_s is not None:
+        run.remaining_s = max(run.remaining_s - saved, 0.0)
+    if run.remaining_work_s is not None:
+        done = saved * speed(run.parallelism, run.efficiency)
+        run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
+    run.finish_at = None

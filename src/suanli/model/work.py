@@ -87,6 +87,17 @@ class VirtualCluster:
 
 
 @dataclass(frozen=True, slots=True)
+class RunCommand:
+    """The process a real executor starts for each task of a component."""
+
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    restart: str = "never"  # always | onFailure | never
+    max_restarts: int = 5
+    stop_grace_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class Component:
     app: str
     name: str
@@ -110,6 +121,7 @@ class Component:
     near: Near | None = None
     affinity: tuple[str, str] | None = None  # (group, scope)
     anti_affinity: tuple[str, str] | None = None  # (group, scope)
+    run: RunCommand | None = None  # None: real executors hold the slice with a stand-in
 
     def task_name(self, index: int) -> str:
         return f"{self.app}/{self.name}/{index}"

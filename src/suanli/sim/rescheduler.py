@@ -120,6 +120,7 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     sim.disrupted[task] = None
     sim.log(t, "placed", task=task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason=reason)
     sim.log_move(t, rec, p.host.node, cause=cause)
+    sim.executor.move(sim.units[rec.unit].run, task, t)
 
 
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from suanli.engine.clock import Clock, VirtualClock
 from suanli.engine.loop import EventLoop
-from suanli.executors.base import Run, RunFinished
+from suanli.executors.base import Executor, NodeLost, Note, Restart, Run, RunFinished, TaskExited
 from suanli.executors.sim import SimExecutor
 from suanli.model.network import Network
 from suanli.model.work import Application, Component, World
@@ -35,7 +35,7 @@ from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
-from suanli.spec.schema import ReschedulingPolicy
+from suanli.spec.schema import NodeDownEvent, ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper
@@ -133,7 +133,8 @@ class ScenarioEvent:
 class Simulation:
     def __init__(self, world: World, *, seed: int | None = None, until: float | None = None,
                  clock: Clock | None = None, on_instant: Callable[[float], None] | None = None,
-                 policy: str | None = None, events_to: Path | None = None) -> None:
+                 policy: str | None = None, events_to: Path | None = None,
+                 executor: Callable[["Simulation"], Executor] | None = None) -> None:
         self.world = world
         scenario = world.scenario.spec if world.scenario is not None else None
         self.scenario = scenario
@@ -145,7 +146,7 @@ class Simulation:
         self.global_layer = GlobalLayer(self.state, self.rng)
         self.business = BusinessLayer(self.state, self.global_layer, self.rng, policy=policy_for(world, policy))
         self.loop = EventLoop(clock or VirtualClock())
-        self.executor = SimExecutor(self.loop)
+        self.executor: Executor = SimExecutor(self.loop)
         self.events = EventLog(events_to)  # in memory, or streamed to ``events_to``
         self._names: dict[int, tuple[str, str]] = {}  # node -> its name and its site's, for events
         self._stamp: tuple[float | None, float] = (None, 0.0)  # an instant's time and its rounding, for events
@@ -174,6 +175,8 @@ class Simulation:
         self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
         self.hosts = HostKeeper(self)
         self.disrupted: dict[str, None] = {}  # tasks stopped to move, until they run again
+        if executor is not None:  # a real one: made last, it may look at all of the above
+            self.executor = executor(self)
 
     # ------------------------------------------------------------ running
 
@@ -262,6 +265,14 @@ class Simulation:
                 self._move_done(t, ev)
             elif isinstance(ev, Wake):
                 pass  # the instant's pass is the point
+            elif isinstance(ev, TaskExited):
+                self._exited(t, ev)
+            elif isinstance(ev, Restart):
+                self._restart(t, ev)
+            elif isinstance(ev, NodeLost):
+                self._node_lost(t, ev)
+            elif isinstance(ev, Note):
+                self.log(t, ev.kind, **dict(ev.fields))
         self.hosts.before(t)
         self._schedule(t)
         if self.rescheduling is not None:
@@ -335,6 +346,8 @@ class Simulation:
         if stop_at is not None:
             self.executor.stop(run, stop_at)
             us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
+        else:
+            self.executor.release(run, self.now)
         self.runs.pop(run.run_id, None)
         self.running.pop(uid, None)
         us.run = None
@@ -350,6 +363,59 @@ class Simulation:
             kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
             self._end_task(t, task, PENDING, kind)
         self.pending[uid] = None
+
+    # ------------------------------------------------------------ real processes
+
+    def _exited(self, t: float, ev: TaskExited) -> None:
+        """A task's process ended by itself. A job that ended well is done (the
+        run finishes when all its jobs are); otherwise the component's restart
+        policy may start it again in place, after a backoff; else the run ends:
+        a service that exited 0 finished, anything else failed."""
+        uid = self.runs.get(ev.run_id)
+        if uid is None or self.units[uid].run is None or self.units[uid].run.run_id != ev.run_id:
+            return  # a run stopped meanwhile
+        run = self.units[uid].run
+        rec = self.tasks[ev.task]
+        comp = rec.component
+        self.log(t, "exited", task=ev.task, code=ev.code, **self.where(self.state.placements[ev.task].host.node))
+        if ev.code == 0 and rec.job:
+            run.exited = (run.exited or set()) | {ev.task}
+            if all(task in run.exited for task in run.tasks if self.tasks[task].job):
+                self._finished(t, ev.run_id)
+            return
+        policy = comp.run.restart if comp.run is not None else ("always" if not rec.job else "never")
+        limit = comp.run.max_restarts if comp.run is not None else 5
+        done = (run.restarts or {}).get(ev.task, 0)
+        if (policy == "always" or (policy == "onFailure" and ev.code != 0)) and done < limit:
+            run.restarts = {**(run.restarts or {}), ev.task: done + 1}
+            backoff = min(2.0 ** done, 30.0) * self._speed()
+            self.log(t, "restarting", task=ev.task, attempt=done + 1, after_s=round(backoff, 3))
+            self.loop.schedule(t + backoff, Restart(ev.run_id, ev.task))
+            return
+        status = FINISHED if ev.code == 0 else FAILED
+        why = f"exit status {ev.code}" + (f" after {done} restarts" if done else "")
+        for task in self._close_run(uid).tasks:
+            if self.tasks[task].status == RUNNING:
+                self._end_task(t, task, status if task == ev.task else FAILED, status if task == ev.task else "failed",
+                               reason=why if task == ev.task else f"{ev.task} ended: {why}")
+
+    def _speed(self) -> float:
+        """Scheduler seconds per real second (a sped-up wall clock)."""
+        return getattr(self.loop.clock, "speed", 1.0)
+
+    def _restart(self, t: float, ev: Restart) -> None:
+        uid = self.runs.get(ev.run_id)
+        if uid is None or self.units[uid].run is None or self.units[uid].run.run_id != ev.run_id:
+            return
+        self.executor.restart(self.units[uid].run, ev.task, t)
+
+    def _node_lost(self, t: float, ev: NodeLost) -> None:
+        """The executor says a node's machine is gone: as ``nodeDown``, with its reason."""
+        node = self.world.fleet.node_by_name(ev.node)
+        if not self.state.nodes.enabled[node]:
+            return
+        self.log(t, "nodeLost", node=ev.node, reason=ev.reason)
+        self._scenario_event(t, NodeDownEvent.model_construct(at=t, kind="nodeDown", node=ev.node))
 
     # ------------------------------------------------------------ scenario events
 
@@ -367,6 +433,7 @@ class Simulation:
             if ev.kind == "nodeCordon":
                 return  # what runs there stays, hosts included
             if ev.kind == "nodeDown":
+                self.executor.node_down(node, t)
                 for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
                     self._stop_unit(t, uid, node)
             else:

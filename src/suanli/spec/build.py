@@ -13,6 +13,7 @@ from suanli.model.work import (
     HostGroup,
     Near,
     Resources,
+    RunCommand,
     Selector,
     Tenant,
     VirtualCluster,
@@ -127,10 +128,19 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec) -> A
                 near=_near(c.near),
                 affinity=(c.affinity.group, c.affinity.scope) if c.affinity else None,
                 anti_affinity=(c.anti_affinity.group, c.anti_affinity.scope) if c.anti_affinity else None,
+                run=_run(c),
             )
         )
     vc = spec.virtual_cluster or default_vc_name(tenant)
     return Application(name, tenant, vc, spec.priority, spec.preemptible, tuple(comps))
+
+
+def _run(c: schema.ComponentSpec) -> RunCommand | None:
+    if c.run is None:
+        return None
+    r = c.run
+    restart = r.restart or ("always" if c.lifetime == "service" else "never")
+    return RunCommand(tuple(r.command), tuple(sorted(r.env.items())), restart, r.max_restarts, r.stop_grace)
 
 
 def build_world(docs: Documents) -> World:

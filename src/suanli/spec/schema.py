@@ -326,6 +326,27 @@ class AntiAffinitySpec(Base):
     scope: Literal["node", "site"] = "node"
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class RunSpec(Base):
+    """What a real executor runs for each of the component's tasks."""
+
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
+    restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
+    max_restarts: Annotated[int, Field(ge=0)] = 5
+    stop_grace: Annotated[DurationS, Field(gt=0)] = 10.0
+
+    @field_validator("env")
+    @classmethod
+    def _not_ours(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key.startswith("SUANLI_"):
+                raise ValueError(f"{key}: names starting SUANLI_ are set by the executor")
+        return value
+
+
 class ComponentSpec(Base):
     name: Name
     lifetime: Literal["job", "service"] = "job"
@@ -344,6 +365,7 @@ class ComponentSpec(Base):
     anti_affinity: AntiAffinitySpec | None = None
     priority: int | None = None
     preemptible: bool | None = None
+    run: RunSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "ComponentSpec":
