@@ -27,8 +27,8 @@ def free_port() -> int:
 class Server:
     """``suanli serve`` as a child process, started again after each kill."""
 
-    def __init__(self, db: str, port: int, log) -> None:
-        self.db, self.port, self.log = db, port, log
+    def __init__(self, db: str, port: int, log, *extra: str, speed: float = 20) -> None:
+        self.db, self.port, self.log, self.extra, self.speed = db, port, log, extra, speed
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.kills = 0
@@ -38,7 +38,8 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from suanli.cli import main; main()", "serve",
              *map(str, FLEET),
-             "--db", self.db, "--port", str(self.port), "--speed", "20", "--max-rate", "100000"],
+             "--db", self.db, "--port", str(self.port), "--speed", str(self.speed), "--max-rate", "100000",
+             *self.extra],
             env=env, stdout=self.log, stderr=self.log)
         end = time.monotonic() + 60
         while time.monotonic() < end:

@@ -120,7 +120,7 @@ def _scenario_world(scenario: Path, command: str, option: str, value: Optional[s
         except QuantityError as exc:
             raise SpecError([Problem(option, str(exc))]) from None
     except SpecError as exc:
-        _fail(exc, f"nothing was {'simulated' if command == 'simulate' else 'planned'}")
+        _fail(exc, {"simulate": "nothing was simulated", "run": "nothing was run"}.get(command, "nothing was planned"))
     return world, seconds
 
 
@@ -155,6 +155,61 @@ def simulate(
     Console(highlight=False).print(
         f"simulated {world.scenario.metadata.name} to t={end:g}s: {tasks}\n"
         + "\n".join(f"  {name:8} {path}" for name, path in paths.items())
+    )
+
+
+@app.command("run")
+def run_live(
+    scenario: Path = typer.Argument(..., help="A file with a Scenario document (its includes are followed)."),
+    work_dir: Path = typer.Option(..., "--work-dir", help="Folder for the tasks' logs, state and checkpoints."),
+    executor: str = typer.Option("local", "--executor", help="local (processes on this machine) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster (ray executor; "
+                                              "default: RAY_ADDRESS, else a cluster started on this machine)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for result.json, events.jsonl and "
+                                       "report.html (default: WORK_DIR/out)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Stop at this time (e.g. 2m); default: the Scenario's until."),
+    speed: float = typer.Option(1.0, "--speed", help="Scenario seconds per wall second."),
+    confine: bool = typer.Option(True, "--confine/--no-confine", help="Hold local tasks to their slice with "
+                                 "control groups where the machine allows."),
+) -> None:
+    """Run a scenario for real: the twin's scheduler on the wall clock, its tasks as real processes."""
+    from suanli.engine.clock import WallClock
+    from suanli.executors import ExecutorName, make
+    from suanli.sim.results import write_outputs
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.problems import Problem
+
+    world, until_s = _scenario_world(scenario, "run", "--until", until)
+    try:
+        if executor not in ("local", "ray"):
+            raise SpecError([Problem("--executor", f"{executor!r} is not an executor that runs tasks: local or ray")])
+        if not speed > 0:
+            raise SpecError([Problem("--speed", "must be above 0")])
+        factory = make(ExecutorName(executor), work_dir=work_dir, ray_address=ray_address, confine=confine)
+        out = out or work_dir / "out"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError([Problem("--out", f"cannot make directory {out}: {exc.strerror or exc}")]) from None
+    except SpecError as exc:
+        _fail(exc, "nothing was run")
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C: end the tasks first
+    sim = Simulation(world, until=until_s, clock=WallClock(speed), events_to=out / "events.jsonl.part",
+                     executor=factory)
+    try:
+        end = sim.run()
+    except KeyboardInterrupt:
+        end = sim.now
+        Console(highlight=False, stderr=True).print(f"interrupted at t={end:g}s: stopping the tasks")
+    finally:
+        sim.executor.close()
+    paths = write_outputs(sim, end, out)
+    Console(highlight=False).print(
+        f"ran {world.scenario.metadata.name} to t={end:g}s on the {executor} executor: {_counts(sim)}\n"
+        + "\n".join(f"  {name:8} {path}" for name, path in paths.items())
+        + f"\n  logs     {work_dir / 'logs'}"
     )
 
 
