@@ -12,7 +12,7 @@ EXAMPLES := $(SHARED)/examples
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ray]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -33,6 +33,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/bench_fgd.py
 	$(BIN)/python bench/bench_serve.py
+	$(BIN)/python bench/bench_executors.py --executor local --tasks 1000
+	$(BIN)/python bench/bench_executors.py --executor ray --tasks 200
 
 # the long ones: a million-pod trace replayed through suanli simulate, and a
 # million pending tasks on 100,000 nodes

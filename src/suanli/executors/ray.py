@@ -1,0 +1,503 @@
+"""The Ray executor: every placed task is a process started by an actor on
+exactly the Ray node the scheduler chose.
+
+Fleet nodes are mapped to Ray nodes by the label ``suanli.node``
+(``ray start --labels suanli.node=NAME``): NAME is a fleet node
+(``edge-1/cpu-0``) or a site (``edge-1``: the Ray node serves every fleet
+node of the site without one of its own). A fleet node no Ray node serves
+is reported lost at start, so nothing is placed there.
+
+Each task gets an actor (``TaskActor``, zero CPUs: the scheduler, not Ray,
+accounts for the slice) pinned to its Ray node with hard node affinity. The
+actor starts the task's process as the local executor does (same command,
+environment, checkpoint protocol and control groups where the node allows)
+and waits for it. The process also dies if its actor does
+(``PR_SET_PDEATHSIG``), so a lost node leaves no task behind.
+
+State moves through Ray's object store: a checkpoint (every
+``checkpointEvery``) or a stop to move returns the task's state folder as
+bytes, which the driver puts in the object store; the task's next actor,
+wherever it is, gets that object and starts with it. A Ray node that dies
+becomes ``nodeLost`` and ``lost`` events; its stateful tasks start again
+elsewhere from their last checkpoint. Logs are shipped to the driver's work
+directory at each checkpoint and when a process ends, so ``suanli logs``
+reads them as for the local executor (what a lost node printed after its
+last shipment is lost with it).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from suanli.executors.base import NodeLost, Note, Run, TaskExited
+from suanli.executors.sim import keep_progress
+from suanli.executors.tasks import CHECKPOINT_MARK, Launch, guarded, launch, origin_wall, resolve, safe
+from suanli.spec.problems import Problem, SpecError
+
+if TYPE_CHECKING:
+    from suanli.sim.simulation import Simulation
+
+LABEL = "suanli.node"
+CONNECT_TIMEOUT_S = 3.0
+INIT_TIMEOUT_S = 60.0
+log = logging.getLogger("suanli.ray")
+
+
+# ------------------------------------------------------------------ on the Ray node
+
+
+def pack(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for item in sorted(folder.iterdir()):
+            if item.name != CHECKPOINT_MARK:
+                tar.add(item, arcname=item.name)
+    return buf.getvalue()
+
+
+def unpack(data: bytes, folder: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(folder, filter="data")
+
+
+class TaskActor:
+    """Runs one task's process on its Ray node (used as a Ray actor)."""
+
+    def __init__(self, task: str, run_id: int) -> None:
+        from suanli.executors.confine import Confinement
+
+        self.task, self.run_id = task, run_id
+        self.home = Path(tempfile.mkdtemp(prefix=f"suanli-{safe(task)}-{run_id}-"))
+        self.state = self.home / "state"
+        self.state.mkdir()
+        self.log_path = self.home / "task.log"
+        self.shipped = 0
+        self.proc: subprocess.Popen | None = None
+        self.stopping = False
+        self.started = threading.Event()  # a process is started; cleared when it ends
+        self.began = threading.Event()  # the first start has run
+        self.lock = threading.Lock()  # a checkpoint or a stop, one at a time
+        self.confinement = Confinement()
+        self.procs: list[Path] = []
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def label(self) -> str | None:
+        import ray
+
+        return ray.get_runtime_context().get_node_labels().get(LABEL)
+
+    def start(self, command: tuple[str, ...], env: dict[str, str], cwd: str, state: bytes | None,
+              cpu_milli: int, mem_mib: int) -> float:
+        """Start (or start again) the task's process; the wall time it began."""
+        from suanli.executors.confine import wrap
+        from suanli.executors.tasks import process_env
+
+        if state is not None:
+            shutil.rmtree(self.state, ignore_errors=True)
+            self.state.mkdir()
+            unpack(state, self.state)
+        full = process_env({**env, "SUANLI_STATE_DIR": str(self.state)})
+        if cpu_milli:
+            full.setdefault("OMP_NUM_THREADS", str(max(1, -(-cpu_milli // 1000))))
+        if not self.procs and self.confinement.kind != "none":
+            self.procs = self.confinement.group(f"{safe(self.task)}.{self.run_id}", cpu_milli, mem_mib)
+        with open(self.log_path, "ab") as out:
+            out.write(f"suanli: on Ray node {self.node_id()} labelled {LABEL}={self.label()}\n".encode())
+            out.flush()
+            try:
+                self.proc = subprocess.Popen(guarded(wrap(resolve(command), self.procs)), env=full,
+                                             cwd=cwd if os.path.isdir(cwd) else self.home,
+                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+            except OSError as exc:
+                out.write(f"suanli: cannot start {command[0]}: {exc.strerror or exc}\n".encode())
+                self.proc = None
+        began = time.time()
+        self.started.set()
+        self.began.set()
+        return began
+
+    def wait(self) -> tuple[int, bytes]:
+        """The process's exit status (127: it could not start) and its log since last shipped."""
+        self.started.wait()
+        proc = self.proc
+        code = 127 if proc is None else proc.wait()
+        self.started.clear()
+        return code, b"" if self.stopping else self.log_since()  # a stop ships the log itself
+
+    def log_since(self) -> bytes:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.shipped)
+                data = f.read()
+        except FileNotFoundError:
+            return b""
+        self.shipped += len(data)
+        return data
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def checkpoint(self, grace_s: float) -> tuple[bytes | None, bytes]:
+        """Ask for a checkpoint (SIGUSR1); the state folder packed, or None if
+        the task did not write one within ``grace_s``; and the log since last shipped."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                return None, self.log_since()
+            mark = self.state / CHECKPOINT_MARK
+            mark.unlink(missing_ok=True)
+            self._signal(signal.SIGUSR1)
+            deadline = time.monotonic() + grace_s
+            while not mark.exists():
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    return None, self.log_since()
+                time.sleep(0.005)
+            return pack(self.state), self.log_since()
+
+    def stop(self, grace_s: float, save: bool) -> tuple[bytes | None, bytes]:
+        """SIGTERM (save and exit), SIGKILL after ``grace_s``; the state folder
+        packed when ``save``, and the log since last shipped."""
+        with self.lock:
+            self.stopping = True
+            self.began.wait(60)  # a stop sent right after the start comes after it
+            if self.proc is not None:
+                self._signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+                self._signal(signal.SIGKILL)
+                self.proc.wait()
+            state = pack(self.state) if save else None
+            if self.procs:
+                self.confinement.remove(f"{safe(self.task)}.{self.run_id}")
+            self.confinement.close()
+            shutil.rmtree(self.home / "state", ignore_errors=True)
+            return state, self.log_since()
+
+
+# ------------------------------------------------------------------ the driver
+
+
+class RayCluster:
+    """A connection to a Ray cluster and its labelled nodes."""
+
+    def __init__(self, ray: Any, address: str) -> None:
+        self.ray = ray
+        self.address = address
+        self.actor_class = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(TaskActor)
+
+    def labelled(self) -> dict[str, str]:
+        """Label value -> Ray node id, for the live nodes labelled ``suanli.node``."""
+        return {n["Labels"][LABEL]: n["NodeID"] for n in self.ray.nodes()
+                if n.get("Alive") and LABEL in (n.get("Labels") or {})}
+
+    def alive(self) -> set[str]:
+        return {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+
+    def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None) -> "RayExecutor":
+        return RayExecutor(sim, self, work_dir, cwd=cwd)
+
+
+def connect(address: str | None) -> RayCluster:
+    """Connect to the Ray cluster at ``address`` (else ``RAY_ADDRESS``, else
+    the one started on this machine); ``SpecError`` naming the option when
+    Ray or the cluster is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise SpecError([Problem("--executor", "the ray executor needs Ray: pip install 'suanli[ray]'")]) from None
+    where = address or os.environ.get("RAY_ADDRESS") or "auto"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    hint = f"start one with `ray start --head --labels {LABEL}=NAME`"
+    host, _, port = where.rpartition(":")
+    if host and port.isdigit():  # Ray waits for an absent cluster for many minutes: look first
+        try:
+            socket.create_connection((host.split("://")[-1], int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise SpecError([Problem("--ray-address", f"no Ray cluster at {where}: {exc.strerror or exc}; "
+                                     + hint)]) from None
+    outcome: list[BaseException | None] = []
+
+    def init() -> None:
+        try:
+            if not ray.is_initialized():
+                ray.init(address=where, namespace="suanli", log_to_driver=False, logging_level=logging.WARNING,
+                         configure_logging=False)
+            outcome.append(None)
+        except BaseException as exc:  # Ray raises ConnectionError, ValueError, RuntimeError by case
+            outcome.append(exc)
+
+    thread = threading.Thread(target=init, name="suanli-ray-connect", daemon=True)
+    thread.start()
+    thread.join(INIT_TIMEOUT_S)
+    if not outcome or outcome[0] is not None:
+        why = f"{str(outcome[0]).strip().splitlines()[0] if str(outcome[0]).strip() else type(outcome[0]).__name__}" \
+            if outcome else f"no answer within {INIT_TIMEOUT_S:g}s"
+        raise SpecError([Problem("--ray-address", f"no Ray cluster at {where}: {why}; {hint}")])
+    return RayCluster(ray, where)
+
+
+@dataclass
+class Handle:
+    launch: Launch
+    actor: Any
+    ray_node: str
+    waiting: Any = None  # the ObjectRef of the actor's ``wait``
+    stopping: bool = False
+    next_checkpoint: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class RayExecutor:
+    def __init__(self, sim: "Simulation", cluster: RayCluster, work_dir: Path, cwd: Path | None = None) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.affinity = NodeAffinitySchedulingStrategy
+        self.sim, self.loop, self.cluster, self.ray = sim, sim.loop, cluster, cluster.ray
+        self.work = Path(work_dir).resolve()
+        (self.work / "logs").mkdir(parents=True, exist_ok=True)
+        self.cwd = str(Path(cwd or sim.world.base_dir).resolve())
+        self.handles: dict[str, Handle] = {}  # task -> its actor now
+        self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
+        self.started_at: dict[str, float] = {}
+        self.lost: set[str] = set()  # Ray node ids seen dead
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        fleet = sim.world.fleet
+        labelled = cluster.labelled()
+        self.ray_node: dict[str, str] = {}  # fleet node -> Ray node id
+        missing = []
+        for n in range(fleet.n_nodes):
+            name = fleet.node_name(n)
+            rid = labelled.get(name) or labelled.get(fleet.site_of(n).name)
+            if rid is None:
+                missing.append(name)
+            else:
+                self.ray_node[name] = rid
+        self.post("executor", executor="ray", address=cluster.address, work_dir=str(self.work),
+                  ray_nodes=len(set(self.ray_node.values())), fleet_nodes_served=len(self.ray_node),
+                  origin_wall=origin_wall(sim))
+        for name in missing:
+            self.loop.post(NodeLost(name, f"no live Ray node labelled {LABEL}={name} or its site"))
+        self._threads = [threading.Thread(target=self._watch, name="suanli-ray-watch", daemon=True),
+                         threading.Thread(target=self._checkpoints, name="suanli-ray-checkpoints", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def post(self, kind: str, **fields: object) -> None:
+        self.loop.post(Note(kind, tuple(fields.items())))
+
+    def log_path(self, task: str) -> Path:
+        return self.work / "logs" / f"{safe(task)}.log"
+
+    def _ship(self, task: str, data: bytes, header: str | None = None) -> None:
+        if not data and header is None:
+            return
+        with open(self.log_path(task), "ab") as f:
+            if header is not None:
+                f.write(header.encode())
+            f.write(data)
+
+    # ------------------------------------------------------------ the executor interface
+
+    def start(self, run: Run, now: float) -> None:
+        run.started_at = now
+        for task in run.tasks:
+            self._launch(launch(self.sim, run, task))
+
+    def restart(self, run: Run, task: str, now: float) -> None:
+        h = self.handles.get(task)
+        if h is None or h.waiting is not None:
+            return  # gone, or started again meanwhile (by a move)
+        self._ship(task, b"", f"--- suanli: {task} run {run.run_id} restarted on {h.launch.node} at {_stamp()}\n")
+        began = h.actor.start.remote(h.launch.command, h.launch.env, self.cwd, None, h.launch.cpu_milli,
+                                     h.launch.mem_mib)
+        with self._lock:
+            h.waiting = h.actor.wait.remote()
+        self._note_start(h, began)
+
+    def stop(self, run: Run, now: float) -> None:
+        keep_progress(run, now)
+        self._end(run.tasks, save=True)
+
+    def move(self, run: Run, task: str, now: float) -> None:
+        self._end([task], save=True)
+        self._launch(launch(self.sim, run, task))
+
+    def release(self, run: Run, now: float) -> None:
+        self._end(run.tasks, save=False)
+        for task in run.tasks:
+            self.state_refs.pop(task, None)
+
+    def node_down(self, node: int, now: float) -> None:
+        """What runs on the node is gone: its actors are killed (the node may
+        still answer, when the scheduler was told so by a scenario); stateful
+        tasks keep only their last checkpoint."""
+        name = self.sim.world.fleet.node_name(node)
+        for h in [h for h in self.handles.values() if h.launch.node == name]:
+            h.stopping = True
+            with self._lock:
+                self.handles.pop(h.launch.task, None)
+            self.ray.kill(h.actor)
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._end(list(self.handles), save=False)
+        finally:
+            for t in self._threads:
+                t.join(timeout=5)
+
+    # ------------------------------------------------------------ actors
+
+    def _launch(self, ln: Launch) -> None:
+        rid = self.ray_node[ln.node]
+        actor = self.cluster.actor_class.options(
+            scheduling_strategy=self.affinity(node_id=rid, soft=False)).remote(ln.task, ln.run_id)
+        state = self.state_refs.get(ln.task) if ln.stateful else None
+        self._ship(ln.task, b"", f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} (Ray node {rid[:12]}) "
+                                 f"at {_stamp()}\n")
+        began = actor.start.remote(ln.command, ln.env, self.cwd, state, ln.cpu_milli, ln.mem_mib)
+        h = Handle(ln, actor, rid)
+        h.waiting = actor.wait.remote()
+        with self._lock:
+            self.handles[ln.task] = h
+        self._note_start(h, began)
+        if state is not None:
+            self.post("stateRestored", task=ln.task, node=ln.node, through="object store")
+
+    def _note_start(self, h: Handle, began: Any) -> None:
+        """When the process has started: its time, and the first checkpoint one period later."""
+        def record(fut) -> None:
+            try:
+                self.started_at[h.launch.task] = fut.result()
+            except Exception:
+                return
+            if h.launch.checkpoint_every_s:
+                h.next_checkpoint = time.monotonic() + h.launch.checkpoint_every_s
+        began.future().add_done_callback(record)
+
+    def _end(self, tasks, save: bool) -> None:
+        """Stop the tasks' processes together (SIGTERM, then SIGKILL after
+        their grace); keep the state of stateful ones in the object store."""
+        ending = []
+        for task in tasks:
+            with self._lock:
+                h = self.handles.pop(task, None)
+            if h is None:
+                continue
+            h.stopping = True
+            h.lock.acquire()  # a checkpoint under way finishes first
+            ending.append((h, h.actor.stop.remote(h.launch.grace_s, save and h.launch.stateful)))
+        for h, ref in ending:
+            try:
+                state, data = self.ray.get(ref, timeout=h.launch.grace_s + 30)
+                self._ship(h.launch.task, data)
+                if state is not None:
+                    self.state_refs[h.launch.task] = self.ray.put(state)
+                    self.post("stateSaved", task=h.launch.task, node=h.launch.node, bytes=len(state),
+                              to="object store")
+            except Exception as exc:  # the node is gone: the last checkpoint is what is left
+                log.info("stopping %s: %s", h.launch.task, exc)
+            finally:
+                h.lock.release()
+                self.ray.kill(h.actor)
+
+    # ------------------------------------------------------------ watching
+
+    def _watch(self) -> None:
+        """Post the processes that ended, and the fleet nodes whose Ray node died."""
+        last_look = 0.0
+        while not self._closed.is_set():
+            with self._lock:
+                waiting = {h.waiting: h for h in self.handles.values() if h.waiting is not None}
+            if waiting:
+                ready, _ = self.ray.wait(list(waiting), num_returns=len(waiting), timeout=0.1)
+            else:
+                ready = []
+                self._closed.wait(0.1)
+            for ref in ready:
+                h = waiting[ref]
+                with self._lock:
+                    if h.waiting is ref:
+                        h.waiting = None
+                try:
+                    code, data = self.ray.get(ref)
+                except Exception as exc:  # the actor died: with its node (noticed below), or alone
+                    if h.stopping or self._closed.is_set() or h.ray_node not in self._alive():
+                        continue
+                    self.post("actorFailed", task=h.launch.task, node=h.launch.node,
+                              error=str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__)
+                    code, data = -1, b""
+                self._ship(h.launch.task, data)
+                if not h.stopping and not self._closed.is_set():
+                    self.loop.post(TaskExited(h.launch.run_id, h.launch.task, code))
+            if time.monotonic() - last_look > 0.25:
+                last_look = time.monotonic()
+                self._look_for_dead_nodes()
+
+    def _alive(self) -> set[str]:
+        try:
+            return self.cluster.alive()
+        except Exception:
+            return set(self.ray_node.values())
+
+    def _look_for_dead_nodes(self) -> None:
+        alive = self._alive()
+        for rid in set(self.ray_node.values()) - alive - self.lost:
+            self.lost.add(rid)
+            for name, r in self.ray_node.items():
+                if r == rid:
+                    self.loop.post(NodeLost(name, f"Ray node {rid[:12]} died"))
+
+    def _checkpoints(self) -> None:
+        while not self._closed.wait(0.05):
+            now = time.monotonic()
+            for h in list(self.handles.values()):
+                if h.next_checkpoint is None or now < h.next_checkpoint or h.stopping:
+                    continue
+                h.next_checkpoint = now + h.launch.checkpoint_every_s
+                if not h.lock.acquire(blocking=False):
+                    continue
+                try:
+                    began = time.monotonic()
+                    state, data = self.ray.get(h.actor.checkpoint.remote(h.launch.grace_s),
+                                               timeout=h.launch.grace_s + 30)
+                    self._ship(h.launch.task, data)
+                    if state is None:
+                        self.post("checkpointMissed", task=h.launch.task, node=h.launch.node,
+                                  reason=f"no {CHECKPOINT_MARK} within {h.launch.grace_s:g}s")
+                        continue
+                    self.state_refs[h.launch.task] = self.ray.put(state)
+                    self.post("checkpointed", task=h.launch.task, node=h.launch.node, bytes=len(state),
+                              took_s=round(time.monotonic() - began, 6), to="object store")
+                except Exception as exc:
+                    log.info("checkpoint of %s: %s", h.launch.task, exc)
+                finally:
+                    h.lock.release()
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,122 @@
+"""The Ray executor on a real Ray cluster of three labelled nodes on this
+machine (car-1, edge-1, cloud-north), started by the test: tasks land on the
+nodes the scheduler chose, and killing the edge node's raylet re-places its
+tasks and restores the game from its last checkpoint in the object store."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from live import GAME, LIVE, events, log_text, placements, resumed, simulated, ticks_by_run
+
+from raycluster import LocalRayCluster
+
+if os.environ.get("CI"):
+    import ray  # noqa: F401  (CI installs the ray extra: its absence is a failure, not a skip)
+else:
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+
+NODES = ["cloud-north", "car-1", "edge-1"]  # the first is the head, where the driver's objects live
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = LocalRayCluster(NODES).start()
+    try:
+        yield c
+    finally:
+        pids = c.pids()
+        c.stop()
+        assert pids and c.pids() == [], "processes of the test's Ray cluster are left"
+
+
+def landed(log: str) -> list[str]:
+    """The label of the Ray node each run of a task's process ran on, as its actor saw it."""
+    return re.findall(r"^suanli: on Ray node \w+ labelled suanli\.node=(\S+)$", log, re.M)
+
+
+def read_log(work, task: str) -> str:
+    path = work / "logs" / (task.replace("/", "%2F") + ".log")
+    return path.read_text() if path.exists() else ""
+
+
+def edge_checkpointed(work) -> bool:
+    log = read_log(work, GAME)
+    return bool(re.search(r"labelled suanli\.node=edge-1\n(.*\n)*tick \d+", log))
+
+
+def shipped(work, task: str) -> bool:
+    return "suanli: on Ray node" in read_log(work, task)
+
+
+def scenario(tmp_path: Path, extra_events: list[dict] = ()) -> Path:
+    """The live autodrive example with autopilot running until 28s rather than
+    18s: room for a Ray worker's start (seconds on a busy machine) and a
+    node's death to be noticed while the game is on the edge."""
+    with open(LIVE) as f:
+        docs = list(yaml.safe_load_all(f))
+    spec = docs[-1]["spec"]
+    spec["until"] = "36s"
+    spec["events"] = [{"at": "28s", "kind": "delete", "app": "autopilot"}, *extra_events]
+    folder = tmp_path / "live"
+    shutil.copytree(LIVE.parent, folder)
+    path = folder / "autodrive.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_tasks_land_on_the_labelled_nodes_and_a_lost_edge_is_replaced(cluster, tmp_path):
+    work = tmp_path / "w"
+    path = scenario(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from suanli.cli import main; main()", "run", str(path), "--executor", "ray",
+         "--ray-address", cluster.address, "--work-dir", str(work)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # kill the edge once the game has checkpointed there (its edge output was shipped
+        # with the checkpoint) and the map-update job on the edge has ended (its log came back)
+        deadline = time.monotonic() + 60
+        while not (edge_checkpointed(work) and shipped(work, "autopilot/map-update/0")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the game never checkpointed on the edge"
+            time.sleep(0.05)
+        cluster.kill_raylet("edge-1")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    live = events(work / "out")
+
+    lost = [e for e in live if e["kind"] == "nodeLost"]
+    assert [e["node"] for e in lost] == ["edge-1/cpu-0"] and "died" in lost[0]["reason"]
+    assert [e["task"] for e in live if e["kind"] == "lost"] == [GAME]
+
+    # the decisions are the twin's, given the node down when the executor saw it die
+    twin = scenario(tmp_path / "twin", [{"at": lost[0]["t"], "kind": "nodeDown", "node": "edge-1/cpu-0"}])
+    assert placements(live) == placements(simulated(twin, tmp_path))
+
+    game_sites = [e["site"] for e in live if e["kind"] == "placed" and e["task"] == GAME]
+    assert game_sites == ["car-1", "edge-1", "cloud-north", "car-1"]
+    log = log_text(work, GAME)
+    assert landed(log) == ["car-1", "edge-1", "cloud-north", "car-1"]  # where the actors really ran
+    assert landed(log_text(work, "autopilot/control/0")) == ["car-1"]
+
+    # restored from the last checkpoint: after the loss it resumes at or before the edge's last tick
+    # (what the edge printed after its last log shipment went with it), and never from zero
+    starts = resumed(log)
+    runs = ticks_by_run(log)
+    assert len(starts) == 4 and starts[0] == 0
+    assert starts[1] == runs[0][-1]  # a planned move: exactly where it stopped
+    assert starts[1] < starts[2] <= runs[1][-1]
+    assert starts[3] == runs[2][-1]  # home again: exactly where the cloud left off
+    assert any(e["kind"] == "checkpointed" and e["node"] == "edge-1/cpu-0" for e in live)
+    assert any(e["kind"] == "stateRestored" and e["node"] == "cloud-north/cpu-0" for e in live)
