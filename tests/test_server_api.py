@@ -79,11 +79,11 @@ def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
 
-def start(world, url: str, limits: Limits | None = None):
+def start(world, url: str, limits: Limits | None = None, logs_dir=None):
     store = Store(url)
     admin = store.ensure_admin(None)
     controller = Controller(world, store, speed=100.0)
-    return store, admin, controller, create_api(world, store, controller, limits)
+    return store, admin, controller, create_api(world, store, controller, limits, logs_dir=logs_dir)
 
 
 @pytest.fixture

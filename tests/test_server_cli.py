@@ -145,7 +145,9 @@ def test_serve_refuses_bad_input_with_exit_2(tmp_path):
     assert r.returncode == 2 and "serve takes Fleet, Tenant and VirtualCluster documents" in r.stderr
     r = suanli("serve", str(FLEET[1]), "--db", sqlite_url(tmp_path / "s.db"))
     assert r.returncode == 2 and "no Fleet document" in r.stderr
-    r = suanli("serve", *map(str, FLEET), "--executor", "ray")
-    assert r.returncode == 2 and "--executor" in r.stderr
+    r = suanli("serve", *map(str, FLEET), "--executor", "ray", "--ray-address", "127.0.0.1:1")
+    assert r.returncode == 2 and "--ray-address: no Ray cluster at 127.0.0.1:1" in r.stderr
+    r = suanli("serve", *map(str, FLEET), "--executor", "local", "--work-dir", "/dev/null/w")
+    assert r.returncode == 2 and "--work-dir: cannot make /dev/null/w" in r.stderr
     r = suanli("serve", *map(str, FLEET), "--db", "nosuchdb://x")
     assert r.returncode == 2 and "--db: cannot open the database" in r.stderr and "Traceback" not in r.stderr

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from test_server_api import A, B, app_doc, bearer, start, submit
 
+from suanli.executors.tasks import safe
 from suanli.server.store import sqlite_url
 
 A_APP, A_TASK, A_VC = "web", "web/c/0", f"{A}/default"
@@ -97,6 +98,12 @@ def events_stream(live):
     _only_b_events(got)
 
 
+def task_logs(live):
+    assert live.client.get(f"/v1/logs/{A_TASK}", headers=live.a).text == f"the log of {A}\n"
+    _not_found_like_a_missing_one(live, "GET", f"/v1/logs/{A_TASK}", "/v1/logs/nothing/c/0")
+    _not_found_like_a_missing_one(live, "GET", f"/v1/logs/{A_TASK}?tenant={A}", "/v1/logs/nothing/c/0")
+
+
 def vcs_list(live):
     vcs = live.client.get("/v1/vcs", headers=live.b).json()
     assert [v["name"] for v in vcs] == [f"{B}/default"]
@@ -155,6 +162,7 @@ CASES = {
     ("DELETE", "/v1/applications/{name}"): app_delete,
     ("GET", "/v1/tasks"): tasks_list,
     ("GET", "/v1/tasks/{task:path}"): task_get,
+    ("GET", "/v1/logs/{task:path}"): task_logs,
     ("GET", "/v1/events"): events_list,
     ("GET", "/v1/events/stream"): events_stream,
     ("GET", "/v1/vcs"): vcs_list,
@@ -181,7 +189,11 @@ def live(tmp_path_factory):
     from conftest import EXAMPLES
 
     world = load_world([EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml"])
-    store, admin, controller, api = start(world, sqlite_url(tmp_path_factory.mktemp("iso") / "s.db"))
+    where = tmp_path_factory.mktemp("iso")
+    (where / "logs").mkdir()
+    for tenant in (A, B):  # as a real executor keeps them: one file per task, named with its tenant
+        (where / "logs" / f"{safe(f'{tenant}:{A_TASK}')}.log").write_text(f"the log of {tenant}\n")
+    store, admin, controller, api = start(world, sqlite_url(where / "s.db"), logs_dir=where / "logs")
     with TestClient(api) as client:
         live = Live(client, store, controller, bearer(admin), bearer(store.mint(A)), bearer(store.mint(B)))
         assert submit(live, live.a, app_doc(A_APP, 2), key="same-key-as-a").status_code == 201

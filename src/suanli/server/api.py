@@ -22,6 +22,7 @@ from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -33,8 +34,9 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from suanli.executors.tasks import safe
 from suanli.model.work import World
-from suanli.server.controller import Controller, build_app
+from suanli.server.controller import Controller, build_app, internal
 from suanli.server.remote import RemoteController
 from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
 from suanli.spec.loader import validate_document
@@ -322,7 +324,7 @@ class RequestCounter:
 
 
 def create_api(world: World, store: Store, controller: "Controller | RemoteController", limits: Limits | None = None,
-               start_controller: bool = True) -> FastAPI:
+               start_controller: bool = True, logs_dir: Path | None = None) -> FastAPI:
     limits = limits or Limits()
     limiter = RateLimiter(limits.rate, limits.burst)
     fleet = world.fleet
@@ -601,6 +603,23 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise not_found("task", task)
         history = [e.body for e in store.events(owner, task=task, limit=limits.events_page)]
         return {**task_out(row), "history": history}
+
+    @api.get("/v1/logs/{task:path}", response_class=PlainTextResponse, responses=ERRORS)
+    def task_logs(task: str, who: Principal = Depends(principal), tenant: str | None = None,
+                  after: int = Query(0, ge=0, description="skip this many bytes (what was read before)")):
+        """A task's log: the output of every run it had, each after a header
+        line (kept by the local and ray executors; the sim executor runs no processes)."""
+        owner = tenant_of(who, tenant)
+        if store.task(owner, task) is None:
+            raise not_found("task", task)
+        path = logs_dir / f"{safe(internal(owner, task))}.log" if logs_dir is not None else None
+        if path is None or not path.is_file():
+            raise ProblemError(404, "No log", f"task {task!r} has no log: "
+                               + ("it has not run yet" if logs_dir is not None else
+                                  "the sim executor runs no processes"))
+        with open(path, "rb") as f:
+            f.seek(after)
+            return PlainTextResponse(f.read().decode("utf-8", "replace"))
 
     # -------------------------------------------------------- events
 

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from suanli.executors import ExecutorName, make
 from suanli.render import OutputFormat as Output
 from suanli.spec.problems import Problem, SpecError
 
@@ -41,12 +42,6 @@ class Kind(str, Enum):
     vcs = "vcs"
     nodes = "nodes"
     tenants = "tenants"
-
-
-class ExecutorName(str, Enum):
-    sim = "sim"
-    local = "local"
-    ray = "ray"
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -94,6 +89,22 @@ class Client:
         raise typer.Exit(2)
 
 
+def _print_log_file(task: str, work_dir: Path, tenant: str | None) -> None:
+    from urllib.parse import unquote
+
+    from suanli.executors.tasks import safe
+
+    logs = work_dir / "logs"
+    name = f"{tenant}:{task}" if tenant else task  # a control plane's tasks are kept under their tenant
+    path = logs / f"{safe(name)}.log"
+    if not path.is_file():
+        known = sorted(unquote(p.name[:-4]) for p in logs.glob("*.log")) if logs.is_dir() else []
+        hint = f"; tasks with logs: {', '.join(known[:10])}" if known else ""
+        _fail(f"TASK: no log for {task!r} in {work_dir}{hint}")
+    with open(path, "rb") as f:
+        sys.stdout.buffer.write(f.read())
+
+
 def register(app: typer.Typer) -> None:
     """Add the control plane's commands to the command line."""
 
@@ -105,8 +116,13 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8080, "--port"),
         executor: ExecutorName = typer.Option(ExecutorName.sim, "--executor", help="Who runs the tasks: sim "
-                                              "(the digital twin's executor, on the wall clock)."),
-        speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second (sim executor)."),
+                                              "(the digital twin's executor, on the wall clock), local "
+                                              "(processes on this machine) or ray (a Ray cluster)."),
+        work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local and ray executors: "
+                                      "the tasks' logs, state and checkpoints."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray executor: the cluster "
+                                                  "(default: RAY_ADDRESS, else the one on this machine)."),
+        speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second."),
         max_rate: float = typer.Option(500.0, "--max-rate", help="Requests per second per token, on average."),
         max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body, in bytes."),
     ) -> None:
@@ -120,9 +136,16 @@ def register(app: typer.Typer) -> None:
         from suanli.spec.loader import load_documents
 
         problems = []
+        running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address}
         if executor is not ExecutorName.sim:
-            problems.append(Problem("--executor", f"the {executor.value!r} executor is not part of this version; "
-                                                  "use sim"))
+            try:
+                make(**running)  # the work folder can be made, Ray is there and answers
+            except SpecError as exc:
+                problems += exc.problems
+            if executor is ExecutorName.ray and not problems:
+                import ray
+
+                ray.shutdown()  # the controller's process connects for itself
         if speed <= 0:
             problems.append(Problem("--speed", f"must be above 0, got {speed:g}"))
         if problems:
@@ -146,9 +169,11 @@ def register(app: typer.Typer) -> None:
         made = store.ensure_admin(os.environ.get("SUANLI_ADMIN_TOKEN") or None)
         if made is not None:
             err.print(f"admin token (shown once): {made}", soft_wrap=True)
-        controller = RemoteController(files, db, speed=speed)
+        controller = RemoteController(files, db, speed=speed,
+                                      executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
-                                                          burst=max(1, int(2 * max_rate))))
+                                                          burst=max(1, int(2 * max_rate))),
+                         logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None)
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on http://{host}:{port} (docs at /docs)")
         # What start-up built (modules, the fleet) lives as long as the process: frozen,
         # the collector no longer walks it, and a full collection takes a few milliseconds
@@ -156,6 +181,22 @@ def register(app: typer.Typer) -> None:
         gc.collect()
         gc.freeze()
         uvicorn.run(api, host=host, port=port, log_level="warning")
+
+    @app.command()
+    def logs(
+        task: str = typer.Argument(..., help="The task (APP/COMPONENT/INDEX)."),
+        work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Read the log from this folder (as given "
+                                                "to run or serve) instead of asking the server."),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Print a task's log: the output of every run it had, each after a header line."""
+        if work_dir is not None:
+            _print_log_file(task, work_dir, tenant)
+            return
+        r = Client(server, token).request("GET", f"/v1/logs/{task}", params={"tenant": tenant} if tenant else {})
+        sys.stdout.write(r.text)
 
     @app.command()
     def apply(

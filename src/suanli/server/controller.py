@@ -14,9 +14,10 @@ task names are ``APP/COMPONENT/INDEX`` with the tenant beside them.
 
 On start the controller rebuilds the scheduler's world from the store:
 cordoned and drained nodes, then every application, with the tasks that had
-ended recorded as ended. A task the store holds as running is asked of the
-executor; the simulated executor's runs do not outlive its process, so such
-a task is requeued (an event says why) and placed again.
+ended recorded as ended. A task the store holds as running is requeued (an event
+says why) and placed again: no executor's work outlives the control plane
+(the simulated executor's runs are in its memory; the local and ray
+executors' processes are killed when the process that started them ends).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from suanli.engine.clock import WallClock
+from suanli.executors.base import Executor
 from suanli.model.work import Application, World
 from suanli.output import resources_json
 from suanli.server.store import Store, TaskRow
@@ -75,13 +77,15 @@ def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) ->
 
 
 class Controller:
-    def __init__(self, world: World, store: Store, *, speed: float = 1.0, policy: str | None = None) -> None:
+    def __init__(self, world: World, store: Store, *, speed: float = 1.0, policy: str | None = None,
+                 executor: Callable[[Simulation], Executor] | None = None) -> None:
         self.world = world
         self.store = store
         self.clock = WallClock(speed)
         self.epoch = time.time()  # wall time at the scheduler's time 0
-        self.sim = Simulation(world, clock=self.clock, policy=policy)
         self.inbox: queue.Queue[Callable[[float], None]] = queue.Queue()
+        self.sim = Simulation(world, clock=self.clock, policy=policy, executor=executor)
+        self.sim.loop.on_post = lambda: self.inbox.put(lambda now: None)  # an executor's news: a turn now
         self.published = 0  # events written so far
         self.instants = 0
         self.last_turn = time.monotonic()
@@ -107,6 +111,7 @@ class Controller:
         self.inbox.put(lambda now: None)  # wake the thread now rather than at its next look
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.sim.executor.close()
 
     @property
     def alive(self) -> bool:
@@ -129,7 +134,7 @@ class Controller:
             ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
             sim.submit(build_app(app.tenant, app.name, app.document), ended)
             lost += [r for r in rows if r.status == "running"]
-        if lost:  # the simulated executor's runs ended with the process that ran them
+        if lost:  # the executor's runs ended with the process that ran them
             now = time.time()
             why = "not running on the executor after the control plane restarted"
             self.store.record(

@@ -36,8 +36,9 @@ START_TIMEOUT_S = 120.0
 class RemoteController:
     """The API's side of a controller running in a child process."""
 
-    def __init__(self, files: Sequence[str], db: str, *, speed: float = 1.0, policy: str | None = None) -> None:
-        self.args = ([str(f) for f in files], db, speed, policy)
+    def __init__(self, files: Sequence[str], db: str, *, speed: float = 1.0, policy: str | None = None,
+                 executor: dict[str, Any] | None = None) -> None:
+        self.args = ([str(f) for f in files], db, speed, policy, executor or {})
         self._ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or pools copied
         self._proc = None
         self._conn = None
@@ -126,11 +127,13 @@ class RemoteController:
                 (answer.set_result if ok else answer.set_exception)(value)
 
 
-def _child(conn, files: list[str], db: str, speed: float, policy: str | None) -> None:
+def _child(conn, files: list[str], db: str, speed: float, policy: str | None, executor: dict[str, Any]) -> None:
     """The controller's process: build the world, rebuild from the store, then
-    take commands from the pipe until it closes."""
+    take commands from the pipe until it closes. ``executor``: the keywords
+    of ``executors.make`` (none: the simulated executor)."""
     import gc
 
+    from suanli.executors import make
     from suanli.server.controller import Controller
     from suanli.server.store import Store
     from suanli.spec.build import build_world
@@ -138,7 +141,8 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None) ->
 
     try:
         world = build_world(load_documents(files))
-        controller = Controller(world, Store(db, upgrade=False), speed=speed, policy=policy)
+        factory = make(**executor) if executor else None
+        controller = Controller(world, Store(db, upgrade=False), speed=speed, policy=policy, executor=factory)
         controller.start()
     except Exception as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
