@@ -11,9 +11,10 @@ For each task, from its arrival's due time (open loop: a late instant counts
 against every task in it) to the time its process printed: the scheduler's
 turn, the executor's start (a process, or an actor and its process) and the
 program's own start. Prints one JSON object with that distribution; exits 1
-unless every task was placed, ran and finished.
+unless every task was placed, ran and finished. For scale, it also times the
+same program started straight from Python (``bare_process_start_ms``).
 
-    .venv/bin/python bench/bench_executors.py [--executor local|ray] [--tasks 1000] [--rate 100]
+    .venv/bin/python bench/bench_executors.py [--executor local|ray] [--tasks 1000] [--rate 100] [--no-confine]
 """
 
 from __future__ import annotations
@@ -66,18 +67,29 @@ def pct(values: np.ndarray) -> dict:
         "max": round(float(ms.max()), 2), "mean": round(float(ms.mean()), 2)}
 
 
+def bare_starts(n: int = 200) -> np.ndarray:
+    """The same program started straight from Python, n times: what a process start costs here at all."""
+    out = []
+    for _ in range(n):
+        began = time.time()
+        p = subprocess.run(["bash", "-c", "echo $EPOCHREALTIME"], capture_output=True, text=True)
+        out.append(float(p.stdout) - began)
+    return np.array(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=100.0, help="arrivals per second")
+    ap.add_argument("--no-confine", action="store_true", help="local: without control groups")
     args = ap.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="suanli-bench-exec-"))
     path = scenario(folder, args.tasks, args.rate)
     work = folder / "work"
     cluster = None
-    extra: list[str] = []
+    extra: list[str] = ["--no-confine"] if args.no_confine else []
     if args.executor == "ray":
         sys.path.insert(0, str(ROOT / "tests"))
         from raycluster import LocalRayCluster
@@ -111,9 +123,10 @@ def main() -> int:
     ok = len(placed) == len(running) == len(finished) == args.tasks
     total = np.array([running[t] - submitted[t] for t in tasks if t in running])
     out = {
-        "bench": "executor overhead", "executor": args.executor, "tasks": args.tasks, "rate_per_s": args.rate,
+        "bench": "executor overhead", "executor": args.executor,
+        "confinement": next(e for e in events if e["kind"] == "executor").get("confinement"), "tasks": args.tasks, "rate_per_s": args.rate,
         "placed": len(placed), "ran": len(running), "finished": len(finished),
-        "submit_to_running_ms": pct(total),
+        "submit_to_running_ms": pct(total), "bare_process_start_ms": pct(bare_starts()),
         "wall_s": round(wall, 1), "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
     }
     print(json.dumps(out))

@@ -7,9 +7,11 @@ Fleet nodes are mapped to Ray nodes by the label ``suanli.node``
 node of the site without one of its own). A fleet node no Ray node serves
 is reported lost at start, so nothing is placed there.
 
-Each task gets an actor (``TaskActor``, zero CPUs: the scheduler, not Ray,
-accounts for the slice) pinned to its Ray node with hard node affinity. The
-actor starts the task's process as the local executor does (same command,
+Each stateful task gets an actor (``TaskActor``, zero CPUs: the scheduler,
+not Ray, accounts for the slice) pinned to its Ray node with hard node
+affinity; stateless tasks share one pinned actor per Ray node
+(``NodeAgent``), which spares each a Ray worker process of its own (about a
+second of a core to start). The actor starts the task's process as the local executor does (same command,
 environment, checkpoint protocol and control groups where the node allows)
 and waits for it. The process also dies if its actor does
 (``PR_SET_PDEATHSIG``), so a lost node leaves no task behind.
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 LABEL = "suanli.node"
 CONNECT_TIMEOUT_S = 3.0
 INIT_TIMEOUT_S = 60.0
+AGENT_THREADS = 1000  # processes one node's agent can run at once
 log = logging.getLogger("suanli.ray")
 
 
@@ -76,10 +79,11 @@ def unpack(data: bytes, folder: Path) -> None:
 class TaskActor:
     """Runs one task's process on its Ray node (used as a Ray actor)."""
 
-    def __init__(self, task: str, run_id: int) -> None:
+    def __init__(self, task: str, run_id: int, confinement: Any = None) -> None:
         from suanli.executors.confine import Confinement
 
         self.task, self.run_id = task, run_id
+        self.own_confinement = confinement is None  # else a node agent's, shared by its tasks
         self.home = Path(tempfile.mkdtemp(prefix=f"suanli-{safe(task)}-{run_id}-"))
         self.state = self.home / "state"
         self.state.mkdir()
@@ -90,7 +94,7 @@ class TaskActor:
         self.started = threading.Event()  # a process is started; cleared when it ends
         self.began = threading.Event()  # the first start has run
         self.lock = threading.Lock()  # a checkpoint or a stop, one at a time
-        self.confinement = Confinement()
+        self.confinement = Confinement() if confinement is None else confinement
         self.procs: list[Path] = []
 
     def node_id(self) -> str:
@@ -134,8 +138,9 @@ class TaskActor:
         self.began.set()
         return began
 
-    def wait(self) -> tuple[int, bytes]:
-        """The process's exit status (127: it could not start) and its log since last shipped."""
+    def wait(self, after: float | None = None) -> tuple[int, bytes]:
+        """The process's exit status (127: it could not start) and its log since
+        last shipped. ``after``: the start's result, so that Ray runs this after it."""
         self.started.wait()
         proc = self.proc
         code = 127 if proc is None else proc.wait()
@@ -192,9 +197,62 @@ class TaskActor:
             state = pack(self.state) if save else None
             if self.procs:
                 self.confinement.remove(f"{safe(self.task)}.{self.run_id}")
-            self.confinement.close()
+            if self.own_confinement:
+                self.confinement.close()
             shutil.rmtree(self.home / "state", ignore_errors=True)
             return state, self.log_since()
+
+
+class NodeAgent:
+    """Runs the stateless tasks of one Ray node (used as a Ray actor, one per
+    node): a ``TaskActor``'s work for each, without a worker process each."""
+
+    def __init__(self) -> None:
+        from suanli.executors.confine import Confinement
+
+        self.tasks: dict[str, TaskActor] = {}
+        self.confinement = Confinement()
+
+    def start(self, key: str, task: str, run_id: int, *args: Any) -> float:
+        slot = self.tasks.get(key)
+        if slot is None:
+            slot = self.tasks[key] = TaskActor(task, run_id, self.confinement)
+        return slot.start(*args)
+
+    def wait(self, key: str, after: float | None = None) -> tuple[int, bytes]:
+        return self.tasks[key].wait()
+
+    def checkpoint(self, key: str, grace_s: float) -> tuple[bytes | None, bytes]:
+        return self.tasks[key].checkpoint(grace_s)
+
+    def stop(self, key: str, grace_s: float, save: bool) -> tuple[bytes | None, bytes]:
+        slot = self.tasks.get(key)
+        return (None, b"") if slot is None else slot.stop(grace_s, save)
+
+    def forget(self, key: str) -> None:
+        slot = self.tasks.pop(key, None)
+        if slot is not None:
+            if slot.procs:
+                self.confinement.remove(f"{safe(slot.task)}.{slot.run_id}")
+            shutil.rmtree(slot.home, ignore_errors=True)
+
+
+class Slot:
+    """One stateless task on its node's agent, called as a task's actor is."""
+
+    class _Method:
+        def __init__(self, method: Any, key: str, prefix: tuple = ()) -> None:
+            self.method, self.key, self.prefix = method, key, prefix
+
+        def remote(self, *args: Any) -> Any:
+            return self.method.remote(self.key, *self.prefix, *args)
+
+    def __init__(self, agent: Any, key: str, task: str, run_id: int) -> None:
+        self.agent, self.key = agent, key
+        self.start = self._Method(agent.start, key, (task, run_id))
+        self.wait = self._Method(agent.wait, key)
+        self.checkpoint = self._Method(agent.checkpoint, key)
+        self.stop = self._Method(agent.stop, key)
 
 
 # ------------------------------------------------------------------ the driver
@@ -207,6 +265,8 @@ class RayCluster:
         self.ray = ray
         self.address = address
         self.actor_class = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(TaskActor)
+        # an agent waits on each of its processes in a thread of its own
+        self.agent_class = ray.remote(num_cpus=0, max_concurrency=AGENT_THREADS, max_restarts=0)(NodeAgent)
 
     def labelled(self) -> dict[str, str]:
         """Label value -> Ray node id, for the live nodes labelled ``suanli.node``."""
@@ -282,6 +342,7 @@ class RayExecutor:
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
         self.started_at: dict[str, float] = {}
+        self.agents: dict[str, Any] = {}  # Ray node id -> its agent, for stateless tasks
         self.lost: set[str] = set()  # Ray node ids seen dead
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -335,7 +396,7 @@ class RayExecutor:
         began = h.actor.start.remote(h.launch.command, h.launch.env, self.cwd, None, h.launch.cpu_milli,
                                      h.launch.mem_mib)
         with self._lock:
-            h.waiting = h.actor.wait.remote()
+            h.waiting = h.actor.wait.remote(began)
         self._note_start(h, began)
 
     def stop(self, run: Run, now: float) -> None:
@@ -360,7 +421,7 @@ class RayExecutor:
             h.stopping = True
             with self._lock:
                 self.handles.pop(h.launch.task, None)
-            self.ray.kill(h.actor)
+            self._drop(h, kill=True)
 
     def close(self) -> None:
         self._closed.set()
@@ -374,14 +435,20 @@ class RayExecutor:
 
     def _launch(self, ln: Launch) -> None:
         rid = self.ray_node[ln.node]
-        actor = self.cluster.actor_class.options(
-            scheduling_strategy=self.affinity(node_id=rid, soft=False)).remote(ln.task, ln.run_id)
+        pin = self.affinity(node_id=rid, soft=False)
+        if ln.stateful:
+            actor = self.cluster.actor_class.options(scheduling_strategy=pin).remote(ln.task, ln.run_id)
+        else:
+            agent = self.agents.get(rid)
+            if agent is None:
+                agent = self.agents[rid] = self.cluster.agent_class.options(scheduling_strategy=pin).remote()
+            actor = Slot(agent, f"{ln.task}#{ln.run_id}", ln.task, ln.run_id)
         state = self.state_refs.get(ln.task) if ln.stateful else None
         self._ship(ln.task, b"", f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} (Ray node {rid[:12]}) "
                                  f"at {_stamp()}\n")
         began = actor.start.remote(ln.command, ln.env, self.cwd, state, ln.cpu_milli, ln.mem_mib)
         h = Handle(ln, actor, rid)
-        h.waiting = actor.wait.remote()
+        h.waiting = actor.wait.remote(began)
         with self._lock:
             self.handles[ln.task] = h
         self._note_start(h, began)
@@ -423,7 +490,17 @@ class RayExecutor:
                 log.info("stopping %s: %s", h.launch.task, exc)
             finally:
                 h.lock.release()
-                self.ray.kill(h.actor)
+                self._drop(h)
+
+    def _drop(self, h: Handle, kill: bool = False) -> None:
+        """Let go of a task's actor (kill it), or of its slot on its node's agent
+        (``kill``: its process is killed first)."""
+        if isinstance(h.actor, Slot):
+            if kill:
+                h.actor.stop.remote(0.0, False)
+            h.actor.agent.forget.remote(h.actor.key)
+        else:
+            self.ray.kill(h.actor)
 
     # ------------------------------------------------------------ watching
 
@@ -468,6 +545,7 @@ class RayExecutor:
         alive = self._alive()
         for rid in set(self.ray_node.values()) - alive - self.lost:
             self.lost.add(rid)
+            self.agents.pop(rid, None)
             for name, r in self.ray_node.items():
                 if r == rid:
                     self.loop.post(NodeLost(name, f"Ray node {rid[:12]} died"))
