@@ -34,7 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_fgd.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_executors.py --executor local --tasks 1000
-	$(BIN)/python bench/bench_executors.py --executor ray --tasks 200
+	$(BIN)/python bench/bench_executors.py --executor ray --tasks 200 --rate 20
 
 # the long ones: a million-pod trace replayed through suanli simulate, and a
 # million pending tasks on 100,000 nodes
