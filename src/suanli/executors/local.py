@@ -197,9 +197,7 @@ class LocalExecutor:
                 p.ended.wait(5)
             self._signal(p, signal.SIGKILL)  # what the task left behind in its group
             p.lock.release()
-        for task in tasks:
-            if keep_state:
-                continue
+        for task in () if keep_state else tasks:
             home = self.state_home.pop(task, None)
             if home is not None:
                 shutil.rmtree(self.state_dir(home, task), ignore_errors=True)

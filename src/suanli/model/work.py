@@ -86,6 +86,9 @@ class VirtualCluster:
     default: bool = False  # the tenant's default VC: hosts fitted to its tasks
 
 
+MAX_RESTARTS = 5  # restarts in a row in one placement, unless a component's run says otherwise
+
+
 @dataclass(frozen=True, slots=True)
 class RunCommand:
     """The process a real executor starts for each task of a component."""
@@ -93,7 +96,7 @@ class RunCommand:
     command: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     restart: str = "never"  # always | onFailure | never
-    max_restarts: int = 5
+    max_restarts: int = MAX_RESTARTS
     stop_grace_s: float = 10.0
 
 

@@ -23,7 +23,7 @@ from suanli.engine.loop import EventLoop
 from suanli.executors.base import Executor, NodeLost, Note, Restart, Run, RunFinished, TaskExited
 from suanli.executors.sim import SimExecutor
 from suanli.model.network import Network
-from suanli.model.work import Application, Component, World
+from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
@@ -175,6 +175,7 @@ class Simulation:
         self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
         self.hosts = HostKeeper(self)
         self.disrupted: dict[str, None] = {}  # tasks stopped to move, until they run again
+        self.lost_nodes: set[str] = set()  # nodes an executor reported gone (cordoned or drained ones too)
         if executor is not None:  # a real one: made last, it may look at all of the above
             self.executor = executor(self)
 
@@ -384,7 +385,7 @@ class Simulation:
                 self._finished(t, ev.run_id)
             return
         policy = comp.run.restart if comp.run is not None else ("always" if not rec.job else "never")
-        limit = comp.run.max_restarts if comp.run is not None else 5
+        limit = comp.run.max_restarts if comp.run is not None else MAX_RESTARTS
         done = (run.restarts or {}).get(ev.task, 0)
         if (policy == "always" or (policy == "onFailure" and ev.code != 0)) and done < limit:
             run.restarts = {**(run.restarts or {}), ev.task: done + 1}
@@ -411,9 +412,9 @@ class Simulation:
 
     def _node_lost(self, t: float, ev: NodeLost) -> None:
         """The executor says a node's machine is gone: as ``nodeDown``, with its reason."""
-        node = self.world.fleet.node_by_name(ev.node)
-        if not self.state.nodes.enabled[node]:
+        if ev.node in self.lost_nodes:
             return
+        self.lost_nodes.add(ev.node)
         self.log(t, "nodeLost", node=ev.node, reason=ev.reason)
         self._scenario_event(t, NodeDownEvent.model_construct(at=t, kind="nodeDown", node=ev.node))
 

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from suanli.model import quantities as q
+from suanli.model.work import MAX_RESTARTS
 from suanli.spec.problems import FieldError
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
@@ -335,7 +336,7 @@ class RunSpec(Base):
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
     restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
-    max_restarts: Annotated[int, Field(ge=0)] = 5
+    max_restarts: Annotated[int, Field(ge=0)] = MAX_RESTARTS
     stop_grace: Annotated[DurationS, Field(gt=0)] = 10.0
 
     @field_validator("env")
