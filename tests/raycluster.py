@@ -61,13 +61,19 @@ class LocalRayCluster:
         self._ray("start", "--head", f"--port={self.port}", f"--temp-dir={self.temp}", "--include-dashboard=false",
                   f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
                   f"--labels=suanli.node={head}", f"--system-config={health}", *common)
-        for name in workers:  # ports of their own (not the default's, which the head has), no log monitor left behind
-            self._ray("start", f"--address={self.address}", f"--labels=suanli.node={name}",
-                      f"--dashboard-agent-listen-port={free_port()}", "--include-log-monitor=false", *common)
+        for name in workers:
+            self.join(name)
         return self
 
+    def join(self, name: str) -> None:
+        """Start a worker node labelled ``name`` (again, after its raylet was killed): a port of its
+        own for its agent (not the default, which the head has), no log monitor left behind."""
+        self._ray("start", f"--address={self.address}", f"--labels=suanli.node={name}",
+                  f"--dashboard-agent-listen-port={free_port()}", "--include-log-monitor=false",
+                  f"--num-cpus={self.cpus}", f"--object-store-memory={self.store}", "--disable-usage-stats")
+
     def raylet_pid(self, name: str) -> int:
-        out = subprocess.run(["pgrep", "-f", f'raylet/raylet .*suanli.node": "{name}"'],
+        out = subprocess.run(["pgrep", "-f", f'raylet/raylet .*--gcs-address=[^ ]*:{self.port} .*suanli.node": "{name}"'],
                              capture_output=True, text=True).stdout.split()
         if not out:
             raise LookupError(f"no raylet labelled {name}")

@@ -3,7 +3,7 @@
 The simulation (and the live control plane, which is the same code on a wall
 clock) tells an executor to ``start``, ``stop`` and ``release`` the tasks of a
 run; the executor reports back through events on the loop (``RunFinished``,
-``TaskExited``, ``NodeLost``, ``Note``), so the scheduler never knows whether
+``TaskExited``, ``NodeLost``, ``NodeFound``, ``Note``), so the scheduler never knows whether
 the work is simulated or real. Real executors post their events from their
 own threads (``EventLoop.post``); the scheduler's thread handles them in
 order, between instants.
@@ -60,6 +60,14 @@ class Restart:
 @dataclass(frozen=True, slots=True)
 class NodeLost:
     """The machine behind a fleet node is gone (or was never there)."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFound:
+    """The machine behind a fleet node is there again (or came late)."""
 
     node: str
     reason: str

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suanli.executors.base import NodeLost, Note, Run, TaskExited
+from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import CHECKPOINT_MARK, Launch, guarded, launch, origin_wall, resolve, safe
 from suanli.spec.problems import Problem, SpecError
@@ -268,13 +268,17 @@ class RayCluster:
         # an agent waits on each of its processes in a thread of its own
         self.agent_class = ray.remote(num_cpus=0, max_concurrency=AGENT_THREADS, max_restarts=0)(NodeAgent)
 
+    def view(self) -> tuple[set[str], dict[str, str]]:
+        """The live Ray nodes' ids, and label value -> id for those labelled ``suanli.node``."""
+        live = [n for n in self.ray.nodes() if n.get("Alive")]
+        return ({n["NodeID"] for n in live},
+                {n["Labels"][LABEL]: n["NodeID"] for n in live if LABEL in (n.get("Labels") or {})})
+
     def labelled(self) -> dict[str, str]:
-        """Label value -> Ray node id, for the live nodes labelled ``suanli.node``."""
-        return {n["Labels"][LABEL]: n["NodeID"] for n in self.ray.nodes()
-                if n.get("Alive") and LABEL in (n.get("Labels") or {})}
+        return self.view()[1]
 
     def alive(self) -> set[str]:
-        return {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+        return self.view()[0]
 
     def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None) -> "RayExecutor":
         return RayExecutor(sim, self, work_dir, cwd=cwd)
@@ -349,14 +353,15 @@ class RayExecutor:
         fleet = sim.world.fleet
         labelled = cluster.labelled()
         self.ray_node: dict[str, str] = {}  # fleet node -> Ray node id
+        self.site = {fleet.node_name(n): fleet.site_of(n).name for n in range(fleet.n_nodes)}
         missing = []
-        for n in range(fleet.n_nodes):
-            name = fleet.node_name(n)
-            rid = labelled.get(name) or labelled.get(fleet.site_of(n).name)
+        for name, site in self.site.items():
+            rid = labelled.get(name) or labelled.get(site)
             if rid is None:
                 missing.append(name)
             else:
                 self.ray_node[name] = rid
+        self.missing = set(missing)  # fleet nodes no live Ray node stands for now
         self.post("executor", executor="ray", address=cluster.address, work_dir=str(self.work),
                   ray_nodes=len(set(self.ray_node.values())), fleet_nodes_served=len(self.ray_node),
                   origin_wall=origin_wall(sim))
@@ -533,7 +538,7 @@ class RayExecutor:
                     self.loop.post(TaskExited(h.launch.run_id, h.launch.task, code))
             if time.monotonic() - last_look > 0.25:
                 last_look = time.monotonic()
-                self._look_for_dead_nodes()
+                self._look_at_nodes()
 
     def _alive(self) -> set[str]:
         try:
@@ -541,14 +546,28 @@ class RayExecutor:
         except Exception:
             return set(self.ray_node.values())
 
-    def _look_for_dead_nodes(self) -> None:
-        alive = self._alive()
+    def _look_at_nodes(self) -> None:
+        """Fleet nodes whose Ray node died are lost; fleet nodes without one
+        that a live Ray node now stands for (one that joined, or came back
+        under a label) are found."""
+        try:
+            alive, labelled = self.cluster.view()
+        except Exception:
+            return
         for rid in set(self.ray_node.values()) - alive - self.lost:
             self.lost.add(rid)
             self.agents.pop(rid, None)
             for name, r in self.ray_node.items():
                 if r == rid:
+                    self.missing.add(name)
                     self.loop.post(NodeLost(name, f"Ray node {rid[:12]} died"))
+        for name in sorted(self.missing):
+            rid = labelled.get(name) or labelled.get(self.site[name])
+            if rid is not None and rid not in self.lost:
+                self.ray_node[name] = rid
+                self.missing.discard(name)
+                self.loop.post(NodeFound(name, f"Ray node {rid[:12]} labelled {LABEL}="
+                                               f"{name if name in labelled else self.site[name]}"))
 
     def _checkpoints(self) -> None:
         while not self._closed.wait(0.05):

@@ -20,7 +20,7 @@ import numpy as np
 
 from suanli.engine.clock import Clock, VirtualClock
 from suanli.engine.loop import EventLoop
-from suanli.executors.base import Executor, NodeLost, Note, Restart, Run, RunFinished, TaskExited
+from suanli.executors.base import Executor, NodeFound, NodeLost, Note, Restart, Run, RunFinished, TaskExited
 from suanli.executors.sim import SimExecutor
 from suanli.model.network import Network
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
@@ -35,7 +35,7 @@ from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
-from suanli.spec.schema import NodeDownEvent, ReschedulingPolicy
+from suanli.spec.schema import NodeDownEvent, NodeUpEvent, ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper
@@ -272,6 +272,8 @@ class Simulation:
                 self._restart(t, ev)
             elif isinstance(ev, NodeLost):
                 self._node_lost(t, ev)
+            elif isinstance(ev, NodeFound):
+                self._node_found(t, ev)
             elif isinstance(ev, Note):
                 self.log(t, ev.kind, **dict(ev.fields))
         self.hosts.before(t)
@@ -417,6 +419,14 @@ class Simulation:
         self.lost_nodes.add(ev.node)
         self.log(t, "nodeLost", node=ev.node, reason=ev.reason)
         self._scenario_event(t, NodeDownEvent.model_construct(at=t, kind="nodeDown", node=ev.node))
+
+    def _node_found(self, t: float, ev: NodeFound) -> None:
+        """A lost node's machine is back: as ``nodeUp``, with its reason."""
+        if ev.node not in self.lost_nodes:
+            return
+        self.lost_nodes.discard(ev.node)
+        self.log(t, "nodeFound", node=ev.node, reason=ev.reason)
+        self._scenario_event(t, NodeUpEvent.model_construct(at=t, kind="nodeUp", node=ev.node))
 
     # ------------------------------------------------------------ scenario events
 
