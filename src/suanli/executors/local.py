@@ -48,7 +48,6 @@ class Proc:
     launch: Launch
     popen: subprocess.Popen
     log: IO[bytes]
-    started: float  # time.time() when the process was started
     key: str  # its control groups' name
     stopping: bool = False
     ended: threading.Event = field(default_factory=threading.Event)
@@ -73,7 +72,6 @@ class LocalExecutor:
         self.procs: dict[str, Proc] = {}  # task -> its process now
         self.state_home: dict[str, str] = {}  # task -> node whose folder holds its state
         self.lost_nodes: set[str] = set()
-        self.started_at: dict[str, float] = {}  # task -> time.time() its latest process started (benchmarks)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._ticker = threading.Thread(target=self._checkpoints, name="suanli-checkpoints", daemon=True)
@@ -157,12 +155,11 @@ class LocalExecutor:
             log.close()
             self.loop.post(TaskExited(ln.run_id, ln.task, 127))
             return
-        p = Proc(ln, popen, log, time.time(), key)
+        p = Proc(ln, popen, log, key)
         if ln.checkpoint_every_s:
             p.next_checkpoint = time.monotonic() + ln.checkpoint_every_s
         with self._lock:
             self.procs[ln.task] = p
-        self.started_at[ln.task] = p.started
         threading.Thread(target=self._watch, args=(p,), name=f"suanli-wait-{popen.pid}", daemon=True).start()
 
     def _watch(self, p: Proc) -> None:

@@ -345,7 +345,6 @@ class RayExecutor:
         self.cwd = str(Path(cwd or sim.world.base_dir).resolve())
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
-        self.started_at: dict[str, float] = {}
         self.agents: dict[str, Any] = {}  # Ray node id -> its agent, for stateless tasks
         self.lost: set[str] = set()  # Ray node ids seen dead
         self._lock = threading.Lock()
@@ -461,15 +460,14 @@ class RayExecutor:
             self.post("stateRestored", task=ln.task, node=ln.node, through="object store")
 
     def _note_start(self, h: Handle, began: Any) -> None:
-        """When the process has started: its time, and the first checkpoint one period later."""
-        def record(fut) -> None:
-            try:
-                self.started_at[h.launch.task] = fut.result()
-            except Exception:
-                return
-            if h.launch.checkpoint_every_s:
+        """Once the process has started, its first checkpoint is due one period later."""
+        if not h.launch.checkpoint_every_s:
+            return
+
+        def due(fut) -> None:
+            if fut.exception() is None:
                 h.next_checkpoint = time.monotonic() + h.launch.checkpoint_every_s
-        began.future().add_done_callback(record)
+        began.future().add_done_callback(due)
 
     def _end(self, tasks, save: bool) -> None:
         """Stop the tasks' processes together (SIGTERM, then SIGKILL after
