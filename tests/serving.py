@@ -27,8 +27,8 @@ def free_port() -> int:
 class Server:
     """``suanli serve`` as a child process, started again after each kill."""
 
-    def __init__(self, db: str, port: int, log, *extra: str, speed: float = 20) -> None:
-        self.db, self.port, self.log, self.extra, self.speed = db, port, log, extra, speed
+    def __init__(self, db: str, port: int, log, *extra: str, speed: float = 20, files=FLEET) -> None:
+        self.db, self.port, self.log, self.extra, self.speed, self.files = db, port, log, extra, speed, files
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.kills = 0
@@ -37,7 +37,7 @@ class Server:
         env = {**os.environ, "SUANLI_ADMIN_TOKEN": ADMIN}
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from suanli.cli import main; main()", "serve",
-             *map(str, FLEET),
+             *map(str, self.files),
              "--db", self.db, "--port", str(self.port), "--speed", str(self.speed), "--max-rate", "100000",
              *self.extra],
             env=env, stdout=self.log, stderr=self.log)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from live import GAME, LIVE, events, log_text, placements, resumed, simulated, ticks_by_run
+from live import GAME, LIVE, events, log_text, placements, resumed, simulated, suanli, ticks_by_run
 
 from raycluster import LocalRayCluster
 
@@ -132,3 +132,41 @@ def test_tasks_land_on_the_labelled_nodes_and_a_lost_edge_is_replaced(cluster, t
     assert all(starts[i] == runs[i - 1][-1] for i in range(3, len(starts)))
     assert any(e["kind"] == "checkpointed" and e["node"] == "edge-1/cpu-0" for e in live)
     assert any(e["kind"] == "stateRestored" and e["node"] == "cloud-north/cpu-0" for e in live)
+
+
+def test_serve_runs_tasks_on_the_ray_executor(cluster, tmp_path):
+    from serving import ADMIN, Server, free_port
+
+    from suanli.server.store import sqlite_url
+
+    fleet = tmp_path / "fleet.yaml"
+    with open(LIVE) as f:
+        fleet.write_text(yaml.safe_dump_all([d for d in yaml.safe_load_all(f) if d["kind"] in ("Fleet", "Tenant")]))
+    app = tmp_path / "app.yaml"
+    app.write_text("""\
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: hello}
+spec:
+  components:
+    - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m}, near: {site: edge-1},
+       run: {command: [sh, -c, "echo hello from $SUANLI_NODE"]}}
+""")
+    with open(tmp_path / "server.log", "ab") as log:
+        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "ray",
+                        "--ray-address", cluster.address, "--work-dir", str(tmp_path / "w"), speed=1,
+                        files=(fleet,))
+        server.start()
+        try:
+            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
+            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "car-1-owner", env=env).stdout.strip()}
+            assert suanli("apply", "-f", app, env=mine).returncode == 0
+            deadline = time.monotonic() + 60
+            while '"finished"' not in suanli("get", "tasks", "-o", "json", env=mine).stdout:
+                assert time.monotonic() < deadline, "the task did not finish"
+                time.sleep(0.2)
+            r = suanli("logs", "hello/say/0", env=mine)
+            assert r.returncode == 0, r.stderr
+            assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
+        finally:
+            server.stop()
