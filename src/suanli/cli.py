@@ -164,7 +164,7 @@ def run_live(
     work_dir: Path = typer.Option(..., "--work-dir", help="Folder for the tasks' logs, state and checkpoints."),
     executor: str = typer.Option("local", "--executor", help="local (processes on this machine) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster (ray executor; "
-                                              "default: RAY_ADDRESS, else a cluster started on this machine)."),
+                                              "default: RAY_ADDRESS, else the one running on this machine)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for result.json, events.jsonl and "
                                        "report.html (default: WORK_DIR/out)."),
     until: Optional[str] = typer.Option(None, "--until", help="Stop at this time (e.g. 2m); default: the Scenario's until."),
