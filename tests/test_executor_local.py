@@ -3,6 +3,7 @@ and stateful ones carrying their state across moves (checkpoint protocol)."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -228,3 +229,18 @@ spec:
             assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr
         finally:
             server.stop()
+
+
+def test_groups_left_by_executors_that_are_gone_are_swept(tmp_path):
+    for hierarchy in ("cpu", "memory"):
+        (tmp_path / hierarchy).mkdir()
+        (tmp_path / hierarchy / "cgroup.procs").write_text("")
+        (tmp_path / hierarchy / "suanli.999999999" / "a%2Fb%2F0.1").mkdir(parents=True)  # no such process
+        (tmp_path / hierarchy / f"suanli.{os.getppid()}" / "c%2Fd%2F0.1").mkdir(parents=True)  # alive
+    c = Confinement(root=tmp_path)
+    assert c.kind == "v1"
+    for hierarchy in ("cpu", "memory"):
+        assert not (tmp_path / hierarchy / "suanli.999999999").exists()
+        assert (tmp_path / hierarchy / f"suanli.{os.getppid()}" / "c%2Fd%2F0.1").is_dir()
+    c.close()
+    assert not (tmp_path / "cpu" / f"suanli.{os.getpid()}").exists()

@@ -47,6 +47,7 @@ class Confinement:
         return f"cgroup {self.kind} (cpu, memory)"
 
     def _detect(self) -> None:
+        self._sweep()
         name = f"suanli.{os.getpid()}"
         if (self.root / "cgroup.controllers").exists():
             controllers = (self.root / "cgroup.controllers").read_text().split()
@@ -67,6 +68,19 @@ class Confinement:
         for b in bases:
             b.mkdir(exist_ok=True)
         self.kind, self.bases = "v1", bases
+
+    def _sweep(self) -> None:
+        """Remove the empty groups of executors that are gone (killed before
+        they could remove their own: a Ray actor is, when its node's work ends)."""
+        for parent in (self.root, self.root / "cpu", self.root / "memory"):
+            for base in parent.glob("suanli.*") if parent.is_dir() else ():
+                pid = base.name.split(".", 1)[1]
+                if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                    continue
+                for d in base.glob("*"):
+                    if d.is_dir():
+                        _rmdir(d)
+                _rmdir(base)
 
     def group(self, key: str, cpu_milli: int, mem_mib: int) -> list[Path]:
         """Make the groups of one task's process; the ``cgroup.procs`` files to join."""
