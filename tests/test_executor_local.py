@@ -244,3 +244,26 @@ def test_groups_left_by_executors_that_are_gone_are_swept(tmp_path):
         assert (tmp_path / hierarchy / f"suanli.{os.getppid()}" / "c%2Fd%2F0.1").is_dir()
     c.close()
     assert not (tmp_path / "cpu" / f"suanli.{os.getpid()}").exists()
+
+
+def test_stopping_run_stops_its_tasks_and_they_save_their_state(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    work = tmp_path / "w"
+    proc = subprocess.Popen([sys.executable, "-c", "from suanli.cli import main; main()", "run", str(LIVE),
+                             "--work-dir", str(work)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    log = work / "logs" / "infotainment%2Fgame%2F0.log"
+    while not (log.exists() and "tick 20\n" in log.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "interrupted at t=" in err and "ran autodrive-live" in out
+    text = log_text(work, GAME)
+    assert text.rstrip().endswith(f"game: saved {ticks(text)[-1]}, leaving")  # asked to save, not killed
+    left = subprocess.run(["pgrep", "-f", str(LIVE.parent / "game.py")], capture_output=True, text=True).stdout
+    assert left == "" and "game.py" not in subprocess.run(["ps", "ax"], capture_output=True, text=True).stdout
