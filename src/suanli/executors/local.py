@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, IO
 from suanli.executors.base import Note, Run, TaskExited
 from suanli.executors.confine import Confinement, wrap
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import CHECKPOINT_MARK, Launch, guarded, launch, origin_wall, process_env, resolve, safe
+from suanli.executors.tasks import (CHECKPOINT_MARK, Launch, await_checkpoint, guarded, launch, origin_wall,
+                                    process_env, resolve, safe)
 
 if TYPE_CHECKING:
     from suanli.sim.simulation import Simulation
@@ -138,9 +139,7 @@ class LocalExecutor:
 
     def _spawn(self, ln: Launch) -> None:
         state = self._bring_state(ln)
-        env = process_env({**ln.env, "SUANLI_STATE_DIR": str(state)})
-        if ln.cpu_milli:
-            env.setdefault("OMP_NUM_THREADS", str(max(1, -(-ln.cpu_milli // 1000))))
+        env = process_env(ln.env, state, ln.cpu_milli)
         key = f"{safe(ln.task)}.{ln.run_id}"
         procs = self.confinement.group(key, ln.cpu_milli, ln.mem_mib) if self.confinement else []
         log = open(self.log_path(ln.task), "ab")
@@ -241,17 +240,12 @@ class LocalExecutor:
             return  # it is being stopped
         try:
             state = self.state_dir(p.launch.node, p.launch.task)
-            mark = state / CHECKPOINT_MARK
-            mark.unlink(missing_ok=True)
             began = time.monotonic()
-            self._signal(p, signal.SIGUSR1)
-            deadline = began + p.launch.grace_s
-            while not mark.exists():
-                if time.monotonic() > deadline or p.ended.is_set():
-                    self.post("checkpointMissed", task=p.launch.task, node=p.launch.node,
-                              reason=f"no {CHECKPOINT_MARK} within {p.launch.grace_s:g}s")
-                    return
-                time.sleep(0.005)
+            if not await_checkpoint(state, lambda: self._signal(p, signal.SIGUSR1), p.ended.is_set,
+                                    p.launch.grace_s):
+                self.post("checkpointMissed", task=p.launch.task, node=p.launch.node,
+                          reason=f"no {CHECKPOINT_MARK} within {p.launch.grace_s:g}s")
+                return
             keep = self.checkpoint_dir(p.launch.task)
             tmp = keep.with_name(keep.name + ".new")
             shutil.rmtree(tmp, ignore_errors=True)

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import CHECKPOINT_MARK, Launch, guarded, launch, origin_wall, resolve, safe
+from suanli.executors.tasks import (CHECKPOINT_MARK, Launch, await_checkpoint, guarded, launch, origin_wall,
+                                    process_env, resolve, safe)
 from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -111,15 +112,12 @@ class TaskActor:
               cpu_milli: int, mem_mib: int) -> float:
         """Start (or start again) the task's process; the wall time it began."""
         from suanli.executors.confine import wrap
-        from suanli.executors.tasks import process_env
 
         if state is not None:
             shutil.rmtree(self.state, ignore_errors=True)
             self.state.mkdir()
             unpack(state, self.state)
-        full = process_env({**env, "SUANLI_STATE_DIR": str(self.state)})
-        if cpu_milli:
-            full.setdefault("OMP_NUM_THREADS", str(max(1, -(-cpu_milli // 1000))))
+        full = process_env(env, self.state, cpu_milli)
         if not self.procs and self.confinement.kind != "none":
             self.procs = self.confinement.group(f"{safe(self.task)}.{self.run_id}", cpu_milli, mem_mib)
         with open(self.log_path, "ab") as out:
@@ -170,14 +168,10 @@ class TaskActor:
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 return None, self.log_since()
-            mark = self.state / CHECKPOINT_MARK
-            mark.unlink(missing_ok=True)
-            self._signal(signal.SIGUSR1)
-            deadline = time.monotonic() + grace_s
-            while not mark.exists():
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    return None, self.log_since()
-                time.sleep(0.005)
+            proc = self.proc
+            if not await_checkpoint(self.state, lambda: self._signal(signal.SIGUSR1),
+                                    lambda: proc.poll() is not None, grace_s):
+                return None, self.log_since()
             return pack(self.state), self.log_since()
 
     def stop(self, grace_s: float, save: bool) -> tuple[bytes | None, bytes]:

@@ -13,8 +13,10 @@ import os
 import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import quote
 
 from suanli.executors.base import Run
@@ -79,17 +81,33 @@ def launch(sim: "Simulation", run: Run, task: str) -> Launch:
 
 def origin_wall(sim: "Simulation") -> float:
     """The wall time (seconds since the epoch) of the scheduler's time 0."""
-    import time
-
     return round(time.time() - sim.loop.now() / getattr(sim.loop.clock, "speed", 1.0), 6)
 
 
-def process_env(env: dict[str, str]) -> dict[str, str]:
-    """The environment a task's process gets: this one's, then the task's (which wins)."""
+def process_env(env: dict[str, str], state_dir: Path, cpu_milli: int) -> dict[str, str]:
+    """The environment a task's process gets: this one's, then the task's (which
+    wins), its state folder, and threads for its cores (unless it set them)."""
     out = dict(os.environ)
     out.update(env)
+    out["SUANLI_STATE_DIR"] = str(state_dir)
     out.setdefault("PYTHONUNBUFFERED", "1")  # a Python task's log lines arrive as they are printed
+    if cpu_milli:
+        out.setdefault("OMP_NUM_THREADS", str(max(1, -(-cpu_milli // 1000))))
     return out
+
+
+def await_checkpoint(state_dir: Path, ask: Callable[[], None], ended: Callable[[], bool], grace_s: float) -> bool:
+    """The protocol's checkpoint: clear the mark, ``ask`` (SIGUSR1), and wait up to
+    ``grace_s`` for the task to write the mark; False if it did not, or ``ended``."""
+    mark = state_dir / CHECKPOINT_MARK
+    mark.unlink(missing_ok=True)
+    ask()
+    deadline = time.monotonic() + grace_s
+    while not mark.exists():
+        if time.monotonic() > deadline or ended():
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def guarded(command: tuple[str, ...]) -> tuple[str, ...]:
