@@ -312,13 +312,20 @@ class Simulation:
                 self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending[uid] = None
 
-    def _finished(self, t: float, run_id: int) -> None:
+    def _current(self, run_id: int) -> int | None:
+        """The unit whose run ``run_id`` is; None when that run has stopped (an
+        executor's report about it is stale)."""
         uid = self.runs.get(run_id)
+        if uid is None:
+            return None
+        run = self.units[uid].run
+        return uid if run is not None and run.run_id == run_id else None
+
+    def _finished(self, t: float, run_id: int) -> None:
+        uid = self._current(run_id)
         if uid is None:
             return  # the run was stopped earlier: a stale finish
         us = self.units[uid]
-        if us.run is None or us.run.run_id != run_id:
-            return
         jobs = [task for task in us.run.tasks if self.tasks[task].component.lifetime == "job"]
         for task in jobs:
             self._end_task(t, task, FINISHED, "finished")
@@ -374,8 +381,8 @@ class Simulation:
         run finishes when all its jobs are); otherwise the component's restart
         policy may start it again in place, after a backoff; else the run ends:
         a service that exited 0 finished, anything else failed."""
-        uid = self.runs.get(ev.run_id)
-        if uid is None or self.units[uid].run is None or self.units[uid].run.run_id != ev.run_id:
+        uid = self._current(ev.run_id)
+        if uid is None:
             return  # a run stopped meanwhile
         run = self.units[uid].run
         rec = self.tasks[ev.task]
@@ -407,8 +414,8 @@ class Simulation:
         return getattr(self.loop.clock, "speed", 1.0)
 
     def _restart(self, t: float, ev: Restart) -> None:
-        uid = self.runs.get(ev.run_id)
-        if uid is None or self.units[uid].run is None or self.units[uid].run.run_id != ev.run_id:
+        uid = self._current(ev.run_id)
+        if uid is None:
             return
         self.executor.restart(self.units[uid].run, ev.task, t)
 
