@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,17 +45,39 @@ def ticks(log: str) -> list[int]:
     return [int(line.split()[1]) for line in log.splitlines() if line.startswith("tick ")]
 
 
-def resumed(log: str) -> list[int]:
-    """The counter each run of the game started after."""
-    return [int(line.rsplit(" ", 1)[1]) for line in log.splitlines() if ": resuming after " in line]
-
-
-def ticks_by_run(log: str) -> list[list[int]]:
-    """The game's ticks, run by run (each run's output follows a header line)."""
-    out: list[list[int]] = []
+def runs_of(log: str) -> list[tuple[int | None, list[int]]]:
+    """Each run of the game (each after a header line): the count it resumed
+    after (None: it printed nothing), and its ticks."""
+    out: list[tuple[int | None, list[int]]] = []
     for line in log.splitlines():
         if line.startswith("--- suanli: "):
-            out.append([])
+            out.append((None, []))
+        elif ": resuming after " in line:
+            out[-1] = (int(line.rsplit(" ", 1)[1]), out[-1][1])
         elif line.startswith("tick "):
-            out[-1].append(int(line.split()[1]))
+            out[-1][1].append(int(line.split()[1]))
     return out
+
+
+HELLO = """\
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: hello}
+spec:
+  components:
+    - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m}, %s
+       run: {command: [sh, -c, "echo hello from $SUANLI_NODE"]}}
+"""
+
+
+def hello_ran(folder: Path, env: dict, timeout: float, extra: str = "") -> subprocess.CompletedProcess:
+    """Apply the application ``hello`` (one job that says where it runs) to the
+    server in ``env``, wait for it to finish, and return ``suanli logs`` of its task."""
+    app = folder / "hello.yaml"
+    app.write_text(HELLO % extra)
+    assert suanli("apply", "-f", app, env=env).returncode == 0
+    deadline = time.monotonic() + timeout
+    while '"finished"' not in suanli("get", "tasks", "-o", "json", env=env).stdout:
+        assert time.monotonic() < deadline, "the task did not finish"
+        time.sleep(0.2)
+    return suanli("logs", "hello/say/0", env=env)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from live import GAME, LIVE, events, log_text, placements, resumed, simulated, suanli, ticks, ticks_by_run
+from live import GAME, LIVE, events, hello_ran, log_text, placements, runs_of, simulated, suanli, ticks
 
 from suanli.executors.confine import Confinement
 
@@ -30,7 +30,7 @@ def test_the_game_counts_on_across_car_edge_car_with_real_processes(tmp_path):
     counted = ticks(log)
     assert len(counted) > 100
     assert counted == list(range(1, len(counted) + 1))  # nothing lost, nothing twice
-    starts = resumed(log)
+    starts = [r for r, _ in runs_of(log)]
     assert len(starts) == 3 and starts[0] == 0
     assert starts[1] > 0 and starts[2] > starts[1]  # each run went on from where the last one stopped
     assert any(e["kind"] == "checkpointed" and e["task"] == GAME for e in live)
@@ -168,8 +168,9 @@ def test_a_lost_node_restarts_its_stateful_task_from_the_last_checkpoint(tmp_pat
     restored = [e for e in evs if e["kind"] == "stateRestored"]
     assert len(restored) == 1 and restored[0]["node"] == "here/cpu-0"
     log = log_text(work, "a/game/0")
-    starts = resumed(log)
-    first, second = ticks_by_run(log)
+    runs = runs_of(log)
+    starts = [r for r, _ in runs]
+    first, second = [t for _, t in runs]
     # killed with no last word: the second run starts from a checkpoint, at or before where the first stopped
     assert first == list(range(1, len(first) + 1)) and len(starts) == 2
     assert 0 < starts[1] <= first[-1]
@@ -199,16 +200,6 @@ def test_serve_runs_tasks_on_the_local_executor_and_serves_their_logs(tmp_path):
 
     from suanli.server.store import sqlite_url
 
-    app = tmp_path / "app.yaml"
-    app.write_text("""\
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: hello}
-spec:
-  components:
-    - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m},
-       run: {command: [sh, -c, "echo hello from $SUANLI_NODE"]}}
-""")
     with open(tmp_path / "server.log", "ab") as log:
         server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "local",
                         "--work-dir", str(tmp_path / "w"), speed=1)
@@ -218,12 +209,7 @@ spec:
             mine = suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()
             theirs = suanli("token", "create", "--tenant", "hpc-lab", env=env).stdout.strip()
             as_me = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": mine}
-            assert suanli("apply", "-f", app, env=as_me).returncode == 0
-            deadline = time.monotonic() + 30
-            while '"finished"' not in suanli("get", "tasks", "-o", "json", env=as_me).stdout:
-                assert time.monotonic() < deadline, "the task did not finish"
-                time.sleep(0.2)
-            r = suanli("logs", "hello/say/0", env=as_me)
+            r = hello_ran(tmp_path, as_me, timeout=30)
             assert r.returncode == 0 and "hello from " in r.stdout and "--- suanli: " in r.stdout
             r = suanli("logs", "hello/say/0", env={**as_me, "SUANLI_TOKEN": theirs})
             assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr

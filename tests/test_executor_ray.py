@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from live import GAME, LIVE, events, log_text, placements, simulated, suanli
+from live import GAME, LIVE, events, hello_ran, log_text, placements, runs_of, simulated, suanli
 
 from raycluster import LocalRayCluster
 
@@ -43,19 +43,6 @@ def cluster():
 def landed(log: str) -> list[str]:
     """The label of the Ray node each run of a task's process ran on, as its actor saw it."""
     return re.findall(r"^suanli: on Ray node \w+ labelled suanli\.node=(\S+)$", log, re.M)
-
-
-def runs_of(log: str) -> list[tuple[int | None, list[int]]]:
-    """Each run of the game: the count it resumed after (None: it printed nothing), and its ticks."""
-    out: list[tuple[int | None, list[int]]] = []
-    for line in log.splitlines():
-        if line.startswith("--- suanli: "):
-            out.append((None, []))
-        elif ": resuming after " in line:
-            out[-1] = (int(line.rsplit(" ", 1)[1]), out[-1][1])
-        elif line.startswith("tick "):
-            out[-1][1].append(int(line.split()[1]))
-    return out
 
 
 def read_log(work, task: str) -> str:
@@ -161,16 +148,6 @@ def test_serve_runs_tasks_on_the_ray_executor(cluster, tmp_path):
     fleet = tmp_path / "fleet.yaml"
     with open(LIVE) as f:
         fleet.write_text(yaml.safe_dump_all([d for d in yaml.safe_load_all(f) if d["kind"] in ("Fleet", "Tenant")]))
-    app = tmp_path / "app.yaml"
-    app.write_text("""\
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: hello}
-spec:
-  components:
-    - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m}, near: {site: edge-1},
-       run: {command: [sh, -c, "echo hello from $SUANLI_NODE"]}}
-""")
     with open(tmp_path / "server.log", "ab") as log:
         server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "ray",
                         "--ray-address", cluster.address, "--work-dir", str(tmp_path / "w"), speed=1,
@@ -179,12 +156,7 @@ spec:
         try:
             env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
             mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "car-1-owner", env=env).stdout.strip()}
-            assert suanli("apply", "-f", app, env=mine).returncode == 0
-            deadline = time.monotonic() + 60
-            while '"finished"' not in suanli("get", "tasks", "-o", "json", env=mine).stdout:
-                assert time.monotonic() < deadline, "the task did not finish"
-                time.sleep(0.2)
-            r = suanli("logs", "hello/say/0", env=mine)
+            r = hello_ran(tmp_path, mine, timeout=60, extra="near: {site: edge-1},")
             assert r.returncode == 0, r.stderr
             assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
         finally:
