@@ -15,7 +15,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from suanli.model.work import AcceleratorRequest, Near, Resources
-from suanli.scheduling import live, scores
+from suanli.scheduling import kernels, live, scores
 from suanli.scheduling.filters import dynamic_ok, static_mask
 from suanli.scheduling.select import allocation, pick
 from suanli.scheduling.table import CandidateTable
@@ -70,7 +70,7 @@ def test_a_view_always_equals_a_fresh_computation(data):
             assert v.value.tolist() == value.tolist()
             best = value.max(initial=-np.inf)
             top = np.flatnonzero(value >= best - live.TIE).tolist() if best > -np.inf else []
-            assert v.best_rows()[1] == top
+            assert v.best_rows()[1].tolist() == top
             assert live.view(table, req).ok.tolist() == ok.tolist()
 
 
@@ -259,47 +259,58 @@ def test_kept_best_rows_stay_exact_when_many_rows_change_at_once():
                     held.append(a)
             for req in reqs:
                 v = table.views.get(req)
-                had = v.top is not None
+                had = v.n_top >= 0
                 v.sync(table, fleet.network)
-                kept += had and v.top is not None
+                kept += had and v.n_top >= 0
                 ok, value = fresh(table, req, fleet.network)
                 best = value.max(initial=-np.inf)
                 top = np.flatnonzero(value >= best - live.TIE).tolist() if best > -np.inf else []
                 assert v.value.tolist() == value.tolist()
-                assert v.best_rows()[1] == top, seed
+                assert v.best_rows()[1].tolist() == top, seed
     assert kept >= 50  # the kept rows were really carried through array updates
 
 
+def keep_best(value: list[float], top: list[int], changed: list[int], best: float) -> list[int] | None:
+    """``kernels.keep_best`` on a small view whose best was ``best`` before
+    ``changed`` took the values in ``value``: the best rows now (None: to be
+    found again)."""
+    value = np.array(value)
+    buf = np.zeros(value.size, np.int64)
+    buf[: len(top)] = top
+    _, n = kernels.keep_best(value, np.array(changed, np.int64), buf, len(top), best, live.TIE, live.LONG)
+    return None if n < 0 else buf[:n].tolist()
+
+
 def test_a_best_row_falling_by_less_than_tie_lets_rows_outside_the_kept_ones_lead():
-    """Row 0 holds the best; row 2 is within TIE of it, row 1 just outside. Row 0
-    falls by less than TIE: row 2 leads, and rows 0 and 1 are within TIE of it. The
-    kept rows alone cannot show that, so they are found again (both paths)."""
+    """Row 0 held the best (10); row 2 is within TIE of it, row 1 just outside. Row
+    0 falls by less than TIE: row 2 leads, and rows 0 and 1 are within TIE of it.
+    The kept rows alone cannot show that, so they are found again."""
     t = live.TIE
-
-    def fallen(update) -> list[int]:
-        v = live.View(None)
-        v.value = np.array([10.0, 10.0 - 1.5 * t, 10.0 - 0.5 * t, 0.0])
-        v.best, v.top = 10.0, [0, 2]
-        v.value[0] = 10.0 - 0.8 * t
-        update(v)
-        return v.best_rows()[1]
-
-    assert fallen(lambda v: v._retop(0, 10.0, 10.0 - 0.8 * t)) == [0, 1, 2]
-    assert fallen(lambda v: v._retop_rows(np.array([0, 3]), np.array([10.0, 0.0]),
-                                          np.array([10.0 - 0.8 * t, 0.0]))) == [0, 1, 2]
+    value = [10.0 - 0.8 * t, 10.0 - 1.5 * t, 10.0 - 0.5 * t, 0.0]
+    buf = np.array([0, 2, 0, 0])
+    best, n = kernels.keep_best(np.array(value), np.array([0, 3]), buf, 2, 10.0, t, live.LONG)
+    assert n == -1
+    assert kernels.best_of(np.array(value), buf, t)[1] == 3 and buf[:3].tolist() == [0, 1, 2]
 
 
 def test_a_changed_row_within_tie_below_the_best_joins_the_best_rows():
-    """Row 3 rises to just under the unchanged best of row 0: it ties (both paths)."""
+    """Row 3 rises to just under the unchanged best of row 0: it ties, in row order;
+    a repeated changed row is taken once."""
     t = live.TIE
+    value = [10.0, 5.0, 10.0 - 0.2 * t, 10.0 - 0.5 * t]
+    assert keep_best(value, [0, 2], [3, 1, 3], 10.0) == [0, 2, 3]
+    assert keep_best(value, [2], [0], 10.0 - 0.2 * t) == [0, 2]  # a new best keeps rows still within TIE
+    assert keep_best([10.0, 9.0, 3.0], [0], [0, 2], 10.0) == [0]
+    assert keep_best([-np.inf, -np.inf], [0], [0], 1.0) is None  # the best fell: found again
+    assert keep_best([1.0] * 100, list(range(64)), [64, 65], 1.0) is None  # too many to merge
 
-    def risen(update) -> list[int]:
-        v = live.View(None)
-        v.value = np.array([10.0, 5.0, 10.0 - 0.2 * t, 10.0 - 0.5 * t])
-        v.best, v.top = 10.0, [0, 2]
-        update(v)
-        return v.top
 
-    assert risen(lambda v: v._retop(3, 0.0, 10.0 - 0.5 * t)) == [0, 2, 3]
-    assert risen(lambda v: v._retop_rows(np.array([3, 1]), np.array([0.0, 5.0]),
-                                         np.array([10.0 - 0.5 * t, 5.0]))) == [0, 2, 3]
+def test_the_compiled_best_rows_scan_matches_numpy():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        value = np.where(rng.random(50) < 0.3, -np.inf, rng.integers(0, 4, 50) + rng.choice([0, 1e-10, 1e-8], 50))
+        buf = np.empty(50, np.int64)
+        best, n = kernels.best_of(value, buf, live.TIE)
+        want = value.max()
+        assert best == want
+        assert buf[:n].tolist() == (np.flatnonzero(value >= want - live.TIE).tolist() if want > -np.inf else [])

@@ -99,6 +99,21 @@ def _static(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[np.nd
     return hit[1], hit[2], hit[3], hit[4]
 
 
+def need_arrays(table: CandidateTable, req: Request) -> tuple[np.ndarray, np.ndarray]:
+    """The request's accelerator needs as arrays, for compiled loops: int64[K, 3]
+    (whole, count, milli) and bool[K, D, N], the slots each need may use (for
+    whole devices only those that hold a whole device); cached with ``_static``."""
+    cache = table.cache_for(req)
+    hit = cache.get("needs")
+    if hit is None or hit[0] != table.version:
+        _, slots, _, whole = _static(table, req)
+        needs = np.array([(n.whole, n.count, n.milli) for n in req.accels], np.int64).reshape(-1, 3)
+        usable = np.stack([s if w is None else w for s, w in zip(slots, whole)]) if req.accels else (
+            np.zeros((0, table.dev_free.shape[0], table.n), bool))
+        hit = cache["needs"] = (table.version, needs, np.ascontiguousarray(usable))
+    return hit[1], hit[2]
+
+
 def _static_checks(table: CandidateTable, req: Request) -> list[Check]:
     """``static_checks``, cached per table until its rows change (explanations of refusals)."""
     cache = table.cache_for(req)

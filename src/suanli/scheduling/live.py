@@ -18,29 +18,28 @@ Views live on their table, most recently used kept, within a memory budget.
 
 from __future__ import annotations
 
-from bisect import insort
 from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 
 from suanli.model.network import Network
-from suanli.scheduling import scores
-from suanli.scheduling.filters import dynamic_ok, fits_row, static_mask
+from suanli.scheduling import kernels, scores
+from suanli.scheduling.filters import dynamic_ok, need_arrays, static_mask
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import CandidateTable
 
 VIEW_BYTES = 256 << 20  # memory all views of one table may hold
 MIN_VIEWS, MAX_VIEWS = 16, 4096
 TIE = 1e-9  # scores this close to the best tie (select.pick's rule)
-FEW = 8  # changed rows recomputed one by one; more at once, as arrays
-LONG = 64  # best rows kept through changes up to this many; more are found again, as arrays
+LONG = 64  # best rows merged through changes up to this many; more are found again by a scan
+_NO_VALUES, _NO_ROWS = np.empty(0), np.empty(0, np.int64)  # a view not yet scored
 
 
 class View:
     """``ok``: the request fits the row now; ``value``: its score where it fits, else -inf."""
 
-    __slots__ = ("req", "network", "key", "pos", "ok", "value", "best", "top")
+    __slots__ = ("req", "network", "key", "pos", "ok", "value", "best", "top", "n_top")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -49,10 +48,12 @@ class View:
         self.pos = 0
         self.ok: np.ndarray | None = None
         self.value: np.ndarray | None = None
-        # the best rows, kept while changes allow: ``best`` the highest value, ``top``
-        # the rows within TIE of it in row order (None: to be found again)
+        # the best rows, kept while changes allow: ``best`` the highest value,
+        # ``top[:n_top]`` the rows within TIE of it in row order (``n_top`` -1: to
+        # be found again; ``top`` is as long as ``value``)
         self.best = -np.inf
-        self.top: list[int] | None = None
+        self.top: np.ndarray | None = None
+        self.n_top = -1
 
     def sync(self, table: CandidateTable, network: Network | None) -> "View":
         """Bring the view up to date; with a network, the scores too."""
@@ -62,28 +63,10 @@ class View:
                  or (network is not None and self.network is not network and self.value is not None))
         if fresh:
             self.ok = static_mask(table, self.req) & dynamic_ok(table, self.req, slice(0, table.n))
-            self.value, self.top = None, None
+            self.value, self.n_top = None, -1
             self.key = key
-        elif len(changed) <= FEW:  # row by row, in scalar arithmetic
-            ok, value, req, net = self.ok, self.value, self.req, self.network
-            for r in set(changed.tolist()):
-                ok[r] = fit = fits_row(table, req, r)
-                if value is not None:
-                    was = value[r]
-                    value[r] = v = scores.total_row(table, req, r, net) if fit else -np.inf
-                    if self.top is not None:
-                        self._retop(r, was, v)
         elif changed.size:
-            rows = changed.copy()  # repeats are harmless: a row gets the same values twice
-            self.ok[rows] = ok = static_mask(table, self.req).take(rows) & dynamic_ok(table, self.req, rows)
-            if self.value is not None:
-                v = np.where(ok, scores.total(table, self.req, rows, self.network), -np.inf)
-                was = self.value.take(rows) if self.top is not None else None
-                self.value[rows] = v
-                if was is not None:
-                    self._retop_rows(rows, was, v)
-            else:
-                self.top = None
+            self._catch_up(table, changed)
         self.pos = table.logged
         if network is not None and self.value is None:
             self.network = network
@@ -91,77 +74,30 @@ class View:
             fits = np.flatnonzero(self.ok)  # rows that do not fit need no score
             if fits.size:
                 self.value[fits] = scores.total(table, self.req, fits, network)
+            if self.top is None or self.top.size != table.n:
+                self.top = np.empty(max(table.n, 1), np.int64)
         return self
 
-    def _retop(self, r: int, was: float, v: float) -> None:
-        """Keep ``best`` and ``top`` exact after row ``r``'s value went from ``was``
-        to ``v`` (``value`` already holds ``v``); drop ``top`` to be found again
-        when the best fell (a row outside it may now lead) or when updating a
-        long ``top`` row by row would cost more than finding it again."""
-        best, top = self.best, self.top
-        if best > -np.inf and was >= best - TIE:  # r was one of the best rows
-            top.remove(r)
-            new = v if v >= best or not top else max(v, self._max_of(top))
+    def _catch_up(self, table: CandidateTable, rows: np.ndarray) -> None:
+        """Recompute ``rows`` (repeats are harmless) and keep the best rows, in
+        one compiled loop."""
+        req, value = self.req, self.value
+        needs, usable = need_arrays(table, req)
+        if value is None:
+            bonus, value, top = _NO_VALUES, _NO_VALUES, _NO_ROWS
         else:
-            new = max(best, v)  # the best rows are untouched: one of them holds ``best``
-        if new < best or (new > best and len(top) > LONG):
-            self.top = None
-            return
-        if new > best:
-            top = self.top = [x for x in top if self.value[x] >= new - TIE]
-        if v >= new - TIE and v > -np.inf:
-            insort(top, r)
-        self.best = new
+            bonus, top = scores.bonus(table, req, self.network), self.top
+        self.best, self.n_top = kernels.catch_up(
+            rows, self.ok, value, static_mask(table, req), table.enabled, table.free, table.cap,
+            table.dev_free, table.dev_cap, table.inverse_capacity(), bonus, req.vec, scores.dims_of(req)[0],
+            needs, usable, req.whole_node, scores.WEIGHTS["fit"], top, self.n_top, self.best, TIE, LONG)
 
-    def _retop_rows(self, rows: np.ndarray, was: np.ndarray, v: np.ndarray) -> None:
-        """``_retop`` for many rows at once (``value`` already holds ``v``).
-
-        Why this is exact: rows outside ``top`` that did not change are below
-        ``best - TIE``. So when the highest of the changed rows and the
-        unchanged best rows is at least the old best, it is the new best, and
-        the new best rows are among those two sets."""
-        best, top = self.best, self.top
-        if len(top) > LONG:
-            self.top = None
-            return
-        m = float(v.max())
-        if best > -np.inf and float(was.max()) >= best - TIE:  # some best rows changed
-            gone = set(rows[was >= best - TIE].tolist())
-            top = [x for x in top if x not in gone]
-            kept = self._max_of(top) if top else -np.inf
-        else:
-            kept = best
-        new = max(kept, m)
-        if new < best:
-            self.top = None
-            return
-        if new == -np.inf:
-            self.top = []
-            return
-        if new > best and top:
-            top = [x for x in top if self.value[x] >= new - TIE]
-        if m >= new - TIE:  # changed rows join the best
-            add = rows[v >= new - TIE].tolist()
-            if len(top) + len(add) > LONG:
-                self.top = None
-                return
-            top = sorted(set(top).union(add))
-        self.best, self.top = new, top
-
-    def _max_of(self, rows: list[int]) -> float:
-        """The highest value among ``rows`` (a non-empty list)."""
-        if len(rows) <= 16:
-            value = self.value
-            return max(float(value[x]) for x in rows)
-        return float(self.value.take(rows).max())
-
-    def best_rows(self) -> tuple[float, list[int]]:
-        """The highest value and the rows within TIE of it, in row order."""
-        if self.top is None:
-            value = self.value
-            self.best = float(value.max(initial=-np.inf))
-            self.top = np.flatnonzero(value >= self.best - TIE).tolist() if self.best > -np.inf else []
-        return self.best, self.top
+    def best_rows(self) -> tuple[float, np.ndarray]:
+        """The highest value and the rows within TIE of it, in row order (a view
+        of the view's own array: to be read before the next change)."""
+        if self.n_top < 0:
+            self.best, self.n_top = kernels.best_of(self.value, self.top, TIE)
+        return self.best, self.top[: self.n_top]
 
 
 class Views:
@@ -199,9 +135,9 @@ def pick(table: CandidateTable, req: Request, network: Network, rng: np.random.G
     v = view(table, req, network)
     if not masks and rows is None:
         _, top = v.best_rows()
-        if not top:
+        if not top.size:
             return -1
-        return top[int(rng.integers(len(top)))] if len(top) > 1 else top[0]
+        return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
     if rows is None:
         value = v.value
         for m in masks:

@@ -34,7 +34,7 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     (cpu, memory, each accelerator kind's share): bin packing, which keeps
     whole nodes and whole devices free for large requests."""
     at, whole = _gather(table, rows)
-    dims, sel, vec = _dims(req)
+    dims, sel, vec = dims_of(req)
     inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
         # how used the row already is, averaged over the resources it has
@@ -54,7 +54,7 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     return out[rows] if whole else out
 
 
-def _dims(req: Request) -> tuple[np.ndarray, slice | None, np.ndarray]:
+def dims_of(req: Request) -> tuple[np.ndarray, slice | None, np.ndarray]:
     """The resources ``req`` asks for, as indices and (when adjacent) a slice, and
     its amounts of them as a column; kept with the request."""
     got = req.cache.get("dims")
@@ -121,22 +121,3 @@ def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
 
 def total(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
     return WEIGHTS["fit"] * fit(table, req, rows) + bonus(table, req, network).take(rows)
-
-
-def total_row(table: CandidateTable, req: Request, row: int, network: Network) -> float:
-    """``total`` for one row, in scalar arithmetic: the same value, computed
-    without array calls, for views that recompute a row or two per decision."""
-    inv = table.inverse_capacity()[:, row].tolist()
-    free = table.free[:, row].tolist()
-    vec = req.plain[0]
-    dims = [d for d, v in enumerate(vec) if v > 0]
-    if req.whole_node or not dims:
-        cap = table.cap[:, row].tolist()
-        used = sum((c - f) * i for c, f, i in zip(cap, free, inv))
-        fit_ = 100.0 * used / max(sum(1 for i in inv if i > 0), 1)
-    else:
-        acc = 0.0
-        for d in dims:
-            acc -= (free[d] - vec[d]) * inv[d]
-        fit_ = 100.0 + acc * (100.0 / len(dims))
-    return WEIGHTS["fit"] * fit_ + float(bonus(table, req, network)[row])

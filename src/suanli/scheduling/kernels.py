@@ -1,0 +1,157 @@
+"""Compiled loops for the few places where NumPy's per-call cost, not the work,
+sets the pace.
+
+A live view catches up on the rows the table changed since it last looked:
+usually a few hundred scattered rows, each needing a dozen comparisons. As
+array calls that is some twenty NumPy calls of a few microseconds each, most
+of it call overhead; as one compiled loop it is one call. The loop computes
+exactly what ``filters.dynamic_ok`` and ``scores.total`` compute, operation for
+operation in the same order, so a view stays equal, element for element, to a
+fresh computation (``tests/test_live.py`` holds it to that).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEED_WHOLE, NEED_COUNT, NEED_MILLI = 0, 1, 2  # columns of ``needs``
+
+
+@njit(cache=True, nogil=True)
+def catch_up(rows, ok, value, static, enabled, free, cap, dev_free, dev_cap, inv, bonus,
+             vec, dims, needs, usable, whole_node, fit_weight, top, n_top, best, tie, long):
+    """For each row of ``rows``: ``ok[r]``, whether the request fits it now, and,
+    when ``value`` is not empty, ``value[r]``, its score there (-inf where it does
+    not fit). Then the best rows, as ``keep_best`` leaves them: the new
+    ``(best, n_top)``.
+
+    ``free``/``cap`` [R, rows], ``dev_free``/``dev_cap`` [D, rows] and ``inv``
+    [R, rows] are the table's columns; ``static`` the request's static mask;
+    ``bonus`` its row-static scores; ``vec`` its resource vector and ``dims`` the
+    resources it asks for; ``needs`` [K, 3] its accelerator needs (whole, count,
+    milli) and ``usable`` [K, D, rows] the slots each need may use (for whole
+    devices, only slots that hold a whole device)."""
+    n_res, n_dev, n_dims = free.shape[0], dev_free.shape[0], dims.size
+    scored = value.size > 0
+    for i in range(rows.size):
+        r = rows[i]
+        fit = static[r] and enabled[r]
+        if fit and vec[0] > 0 and free[0, r] < vec[0]:
+            fit = False
+        if fit and vec[1] > 0 and free[1, r] < vec[1]:
+            fit = False
+        k = 0
+        while fit and k < needs.shape[0]:
+            if needs[k, NEED_WHOLE]:
+                n_free = 0
+                for s in range(n_dev):
+                    if usable[k, s, r] and dev_free[s, r] == 1000:
+                        n_free += 1
+                fit = n_free >= needs[k, NEED_COUNT]
+            else:
+                fit = False
+                for s in range(n_dev):
+                    if usable[k, s, r] and dev_free[s, r] >= needs[k, NEED_MILLI]:
+                        fit = True
+                        break
+            k += 1
+        if fit and whole_node:
+            for j in range(n_res):
+                if free[j, r] != cap[j, r]:
+                    fit = False
+            for s in range(n_dev):
+                if dev_free[s, r] != dev_cap[s, r]:
+                    fit = False
+        ok[r] = fit
+        if not scored:
+            continue
+        if not fit:
+            value[r] = -np.inf
+            continue
+        if whole_node or n_dims == 0:
+            used = 0.0
+            has = 0
+            for j in range(n_res):
+                used += (cap[j, r] - free[j, r]) * inv[j, r]
+                if inv[j, r] > 0:
+                    has += 1
+            packed = 100.0 * used / max(has, 1)
+        else:
+            d = dims[0]
+            acc = -((free[d, r] - vec[d]) * inv[d, r])
+            for j in range(1, n_dims):
+                d = dims[j]
+                acc -= (free[d, r] - vec[d]) * inv[d, r]
+            packed = 100.0 + acc * (100.0 / n_dims)
+        value[r] = fit_weight * packed + bonus[r]
+    if not scored or n_top < 0:
+        return best, -1
+    return keep_best(value, rows, top, n_top, best, tie, long)
+
+
+@njit(cache=True, nogil=True)
+def keep_best(value, rows, top, n_top, best, tie, long):
+    """The best rows after ``rows`` changed: ``top[:n_top]`` held, in row order,
+    every row within ``tie`` of the highest value ``best`` before. Returns the new
+    ``(best, n_top)`` with ``top`` rewritten, or ``n_top`` -1 when they must be
+    found again (``best_of``).
+
+    Why this is exact: a row neither kept nor changed was below ``best - tie``.
+    So when the highest value among the kept and the changed rows is at least
+    ``best``, it is the highest of all, and every row within ``tie`` of it is
+    among those two sets. When it is lower, a row outside them may lead: the
+    best rows are found again. So are they when more than ``long`` would be
+    merged (a scan is then as cheap)."""
+    new = -np.inf
+    for i in range(n_top):
+        new = max(new, value[top[i]])
+    for i in range(rows.size):
+        new = max(new, value[rows[i]])
+    if new < best:
+        return best, -1
+    if new == -np.inf:
+        return new, 0
+    floor = new - tie
+    k = 0
+    for i in range(n_top):  # kept rows still within tie, in row order
+        if value[top[i]] >= floor:
+            top[k] = top[i]
+            k += 1
+    kept = k
+    for i in range(rows.size):  # changed rows within tie, not already there
+        r = rows[i]
+        if value[r] < floor:
+            continue
+        there = False
+        for j in range(k):
+            if top[j] == r:
+                there = True
+                break
+        if there:
+            continue
+        if k >= long or k >= top.size:
+            return new, -1
+        top[k] = r
+        k += 1
+    if k > kept:
+        top[:k].sort()
+    return new, k
+
+
+@njit(cache=True, nogil=True)
+def best_of(value, top, tie):
+    """The highest value and, in ``top[:count]`` (as long as ``value``), the rows
+    within ``tie`` of it in row order: ``(best, count)``."""
+    best = -np.inf
+    for r in range(value.size):
+        if value[r] > best:
+            best = value[r]
+    if best == -np.inf:
+        return best, 0
+    floor, k = best - tie, 0
+    for r in range(value.size):
+        if value[r] >= floor:
+            top[k] = r
+            k += 1
+    return best, k
