@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from suanli.model.fleet import TIERS
+from suanli.scheduling import kernels
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import CandidateTable
 
@@ -58,10 +59,6 @@ class Recorder:
         self._stranded_total = np.zeros(n_kinds)
         self._kind_capacity = self.capacity.sum(axis=0)[2:]
         self._stranded = np.zeros((n_kinds, n))
-        nodes = state.nodes  # per node, its shareable whole devices: (slot, kind), which can strand share
-        can = nodes.view("dev_shareable") & (nodes.view("dev_cap") == 1000) & (nodes.view("dev_kind") >= 0)
-        kinds = nodes.view("dev_kind")
-        self._shareable = [[(int(s), int(kinds[s, r])) for s in np.flatnonzero(can[:, r])] for r in range(n)]
         self._cursor = _Cursor()
         self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
         # totals now, as views into one vector so that one operation integrates them all
@@ -126,51 +123,16 @@ class Recorder:
         self._advance(t)
         if changed is None:
             changed = np.arange(fleet.n_nodes)
-        if len(changed) <= 4:
-            for n in changed:
-                self._node_changed(int(n))
-        else:
-            at = np.asarray(changed, np.int64)
-            held = (nodes.cap[:, at] - nodes.free[:, at]).astype(np.float64)
-            used = held - self._idle[:, at]
-            d_held, d_used = held - self._held[:, at], used - self._used[:, at]
-            self._held[:, at], self._used[:, at] = held, used
-            free, cap, kinds = nodes.dev_free[:, at], nodes.dev_cap[:, at], nodes.dev_kind[:, at]
-            partly = nodes.dev_shareable[:, at] & (cap == 1000) & (free > 0) & (free < 1000)
-            stranded = np.stack([np.where(partly & (kinds == k), free, 0).sum(axis=0)
-                                 for k in range(len(fleet.kinds))]) if len(fleet.kinds) else self._stranded[:, at]
-            d_stranded = stranded - self._stranded[:, at]
-            self._stranded[:, at] = stranded
-            tier, site = fleet.node_tier[at], fleet.node_site[at]
-            np.add.at(self._now["used"], tier, d_used.T)
-            np.add.at(self._now["reserved"], tier, d_held.T)
-            np.add.at(self._now["site"], site, d_used.T)
-            self._add_stranded(d_stranded.sum(axis=1))
+        d_stranded = np.zeros(self._stranded.shape[0])
+        kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
+                             nodes.dev_kind, nodes.dev_shareable, self._idle, fleet.node_tier, fleet.node_site,
+                             self._held, self._used, self._stranded, self._now["used"], self._now["reserved"],
+                             self._now["site"], d_stranded)
+        if d_stranded.any():
+            self._add_stranded(d_stranded)
         self._now["violations"][0] = self.near_violations()
         np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
         self._record(t, keep)
-
-    def _node_changed(self, n: int) -> None:
-        """``sample``'s update for one node, in scalar arithmetic (the usual case)."""
-        fleet, nodes = self.state.fleet, self.state.nodes
-        held = (nodes.cap[:, n] - nodes.free[:, n]).astype(np.float64)
-        used = held - self._idle[:, n]
-        d_used = used - self._used[:, n]
-        self._now["used"][fleet.node_tier[n]] += d_used
-        self._now["reserved"][fleet.node_tier[n]] += held - self._held[:, n]
-        self._now["site"][fleet.node_site[n]] += d_used
-        self._held[:, n], self._used[:, n] = held, used
-        slots = self._shareable[n]
-        if slots:
-            stranded = [0.0] * len(fleet.kinds)
-            free = nodes.dev_free[:, n].tolist()
-            for s, k in slots:
-                if 0 < free[s] < 1000:
-                    stranded[k] += free[s]
-            old = self._stranded[:, n].tolist()
-            if stranded != old:
-                self._stranded[:, n] = stranded
-                self._add_stranded(np.subtract(stranded, old))
 
     def _add_stranded(self, delta: np.ndarray) -> None:
         """Stranded share changed by ``delta`` per kind: the total and its ratio to capacity."""
