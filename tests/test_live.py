@@ -275,7 +275,7 @@ def keep_best(value: list[float], top: list[int], changed: list[int], best: floa
     ``changed`` took the values in ``value``: the best rows now (None: to be
     found again)."""
     value = np.array(value)
-    buf = np.zeros(value.size, np.int64)
+    buf = np.zeros(value.size, np.int32)
     buf[: len(top)] = top
     _, n = kernels.keep_best(value, np.array(changed, np.int64), buf, len(top), best, live.TIE, live.LONG)
     return None if n < 0 else buf[:n].tolist()
@@ -287,7 +287,7 @@ def test_a_best_row_falling_by_less_than_tie_lets_rows_outside_the_kept_ones_lea
     The kept rows alone cannot show that, so they are found again."""
     t = live.TIE
     value = [10.0 - 0.8 * t, 10.0 - 1.5 * t, 10.0 - 0.5 * t, 0.0]
-    buf = np.array([0, 2, 0, 0])
+    buf = np.array([0, 2, 0, 0], np.int32)
     best, n = kernels.keep_best(np.array(value), np.array([0, 3]), buf, 2, 10.0, t, live.LONG)
     assert n == -1
     assert kernels.best_of(np.array(value), buf, t)[1] == 3 and buf[:3].tolist() == [0, 1, 2]
@@ -309,7 +309,7 @@ def test_the_compiled_best_rows_scan_matches_numpy():
     rng = np.random.default_rng(3)
     for _ in range(200):
         value = np.where(rng.random(50) < 0.3, -np.inf, rng.integers(0, 4, 50) + rng.choice([0, 1e-10, 1e-8], 50))
-        buf = np.empty(50, np.int64)
+        buf = np.empty(50, np.int32)
         best, n = kernels.best_of(value, buf, live.TIE)
         want = value.max()
         assert best == want

@@ -108,9 +108,12 @@ def need_arrays(table: CandidateTable, req: Request) -> tuple[np.ndarray, np.nda
     if hit is None or hit[0] != table.version:
         _, slots, _, whole = _static(table, req)
         needs = np.array([(n.whole, n.count, n.milli) for n in req.accels], np.int64).reshape(-1, 3)
-        usable = np.stack([s if w is None else w for s, w in zip(slots, whole)]) if req.accels else (
-            np.zeros((0, table.dev_free.shape[0], table.n), bool))
-        hit = cache["needs"] = (table.version, needs, np.ascontiguousarray(usable))
+        masks = [np.ascontiguousarray(s if w is None else w) for s, w in zip(slots, whole)]
+        if len(masks) == 1:  # the usual case: the one mask itself, not a copy
+            usable = masks[0][None]
+        else:
+            usable = np.stack(masks) if masks else np.zeros((0, table.dev_free.shape[0], table.n), bool)
+        hit = cache["needs"] = (table.version, needs, usable)
     return hit[1], hit[2]
 
 

@@ -33,7 +33,7 @@ VIEW_BYTES = 256 << 20  # memory all views of one table may hold
 MIN_VIEWS, MAX_VIEWS = 16, 4096
 TIE = 1e-9  # scores this close to the best tie (select.pick's rule)
 LONG = 64  # best rows merged through changes up to this many; more are found again by a scan
-_NO_VALUES, _NO_ROWS = np.empty(0), np.empty(0, np.int64)  # a view not yet scored
+_NO_VALUES, _NO_ROWS = np.empty(0), np.empty(0, np.int32)  # a view not yet scored
 
 
 class View:
@@ -75,7 +75,7 @@ class View:
             if fits.size:
                 self.value[fits] = scores.total(table, self.req, fits, network)
             if self.top is None or self.top.size != table.n:
-                self.top = np.empty(max(table.n, 1), np.int64)
+                self.top = np.empty(max(table.n, 1), np.int32)
         return self
 
     def _catch_up(self, table: CandidateTable, rows: np.ndarray) -> None:
@@ -111,7 +111,8 @@ class Views:
         v = self.by_req.get(id(req))
         if v is None or v.req is not req:
             v = self.by_req[id(req)] = View(req)
-            limit = min(MAX_VIEWS, max(MIN_VIEWS, VIEW_BYTES // max(9 * self.table.n, 1)))
+            # per row a view holds ok (1 byte), value (8) and room for its best rows (4)
+            limit = min(MAX_VIEWS, max(MIN_VIEWS, VIEW_BYTES // max(13 * self.table.n, 1)))
             while len(self.by_req) > limit:
                 self.by_req.popitem(last=False)
         else:
