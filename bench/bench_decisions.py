@@ -71,11 +71,18 @@ def build_fleet(n_nodes: int, seed: int, out: Path):
 class Reference:
     """A scheduler in plain Python: for each decision, every row is checked and
     scored in a loop. Same filters, same scores (``scores.total`` for these
-    requests: packing fit and unused devices), same seeded tie-break."""
+    requests: packing fit, unused devices and, with ``near``, nearness), same
+    seeded tie-break.
+
+    A request is a dict: ``vec`` (the resource vector), ``kind`` (the device
+    kind's code, or None for none) with ``milli`` (a share, or 1000 per whole
+    device) and ``models`` (allowed model codes, or None), ``arch`` and
+    ``sites`` (allowed codes), ``near`` (a site index, or None)."""
 
     def __init__(self, table: CandidateTable, fleet) -> None:
         n = table.n
         self.n = n
+        self.rtt = fleet.network.rtt_ms.tolist()
         self.site = table.site[:n].tolist()
         self.arch = table.arch[:n].tolist()
         self.enabled = table.enabled[:n].tolist()
@@ -93,13 +100,20 @@ class Reference:
         free, vec = self.free[r], req["vec"]
         if free[0] < vec[0] or free[1] < vec[1]:
             return False
-        kind, milli = req["kind"], req["milli"]
-        slots = [s for s, k in enumerate(self.dev_kind[r]) if k == kind]
+        if req["kind"] is None:
+            return True
+        milli, slots = req["milli"], self.slots(r, req)
         if milli >= 1000:
             whole = [s for s in slots if self.dev_cap[r][s] == 1000 and self.dev_free[r][s] == 1000]
             return len(whole) >= milli // 1000
         return any(self.shareable[r][s] and self.dev_cap[r][s] >= milli and self.dev_free[r][s] >= milli
                    for s in slots)
+
+    def slots(self, r: int, req) -> list[int]:
+        """The row's device slots of the request's kind and an allowed model."""
+        models = req.get("models")
+        return [s for s, k in enumerate(self.dev_kind[r])
+                if k == req["kind"] and (models is None or self.dev_model[r][s] in models)]
 
     def score(self, r: int, req) -> float:
         vec, cap, free = req["vec"], self.cap[r], self.free[r]
@@ -110,7 +124,10 @@ class Reference:
             acc -= (free[d] - vec[d]) * inv
         fit = 100.0 + acc * (100.0 / len(dims))
         unused = any(cap[2 + k] > 0 for k in range(len(vec) - 2) if vec[2 + k] == 0)
-        return fit + 2.0 * (0.0 if unused else 100.0)
+        bonus = 2.0 * (0.0 if unused else 100.0)
+        if req.get("near") is not None:
+            bonus += 4.0 * (100.0 / (1.0 + self.rtt[self.site[r]][req["near"]] / 2.0))
+        return fit + bonus
 
     def pick(self, req, rng: np.random.Generator, allowed=None) -> int:
         best, top = -np.inf, []
@@ -133,8 +150,9 @@ class Reference:
         vec = req["vec"]
         for d in range(len(vec)):
             self.free[r][d] -= vec[d]
-        kind, milli = req["kind"], req["milli"]
-        slots = [s for s, k in enumerate(self.dev_kind[r]) if k == kind]
+        if req["kind"] is None:
+            return
+        milli, slots = req["milli"], self.slots(r, req)
         if milli >= 1000:
             whole = [s for s in slots if self.dev_cap[r][s] == 1000 and self.dev_free[r][s] == 1000]
             for s in whole[: milli // 1000]:
@@ -172,6 +190,16 @@ def run_single(fleet, k: int, n_decisions: int, stay: int, seed: int, check: int
     rng = np.random.default_rng(seed)
     shapes = single_shapes(fleet, k, rng)
     order = rng.integers(k, size=n_decisions)
+    out = decide(fleet, shapes, order, stay, seed, check)
+    return {"case": f"single, {k} shape{'s' if k > 1 else ''}", **out}
+
+
+def decide(fleet, shapes: list, order, stay: int, seed: int, check: int) -> dict:
+    """Single-task decisions on a new table of ``fleet``: task ``i`` has the shape
+    ``shapes[order[i]]`` (a request and the reference's dict of it) and leaves
+    ``stay`` decisions later; the reference repeats the first ``check``, which
+    must agree."""
+    n_decisions = len(order)
     table = CandidateTable.from_fleet(fleet)
     ref = Reference(table, fleet) if check else None
     tie = np.random.default_rng(seed + 1)
@@ -181,7 +209,7 @@ def run_single(fleet, k: int, n_decisions: int, stay: int, seed: int, check: int
     placed = refused = agree = 0
     ref_s = 0.0
     start = time.perf_counter()
-    for i, s in enumerate(order.tolist()):
+    for i, s in enumerate(np.asarray(order).tolist()):
         req, plain = shapes[s]
         t0 = time.perf_counter()
         res = place_group(table, [req], fleet.network, tie)
@@ -209,7 +237,7 @@ def run_single(fleet, k: int, n_decisions: int, stay: int, seed: int, check: int
     ref_per = ref_s / max(check, 1)
     us = lat * 1e6
     return {
-        "case": f"single, {k} shape{'s' if k > 1 else ''}", "nodes": fleet.n_nodes, "decisions": n_decisions,
+        "nodes": fleet.n_nodes, "decisions": n_decisions,
         "placed": placed, "refused": refused, "wall_s": round(wall, 3),
         "decisions_per_s": round(n_decisions / wall), "p50_us": round(float(np.percentile(us, 50)), 1),
         "p99_us": round(float(np.percentile(us, 99)), 1), "max_us": round(float(us.max()), 1),

@@ -15,7 +15,12 @@ one and replays it with ``suanli simulate`` (the real CLI, as a subprocess):
 
 It records wall time and the child's peak resident memory, and fails unless
 result.json accounts for every pod (each in exactly one final state) and the
-figures are inside ``--max-s`` and ``--max-rss-gib``.
+figures are inside ``--max-s`` and ``--max-rss-gib``. For scale, the
+pure-Python reference of ``bench_decisions.py`` then decides the trace's
+first ``--check`` pods (100) on the same nodes, as the scheduler's placement
+step does them (the two must agree), and the speed-up is the replay's pods
+per second (arrivals, departures and outputs included) over the reference's
+decisions per second (deciding only).
 
     .venv/bin/python bench/bench_replay.py [--nodes 10000] [--tasks 1000000] [--seed 42]
 """
@@ -35,6 +40,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-2023"
 
 
@@ -79,6 +85,38 @@ def write_trace(out: Path, n_nodes: int, n_tasks: int, concurrency: int, seed: i
     return scenario
 
 
+def reference(scenario: Path, n: int, seed: int) -> dict:
+    """The trace's first ``n`` pods on the replay's own nodes, each decided by the
+    scheduler's placement step and by the pure-Python reference of
+    ``bench_decisions.py`` (which must agree), with no departures in between:
+    the reference's decisions per second on this work."""
+    from itertools import islice
+
+    from bench_decisions import decide
+
+    from suanli.scheduling.request import compile_request
+    from suanli.sim.workload import openb_arrivals
+    from suanli.spec.build import load_world
+
+    world = load_world([scenario])
+    fleet = world.fleet
+    everywhere = {"arch": set(fleet.node_arch.tolist()), "sites": set(range(len(fleet.sites)))}
+    shapes = []
+    for arrival in islice(openb_arrivals(world.scenario.spec.traces[0], world.base_dir, fleet), n):
+        comp = arrival.app.components[0]
+        res, near = comp.resources, comp.near
+        acc = res.accelerators[0] if res.accelerators else None
+        models = None if acc is None or acc.models is None else {fleet.models.get(m) for m in acc.models}
+        plain = {"vec": None, "kind": fleet.kinds.get(acc.kind) if acc else None, "milli": acc.milli if acc else 0,
+                 "models": models, "near": fleet.site_index[near.site] if near else None, **everywhere}
+        req = compile_request(fleet, res, near=near)
+        plain["vec"] = req.vec.tolist()
+        shapes.append((req, plain))
+    got = decide(fleet, shapes, list(range(len(shapes))), n + 1, seed, n)["reference"]
+    return {"what": f"the trace's first {n} pods on these nodes", "decisions": got["decisions"],
+            "agreed": got["agreed"], "decisions_per_s": got["decisions_per_s"]}
+
+
 def check(result: dict, n_tasks: int) -> list[str]:
     tasks = result.get("metrics", {}).get("tasks", {})
     failures = []
@@ -99,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1e6 / 86_400, help="arrivals per second (default: a million a day)")
     ap.add_argument("--max-s", type=float, default=300.0)
     ap.add_argument("--max-rss-gib", type=float, default=2.0)
+    ap.add_argument("--check", type=int, default=100, help="pods the pure-Python reference decides")
     ap.add_argument("--out", type=Path, default=HERE / "out" / "replay")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -117,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = json.loads((result_dir / "result.json").read_text())
         failures += check(result, args.tasks)
+    ref = reference(scenario, args.check, args.seed)
+    if ref["agreed"] != args.check:
+        failures.append(f"the reference agreed on {ref['agreed']} of {args.check} pods")
     if wall > args.max_s:
         failures.append(f"{wall:.1f} s, more than {args.max_s:g} s")
     if rss_gib > args.max_rss_gib:
@@ -129,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "generate_s": round(gen_s, 2), "wall_s": round(wall, 2), "peak_rss_gib": round(rss_gib, 3),
         "tasks_per_s": round(args.tasks / wall),
         "result_tasks": result.get("metrics", {}).get("tasks"),
+        "reference": {**ref, "speedup": round(args.tasks / wall / ref["decisions_per_s"])},
         "ok": not failures, "failures": failures,
     }
     print(json.dumps(report, indent=2))

@@ -3,9 +3,12 @@
 Writes the mixed workload of ``bench_static.py`` at ``--tasks`` (1,000,000)
 on ``--nodes`` (100,000), loads it and runs one ``schedule`` pass, which
 starts with every task pending. Prints JSON: times per step, decisions per
-second, peak resident memory; exits with status 1 unless every task is
-placed or unscheduled and the figures are inside ``--min-rate`` and
-``--max-rss-gib``.
+second, peak resident memory, and the rate of the pure-Python reference of
+``bench_decisions.py`` on the same fleet (``--check`` single-task decisions
+of 32 shapes, which it and the scheduler must decide alike) with the
+speed-up; exits with status 1 unless every task is placed or unscheduled,
+the reference agrees and the figures are inside ``--min-rate`` and
+``--max-rss-gib`` (the peak is taken before the reference runs).
 
     .venv/bin/python bench/bench_size.py [--nodes 100000] [--tasks 1000000] [--seed 42]
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_decisions import run_single  # noqa: E402
 from bench_static import write_world  # noqa: E402
 
 from suanli.scheduling.static import schedule  # noqa: E402
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--min-rate", type=float, default=5_000.0, help="decisions per second required")
     ap.add_argument("--max-rss-gib", type=float, default=2.0)
+    ap.add_argument("--check", type=int, default=10, help="decisions the pure-Python reference repeats")
     ap.add_argument("--out", type=Path, default=HERE / "out" / "size")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -51,18 +56,27 @@ def main(argv: list[str] | None = None) -> int:
     t3 = time.perf_counter()
     placed, unscheduled = len(outcome.state.placements), len(outcome.unscheduled)
     rate = args.tasks / (t3 - t2)
+    peak = rss_gib()  # the scheduler's; the reference below keeps its own copy of the fleet in lists
+    fleet = world.fleet
+    del outcome, world
+    ref = run_single(fleet, 32, args.check, args.check + 1, args.seed, args.check)["reference"]
     failures = []
     if placed + unscheduled != args.tasks:
         failures.append(f"{placed} placed + {unscheduled} unscheduled != {args.tasks}")
     if rate < args.min_rate:
         failures.append(f"{rate:.0f} decisions/s, below {args.min_rate:g}")
-    if rss_gib() > args.max_rss_gib:
-        failures.append(f"peak RSS {rss_gib():.2f} GiB, above {args.max_rss_gib:g}")
+    if peak > args.max_rss_gib:
+        failures.append(f"peak RSS {peak:.2f} GiB, above {args.max_rss_gib:g}")
+    if ref["agreed"] != args.check:
+        failures.append(f"the reference agreed on {ref['agreed']} of {args.check} decisions")
     print(json.dumps({
         "benchmark": "a million pending tasks, one schedule pass", "nodes": args.nodes, "tasks": args.tasks,
         "applications": n_apps, "generate_s": round(t1 - t0, 1), "load_s": round(t2 - t1, 1),
         "schedule_s": round(t3 - t2, 1), "decisions_per_s": round(rate), "placed": placed,
-        "unscheduled": unscheduled, "rss_gib_after_load": round(rss_loaded, 3), "peak_rss_gib": round(rss_gib(), 3),
+        "unscheduled": unscheduled, "rss_gib_after_load": round(rss_loaded, 3), "peak_rss_gib": round(peak, 3),
+        "reference": {"what": "single-task decisions of 32 shapes on this fleet", "decisions": args.check,
+                      "agreed": ref["agreed"], "decisions_per_s": ref["decisions_per_s"],
+                      "speedup": round(rate / ref["decisions_per_s"])},
         "ok": not failures, "failures": failures,
     }, indent=2))
     return 1 if failures else 0

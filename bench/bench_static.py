@@ -467,6 +467,20 @@ def check_gangs(result: dict) -> list[str]:
     return [f"{app} spans {sorted(g)}" for app, g in groups.items() if len(g) != 1]
 
 
+def reference(files: list[Path], seed: int, decisions: int = 30) -> dict:
+    """The pure-Python reference on this fleet: ``decisions`` single tasks (32
+    shapes of cpu, memory, a GPU share, arch and site filters) decided by it
+    and by the scheduler's placement step, which must agree
+    (``bench_decisions.py``); its decisions per second."""
+    from bench_decisions import run_single
+
+    from suanli.spec.build import load_world
+
+    got = run_single(load_world(files[:1]).fleet, 32, decisions, decisions + 1, seed, decisions)["reference"]
+    return {"what": "single-task decisions of 32 shapes on this fleet", "decisions": got["decisions"],
+            "agreed": got["agreed"], "decisions_per_s": got["decisions_per_s"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=None, help="nodes in the fleet (default 10000; 5000 with --gangs)")
@@ -539,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tasks = cli_result["metrics"]["tasks"]
     wall = min(cli_walls)
+    ref = reference(files, args.seed)
+    if ref["agreed"] != ref["decisions"]:
+        failures.append(f"the reference agreed on {ref['agreed']} of {ref['decisions']} decisions")
     report = {
         "benchmark": "suanli schedule (static), end to end and in process",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -574,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
             "in_process_total": round(sum(best.values()) / args.tasks * 1e6, 1),
             "end_to_end": round(wall / args.tasks * 1e6, 1),
         },
+        "reference": {**ref, "speedup_end_to_end": round(1e6 / ref["decisions_per_s"] / (wall / args.tasks * 1e6)),
+                      "speedup_schedule": round(1e6 / ref["decisions_per_s"] / (best["schedule"] / args.tasks * 1e6))},
         "machine": {
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
