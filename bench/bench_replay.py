@@ -16,9 +16,10 @@ one and replays it with ``suanli simulate`` (the real CLI, as a subprocess):
 It records wall time and the child's peak resident memory, and fails unless
 result.json accounts for every pod (each in exactly one final state) and the
 figures are inside ``--max-s`` and ``--max-rss-gib``. For scale, the
-pure-Python reference of ``bench_decisions.py`` then decides the trace's
-first ``--check`` pods (100) on the same nodes, as the scheduler's placement
-step does them (the two must agree), and the speed-up is the replay's pods
+pure-Python reference of ``bench_decisions.py`` then decides ``--check``
+pods (100) on the same nodes after the trace's first ``--warm`` (20,000)
+were placed there, as the scheduler's placement step does them (the two
+must agree), and the speed-up is the replay's pods
 per second (arrivals, departures and outputs included) over the reference's
 decisions per second (deciding only).
 
@@ -85,11 +86,11 @@ def write_trace(out: Path, n_nodes: int, n_tasks: int, concurrency: int, seed: i
     return scenario
 
 
-def reference(scenario: Path, n: int, seed: int) -> dict:
-    """The trace's first ``n`` pods on the replay's own nodes, each decided by the
-    scheduler's placement step and by the pure-Python reference of
-    ``bench_decisions.py`` (which must agree), with no departures in between:
-    the reference's decisions per second on this work."""
+def reference(scenario: Path, n: int, seed: int, warm: int) -> dict:
+    """The trace's first ``warm`` pods placed on the replay's own nodes by the
+    scheduler's placement step, and the next ``n`` decided by it and by the
+    pure-Python reference of ``bench_decisions.py`` (which must agree), with no
+    departures: the reference's decisions per second on this work."""
     from itertools import islice
 
     from bench_decisions import decide
@@ -101,10 +102,14 @@ def reference(scenario: Path, n: int, seed: int) -> dict:
     world = load_world([scenario])
     fleet = world.fleet
     everywhere = {"arch": set(fleet.node_arch.tolist()), "sites": set(range(len(fleet.sites)))}
-    shapes = []
-    for arrival in islice(openb_arrivals(world.scenario.spec.traces[0], world.base_dir, fleet), n):
+    shapes, order, index = [], [], {}
+    for arrival in islice(openb_arrivals(world.scenario.spec.traces[0], world.base_dir, fleet), warm + n):
         comp = arrival.app.components[0]
         res, near = comp.resources, comp.near
+        if (res, near) in index:  # pods of one shape share one request, as in the simulator
+            order.append(index[res, near])
+            continue
+        order.append(index.setdefault((res, near), len(shapes)))
         acc = res.accelerators[0] if res.accelerators else None
         models = None if acc is None or acc.models is None else {fleet.models.get(m) for m in acc.models}
         plain = {"vec": None, "kind": fleet.kinds.get(acc.kind) if acc else None, "milli": acc.milli if acc else 0,
@@ -112,8 +117,8 @@ def reference(scenario: Path, n: int, seed: int) -> dict:
         req = compile_request(fleet, res, near=near)
         plain["vec"] = req.vec.tolist()
         shapes.append((req, plain))
-    got = decide(fleet, shapes, list(range(len(shapes))), n + 1, seed, n)["reference"]
-    return {"what": f"the trace's first {n} pods on these nodes", "decisions": got["decisions"],
+    got = decide(fleet, shapes, order, warm + n + 1, seed, n, warm)["reference"]
+    return {"what": f"the trace's {n} pods after its first {warm} on these nodes", "decisions": got["decisions"],
             "agreed": got["agreed"], "decisions_per_s": got["decisions_per_s"]}
 
 
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-s", type=float, default=300.0)
     ap.add_argument("--max-rss-gib", type=float, default=2.0)
     ap.add_argument("--check", type=int, default=100, help="pods the pure-Python reference decides")
+    ap.add_argument("--warm", type=int, default=20_000, help="pods placed before the reference takes over")
     ap.add_argument("--out", type=Path, default=HERE / "out" / "replay")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = json.loads((result_dir / "result.json").read_text())
         failures += check(result, args.tasks)
-    ref = reference(scenario, args.check, args.seed)
+    ref = reference(scenario, args.check, args.seed, args.warm)
     if ref["agreed"] != args.check:
         failures.append(f"the reference agreed on {ref['agreed']} of {args.check} pods")
     if wall > args.max_s:
