@@ -195,6 +195,16 @@ def run_single(fleet, k: int, n_decisions: int, stay: int, seed: int, check: int
     return {"case": f"single, {k} shape{'s' if k > 1 else ''}", **out}
 
 
+def reference_rate(fleet, seed: int, decisions: int) -> dict:
+    """The pure-Python reference on ``fleet`` for scale: ``decisions`` single tasks
+    of 32 shapes (cpu, memory, a GPU share, arch and site filters) decided by it
+    and by the scheduler's placement step, which must agree; its decisions per
+    second."""
+    got = run_single(fleet, 32, decisions, decisions + 1, seed, decisions)["reference"]
+    return {"what": "single-task decisions of 32 shapes on this fleet", "decisions": got["decisions"],
+            "agreed": got["agreed"], "decisions_per_s": got["decisions_per_s"]}
+
+
 def decide(fleet, shapes: list, order, stay: int, seed: int, check: int, warm: int = 0) -> dict:
     """Single-task decisions on a new table of ``fleet``: task ``i`` has the shape
     ``shapes[order[i]]`` (a request and the reference's dict of it) and leaves

@@ -468,17 +468,12 @@ def check_gangs(result: dict) -> list[str]:
 
 
 def reference(files: list[Path], seed: int, decisions: int = 30) -> dict:
-    """The pure-Python reference on this fleet: ``decisions`` single tasks (32
-    shapes of cpu, memory, a GPU share, arch and site filters) decided by it
-    and by the scheduler's placement step, which must agree
-    (``bench_decisions.py``); its decisions per second."""
-    from bench_decisions import run_single
+    """``bench_decisions.reference_rate`` on this benchmark's fleet."""
+    from bench_decisions import reference_rate
 
     from suanli.spec.build import load_world
 
-    got = run_single(load_world(files[:1]).fleet, 32, decisions, decisions + 1, seed, decisions)["reference"]
-    return {"what": "single-task decisions of 32 shapes on this fleet", "decisions": got["decisions"],
-            "agreed": got["agreed"], "decisions_per_s": got["decisions_per_s"]}
+    return reference_rate(load_world(files[:1]).fleet, seed, decisions)
 
 
 def main(argv: list[str] | None = None) -> int:
