@@ -4,6 +4,8 @@ and stateful ones carrying their state across moves (checkpoint protocol)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -200,9 +202,11 @@ def test_serve_runs_tasks_on_the_local_executor_and_serves_their_logs(tmp_path):
 
     from suanli.server.store import sqlite_url
 
+    work = Path(tempfile.mkdtemp(prefix="suanli-serve-"))  # tenants' users must reach it: not under pytest's
+    work.chmod(0o711)
     with open(tmp_path / "server.log", "ab") as log:
         server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "local",
-                        "--work-dir", str(tmp_path / "w"), speed=1)
+                        "--work-dir", str(work / "w"), speed=1)
         server.start()
         try:
             env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
@@ -215,6 +219,7 @@ def test_serve_runs_tasks_on_the_local_executor_and_serves_their_logs(tmp_path):
             assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr
         finally:
             server.stop()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def test_groups_left_by_executors_that_are_gone_are_swept(tmp_path):

@@ -3,8 +3,14 @@
 Each fleet node is a folder under the executor's work directory; a task runs
 in its own process group, confined to its slice where the OS allows
 (``confine.py``), with its output appended to ``logs/TASK.log`` (every run of
-the task, each after a header line) and its state in
-``nodes/NODE/state/TASK``, which it finds in ``SUANLI_STATE_DIR``.
+the task, each after a header line), its state in ``nodes/NODE/state/TASK``,
+which it finds in ``SUANLI_STATE_DIR``, and a folder of its own,
+``nodes/NODE/home/TASK`` (its ``HOME``).
+
+Its working directory is the scenario's folder (``suanli run``: one user,
+whose programs are there) or, under a control plane (``isolate_tenants``),
+its own folder; there it also runs as its tenant's user, and every folder
+is private (``tasks.py``, docs/executors.md).
 
 The checkpoint protocol (docs/executors.md):
 
@@ -18,7 +24,7 @@ The checkpoint protocol (docs/executors.md):
 When a stopped task starts on another node, its state folder travels there
 first (it is copied, then removed from the node it left), so the task starts
 with exactly what it wrote when it stopped. A task on a node that goes down
-is killed with no last word; its folder there is gone, and it starts again
+is killed with no last word; its folders there are gone, and it starts again
 from its last checkpoint.
 """
 
@@ -35,10 +41,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, IO
 
 from suanli.executors.base import Note, Run, TaskExited
-from suanli.executors.confine import Confinement, wrap
+from suanli.executors.confine import Confinement
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import (CHECKPOINT_MARK, Launch, await_checkpoint, guarded, launch, origin_wall,
-                                    process_env, resolve, safe)
+from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
+                                    await_checkpoint, copy_tree, folder_size, give, launch, make_dir, open_log,
+                                    origin_wall, process_env, safe, task_command, user_switch)
 
 if TYPE_CHECKING:
     from suanli.sim.simulation import Simulation
@@ -56,30 +63,37 @@ class Proc:
     next_checkpoint: float | None = None  # time.monotonic()
 
 
-def folder_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
 class LocalExecutor:
     def __init__(self, sim: "Simulation", work_dir: Path, *, cwd: Path | None = None,
-                 confine: bool = True) -> None:
+                 confine: bool = True, isolate_tenants: bool = False) -> None:
+        """``cwd``: where commands run (default: the scenario's folder), unless
+        ``isolate_tenants`` (a control plane's tenants): then each task runs in
+        its own folder, as its tenant's user where this process may switch
+        users, and the work directory's folders are private."""
         self.sim = sim
         self.loop = sim.loop
         self.work = Path(work_dir).resolve()
-        self.cwd = Path(cwd or sim.world.base_dir).resolve()
-        for sub in ("nodes", "logs", "checkpoints"):
-            (self.work / sub).mkdir(parents=True, exist_ok=True)
+        self.isolate = isolate_tenants
+        self.cwd = None if isolate_tenants else Path(cwd or sim.world.base_dir).resolve()
+        why_not = user_switch() if isolate_tenants else "one user (run)"
+        self.users = Users(self.work / USERS_FILE) if why_not is None else None
+        self._dir(self.work, SHARED)
+        for sub, mode in (("nodes", SHARED), ("logs", PRIVATE), ("checkpoints", PRIVATE)):
+            self._dir(self.work / sub, mode)
         self.confinement = Confinement() if confine else None
         self.procs: dict[str, Proc] = {}  # task -> its process now
         self.state_home: dict[str, str] = {}  # task -> node whose folder holds its state
+        self.home_at: dict[str, str] = {}  # task -> node whose folder holds its own folder
         self.lost_nodes: set[str] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._ticker = threading.Thread(target=self._checkpoints, name="suanli-checkpoints", daemon=True)
         self._ticker.start()
         how = self.confinement.description if self.confinement else "off (asked for)"
-        self.post("executor", executor="local", work_dir=str(self.work), confinement=how,
-                  origin_wall=origin_wall(sim))
+        users = (f"one per tenant, from uid {FIRST_UID} ({USERS_FILE})" if self.users
+                 else f"the executor's (uid {os.geteuid()}): {why_not}")
+        self.post("executor", executor="local", work_dir=str(self.work), confinement=how, users=users,
+                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(sim))
 
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))
@@ -94,6 +108,24 @@ class LocalExecutor:
 
     def log_path(self, task: str) -> Path:
         return self.work / "logs" / f"{safe(task)}.log"
+
+    def home_dir(self, node: str, task: str) -> Path:
+        return self.work / "nodes" / safe(node) / "home" / safe(task)
+
+    def _dir(self, path: Path, mode: int, uid: int | None = None) -> Path:
+        """A folder of the work directory; its mode and owner matter only
+        when tenants are kept apart."""
+        return make_dir(path, mode, uid) if self.isolate else make_dir(path)
+
+    def _node_dir(self, node: str, kind: str) -> Path:
+        """``nodes/NODE/KIND`` (state, home): folders others may cross, not list."""
+        for path in (self.work / "nodes" / safe(node), self.work / "nodes" / safe(node) / kind):
+            self._dir(path, SHARED)
+        return path
+
+    def uid(self, ln: Launch) -> int | None:
+        """The user a task runs as: its tenant's; None: the executor's."""
+        return self.users.of(ln.tenant) if self.users else None
 
     # ------------------------------------------------------------ the executor interface
 
@@ -128,6 +160,8 @@ class LocalExecutor:
         for p in doomed:
             p.ended.wait(5)
         shutil.rmtree(self.work / "nodes" / safe(name), ignore_errors=True)
+        for task in [t for t, n in self.home_at.items() if n == name]:
+            del self.home_at[task]
 
     def close(self) -> None:
         self._closed.set()
@@ -138,17 +172,20 @@ class LocalExecutor:
     # ------------------------------------------------------------ processes
 
     def _spawn(self, ln: Launch) -> None:
-        state = self._bring_state(ln)
-        env = process_env(ln.env, state, ln.cpu_milli)
+        uid = self.uid(ln)
+        state = self._bring_state(ln, uid)
+        home = self._own_folder(ln, uid)
+        env = process_env(ln.env, state, home, ln.cpu_milli)
         key = f"{safe(ln.task)}.{ln.run_id}"
         procs = self.confinement.group(key, ln.cpu_milli, ln.mem_mib) if self.confinement else []
-        log = open(self.log_path(ln.task), "ab")
+        log = open_log(self.log_path(ln.task), private=self.isolate)
         log.write(f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} at "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         log.flush()
         try:
-            popen = subprocess.Popen(guarded(wrap(resolve(ln.command), procs)), env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            popen = subprocess.Popen(task_command(ln.command, procs, uid), env=env, cwd=self.cwd or home,
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         except OSError as exc:  # no such program: the task exits at once, with the shell's status for it
             log.write(f"suanli: cannot start {ln.command[0]}: {exc.strerror or exc}\n".encode())
             log.close()
@@ -198,33 +235,58 @@ class LocalExecutor:
             if home is not None:
                 shutil.rmtree(self.state_dir(home, task), ignore_errors=True)
             shutil.rmtree(self.checkpoint_dir(task), ignore_errors=True)
+            node = self.home_at.pop(task, None)
+            if node is not None:
+                shutil.rmtree(self.home_dir(node, task), ignore_errors=True)
 
     # ------------------------------------------------------------ state
 
-    def _bring_state(self, ln: Launch) -> Path:
+    def _own_folder(self, ln: Launch, uid: int | None) -> Path:
+        """The task's own folder on its node (its ``HOME``; its working
+        directory under a control plane), kept while it stays there; the one
+        on the node it left is removed."""
+        left = self.home_at.get(ln.task)
+        if left is not None and left != ln.node:
+            shutil.rmtree(self.home_dir(left, ln.task), ignore_errors=True)
+        self._node_dir(ln.node, "home")
+        self.home_at[ln.task] = ln.node
+        return self._dir(self.home_dir(ln.node, ln.task), PRIVATE, uid)
+
+    def _bring_state(self, ln: Launch, uid: int | None) -> Path:
         """The task's state folder on its node: where it was left, brought
         over from the node it left, or its last checkpoint after a loss."""
         dest = self.state_dir(ln.node, ln.task)
         home = self.state_home.get(ln.task)
         if home == ln.node and dest.exists():
             return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._node_dir(ln.node, "state")
         shutil.rmtree(dest, ignore_errors=True)
         source = self.state_dir(home, ln.task) if home is not None else None
         began = time.monotonic()
         if source is not None and source.exists():
-            shutil.copytree(source, dest)
+            self._copy_in(source, dest, uid, owner=uid)
             shutil.rmtree(source)
             self.post("stateMoved", task=ln.task, **{"from": home}, to=ln.node, bytes=folder_size(dest),
                       took_s=round(time.monotonic() - began, 6))
         elif self.checkpoint_dir(ln.task).exists():
-            shutil.copytree(self.checkpoint_dir(ln.task), dest)
+            self._copy_in(self.checkpoint_dir(ln.task), dest, uid)
             self.post("stateRestored", task=ln.task, node=ln.node, bytes=folder_size(dest),
                       reason=f"the state on {home} was lost; from the last checkpoint")
         else:
-            dest.mkdir()
+            self._dir(dest, PRIVATE, uid)
         self.state_home[ln.task] = ln.node
         return dest
+
+    def _copy_in(self, source: Path, dest: Path, uid: int | None, owner: int | None = None) -> None:
+        """Copy ``source`` to the state folder ``dest``, given to ``uid``
+        before it appears under its name. ``owner``: the user whose files
+        alone are copied (a task's state folder, as the task left it)."""
+        tmp = dest.with_name(dest.name + ".new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        copy_tree(source, tmp, owner)
+        if uid is not None:
+            give(tmp, uid)
+        tmp.rename(dest)
 
     def _checkpoints(self) -> None:
         """Ask running stateful tasks for their checkpoints when due."""
@@ -233,7 +295,11 @@ class LocalExecutor:
             for p in list(self.procs.values()):
                 if p.next_checkpoint is not None and now >= p.next_checkpoint and not p.stopping:
                     p.next_checkpoint = now + p.launch.checkpoint_every_s
-                    self._checkpoint(p)
+                    try:
+                        self._checkpoint(p)
+                    except OSError as exc:  # no room for the copy, say: the previous checkpoint stays
+                        self.post("checkpointMissed", task=p.launch.task, node=p.launch.node,
+                                  reason=f"cannot copy the state: {exc.strerror or exc}")
 
     def _checkpoint(self, p: Proc) -> None:
         if not p.lock.acquire(blocking=False):
@@ -249,7 +315,7 @@ class LocalExecutor:
             keep = self.checkpoint_dir(p.launch.task)
             tmp = keep.with_name(keep.name + ".new")
             shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(state, tmp, ignore=shutil.ignore_patterns(CHECKPOINT_MARK))
+            copy_tree(state, tmp, self.uid(p.launch), skip=(CHECKPOINT_MARK,))
             shutil.rmtree(keep, ignore_errors=True)
             tmp.rename(keep)
             self.post("checkpointed", task=p.launch.task, node=p.launch.node, bytes=folder_size(keep),

@@ -12,8 +12,9 @@ not Ray, accounts for the slice) pinned to its Ray node with hard node
 affinity; stateless tasks share one pinned actor per Ray node
 (``NodeAgent``), which spares each a Ray worker process of its own (about a
 second of a core to start). The actor starts the task's process as the local executor does (same command,
-environment, checkpoint protocol and control groups where the node allows)
-and waits for it. The process also dies if its actor does
+environment, checkpoint protocol and control groups where the node allows;
+under a control plane, as its tenant's user where the Ray node runs as
+root, in a folder of its own) and waits for it. The process also dies if its actor does
 (``PR_SET_PDEATHSIG``), so a lost node leaves no task behind.
 
 State moves through Ray's object store: a checkpoint (every
@@ -29,14 +30,12 @@ last shipment is lost with it).
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
@@ -46,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import (CHECKPOINT_MARK, Launch, await_checkpoint, guarded, launch, origin_wall,
-                                    process_env, resolve, safe)
+from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
+                                    await_checkpoint, give, launch, make_dir, open_log, origin_wall, pack,
+                                    process_env, safe, task_command, unpack, user_switch)
 from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -63,22 +63,14 @@ log = logging.getLogger("suanli.ray")
 # ------------------------------------------------------------------ on the Ray node
 
 
-def pack(folder: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for item in sorted(folder.iterdir()):
-            if item.name != CHECKPOINT_MARK:
-                tar.add(item, arcname=item.name)
-    return buf.getvalue()
-
-
-def unpack(data: bytes, folder: Path) -> None:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(folder, filter="data")
-
-
 class TaskActor:
-    """Runs one task's process on its Ray node (used as a Ray actor)."""
+    """Runs one task's process on its Ray node (used as a Ray actor).
+
+    Its folder (``home``, root's, others may cross it) holds the task's log
+    (``task.log``, 0600: the process writes it through its descriptor), its
+    state folder (``state``) and its own folder (``own``: its ``HOME``, and
+    its working directory unless it is given one); these two are its user's
+    alone."""
 
     def __init__(self, task: str, run_id: int, confinement: Any = None) -> None:
         from suanli.executors.confine import Confinement
@@ -86,8 +78,9 @@ class TaskActor:
         self.task, self.run_id = task, run_id
         self.own_confinement = confinement is None  # else a node agent's, shared by its tasks
         self.home = Path(tempfile.mkdtemp(prefix=f"suanli-{safe(task)}-{run_id}-"))
-        self.state = self.home / "state"
-        self.state.mkdir()
+        self.state = make_dir(self.home / "state", PRIVATE)
+        self.own = make_dir(self.home / "own", PRIVATE)
+        self.uid: int | None = None  # the user the process runs as (None: this actor's)
         self.log_path = self.home / "task.log"
         self.shipped = 0
         self.proc: subprocess.Popen | None = None
@@ -108,24 +101,23 @@ class TaskActor:
 
         return ray.get_runtime_context().get_node_labels().get(LABEL)
 
-    def start(self, command: tuple[str, ...], env: dict[str, str], cwd: str, state: bytes | None,
-              cpu_milli: int, mem_mib: int) -> float:
-        """Start (or start again) the task's process; the wall time it began."""
-        from suanli.executors.confine import wrap
-
+    def start(self, command: tuple[str, ...], env: dict[str, str], cwd: str | None, state: bytes | None,
+              cpu_milli: int, mem_mib: int, uid: int | None = None) -> float:
+        """Start (or start again) the task's process; the wall time it began.
+        ``cwd``: where it runs (None, or not a folder here: its own folder);
+        ``uid``: its tenant's user, taken where this node may switch users."""
+        self._make_room(uid if uid is not None and user_switch() is None else None)
         if state is not None:
-            shutil.rmtree(self.state, ignore_errors=True)
-            self.state.mkdir()
-            unpack(state, self.state)
-        full = process_env(env, self.state, cpu_milli)
+            self._restore(state)
+        full = process_env(env, self.state, self.own, cpu_milli)
         if not self.procs and self.confinement.kind != "none":
             self.procs = self.confinement.group(f"{safe(self.task)}.{self.run_id}", cpu_milli, mem_mib)
-        with open(self.log_path, "ab") as out:
+        with open_log(self.log_path, private=True) as out:
             out.write(f"suanli: on Ray node {self.node_id()} labelled {LABEL}={self.label()}\n".encode())
             out.flush()
             try:
-                self.proc = subprocess.Popen(guarded(wrap(resolve(command), self.procs)), env=full,
-                                             cwd=cwd if os.path.isdir(cwd) else self.home,
+                self.proc = subprocess.Popen(task_command(command, self.procs, self.uid), env=full,
+                                             cwd=cwd if cwd and os.path.isdir(cwd) else self.own,
                                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                              start_new_session=True)
             except OSError as exc:
@@ -135,6 +127,28 @@ class TaskActor:
         self.started.set()
         self.began.set()
         return began
+
+    def _make_room(self, uid: int | None) -> None:
+        """The task's folders given to ``uid`` (its own and its state), and
+        its actor's folder opened for it to cross."""
+        self.uid = uid
+        if uid is not None:
+            os.chmod(self.home, SHARED)
+            make_dir(self.own, PRIVATE, uid)
+            make_dir(self.state, PRIVATE, uid)
+
+    def _restore(self, state: bytes) -> None:
+        """The state folder replaced by ``state`` (``pack``'s), unpacked in a
+        folder of root's alone and given to the task's user before it appears."""
+        tmp = make_dir(self.home / "state.new", PRIVATE)
+        try:
+            unpack(state, tmp)
+            if self.uid is not None:
+                give(tmp, self.uid)
+            shutil.rmtree(self.state, ignore_errors=True)
+            tmp.rename(self.state)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def wait(self, after: float | None = None) -> tuple[int, bytes]:
         """The process's exit status (127: it could not start) and its log since
@@ -172,7 +186,7 @@ class TaskActor:
             if not await_checkpoint(self.state, lambda: self._signal(signal.SIGUSR1),
                                     lambda: proc.poll() is not None, grace_s):
                 return None, self.log_since()
-            return pack(self.state), self.log_since()
+            return pack(self.state, self.uid), self.log_since()
 
     def stop(self, grace_s: float, save: bool) -> tuple[bytes | None, bytes]:
         """SIGTERM (save and exit), SIGKILL after ``grace_s``; the state folder
@@ -188,12 +202,13 @@ class TaskActor:
                     pass
                 self._signal(signal.SIGKILL)
                 self.proc.wait()
-            state = pack(self.state) if save else None
+            state = pack(self.state, self.uid) if save else None
             if self.procs:
                 self.confinement.remove(f"{safe(self.task)}.{self.run_id}")
             if self.own_confinement:
                 self.confinement.close()
-            shutil.rmtree(self.home / "state", ignore_errors=True)
+            shutil.rmtree(self.state, ignore_errors=True)
+            shutil.rmtree(self.own, ignore_errors=True)
             return state, self.log_since()
 
 
@@ -274,8 +289,9 @@ class RayCluster:
     def alive(self) -> set[str]:
         return self.view()[0]
 
-    def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None) -> "RayExecutor":
-        return RayExecutor(sim, self, work_dir, cwd=cwd)
+    def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None,
+                 isolate_tenants: bool = False) -> "RayExecutor":
+        return RayExecutor(sim, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants)
 
 
 def connect(address: str | None) -> RayCluster:
@@ -329,14 +345,21 @@ class Handle:
 
 
 class RayExecutor:
-    def __init__(self, sim: "Simulation", cluster: RayCluster, work_dir: Path, cwd: Path | None = None) -> None:
+    def __init__(self, sim: "Simulation", cluster: RayCluster, work_dir: Path, cwd: Path | None = None,
+                 isolate_tenants: bool = False) -> None:
+        """``cwd``: where commands run on the Ray nodes (default: the
+        scenario's folder, where a node has it), unless ``isolate_tenants``:
+        then each task runs in its own folder, as its tenant's user on Ray
+        nodes that run as root, and the driver's logs are private."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.affinity = NodeAffinitySchedulingStrategy
         self.sim, self.loop, self.cluster, self.ray = sim, sim.loop, cluster, cluster.ray
         self.work = Path(work_dir).resolve()
-        (self.work / "logs").mkdir(parents=True, exist_ok=True)
-        self.cwd = str(Path(cwd or sim.world.base_dir).resolve())
+        self.isolate = isolate_tenants
+        make_dir(self.work / "logs", PRIVATE if isolate_tenants else None)
+        self.cwd = None if isolate_tenants else str(Path(cwd or sim.world.base_dir).resolve())
+        self.users = Users(self.work / USERS_FILE) if isolate_tenants else None
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
         self.agents: dict[str, Any] = {}  # Ray node id -> its agent, for stateless tasks
@@ -355,9 +378,11 @@ class RayExecutor:
             else:
                 self.ray_node[name] = rid
         self.missing = set(missing)  # fleet nodes no live Ray node stands for now
+        users = (f"one per tenant, from uid {FIRST_UID} ({USERS_FILE}), on Ray nodes that run as root with "
+                 "setpriv; elsewhere the Ray node's user" if self.users else "the Ray workers' user")
         self.post("executor", executor="ray", address=cluster.address, work_dir=str(self.work),
-                  ray_nodes=len(set(self.ray_node.values())), fleet_nodes_served=len(self.ray_node),
-                  origin_wall=origin_wall(sim))
+                  ray_nodes=len(set(self.ray_node.values())), fleet_nodes_served=len(self.ray_node), users=users,
+                  cwd=self.cwd or "each task's own folder", origin_wall=origin_wall(sim))
         for name in missing:
             self.loop.post(NodeLost(name, f"no live Ray node labelled {LABEL}={name} or its site"))
         self._threads = [threading.Thread(target=self._watch, name="suanli-ray-watch", daemon=True),
@@ -371,10 +396,14 @@ class RayExecutor:
     def log_path(self, task: str) -> Path:
         return self.work / "logs" / f"{safe(task)}.log"
 
+    def uid(self, ln: Launch) -> int | None:
+        """The user the task's tenant runs as (None: the Ray workers')."""
+        return self.users.of(ln.tenant) if self.users else None
+
     def _ship(self, task: str, data: bytes, header: str | None = None) -> None:
         if not data and header is None:
             return
-        with open(self.log_path(task), "ab") as f:
+        with open_log(self.log_path(task), private=self.isolate) as f:
             if header is not None:
                 f.write(header.encode())
             f.write(data)
@@ -392,7 +421,7 @@ class RayExecutor:
             return  # gone, or started again meanwhile (by a move)
         self._ship(task, b"", f"--- suanli: {task} run {run.run_id} restarted on {h.launch.node} at {_stamp()}\n")
         began = h.actor.start.remote(h.launch.command, h.launch.env, self.cwd, None, h.launch.cpu_milli,
-                                     h.launch.mem_mib)
+                                     h.launch.mem_mib, self.uid(h.launch))
         with self._lock:
             h.waiting = h.actor.wait.remote(began)
         self._note_start(h, began)
@@ -444,7 +473,7 @@ class RayExecutor:
         state = self.state_refs.get(ln.task) if ln.stateful else None
         self._ship(ln.task, b"", f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} (Ray node {rid[:12]}) "
                                  f"at {_stamp()}\n")
-        began = actor.start.remote(ln.command, ln.env, self.cwd, state, ln.cpu_milli, ln.mem_mib)
+        began = actor.start.remote(ln.command, ln.env, self.cwd, state, ln.cpu_milli, ln.mem_mib, self.uid(ln))
         h = Handle(ln, actor, rid)
         h.waiting = actor.wait.remote(began)
         with self._lock:
