@@ -54,6 +54,7 @@ ROOT = HERE.parent
 EXAMPLES = ROOT.parent / "shared" / "examples"
 FLEET_FILES = ("city-fleet.yaml", "tenants.yaml")
 TENANT = "acme-ai"
+STREAM_TENANT = "hpc-lab"  # the idle streams' tenant: none of the load's events are its
 ADMIN_TOKEN = "sl_bench_admin_" + uuid.uuid4().hex
 
 
@@ -218,7 +219,7 @@ class PendingSampler:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                self.samples.append(len(self.http.get("/v1/tasks", params={"status": "pending"}).json()))
+                self.samples.append(len(self.http.get("/v1/tasks", params={"status": "pending", "limit": 10_000}).json()))
             except (httpx.HTTPError, ValueError):
                 pass
 
@@ -233,12 +234,79 @@ class PendingSampler:
             self._thread.join()
 
 
+class IdleStreams:
+    """``n`` event streams of a tenant with nothing to see, held open (a thread each,
+    on the client's side) through the run: each reads its keep-alives."""
+
+    def __init__(self, base: str, admin_token: str, n: int) -> None:
+        self.n, self.base = n, base
+        per_token = 8  # the server's cap of streams per token
+        tokens = []
+        for _ in range(-(-n // per_token)):
+            r = httpx.post(f"{base}/v1/tokens", json={"tenant": STREAM_TENANT},
+                           headers={"Authorization": f"Bearer {admin_token}"}, timeout=10.0)
+            if r.status_code != 201:
+                raise SystemExit(f"minting a stream token answered {r.status_code}: {r.text}")
+            tokens.append(r.json()["token"])
+        self._stop = threading.Event()
+        self._open = 0
+        self._lock = threading.Lock()
+        self.keepalives = 0
+        self.refused: list[int] = []
+        self._threads = [threading.Thread(target=self._hold, args=(tokens[i // per_token],), daemon=True)
+                         for i in range(n)]
+        for t in self._threads:
+            t.start()
+        end = time.monotonic() + 30
+        while self._open + len(self.refused) < n and time.monotonic() < end:
+            time.sleep(0.05)
+
+    def _hold(self, token: str) -> None:
+        with httpx.Client(base_url=self.base, timeout=httpx.Timeout(30.0)) as http:
+            with http.stream("GET", "/v1/events/stream", headers={"Authorization": f"Bearer {token}"}) as r:
+                if r.status_code != 200:
+                    with self._lock:
+                        self.refused.append(r.status_code)
+                    return
+                with self._lock:
+                    self._open += 1
+                try:
+                    for line in r.iter_lines():
+                        if line.startswith(": keep-alive"):
+                            with self._lock:
+                                self.keepalives += 1
+                        if self._stop.is_set():
+                            break
+                finally:
+                    with self._lock:
+                        self._open -= 1
+
+    def close(self) -> dict:
+        seen = {"asked": self.n, "open_at_end": self._open, "refused": self.refused, "keepalives": self.keepalives}
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        return seen
+
+
+def all_tasks(http: httpx.Client) -> list[dict]:
+    """Every task of the tenant, following the listing's pages."""
+    out, params = [], {}
+    while True:
+        r = http.get("/v1/tasks", params=params)
+        out += r.json()
+        cursor = r.headers.get("x-next-cursor")
+        if not cursor:
+            return out
+        params = {"cursor": cursor}
+
+
 def wait_drained(http: httpx.Client, timeout: float) -> tuple[float | None, int]:
     """Seconds until the tenant has no pending task (None if it still has some
     after ``timeout``), and the pending count last seen."""
     t0 = time.perf_counter()
     while True:
-        pending = len(http.get("/v1/tasks", params={"status": "pending"}).json())
+        pending = len(http.get("/v1/tasks", params={"status": "pending", "limit": 10_000}).json())
         elapsed = time.perf_counter() - t0
         if pending == 0:
             return elapsed, 0
@@ -278,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=50, help="unmeasured submissions first (default 50)")
     ap.add_argument("--sample-s", type=float, default=1.0,
                     help="seconds between samples of the pending count during the run (0: none)")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="idle event streams held open through the run, by another tenant (default 0)")
     ap.add_argument("--examples", type=Path, default=EXAMPLES,
                     help=f"directory of {' and '.join(FLEET_FILES)} (default {EXAMPLES})")
     args = ap.parse_args(argv)
@@ -300,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         log = tmp_dir / "serve.log"
         proc = start_server(files, db, port, max_rate, log)
         tenant: httpx.Client | None = None
+        idle = None
         try:
             ready_s = wait_healthy(proc, base, 60.0, log)
             admin = httpx.post(f"{base}/v1/tokens", json={"tenant": TENANT},
@@ -316,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             if wait_drained(tenant, 30.0)[0] is None:
                 raise SystemExit("warm-up tasks still pending after 30 s")
 
+            idle = IdleStreams(base, ADMIN_TOKEN, args.streams) if args.streams else None
             cpu_before = proc_status(proc.pid).get("cpu_s", 0.0)
             client_cpu0 = time.process_time()
             busy0 = machine_busy_s()
@@ -327,12 +399,16 @@ def main(argv: list[str] | None = None) -> int:
             others_cpu = machine_busy_s() - busy0 - cpu_during - client_cpu
             drain_s, still_pending = wait_drained(tenant, args.drain_s)
 
-            tasks = tenant.get("/v1/tasks").json()
-            metrics_text = httpx.get(f"{base}/metrics", timeout=30.0).text
+            tasks = all_tasks(tenant)
+            metrics_text = httpx.get(f"{base}/metrics", timeout=30.0,
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
+            streams_seen = idle.close() if idle is not None else None
             server = proc_status(proc.pid)
         finally:
             if tenant is not None:
                 tenant.close()
+            if idle is not None:
+                idle.close()
             stopped = stop_server(proc)
         serve_log = log.read_text(errors="replace")
 
@@ -378,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         failures.append(f"/metrics counts {total_tasks:g} tasks, expected {args.warmup + int(ok.sum())}")
     if created != args.warmup + int(ok.sum()):
         failures.append(f"/metrics counts {created} applications created, expected {args.warmup + int(ok.sum())}")
+    if streams_seen is not None and streams_seen["open_at_end"] != args.streams:
+        failures.append(f"{args.streams} idle streams were asked for, {streams_seen['open_at_end']} were open at the end")
     if sched_errors:
         failures.append(f"the scheduler reported {sched_errors:g} errors")
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: -15 is a clean stop
@@ -394,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_rate": args.rate,
         "seconds": args.seconds,
         "workers": args.workers,
+        "idle_streams": streams_seen,
         "task_duration": args.task_duration,
         "submissions": n,
         "accepted": int(ok.sum()),

@@ -14,7 +14,7 @@ import httpx
 
 from conftest import EXAMPLES
 
-ADMIN = "sl_test-admin-token"
+ADMIN = "sl_test-admin-7Hq2vKx9Rm4WbZ8pLc3N"  # strong enough for serve: 24+ characters, 10+ distinct
 FLEET = (EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml")
 
 
@@ -65,3 +65,16 @@ class Server:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def every(http: httpx.Client, path: str, **params) -> list:
+    """All items of a listing, following its pages (``X-Next-Cursor``)."""
+    out: list = []
+    while True:
+        r = http.get(path, params=params)
+        assert r.status_code == 200, r.text
+        out += r.json()
+        cursor = r.headers.get("x-next-cursor")
+        if not cursor:
+            return out
+        params = {**params, "cursor": cursor}

@@ -312,9 +312,13 @@ def test_the_plan_is_the_rescheduler_dry_run(live):
 def test_metrics_and_health(live):
     submit(live, live.a, app_doc("web", 2))
     live.wait(lambda: all(t["status"] == "running" for t in live.tasks(live.a)))
-    assert live.client.get("/healthz").json() == {"status": "ok", "controller": "running",
-                                                  "instants": live.controller.instants}
-    text = live.client.get("/metrics").text
+    health = live.client.get("/healthz").json()
+    assert {k: health[k] for k in ("status", "controller", "instants", "store")} == \
+        {"status": "ok", "controller": "running", "instants": live.controller.instants, "store": "ok"}
+    assert 0 <= health["since_turn_s"] < 10
+    assert live.client.get("/readyz").status_code == 200
+    assert live.client.get("/metrics").status_code == 401
+    text = live.client.get("/metrics", headers=live.admin).text
     samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if not line.startswith("#")}
     assert samples['suanli_tasks{status="running"}'] == 2
     assert samples['suanli_nodes{state="ready"}'] == 232

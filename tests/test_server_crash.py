@@ -18,7 +18,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from serving import ADMIN, Server, free_port
+from serving import ADMIN, Server, every, free_port
 from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL, for the second run)
 
 from suanli.server.store import Store, sqlite_url
@@ -92,16 +92,16 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
             assert len(acked) == APPS
             assert server.kills >= 4, server.kills
             http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-            apps = http.get("/v1/applications").json()
+            apps = every(http, "/v1/applications", limit=700)  # in pages, as a client reads them
             names = Counter(a["name"] for a in apps)
             assert set(names) == set(acked) and max(names.values()) == 1
-            tasks = http.get("/v1/tasks").json()
+            tasks = every(http, "/v1/tasks")
             by_app = Counter(t["app"] for t in tasks)
             assert by_app == Counter(acked)
             assert len({t["task"] for t in tasks}) == len(tasks) == sum(acked.values())
             end = time.monotonic() + 60
             while time.monotonic() < end:
-                waiting = http.get("/v1/tasks", params={"status": "pending"}).json()
+                waiting = every(http, "/v1/tasks", status="pending")
                 if not waiting:
                     break
                 time.sleep(0.2)

@@ -151,8 +151,33 @@ def plan(live):
 
 
 def tokens(live):
-    for body in ({"tenant": A}, {"tenant": B}, {}):
+    for body in ({"tenant": A}, {"tenant": B}, {}, {"tenant": B, "ttl": "1h", "name": "mine"}):
         assert live.client.post("/v1/tokens", json=body, headers=live.b).status_code == 403
+
+
+def _token_ids(live) -> dict[str | None, str]:
+    """The id of an active token of each tenant (None: an admin's)."""
+    return {r.tenant: r.public_id for r in live.store.tokens() if r.revoked_at is None}
+
+
+def tokens_list(live):
+    r = live.client.get("/v1/tokens", headers=live.b)
+    assert r.status_code == 403
+    _no_trace_of_a(r.json())
+    for token_id in _token_ids(live).values():
+        assert token_id not in r.text
+
+
+def token_revoke(live):
+    """B revokes no token: not A's, not an admin's, not its own; an unknown id answers
+    the same 403, so B learns nothing of which ids exist."""
+    ids = _token_ids(live)
+    for token_id in (ids[A], ids[None], ids[B], "tok_nothing0"):
+        r = live.client.delete(f"/v1/tokens/{token_id}", headers=live.b)
+        assert r.status_code == 403
+        _no_trace_of_a(r.json())
+    assert _token_ids(live) == ids
+    assert live.client.get("/v1/applications", headers=live.a).status_code == 200
 
 
 CASES = {
@@ -178,6 +203,8 @@ CASES = {
     ("POST", "/v1/nodes/{node:path}/uncordon"): node_actions,
     ("GET", "/v1/plan"): plan,
     ("POST", "/v1/tokens"): tokens,
+    ("GET", "/v1/tokens"): tokens_list,
+    ("DELETE", "/v1/tokens/{token_id}"): token_revoke,
 }
 
 

@@ -3,7 +3,7 @@
 Every route under ``/v1`` needs a bearer token. A tenant's token sees and
 changes only the tenant's own objects: another tenant's object answers 404,
 exactly as one that does not exist. Admin tokens see everything, act on
-nodes and mint tokens. Errors are RFC 9457 problem details
+nodes and mint, list and revoke tokens. Errors are RFC 9457 problem details
 (``application/problem+json``) with, for a rejected document, one entry per
 problem and its field path, found by the same spec code that reads files.
 
@@ -15,17 +15,18 @@ of the controller, which answers between instants.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -35,25 +36,43 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from suanli.executors.tasks import safe
+from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
-from suanli.server.controller import Controller, build_app, internal
-from suanli.server.remote import RemoteController
-from suanli.server.store import AppRow, Conflict, Principal, Store, TaskRow, digest
+from suanli.server.controller import PRIVATE, Controller, build_app, internal
+from suanli.server.remote import ControllerUnavailable, RemoteController
+from suanli.server.streams import EventHub, StreamsFull
+from suanli.server.store import AppRow, Conflict, KeyReused, Principal, Store, TaskRow
+from suanli.server.store import TokenRow, token_state
+from suanli.model.quantities import QuantityError, parse_duration_s
 from suanli.spec.loader import validate_document
 from suanli.spec.problems import Problem
 from suanli.spec.refs import check_application
 
 PROBLEM = "application/problem+json"
-STREAM_LOOK_S = 0.1  # an event stream looks for new events this often
-KEEP_ALIVE_LOOKS = 10  # and says it is alive after this many looks found none
+STALL_S = 10.0  # a scheduler whose turns have not gone through for this long is failing
+PAGE, MAX_PAGE = 1000, 10_000  # items in one page of a listing: by default, at most
+MAX_ID = 2**62  # ids and offsets in queries: past what any store holds, within what any store compares
+
+
+UNKNOWN_TOKEN_COST = 10  # requests an unknown token counts for, in its address's bucket
 
 
 @dataclass
 class Limits:
     max_body_bytes: int = 1 << 20  # a request body larger than this answers 413
-    rate: float = 500.0  # requests per second per token, on average
-    burst: int = 1000  # requests per token at once
+    rate: float = 500.0  # requests per second per tenant (admins together count as one), on average
+    burst: int = 1000  # requests per tenant at once
+    address_rate: float | None = None  # per client address, before the token is checked: 4 x rate
+    address_burst: int | None = None  # 4 x burst
     events_page: int = 1000  # events in one answer at most
+    streams_per_token: int = 8  # event streams open at once with one token
+    streams: int = 1000  # event streams open at once in all
+
+    def __post_init__(self) -> None:
+        if self.address_rate is None:
+            self.address_rate = 4 * self.rate  # one address may carry several tenants' clients
+        if self.address_burst is None:
+            self.address_burst = 4 * self.burst
 
 
 # ------------------------------------------------------------------ problems
@@ -95,7 +114,7 @@ def problems(*codes: int) -> dict[int, dict]:
     return {code: {"content": {PROBLEM: {"schema": ProblemDetail.model_json_schema()}}} for code in codes}
 
 
-ERRORS = problems(401, 404, 413, 422, 429)
+ERRORS = problems(401, 404, 413, 422, 429, 503)
 ADMIN_ERRORS = {**ERRORS, **problems(403)}
 
 
@@ -183,19 +202,43 @@ class VCOut(BaseModel):
     hosts: list[HostOut]
 
 
+MAX_TOKEN_TTL_S = 3650 * 86400.0  # ten years; a token meant to last for ever is made without a ttl
+
+
 class TokenIn(BaseModel):
     tenant: str | None = Field(None, description="the tenant the token speaks for; none: an admin token")
+    ttl: str | None = Field(None, max_length=32, examples=["30d"], description="how long it is valid: "
+                            "'30d', '12h', '90m' (at most 3650d); none: until revoked")
+    name: str | None = Field(None, max_length=200, description="a note: whom or what the token is for")
 
 
 class TokenOut(BaseModel):
-    token: str
+    token: str = Field(description="the token, shown this once: only a keyed digest of it is kept")
+    id: str = Field(description="its public id (tok_...), as listings show it and revocation takes it")
     tenant: str | None
+    name: str | None = None
+    expires_at: str | None = None
+
+
+class TokenInfo(BaseModel):
+    id: str
+    tenant: str | None
+    name: str | None
+    source: Literal["minted", "env"] = Field(description="env: the SUANLI_ADMIN_TOKEN of the server's start")
+    scheme: Literal["sha256", "hmac-sha256"] = Field(description="how its digest is made (sha256: an older token)")
+    state: Literal["active", "expired", "revoked"]
+    created_at: str
+    expires_at: str | None
+    revoked_at: str | None
 
 
 class Health(BaseModel):
     status: Literal["ok", "failing"]
-    controller: Literal["running", "stopped"]
+    controller: Literal["starting", "running", "restarting", "stopped"]
     instants: int
+    since_turn_s: float | None = Field(None, description="seconds since a turn of the scheduler went through")
+    store: str = Field(description="ok, or why the store takes no writes")
+    restarts: int = Field(0, description="times the controller's process was started again")
 
 
 APP_BODY = {
@@ -218,6 +261,28 @@ def iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def token_info(row: TokenRow, now: float) -> dict[str, Any]:
+    """A token as an admin's listing shows it: never the token, which is not kept."""
+    return {"id": row.public_id, "tenant": row.tenant, "name": row.name, "source": row.source,
+            "scheme": row.scheme, "state": token_state(row, now), "created_at": iso(row.created_at),
+            "expires_at": iso(row.expires_at), "revoked_at": iso(row.revoked_at)}
+
+
+def token_ttl_s(ttl: str | None) -> float | None:
+    """A token's ttl in seconds (None: until revoked); a 422 naming ``ttl`` when it is not a bounded duration."""
+    if ttl is None:
+        return None
+    try:
+        seconds = parse_duration_s(ttl)
+    except QuantityError as exc:
+        raise ProblemError(422, "Unprocessable Content", "the token's ttl is not valid",
+                           [{"path": "ttl", "message": str(exc)}]) from None
+    if not 0 < seconds <= MAX_TOKEN_TTL_S:
+        raise ProblemError(422, "Unprocessable Content", "the token's ttl is not valid",
+                           [{"path": "ttl", "message": f"must be above 0 and at most 3650d (ten years), got {ttl!r}"}])
+    return seconds
+
+
 def task_out(row: TaskRow) -> dict[str, Any]:
     return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
             "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons,
@@ -225,34 +290,64 @@ def task_out(row: TaskRow) -> dict[str, Any]:
             "ended_at": iso(row.ended_at)}
 
 
-def event_out(row) -> dict[str, Any]:
-    return {"id": row.id, "kind": row.kind, "t": row.at, "body": row.body}
+def event_body(body: dict[str, Any], admin: bool) -> dict[str, Any]:
+    """An event's body as ``admin`` (or a tenant) may see it: the private part
+    (what names another tenant's work) merged in for admins, gone for tenants."""
+    if PRIVATE not in body:
+        return body
+    out = {k: v for k, v in body.items() if k != PRIVATE}
+    if admin:
+        out.update(body[PRIVATE])
+    return out
+
+
+def event_out(row, admin: bool) -> dict[str, Any]:
+    return {"id": row.id, "kind": row.kind, "t": row.at, "body": event_body(row.body, admin)}
 
 
 # ------------------------------------------------------------------ limits
 
 
 class RateLimiter:
-    """A token bucket per key (a token's digest)."""
+    """A token bucket per key, for at most ``keys`` keys: the least recently
+    used one is forgotten first (a forgotten bucket comes back full), so memory
+    stays bounded whatever a client sends, and each call costs the same."""
 
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self._buckets: dict[str, tuple[float, float]] = {}
+    def __init__(self, rate: float, burst: int, keys: int = 10_000) -> None:
+        self.rate, self.burst, self.keys = rate, burst, keys
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def allow(self, key: str) -> float:
-        """0 when allowed, else the seconds to wait."""
+    def allow(self, key: str, cost: float = 1.0) -> float:
+        """0 when allowed (and ``cost`` taken), else the seconds to wait."""
+        now = time.monotonic()
+        with self._lock:
+            level, at = self._buckets.pop(key, (float(self.burst), now))
+            level = min(float(self.burst), level + (now - at) * self.rate)
+            wait = 0.0
+            if level < cost:
+                wait = (cost - level) / self.rate
+            else:
+                level -= cost
+            self._buckets[key] = (level, now)
+            if len(self._buckets) > self.keys:
+                self._buckets.popitem(last=False)
+            return wait
+
+    def would_wait(self, key: str) -> float:
+        """The seconds until one more would be allowed (nothing is taken)."""
         now = time.monotonic()
         with self._lock:
             level, at = self._buckets.get(key, (float(self.burst), now))
-            level = min(float(self.burst), level + (now - at) * self.rate)
-            if level < 1:
-                self._buckets[key] = (level, now)
-                return (1 - level) / self.rate
-            self._buckets[key] = (level - 1, now)
-            if len(self._buckets) > 100_000:  # forget full buckets: they are as good as new
-                self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.burst}
-            return 0.0
+        level = min(float(self.burst), level + (now - at) * self.rate)
+        return 0.0 if level >= 1 else (1 - level) / self.rate
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+def too_many(wait: float, detail: str) -> ProblemError:
+    return ProblemError(429, "Too Many Requests", detail, headers={"Retry-After": str(max(1, round(wait + 0.49)))})
 
 
 class BodyLimit:
@@ -323,10 +418,30 @@ class RequestCounter:
 # ------------------------------------------------------------------ the application
 
 
+def _serve_docs(api: FastAPI) -> None:
+    """The API's pages at /docs, their scripts and styles served from here (the
+    package that ships them), so that the page loads nothing from elsewhere."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    api.mount("/docs/assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @api.get("/docs", include_in_schema=False)
+    def docs_page():
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="suanli API",
+                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs/assets/favicon-32x32.png")
+
+
+
 def create_api(world: World, store: Store, controller: "Controller | RemoteController", limits: Limits | None = None,
-               start_controller: bool = True, logs_dir: Path | None = None) -> FastAPI:
+               start_controller: bool = True, logs_dir: Path | None = None, docs: bool = True) -> FastAPI:
     limits = limits or Limits()
-    limiter = RateLimiter(limits.rate, limits.burst)
+    by_tenant = RateLimiter(limits.rate, limits.burst)  # admins share one bucket
+    by_address = RateLimiter(limits.address_rate, limits.address_burst)
+    hub = EventHub(store, limits.events_page, limits.streams_per_token, limits.streams)
     fleet = world.fleet
     bearer = HTTPBearer(auto_error=False, description="a token from `suanli token create`")
     requests: Counter = Counter()  # (method, route, status) -> count, for /metrics
@@ -341,8 +456,10 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             if start_controller:
                 controller.stop()
 
-    api = FastAPI(title="suanli", version="1", lifespan=lifespan,
+    api = FastAPI(title="suanli", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="The live control plane: the suanli scheduler on wall-clock time.")
+    if docs:
+        _serve_docs(api)
 
     # -------------------------------------------------------- errors as problems
 
@@ -363,25 +480,45 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return sorted({m for r in api.router.routes if getattr(r, "path", None) == first.path
                        for m in getattr(r, "methods", None) or ()})
 
+    @api.exception_handler(ControllerUnavailable)
+    async def _unavailable(request: Request, exc: ControllerUnavailable):
+        return problem_response(request, 503, "Service Unavailable", f"{exc}; try again shortly",
+                                headers={"Retry-After": "1"})
+
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         errors = [{"path": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()]
+        if all(e["loc"][:1] == ("header",) for e in exc.errors()):  # the request's framing, not its content
+            return problem_response(request, 400, "Bad Request", "a header is not valid", errors)
         return problem_response(request, 422, "Unprocessable Content", "the request is not valid", errors)
 
     # -------------------------------------------------------- who asks
 
-    async def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+    async def principal(request: Request,
+                        creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+        """Who asks. Limited by client address before the token is looked at (so
+        that made-up tokens cost a bucket per address, not one each; an unknown
+        token costs that bucket ``UNKNOWN_TOKEN_COST`` requests), then by tenant."""
+        address = request.client.host if request.client else "-"
+        wait = by_address.allow(address)
+        if wait:
+            raise too_many(wait, f"at most {limits.address_rate:g} requests per second per client address")
         if creds is None or creds.scheme.lower() != "bearer":
             raise ProblemError(401, "Unauthorized", "a bearer token is required",
                                headers={"WWW-Authenticate": "Bearer"})
-        wait = limiter.allow(digest(creds.credentials))
-        if wait:
-            raise ProblemError(429, "Too Many Requests", f"at most {limits.rate:g} requests per second per token",
-                               headers={"Retry-After": str(max(1, round(wait)))})
         # a known token is answered from memory, on the event loop; only a new one is looked up
         who = store.remembered(creds.credentials) or await asyncio.to_thread(store.principal, creds.credentials)
         if who is None:
-            raise ProblemError(401, "Unauthorized", "the token is not known", headers={"WWW-Authenticate": "Bearer"})
+            by_address.allow(address, UNKNOWN_TOKEN_COST - 1)  # guessing drains the address's bucket
+            raise ProblemError(401, "Unauthorized", "the token is not valid (unknown, expired or revoked)",
+                               headers={"WWW-Authenticate": "Bearer"})
+        if who.tenant is not None and who.tenant not in world.tenants:
+            raise ProblemError(403, "Forbidden", f"tenant {who.tenant!r} is no longer served: its Tenant "
+                               "document is not among the server's files")
+        wait = by_tenant.allow(who.tenant or "")
+        if wait:
+            raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant")
+        request.state.token = hashlib.sha256(creds.credentials.encode()).hexdigest()  # streams per token
         return who
 
     async def admin(who: Principal = Depends(principal)) -> Principal:
@@ -399,19 +536,59 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     # -------------------------------------------------------- health and metrics
 
+    probe = {"at": -1e9, "why": None}  # the store's last write probe: when, and what failed
+
+    def store_trouble() -> str | None:
+        """None if the store takes a write now (tried at most once a second), else why not."""
+        now = time.monotonic()
+        if now - probe["at"] >= 1.0:
+            probe["why"], probe["at"] = store.writable(), now
+        return probe["why"]
+
+    def health() -> tuple[dict[str, Any], bool, bool]:
+        """The server's state, and whether it is alive (a supervisor may leave it
+        running) and ready (it should be sent requests)."""
+        trouble = store_trouble()
+        stats: dict[str, Any] = {}
+        if controller.ready:
+            try:
+                stats = controller.stats(timeout=2.0)
+            except Exception:  # no answer: as good as stalled
+                stats = {}
+        since = stats.get("since_turn_s")
+        stalled = controller.ready and (since is None or since > STALL_S)
+        alive = (controller.alive or not start_controller) and trouble is None and not stalled
+        ready = alive and (controller.ready or not start_controller)
+        body = {"status": "ok" if alive else "failing", "controller": controller.state,
+                "instants": stats.get("instants", 0), "since_turn_s": since,
+                "store": "ok" if trouble is None else trouble,
+                "restarts": getattr(controller, "restarts", 0)}
+        return body, alive, ready
+
     @api.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     def healthz():
-        ok = controller.alive or not start_controller
-        body = {"status": "ok" if ok else "failing", "controller": "running" if controller.alive else "stopped",
-                "instants": controller.stats()["instants"] if controller.alive else 0}
-        return JSONResponse(body, status_code=200 if ok else 503)
+        """Liveness: 503 when the server should be restarted: the scheduler's turns
+        have stopped going through, the store takes no writes, or the controller
+        could not be started again. A controller being started again is alive."""
+        body, alive, _ = health()
+        return JSONResponse(body, status_code=200 if alive else 503)
 
-    @api.get("/metrics", response_class=PlainTextResponse)
-    def metrics():
-        """Prometheus text format: tasks by status, nodes by state, requests, the scheduler's turns."""
+    @api.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+    def readyz():
+        """Readiness: 200 only while requests can be served in full (alive, and the
+        controller running, not starting or being started again)."""
+        body, _, ready = health()
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @api.get("/metrics", response_class=PlainTextResponse, responses=ADMIN_ERRORS)
+    def metrics(who: Principal = Depends(admin)):
+        """Prometheus text format (admin token): tasks by status, nodes by state,
+        requests, the scheduler's turns."""
         counts = store.task_counts()
-        stats = controller.stats()
-        states = controller.ask("node_states")
+        try:
+            stats, states = controller.stats(timeout=2.0), controller.ask("node_states")
+        except Exception:  # the controller is away: what the API knows
+            stats, states = {"instants": 0, "errors": 0, "published": 0}, []
         lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
         lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in ("pending", "running", "finished", "failed")]
         lines += ["# HELP suanli_nodes Nodes by state.", "# TYPE suanli_nodes gauge"]
@@ -426,6 +603,13 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                   "# TYPE suanli_scheduler_errors_total counter", f"suanli_scheduler_errors_total {stats['errors']}",
                   "# HELP suanli_events_total Events recorded.", "# TYPE suanli_events_total counter",
                   f"suanli_events_total {stats['published']}",
+                  "# HELP suanli_controller_up Whether the scheduler's process is running.",
+                  "# TYPE suanli_controller_up gauge", f"suanli_controller_up {int(controller.ready)}",
+                  "# HELP suanli_controller_restarts_total Times the scheduler's process was started again.",
+                  "# TYPE suanli_controller_restarts_total counter",
+                  f"suanli_controller_restarts_total {getattr(controller, 'restarts', 0)}",
+                  "# HELP suanli_event_streams Event streams open.", "# TYPE suanli_event_streams gauge",
+                  f"suanli_event_streams {hub.open}",
                   "# HELP suanli_http_requests_total HTTP requests answered.",
                   "# TYPE suanli_http_requests_total counter"]
         for (method, route, status), n in sorted(requests.items()):
@@ -518,9 +702,13 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                          **problems(400, 403, 409)},
               openapi_extra=APP_BODY)
     async def create_application(request: Request, who: Principal = Depends(principal),
-                                 idempotency_key: str | None = Header(None, max_length=256)):
+                                 idempotency_key: str | None = Header(None, min_length=1, max_length=256, pattern=r"\S")):
         """Submit an Application document (JSON, or YAML with a YAML content type). A
-        repeated ``Idempotency-Key`` returns the application it created first."""
+        repeated ``Idempotency-Key`` with the same document returns the application
+        it created first; with another document it answers 422."""
+        if idempotency_key is not None and not idempotency_key.strip():
+            raise ProblemError(400, "Bad Request", "the Idempotency-Key header is blank",
+                               [{"path": "Idempotency-Key", "message": "give a key, or no header"}])
         raw = await request.body()
         return await asyncio.to_thread(_create, raw, request.headers.get("content-type", ""), who, idempotency_key)
 
@@ -549,17 +737,23 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             row, new = store.create_app(tenant, name, doc, tasks, key)
         except Conflict:
             raise ProblemError(409, "Conflict", f"an application {name!r} exists; delete it first") from None
+        except KeyReused as exc:
+            raise ProblemError(422, "Unprocessable Content",
+                               f"this Idempotency-Key was used for another document (application "
+                               f"{exc.name!r}); use a new key for a new document",
+                               [{"path": "Idempotency-Key", "message": "reused with a different body"}]) from None
         if not new:
             return JSONResponse(_app_out(row), status_code=200)
-        controller.submit(app)
+        controller.submit(app, row.id)
         return JSONResponse(_app_out(row, {"pending": len(tasks)}), status_code=201)
 
     def _read_document(raw: bytes, ctype: str) -> dict:
         try:
-            text = raw.decode("utf-8")
-            data = yaml.safe_load(text) if "yaml" in ctype else json.loads(text)
-        except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-            raise ProblemError(400, "Bad Request", f"the body is not a readable document: {exc}") from None
+            data = read_body(raw, ctype)
+        except BodyError as exc:
+            title = "Bad Request" if exc.status == 400 else "Unprocessable Content"
+            raise ProblemError(exc.status, title, exc.message,
+                               [{"path": exc.path, "message": exc.message}] if exc.status == 422 else None) from None
         if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
             raise ProblemError(422, "Unprocessable Content", "the body is one Application document",
                                [{"path": "metadata", "message": "a mapping with name is required"}])
@@ -569,8 +763,16 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return data
 
     @api.get("/v1/applications", response_model=list[AppOut], responses=ERRORS)
-    def list_applications(who: Principal = Depends(principal)):
-        return [_app_out(r) for r in store.apps(who.tenant)]
+    def list_applications(request: Request, response: Response, who: Principal = Depends(principal),
+                          limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
+        """Applications, oldest first, a page at a time: when more follow, the
+        ``Link`` header (rel="next") and ``X-Next-Cursor`` say where."""
+        after = _cursor(cursor, _an_id)
+        rows = store.apps(who.tenant, after=after, limit=limit)
+        counts = store.task_counts_of([r.id for r in rows])
+        if len(rows) == limit:
+            _next_page(request, response, rows[-1].id)
+        return [_app_out(r, counts.get(r.id, {})) for r in rows]
 
     @api.get("/v1/applications/{name}", response_model=AppOut, responses=ERRORS)
     def get_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
@@ -583,17 +785,48 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     def delete_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
         """Delete an application: its running tasks stop, its records go."""
         owner = tenant_of(who, tenant)
-        if not store.delete_app(owner, name):
+        app_id = store.delete_app(owner, name)
+        if app_id is None:
             raise not_found("application", name)
-        controller.delete(owner, name)
+        controller.delete(owner, name, app_id)
         return Response(status_code=204)
 
     # -------------------------------------------------------- tasks
 
     @api.get("/v1/tasks", response_model=list[TaskOut], responses=ERRORS)
-    def list_tasks(who: Principal = Depends(principal), app: str | None = None,
-                   status: Literal["pending", "running", "finished", "failed"] | None = None):
-        return [task_out(r) for r in store.tasks(who.tenant, app, status)]
+    def list_tasks(request: Request, response: Response, who: Principal = Depends(principal), app: str | None = None,
+                   status: Literal["pending", "running", "finished", "failed"] | None = None,
+                   limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
+        """Tasks by tenant, application and name, a page at a time: when more
+        follow, the ``Link`` header (rel="next") and ``X-Next-Cursor`` say where."""
+        after = _cursor(cursor, lambda k: isinstance(k, list) and len(k) == 3 and isinstance(k[0], str)
+                        and _an_id(k[1]) and isinstance(k[2], str))
+        rows = store.tasks(who.tenant, app, status, after=tuple(after) if after else None, limit=limit)
+        if len(rows) == limit:
+            last = rows[-1]
+            _next_page(request, response, [last.tenant, last.app_id, last.name])
+        return [task_out(r) for r in rows]
+
+    def _an_id(k: Any) -> bool:
+        return isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= MAX_ID
+
+    def _cursor(cursor: str | None, valid) -> Any:
+        """The key a cursor stands for (None: the first page); a cursor not made here is a 422."""
+        if cursor is None:
+            return None
+        try:
+            key = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
+        except ValueError:
+            key = None
+        if key is None or not valid(key):
+            raise ProblemError(422, "Unprocessable Content", "the cursor is not one this server gave",
+                               [{"path": "cursor", "message": "use the X-Next-Cursor of the previous page"}])
+        return key
+
+    def _next_page(request: Request, response: Response, key: Any) -> None:
+        cursor = base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
+        response.headers["X-Next-Cursor"] = cursor
+        response.headers["Link"] = f'<{request.url.include_query_params(cursor=cursor)}>; rel="next"'
 
     @api.get("/v1/tasks/{task:path}", response_model=TaskDetail, responses=ERRORS)
     def get_task(task: str, who: Principal = Depends(principal), tenant: str | None = None):
@@ -601,12 +834,12 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         row = store.task(owner, task)
         if row is None:
             raise not_found("task", task)
-        history = [e.body for e in store.events(owner, task=task, limit=limits.events_page)]
+        history = [event_body(e.body, who.admin) for e in store.events(owner, task=task, limit=limits.events_page)]
         return {**task_out(row), "history": history}
 
     @api.get("/v1/logs/{task:path}", response_class=PlainTextResponse, responses=ERRORS)
     def task_logs(task: str, who: Principal = Depends(principal), tenant: str | None = None,
-                  after: int = Query(0, ge=0, description="skip this many bytes (what was read before)")):
+                  after: int = Query(0, ge=0, le=MAX_ID, description="skip this many bytes (what was read before)")):
         """A task's log: the output of every run it had, each after a header
         line (kept by the local and ray executors; the sim executor runs no processes)."""
         owner = tenant_of(who, tenant)
@@ -624,37 +857,39 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     # -------------------------------------------------------- events
 
     @api.get("/v1/events", response_model=list[EventOut], responses=ERRORS)
-    def list_events(who: Principal = Depends(principal), after: int = Query(0, ge=0),
+    def list_events(who: Principal = Depends(principal), after: int = Query(0, ge=0, le=MAX_ID),
                     limit: int = Query(100, ge=1, le=1000)):
         """Events after id ``after``, oldest first (a tenant's own; all for an admin)."""
-        return [event_out(e) for e in store.events(who.tenant, after, min(limit, limits.events_page))]
+        return [event_out(e, who.admin) for e in store.events(who.tenant, after, min(limit, limits.events_page))]
 
     @api.get("/v1/events/stream", responses=ERRORS,
              response_class=StreamingResponse)
-    async def stream_events(request: Request, who: Principal = Depends(principal), after: int | None = Query(None, ge=0),
+    async def stream_events(request: Request, who: Principal = Depends(principal),
+                            after: int | None = Query(None, ge=0, le=MAX_ID),
                             last_event_id: str | None = Header(None)):
         """Server-sent events: each event as it is recorded (``id`` is the event's id;
         a reconnect with ``Last-Event-ID`` resumes after it). Without ``after``, from now."""
         start = after
-        if start is None:
-            start = int(last_event_id) if last_event_id and last_event_id.isdigit() else store.last_event_id()
+        if start is None and last_event_id and last_event_id.isdigit() and len(last_event_id) <= 18:
+            start = int(last_event_id)
+        token = request.state.token
+        try:
+            hub.reserve(token)
+        except StreamsFull as exc:
+            if exc.per_token:
+                raise too_many(1.0, exc.detail) from None
+            raise ProblemError(503, "Service Unavailable", exc.detail, headers={"Retry-After": "5"}) from None
 
         async def gen():
-            nonlocal start
-            quiet = 0  # looks in a row that found nothing new
-            yield ": suanli events\n\n"
-            while not await request.is_disconnected():
-                rows = await asyncio.to_thread(store.events, who.tenant, start, limits.events_page)
-                for e in rows:
-                    start = e.id
-                    yield f"id: {e.id}\nevent: {e.kind}\ndata: {json.dumps(e.body)}\n\n"
-                if not rows:
-                    quiet += 1
-                    if quiet % KEEP_ALIVE_LOOKS == 0:
+            try:
+                yield ": suanli events\n\n"
+                async for e in hub.follow(who.tenant, start):
+                    if e is None:
                         yield ": keep-alive\n\n"
-                    await asyncio.sleep(STREAM_LOOK_S)
-                else:
-                    quiet = 0
+                    else:
+                        yield f"id: {e.id}\nevent: {e.kind}\ndata: {json.dumps(event_body(e.body, who.admin))}\n\n"
+            finally:
+                hub.release(token)
 
         return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
@@ -669,11 +904,28 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, **problems(400)})
     def create_token(body: TokenIn, who: Principal = Depends(admin)):
-        """Mint a token for a tenant (or, with no tenant, another admin token). It is shown once."""
+        """Mint a token for a tenant (or, with no tenant, another admin token), valid
+        for ``ttl`` (none: until revoked). It is shown once, with its id."""
         if body.tenant is not None and body.tenant not in world.tenants:
             raise ProblemError(422, "Unprocessable Content", f"no tenant {body.tenant!r}",
                                [{"path": "tenant", "message": f"tenants are {', '.join(sorted(world.tenants))}"}])
-        return {"token": store.mint(body.tenant), "tenant": body.tenant}
+        token, row = store.issue(body.tenant, ttl_s=token_ttl_s(body.ttl), name=body.name)
+        return {"token": token, "id": row.public_id, "tenant": row.tenant, "name": row.name,
+                "expires_at": iso(row.expires_at)}
+
+    @api.get("/v1/tokens", response_model=list[TokenInfo], responses=ADMIN_ERRORS)
+    def list_tokens(who: Principal = Depends(admin)):
+        """Every token, oldest first, in any state: id, tenant, name, source, state and times."""
+        now = time.time()
+        return [token_info(r, now) for r in store.tokens()]
+
+    @api.delete("/v1/tokens/{token_id}", status_code=204, responses=ADMIN_ERRORS)
+    def revoke_token(token_id: str, who: Principal = Depends(admin)):
+        """Revoke a token by its id: from now on it answers 401 (in every process of the
+        server within a second). Revoking it again changes nothing."""
+        if not store.revoke(token_id):
+            raise not_found("token", token_id)
+        return Response(status_code=204)
 
     api.add_middleware(RequestCounter, counts=requests)
     api.add_middleware(BodyLimit, limit=limits.max_body_bytes)

@@ -1,6 +1,6 @@
 """The commands of the live control plane: ``serve``, and the client commands
-(``apply``, ``get``, ``describe``, ``delete``, ``events``, ``token create``)
-that talk to it over its REST API.
+(``apply``, ``get``, ``describe``, ``delete``, ``events``, ``token create``,
+``token list``, ``token revoke``) that talk to it over its REST API.
 
 The client finds the server in ``--server`` or ``SUANLI_SERVER`` and speaks
 with ``--token`` or ``SUANLI_TOKEN``. A request the server refuses for its
@@ -125,18 +125,22 @@ def register(app: typer.Typer) -> None:
         speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second."),
         max_rate: float = typer.Option(500.0, "--max-rate", help="Requests per second per token, on average."),
         max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body, in bytes."),
+        secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
+                                                   "at first start (default: DB.secret beside a SQLite database, "
+                                                   "else ./suanli.secret); SUANLI_SECRET, when set, is used instead."),
     ) -> None:
         """Run the control plane: the scheduler on wall-clock time behind a REST API (docs at /docs)."""
         import uvicorn
 
         from suanli.server.api import Limits, create_api
         from suanli.server.remote import RemoteController
-        from suanli.server.store import Store
+        from suanli.server.store import Store, admin_token_problem
         from suanli.spec.build import build_world
         from suanli.spec.loader import load_documents
 
         problems = []
-        running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address}
+        running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address,
+                   "isolate_tenants": True}  # tenants' tasks: each in its own folder, as its tenant's user
         if executor is not ExecutorName.sim:
             try:
                 make(**running)  # the work folder can be made, Ray is there and answers
@@ -162,13 +166,15 @@ def register(app: typer.Typer) -> None:
             world = build_world(docs)
         except SpecError as exc:
             _fail_problems(exc.problems)
+        supplied = os.environ.get("SUANLI_ADMIN_TOKEN") or None
+        weak = admin_token_problem(supplied) if supplied is not None else None
+        if weak is not None:
+            _fail_problems([Problem("SUANLI_ADMIN_TOKEN", weak)])
         try:
             store = Store(db)
         except Exception as exc:  # a bad URL, a database that is not there
             _fail_problems([Problem("--db", f"cannot open the database: {exc}".splitlines()[0])])
-        made = store.ensure_admin(os.environ.get("SUANLI_ADMIN_TOKEN") or None)
-        if made is not None:
-            err.print(f"admin token (shown once): {made}", soft_wrap=True)
+        _tokens_at_start(store, db, secret_file, supplied)
         controller = RemoteController(files, db, speed=speed,
                                       executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
@@ -239,7 +245,14 @@ def register(app: typer.Typer) -> None:
         path = {"apps": "/v1/applications", "tasks": "/v1/tasks", "vcs": "/v1/vcs", "nodes": "/v1/nodes",
                 "tenants": "/v1/tenants"}[kind.value]
         params = {"app": app_name} if app_name and kind is Kind.tasks else {}
-        items = client.request("GET", path, params=params).json()
+        items = []
+        while True:  # listings come a page at a time
+            r = client.request("GET", path, params=params)
+            items += r.json()
+            cursor = r.headers.get("x-next-cursor")
+            if not cursor:
+                break
+            params = {**params, "cursor": cursor}
         if output is Output.json:
             sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
             return
@@ -343,12 +356,100 @@ def register(app: typer.Typer) -> None:
     @token_app.command("create")
     def token_create(
         tenant: Optional[str] = typer.Option(None, "--tenant", help="The tenant it speaks for; none: an admin token."),
+        ttl: Optional[str] = typer.Option(None, "--ttl", help="How long it is valid: 30d, 12h, 90m (at most "
+                                          "3650d); default: until revoked."),
+        name: Optional[str] = typer.Option(None, "--name", help="A note: whom or what it is for."),
         server: Optional[str] = SERVER,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """Mint a token (needs an admin token); it is printed once."""
-        body = Client(server, token).request("POST", "/v1/tokens", json={"tenant": tenant}).json()
+        """Mint a token (needs an admin token); it is printed once.
+
+        The token goes to standard output, its id and expiry to standard error."""
+        body = Client(server, token).request("POST", "/v1/tokens", json={"tenant": tenant, "ttl": ttl,
+                                                                         "name": name}).json()
         sys.stdout.write(body["token"] + "\n")
+        until = f"expires {body['expires_at']}" if body.get("expires_at") else "valid until revoked"
+        err.print(f"{body['id']} for {escape(tenant or 'an admin')}, {until}", soft_wrap=True)
+
+    @token_app.command("list")
+    def token_list(
+        output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """List every token and its state (needs an admin token).
+
+        Each with its id, tenant, name, source, state and times; the tokens
+        themselves are not kept, so they are never shown."""
+        items = Client(server, token).request("GET", "/v1/tokens").json()
+        if output is Output.json:
+            sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
+            return
+        _print_tokens(items)
+
+    @token_app.command("revoke")
+    def token_revoke(
+        token_id: str = typer.Argument(..., metavar="ID", help="The token's id: tok_..., as token list shows it."),
+        server: Optional[str] = SERVER,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Revoke a token (needs an admin token): it answers 401 from now on."""
+        from urllib.parse import quote
+
+        Client(server, token).request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}")
+        Console(highlight=False, soft_wrap=True).print(f"token/{escape(token_id)} revoked")
+
+
+def _tokens_at_start(store, db: str, secret_file: Path | None, supplied: str | None) -> None:
+    """The server's secret, then the admin token: SUANLI_ADMIN_TOKEN (``supplied``)
+    made the env one, the one it replaced revoked; or, without it, one made and
+    shown once when no admin token is valid. What changed is said on standard error."""
+    import time
+
+    from suanli.server.store import KEYED, PLAIN, SecretError, TokenRefused, load_secret, token_state
+
+    try:
+        secret = load_secret(db, secret_file)
+    except SecretError as exc:
+        store.close()
+        _fail_problems([Problem(exc.where, exc.message)])
+    store.secret = secret.key
+    if secret.created and any(r.scheme == KEYED and token_state(r, time.time()) == "active" for r in store.tokens()):
+        err.print(f"warning: a new secret was made in {escape(secret.source)}, but tokens were made with another "
+                  "one: they no longer match (restore the old secret, or mint new tokens)", soft_wrap=True)
+    if supplied is None:
+        made = store.ensure_admin(None)
+        if made is not None:
+            err.print(f"admin token (shown once): {made}", soft_wrap=True)
+    else:
+        try:
+            revoked = store.adopt_env_admin(supplied)
+        except TokenRefused as exc:
+            store.close()
+            _fail_problems([Problem("SUANLI_ADMIN_TOKEN", str(exc))])
+        for row in revoked:
+            err.print(f"SUANLI_ADMIN_TOKEN has a new value: the admin token it had before ({row.public_id}) is revoked"
+                      if row.source == "env" else
+                      f"SUANLI_ADMIN_TOKEN has a value this database did not hold: the admin token {row.public_id}, "
+                      "from before token sources were recorded and perhaps the old value, is revoked", soft_wrap=True)
+    old = [r.public_id for r in store.tokens()
+           if r.tenant is None and r.scheme == PLAIN and token_state(r, time.time()) == "active"]
+    if old:
+        err.print(f"warning: admin tokens from before tokens were keyed are valid ({', '.join(old)}); one may be an "
+                  "old SUANLI_ADMIN_TOKEN: revoke those not in use (suanli token revoke ID)", soft_wrap=True)
+
+
+def _print_tokens(items: list[dict]) -> None:
+    """The token listing as a table (an admin token's tenant shown as '(admin)')."""
+    columns = [("ID", "id"), ("TENANT", "tenant"), ("NAME", "name"), ("SOURCE", "source"), ("STATE", "state"),
+               ("CREATED", "created_at"), ("EXPIRES", "expires_at"), ("REVOKED", "revoked_at")]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for head, _ in columns:
+        table.add_column(head)
+    for item in items:
+        item = {**item, "tenant": item.get("tenant") or "(admin)"}
+        table.add_row(*(escape(_cell(item, key)) for _, key in columns))
+    Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
 
 
 def _fail_problems(problems: list[Problem]) -> None:

@@ -33,14 +33,18 @@ from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
 from suanli.model.work import Application, World
 from suanli.output import resources_json
-from suanli.server.store import Store, TaskRow
+from suanli.server.store import AppRow, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
 from suanli.spec.build import build_application
+from suanli.spec.loader import validate_document
+from suanli.spec.problems import Problem
+from suanli.spec.refs import check_application
 
 log = logging.getLogger("suanli.server")
 
 SEP = ":"
+PRIVATE = "_admin"  # an event body's part that only admins are shown
 ENDED = ("finished", "failed")
 IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
 # Turns come at most this often: commands that arrive meanwhile are taken together,
@@ -95,6 +99,8 @@ class Controller:
         self._reasons: dict[str, int] = {}  # pending task -> id of the reasons last written
         self._vc_tenant = {name: vc.tenant for name, vc in world.vcs.items()}
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
+        self.app_ids: set[int] = set()  # the store's applications the scheduler has
+        self.last_ok = time.monotonic()  # when a turn last went through
 
     # ------------------------------------------------------------ life
 
@@ -128,14 +134,20 @@ class Controller:
         tasks: dict[int, list[TaskRow]] = {}
         for row in self.store.tasks():
             tasks.setdefault(row.app_id, []).append(row)
-        lost = []
+        lost, refused = [], []
         for app in self.store.apps():
             rows = tasks.get(app.id, [])
+            try:
+                built = self._rebuild(app)
+            except Exception as exc:  # one stored application must not keep the server from starting
+                refused.append((app, rows, str(exc)))
+                continue
             ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
-            sim.submit(build_app(app.tenant, app.name, app.document), ended)
+            sim.submit(built, ended)
+            self.app_ids.add(app.id)
             lost += [r for r in rows if r.status == "running"]
+        now = time.time()
         if lost:  # the executor's runs ended with the process that ran them
-            now = time.time()
             why = "not running on the executor after the control plane restarted"
             self.store.record(
                 [(r.tenant, r.name, {"status": "pending", "node": None, "site": None, "host": None,
@@ -143,15 +155,60 @@ class Controller:
                 [{"at": now, "kind": "requeued", "tenant": r.tenant, "task": r.name,
                   "body": {"t": now, "kind": "requeued", "task": r.name, "tenant": r.tenant, "reason": why}}
                  for r in lost])
+        for app, rows, why in refused:
+            self._fail_stored(app, rows, why, now)
+
+    def _rebuild(self, app: AppRow) -> Application:
+        """A stored application as the scheduler takes it, checked again against the
+        world the server runs now (its tenant may be gone, a bound may have come)."""
+        if app.tenant not in self.world.tenants:
+            raise ValueError(f"tenant {app.tenant!r} is no longer among the server's Tenant documents")
+        found = validate_document("stored application", app.document)
+        problems = [p for p in found if isinstance(p, Problem)]
+        if not problems:
+            problems = check_application(found[0], self.world)
+        if problems:
+            p = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"its document is no longer valid: {p.path}: {p.message}{more}")
+        return build_app(app.tenant, app.name, found[0].doc)
+
+    def _fail_stored(self, app: AppRow, rows: list[TaskRow], why: str, now: float) -> None:
+        """Mark a stored application that cannot be scheduled failed, with the reason, and say so."""
+        reason = f"not scheduled after the control plane restarted: {why}"
+        log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
+        open_rows = [r for r in rows if r.status not in ENDED]
+        self.store.record(
+            [(r.tenant, r.name, {"status": "failed", "node": None, "site": None, "host": None, "ended_at": now,
+                                 "reasons": None, "updated_at": now}) for r in open_rows],
+            [{"at": now, "kind": "failed", "tenant": app.tenant, "task": r.name,
+              "body": {"t": now, "kind": "failed", "task": r.name, "tenant": app.tenant, "reason": reason}}
+             for r in open_rows])
 
     # ------------------------------------------------------------ commands (any thread)
 
-    def submit(self, app: Application) -> None:
-        self.inbox.put(lambda now: self.sim.submit(app))
+    def submit(self, app: Application, app_id: int | None = None) -> None:
+        """``app`` (the store's application ``app_id``) is scheduled, unless the
+        rebuild from the store had it already."""
+        def command(now: float) -> None:
+            if app_id is not None:
+                if app_id in self.app_ids:
+                    return
+                self.app_ids.add(app_id)
+            self.sim.submit(app)
+        self.inbox.put(command)
 
-    def delete(self, tenant: str, name: str) -> None:
+    def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
+        """The application stops, unless the rebuild from the store never had it."""
         event = schema.DeleteEvent.model_construct(at=0, kind="delete", app=internal(tenant, name))  # TENANT:NAME
-        self.inbox.put(lambda now: self.sim.apply(event))
+
+        def command(now: float) -> None:
+            if app_id is not None:
+                if app_id not in self.app_ids:
+                    return
+                self.app_ids.discard(app_id)
+            self.sim.apply(event)
+        self.inbox.put(command)
 
     def node(self, node: str, action: str) -> None:
         """``cordon`` (no new work), ``drain`` (and its work moves off) or ``uncordon``."""
@@ -166,8 +223,18 @@ class Controller:
         self._turn()  # what was asked before has happened
         return QUERIES[query](self, *args)
 
-    def stats(self) -> dict[str, int]:
-        return {"instants": self.instants, "errors": self.errors, "published": self.published}
+    def stats(self, timeout: float | None = None) -> dict[str, Any]:
+        """Counts, and how long ago a turn of the scheduler last went through."""
+        return {"instants": self.instants, "errors": self.errors, "published": self.published,
+                "since_turn_s": round(time.monotonic() - self.last_ok, 3)}
+
+    @property
+    def ready(self) -> bool:
+        return self.alive
+
+    @property
+    def state(self) -> str:
+        return "running" if self.alive else "stopped"
 
     def call(self, fn: Callable[[Simulation], Any], timeout: float = 30.0) -> Any:
         """``fn(sim)`` run by the controller between instants; its result."""
@@ -225,6 +292,11 @@ class Controller:
         """Handle the instants due, then write what they changed."""
         self.sim.step(self.clock.now())
         self.last_turn = time.monotonic()
+        self._write_turn()
+        self.last_ok = time.monotonic()
+
+    def _write_turn(self) -> None:
+        """What the instants changed, in one transaction."""
         events = self.sim.events.take()
         changes = self._changes(events) + self._reasons_changed()
         if not events and not changes:
@@ -249,7 +321,21 @@ class Controller:
             body["tenant"] = tenant
         elif "vc" in body:
             tenant = self._vc_tenant.get(body["vc"])
+        if "by" in body:
+            body.update(self._by(tenant, body.pop("by"), body.get("cause")))
         return {"at": at, "kind": e["kind"], "tenant": tenant, "task": task, "body": {"t": round(at, 6), **body}}
+
+    @staticmethod
+    def _by(tenant: str | None, by: str, cause: str | None) -> dict[str, Any]:
+        """Who took the room of a preempted task, as its tenant may know it: a task of
+        its own by name; another tenant's only as that (the name is kept for admins
+        under ``PRIVATE``, which the API shows to admins alone)."""
+        other, name = split(by)
+        if other == tenant:
+            return {"by": name}
+        what = "another tenant reclaiming its fair share" if cause == "fair share" else \
+            "a higher-priority task of another tenant"
+        return {"by": what, PRIVATE: {"by": name, "byTenant": other}}
 
     def _changes(self, events: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
         fields: dict[str, dict[str, Any]] = {}

@@ -21,9 +21,11 @@ import itertools
 import logging
 import multiprocessing
 import os
+import sys
 import threading
+import time
 from concurrent.futures import Future
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from suanli.model.work import Application
 
@@ -31,13 +33,28 @@ log = logging.getLogger("suanli.server")
 
 ASK_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0
+MAX_RESTARTS = 5  # deaths of the controller's process within the window, then the server gives up
+RESTART_WINDOW_S = 300.0
+
+
+class ControllerUnavailable(RuntimeError):
+    """The controller cannot answer now (it is being started again)."""
 
 
 class RemoteController:
-    """The API's side of a controller running in a child process."""
+    """The API's side of a controller running in a child process, which it
+    supervises: a child that dies (the kernel's out-of-memory killer, say) is
+    started again, rebuilding from the store as at start, with a backoff;
+    after ``MAX_RESTARTS`` deaths within ``RESTART_WINDOW_S`` the server exits
+    (status 3) so that whatever supervises it decides.
+
+    While the child is away, commands are kept and sent once the new child is
+    ready. They carry their application's id in the store, so one that the new
+    child's rebuild already saw is not applied twice. Questions answer
+    ``ControllerUnavailable`` (the API's 503)."""
 
     def __init__(self, files: Sequence[str], db: str, *, speed: float = 1.0, policy: str | None = None,
-                 executor: dict[str, Any] | None = None) -> None:
+                 executor: dict[str, Any] | None = None, on_give_up: Callable[[str], None] | None = None) -> None:
         self.args = ([str(f) for f in files], db, speed, policy, executor or {})
         self._ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or pools copied
         self._proc = None
@@ -45,86 +62,179 @@ class RemoteController:
         self._send_lock = threading.Lock()
         self._waiting: dict[int, Future] = {}
         self._ids = itertools.count(1)
-        self._reader: threading.Thread | None = None
+        self._held: list[tuple] = []  # commands sent while no child is ready
+        self._ready = False
+        self._stopping = False
+        self.restarts = 0
+        self._deaths: list[float] = []  # monotonic times the child died
+        self.state = "stopped"  # starting | running | restarting | stopped
+        self.last_exit: str | None = None
+        self._on_give_up = on_give_up or _exit_server
+        self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the child and wait until it has rebuilt the scheduler from the store."""
+        """Start the child and wait until it has rebuilt the scheduler from the store;
+        from then on it is supervised."""
+        self.state = "starting"
+        self._spawn()
+        self._supervisor = threading.Thread(target=self._supervise, name="suanli-controller-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _spawn(self) -> None:
         ours, theirs = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_child, args=(theirs, *self.args), name="suanli-controller",
-                                       daemon=True)
-        self._proc.start()
+        proc = self._ctx.Process(target=_child, args=(theirs, *self.args), name="suanli-controller", daemon=True)
+        proc.start()
         theirs.close()
-        self._conn = ours
         try:
             if not ours.poll(START_TIMEOUT_S):
+                proc.kill()
                 raise RuntimeError("the controller did not start in time")
             kind, detail = ours.recv()
         except EOFError:
-            self._proc.join(5)
+            proc.join(5)
             raise RuntimeError(f"the controller's process ended while starting "
-                               f"(exit status {self._proc.exitcode})") from None
+                               f"(exit status {proc.exitcode})") from None
         if kind != "ready":
+            proc.join(5)
             raise RuntimeError(f"the controller failed to start: {detail}")
-        self._reader = threading.Thread(target=self._read, name="suanli-controller-answers", daemon=True)
-        self._reader.start()
+        with self._send_lock:
+            self._proc, self._conn = proc, ours
+            held, self._held = self._held, []
+            for message in held:  # in the order they came
+                ours.send(message)
+            self._ready = True
+            self.state = "running"
+        threading.Thread(target=self._read, args=(ours,), name="suanli-controller-answers", daemon=True).start()
+
+    def _supervise(self) -> None:
+        """Wait for the child to end; start another unless the server is stopping."""
+        while not self._stopping:
+            proc = self._proc
+            proc.join()
+            if self._stopping:
+                return
+            with self._send_lock:
+                self._ready = False
+                self.state = "restarting"
+            self.last_exit = f"exit status {proc.exitcode}" if proc.exitcode is None or proc.exitcode >= 0 \
+                else f"killed by signal {-proc.exitcode}"
+            log.error("the controller's process ended (%s); starting it again", self.last_exit)
+            self._fail_waiting("the controller stopped")
+            delay = 0.25
+            while not self._stopping:
+                now = time.monotonic()
+                self._deaths = [d for d in self._deaths if now - d < RESTART_WINDOW_S] + [now]
+                if len(self._deaths) > MAX_RESTARTS:
+                    self.state = "stopped"
+                    self._on_give_up(f"the controller's process ended {len(self._deaths)} times within "
+                                     f"{RESTART_WINDOW_S:g} s (last: {self.last_exit}); giving up")
+                    return
+                time.sleep(delay)
+                try:
+                    self._spawn()
+                    self.restarts += 1
+                    break
+                except Exception as exc:  # the store away, say: try again, later
+                    self.last_exit = str(exc)
+                    log.error("the controller did not start again: %s", exc)
+                    delay = min(delay * 2, 10.0)
 
     def stop(self) -> None:
+        self._stopping = True
         if self._conn is not None:
-            self._conn.close()  # the child ends when its pipe closes
+            with self._send_lock:
+                try:
+                    self._conn.send(("stop",))  # a reader blocked on the pipe keeps it open: say it
+                except (OSError, ValueError):
+                    pass
+            self._conn.close()  # the child also ends when its pipe closes
         if self._proc is not None:
             self._proc.join(10)
             if self._proc.is_alive():
                 self._proc.kill()
+        self.state = "stopped"
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        """Running, or being started again (not given up)."""
+        return self.state in ("running", "restarting")
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self._proc is not None and self._proc.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     # ------------------------------------------------------------ commands and questions
 
-    def submit(self, app: Application) -> None:
-        self._send(("submit", app))
+    def submit(self, app: Application, app_id: int | None = None) -> None:
+        self._send(("submit", app, app_id))
 
-    def delete(self, tenant: str, name: str) -> None:
-        self._send(("delete", tenant, name))
+    def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
+        self._send(("delete", tenant, name, app_id))
 
     def node(self, node: str, action: str) -> None:
         self._send(("node", node, action))
 
     def ask(self, query: str, *args: Any) -> Any:
-        return self._question("ask", query, *args)
+        return self._question(ASK_TIMEOUT_S, "ask", query, *args)
 
-    def stats(self) -> dict[str, int]:
-        return self._question("stats")
+    def stats(self, timeout: float = ASK_TIMEOUT_S) -> dict[str, Any]:
+        return self._question(timeout, "stats")
 
-    def _question(self, *message: Any) -> Any:
+    def _question(self, timeout: float, *message: Any) -> Any:
+        if not self.ready:
+            raise ControllerUnavailable(f"the scheduler is {self.state}")
         answer: Future = Future()
         key = next(self._ids)
         self._waiting[key] = answer
         try:
-            self._send(("q", key, *message))
-            return answer.result(ASK_TIMEOUT_S)
+            with self._send_lock:
+                try:
+                    self._conn.send(("q", key, *message))
+                except (OSError, ValueError):
+                    raise ControllerUnavailable("the scheduler stopped") from None
+            return answer.result(timeout)
         finally:
             self._waiting.pop(key, None)
 
     def _send(self, message: tuple) -> None:
+        """A command: to the child, or kept for the next one. Its effect is in the
+        store already, so a command lost with a dying child is seen by the next."""
         with self._send_lock:
+            if not self._ready:
+                self._held.append(message)
+                return
             try:
                 self._conn.send(message)
-            except (OSError, ValueError) as exc:  # the child is gone: the store still holds what was accepted
-                raise RuntimeError("the controller is not running") from exc
+            except (OSError, ValueError):  # dying: the next child reads the store, and gets this too
+                self._held.append(message)
 
-    def _read(self) -> None:
+    def _fail_waiting(self, why: str) -> None:
+        for answer in list(self._waiting.values()):
+            if not answer.done():
+                answer.set_exception(ControllerUnavailable(why))
+
+    def _read(self, conn) -> None:
         while True:
             try:
-                key, ok, value = self._conn.recv()
+                key, ok, value = conn.recv()
             except (EOFError, OSError):
-                for answer in list(self._waiting.values()):
-                    answer.set_exception(RuntimeError("the controller stopped"))
+                self._fail_waiting("the controller stopped")
                 return
             answer = self._waiting.get(key)
-            if answer is not None:
+            if answer is not None and not answer.done():
                 (answer.set_result if ok else answer.set_exception)(value)
+
+
+def _exit_server(why: str) -> None:
+    """Give up: say why and end the server's process, for its supervisor to see."""
+    log.critical(why)
+    sys.stderr.write(f"suanli serve: {why}\n")
+    sys.stderr.flush()
+    os._exit(3)
 
 
 def _child(conn, files: list[str], db: str, speed: float, policy: str | None, executor: dict[str, Any]) -> None:
@@ -166,8 +276,10 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None, ex
         except (EOFError, OSError):
             break
         kind = message[0]
+        if kind == "stop":
+            break
         if kind == "submit":
-            controller.submit(message[1])
+            controller.submit(message[1], message[2])
         elif kind == "delete":
             controller.delete(*message[1:])
         elif kind == "node":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
 import os
 import secrets
 import threading
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import (JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
-                        create_engine, delete, event, func, insert, select, update)
+                        create_engine, delete, event, func, insert, select, tuple_, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -42,11 +43,20 @@ class Base(DeclarativeBase):
 
 
 class TokenRow(Base):
+    """A token, by its digest; the token itself is never stored (nor any part of its secret)."""
+
     __tablename__ = "tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public_id: Mapped[str] = mapped_column(String(16))  # tok_XXXXXXXX: what listings show and revoke takes
     digest: Mapped[str] = mapped_column(String(64), unique=True)
+    scheme: Mapped[str] = mapped_column(String(16), server_default="sha256")  # how ``digest`` was made
     tenant: Mapped[str | None] = mapped_column(String(128))  # None: an admin token
+    name: Mapped[str | None] = mapped_column(String(200))  # a note: whom or what it is for
+    source: Mapped[str] = mapped_column(String(8), server_default="minted")  # minted | env (SUANLI_ADMIN_TOKEN)
     created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float)  # None: never
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    __table_args__ = (UniqueConstraint("public_id", name="uq_tokens_public_id"),)
 
 
 class AppRow(Base):
@@ -97,12 +107,161 @@ class NodeStateRow(Base):
     at: Mapped[float] = mapped_column(Float)
 
 
+# How a row's digest was made: unkeyed SHA-256 (rows from before tokens had a
+# lifecycle; still accepted), or HMAC-SHA256 with the server's secret (all new rows:
+# a copy of the database alone does not let anyone test guesses of a token).
+PLAIN, KEYED = "sha256", "hmac-sha256"
+TOKEN_ID_PREFIX = "tok_"
+TOKEN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+TOKEN_ID_LENGTH = 8
+PRINCIPAL_CACHE_S = 1.0  # a token looked up is believed this long, then looked up again
+REMEMBERED_AT_MOST = 10_000  # tokens remembered at once
+SECRET_ENV = "SUANLI_SECRET"
+SECRET_BYTES = 32  # a secret file made at first start holds this many random bytes; a given one at least this many
+ADMIN_TOKEN_MIN_LENGTH = 24  # SUANLI_ADMIN_TOKEN: at least this long
+ADMIN_TOKEN_MIN_DISTINCT = 10  # and with at least this many different characters
+
+
 def digest(token: str) -> str:
+    """The unkeyed SHA-256 of a token: the digest of rows of scheme 'sha256' (and a
+    key for per-token state in memory, never stored)."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def new_token() -> str:
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+def keyed_digest(key: bytes, token: str) -> str:
+    """HMAC-SHA256 of a token with the server's secret: the digest of rows of scheme 'hmac-sha256'."""
+    return hmac.new(key, token.encode(), hashlib.sha256).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A new token and its public id: ``sl_XXXXXXXX_SECRET`` and ``tok_XXXXXXXX``.
+
+    The id is part of the token, so that whoever finds a token (in a log, a
+    leaked file) can tell which one to revoke; the secret after it, 32
+    random bytes, is what is hashed and checked."""
+    short = "".join(secrets.choice(TOKEN_ID_ALPHABET) for _ in range(TOKEN_ID_LENGTH))
+    return f"{TOKEN_PREFIX}{short}_{secrets.token_urlsafe(32)}", TOKEN_ID_PREFIX + short
+
+
+def admin_token_problem(token: str) -> str | None:
+    """What makes a supplied admin token (SUANLI_ADMIN_TOKEN) too weak to accept, or None.
+
+    Minted tokens are random; a supplied one is whatever someone typed, and it
+    opens everything, so it must at least be long and not trivially repetitive."""
+    how = "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    if len(token) < ADMIN_TOKEN_MIN_LENGTH:
+        return f"is {len(token)} characters long; an admin token has at least {ADMIN_TOKEN_MIN_LENGTH} ({how})"
+    if any(not "!" <= c <= "~" for c in token):
+        return f"must be printable ASCII without spaces ({how})"
+    distinct = len(set(token))
+    if distinct < ADMIN_TOKEN_MIN_DISTINCT:
+        return (f"has only {distinct} different characters; an admin token has at least "
+                f"{ADMIN_TOKEN_MIN_DISTINCT} ({how})")
+    return None
+
+
+def token_state(row: TokenRow, now: float) -> str:
+    """'active', 'expired' or 'revoked' (a revoked token that has also expired: 'revoked')."""
+    if row.revoked_at is not None:
+        return "revoked"
+    if row.expires_at is not None and row.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+class TokenRefused(ValueError):
+    """SUANLI_ADMIN_TOKEN names a token that cannot be the admin token (revoked, a tenant's)."""
+
+
+class SecretError(ValueError):
+    """The server's secret cannot be had: ``where`` is SUANLI_SECRET or --secret-file."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """The key of token digests, where it came from, and whether it was made just now."""
+
+    key: bytes
+    source: str  # SUANLI_SECRET, or the file's path
+    created: bool
+
+
+def default_secret_file(url: str) -> Path:
+    """Beside a SQLite database (``DB.secret``), else ``suanli.secret`` in the working directory."""
+    database = _sqlite_file(url)
+    return Path(database + ".secret") if database else Path("suanli.secret")
+
+
+def load_secret(url: str, path: Path | None = None) -> Secret:
+    """The server's secret: ``SUANLI_SECRET`` when set, else the file ``path``
+    (default: ``default_secret_file(url)``), made with 32 random bytes (mode 0600)
+    when it is not there. Kept out of the database: a copy of the database alone
+    does not let anyone test guesses of a token."""
+    given = os.environ.get(SECRET_ENV)
+    if given:
+        if len(given) < SECRET_BYTES:
+            raise SecretError(SECRET_ENV, f"is {len(given)} characters long; a secret has at least {SECRET_BYTES}")
+        return Secret(given.encode(), SECRET_ENV, False)
+    path = Path(path) if path is not None else default_secret_file(url)
+    created = _make_secret_file(path)
+    return Secret(_read_secret_file(path), str(path), created)
+
+
+def _make_secret_file(path: Path) -> bool:
+    """Make the secret file unless it is there; whether it was made here.
+
+    Written to a file of its own, then linked into place: a process starting
+    at the same moment (another API process on the database) finds either no
+    file or the whole secret, never a part of it, and only one secret wins."""
+    if path.exists():
+        return False
+    part = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(SECRET_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(part, path)
+        except FileExistsError:
+            return False
+        return True
+    except OSError as exc:
+        raise SecretError("--secret-file", f"cannot make {path}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
+
+
+def _read_secret_file(path: Path) -> bytes:
+    try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise SecretError("--secret-file", f"{path} can be read or changed by other users (mode "
+                              f"{mode & 0o777:04o}); make it the owner's alone: chmod 600 {path}")
+        key = path.read_bytes()
+    except OSError as exc:
+        raise SecretError("--secret-file", f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(key) < SECRET_BYTES:
+        raise SecretError("--secret-file", f"{path} holds {len(key)} bytes; a secret has at least {SECRET_BYTES}")
+    return key
+
+
+class _Remembered:
+    """A token looked up: who it speaks for, until when that is believed."""
+
+    __slots__ = ("who", "token_id", "fresh_until", "expires_at")
+
+    def __init__(self, who: "Principal", token_id: str, fresh_until: float, expires_at: float | None) -> None:
+        self.who, self.token_id, self.fresh_until, self.expires_at = who, token_id, fresh_until, expires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +277,14 @@ class Principal:
 
 class Conflict(Exception):
     """An application of that name exists (under another idempotency key)."""
+
+
+class KeyReused(Exception):
+    """An idempotency key came again with another document than the one it made."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name  # the application the key made
 
 
 # The statements of the busiest writes (a submission, an instant of the scheduler),
@@ -216,8 +383,20 @@ class _Write:
         self.error: Exception | None = None
 
 
+def _private_file(path: str) -> None:
+    """The database file readable by its owner alone (its journals take its mode)."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    if os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o600)
+
+
 class Store:
-    def __init__(self, url: str, *, upgrade: bool = True) -> None:
+    def __init__(self, url: str, *, upgrade: bool = True, secret: bytes | None = None) -> None:
+        """``secret``: the key of token digests (``self.secret``, which may also be set
+        before the first token is made or checked); None: ``load_secret(url)`` at
+        that moment (a store that never does, as the controller's, never reads it)."""
+        if (database := _sqlite_file(url)) is not None:
+            _private_file(database)
         if upgrade:
             migrate(url)
         self.url = url
@@ -231,7 +410,9 @@ class Store:
         self._write_lock = WriterLock(_sqlite_file(url))
         self._queued: list[_Write] = []  # writes waiting for the lock, to be committed together
         self._queued_lock = threading.Lock()
-        self._principals: dict[str, Principal] = {}  # token digest -> who (tokens are never changed)
+        self.secret = secret
+        self._principals: dict[str, _Remembered] = {}  # digest(token) -> who, believed for a second
+        self._revocations = 0  # revocations made here: a lookup that overlapped one is not remembered
 
     def close(self) -> None:
         self.engine.dispose()
@@ -280,50 +461,209 @@ class Store:
         for w, result in zip(batch, results):
             w.result, w.done = result, True
 
+    def writable(self) -> str | None:
+        """None if the store takes a write now (one is made and rolled back), else why not."""
+        try:
+            with self._write_lock, self.engine.connect() as conn:
+                tx = conn.begin()
+                try:
+                    conn.execute(insert(NodeStateRow.__table__), {"node": "~probe~", "state": "probe", "at": 0.0})
+                finally:
+                    tx.rollback()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return None
+
     # ------------------------------------------------------------ tokens
 
-    def ensure_admin(self, token: str | None) -> str | None:
-        """An admin token: ``token`` when given (kept), else one made now when
-        none exists. Returns a token made now (to be shown once), else None."""
-        with self._writing() as s:
-            if token is not None:
-                if s.scalar(select(TokenRow).where(TokenRow.digest == digest(token))) is None:
-                    s.add(TokenRow(digest=digest(token), tenant=None, created_at=time.time()))
-                return None
-            if s.scalar(select(TokenRow.id).where(TokenRow.tenant.is_(None)).limit(1)) is not None:
-                return None
-            made = new_token()
-            s.add(TokenRow(digest=digest(made), tenant=None, created_at=time.time()))
-            return made
+    def _key(self) -> bytes:
+        """The key of token digests: the one given, else the default secret (read once)."""
+        if self.secret is None:
+            self.secret = load_secret(self.url).key
+        return self.secret
 
-    def mint(self, tenant: str | None) -> str:
-        made = new_token()
+    def _find(self, s: Session, token: str) -> TokenRow | None:
+        """The row of a token, in any state: by its keyed digest, or by its plain one
+        for a row from before tokens were keyed. The row's digest is compared again,
+        in constant time, with the one its scheme makes."""
+        keyed, plain = keyed_digest(self._key(), token), digest(token)
+        for row in s.scalars(select(TokenRow).where(TokenRow.digest.in_((keyed, plain)))):
+            expected = {KEYED: keyed, PLAIN: plain}.get(row.scheme)
+            if expected is not None and hmac.compare_digest(row.digest, expected):
+                return row
+        return None
+
+    def _new_row(self, tenant: str | None, *, source: str = "minted", name: str | None = None,
+                 ttl_s: float | None = None) -> tuple[str, TokenRow]:
+        """A new token and its row (not yet added)."""
+        token, public_id = new_token()
+        now = time.time()
+        return token, TokenRow(public_id=public_id, digest=keyed_digest(self._key(), token), scheme=KEYED,
+                               tenant=tenant, name=name, source=source, created_at=now,
+                               expires_at=None if ttl_s is None else now + ttl_s)
+
+    @staticmethod
+    def _retried(work: Callable[[], T]) -> T:
+        """``work()``, once more should it collide with a unique key (a public id
+        drawn twice, or another process adding the same row at the same moment)."""
+        try:
+            return work()
+        except IntegrityError:
+            return work()
+
+    def ensure_admin(self, token: str | None) -> str | None:
+        """An admin token at start: ``token`` (SUANLI_ADMIN_TOKEN) when given, made
+        the env one (``adopt_env_admin``); else, when no admin token is valid, one
+        made now. Returns a token made now (to be shown once), else None."""
+        if token is not None:
+            self.adopt_env_admin(token)
+            return None
+
+        def work() -> str | None:
+            with self._writing() as s:
+                now = time.time()
+                valid = select(TokenRow.id).where(TokenRow.tenant.is_(None), TokenRow.revoked_at.is_(None),
+                                                  (TokenRow.expires_at.is_(None)) | (TokenRow.expires_at > now))
+                if s.scalar(valid.limit(1)) is not None:
+                    return None
+                made, row = self._new_row(None, name="made at start: no admin token was valid")
+                s.add(row)
+                return made
+
+        return self._retried(work)
+
+    def adopt_env_admin(self, token: str) -> list[TokenRow]:
+        """Make ``token`` the admin token from the environment: the one row of source
+        'env'. Returns the rows revoked for it: the env row of another value (the
+        variable was rotated) or, the first time a database from before sources were
+        recorded meets a value it does not hold, its unkeyed admin rows (one of them
+        was the old value, and which is not known). An admin row of this value becomes
+        the env row, rehashed with the key. Raises ``TokenRefused`` when the value is
+        revoked, expired or a tenant's."""
+        def work() -> list[TokenRow]:
+            with self._writing() as s:
+                now = time.time()
+                row = self._find(s, token)
+                replaced = TokenRow.source == "env"
+                if row is None:
+                    if s.scalar(select(TokenRow.id).where(replaced).limit(1)) is None:  # never an env row
+                        replaced = replaced | (TokenRow.tenant.is_(None) & (TokenRow.scheme == PLAIN))
+                    row = TokenRow(public_id=new_token()[1], digest=keyed_digest(self._key(), token), scheme=KEYED,
+                                   tenant=None, name="SUANLI_ADMIN_TOKEN", source="env", created_at=now)
+                    s.add(row)
+                    s.flush()
+                else:
+                    self._refuse_as_admin(row, now)
+                    row.source, row.digest, row.scheme = "env", keyed_digest(self._key(), token), KEYED
+                old = list(s.scalars(select(TokenRow).where(replaced, TokenRow.id != row.id,
+                                                            TokenRow.revoked_at.is_(None))))
+                for o in old:
+                    o.revoked_at = now
+                return old
+
+        revoked = self._retried(work)
+        self._forget(r.public_id for r in revoked)
+        return revoked
+
+    @staticmethod
+    def _refuse_as_admin(row: TokenRow, now: float) -> None:
+        """Why an existing row cannot be the env admin token, raised; nothing when it can."""
+        if row.tenant is not None:
+            raise TokenRefused(f"is the token {row.public_id} of tenant {row.tenant!r}, not an admin token; "
+                               "set a new value")
+        state = token_state(row, now)
+        if state != "active":
+            raise TokenRefused(f"is the token {row.public_id}, which is {state}: a token once revoked or "
+                               "expired is not made valid again; set a new value")
+
+    def issue(self, tenant: str | None, *, ttl_s: float | None = None,
+              name: str | None = None) -> tuple[str, TokenRow]:
+        """A new token for ``tenant`` (None: an admin), valid for ``ttl_s`` seconds
+        (None: until revoked): the token, to be shown once, and its row."""
+        def work() -> tuple[str, TokenRow]:
+            made, row = self._new_row(tenant, name=name, ttl_s=ttl_s)
+            with self._writing() as s:
+                s.add(row)
+            return made, row
+
+        return self._retried(work)
+
+    def mint(self, tenant: str | None, *, ttl_s: float | None = None, name: str | None = None) -> str:
+        """A new token for ``tenant`` (None: an admin), to be shown once."""
+        return self.issue(tenant, ttl_s=ttl_s, name=name)[0]
+
+    def tokens(self) -> list[TokenRow]:
+        """Every token's row, oldest first, in any state (revoked and expired ones too)."""
+        with self.session() as s:
+            return list(s.scalars(select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)))
+
+    def revoke(self, token_id: str) -> bool:
+        """Revoke a token by its public id (once: revoking again keeps the first
+        time); False when there is none. This process stops believing it at once;
+        other processes within ``PRINCIPAL_CACHE_S``."""
         with self._writing() as s:
-            s.add(TokenRow(digest=digest(made), tenant=tenant, created_at=time.time()))
-        return made
+            row = s.scalar(select(TokenRow).where(TokenRow.public_id == token_id))
+            if row is None:
+                return False
+            if row.revoked_at is None:
+                row.revoked_at = time.time()
+        self._forget([token_id])
+        return True
+
+    def _forget(self, token_ids: Iterable[str]) -> None:
+        """Stop believing these tokens in this process (a lookup running now is not remembered)."""
+        ids = set(token_ids)
+        if not ids:
+            return
+        self._revocations += 1
+        for key, entry in list(self._principals.items()):
+            if entry.token_id in ids:
+                self._principals.pop(key, None)
 
     def remembered(self, token: str) -> Principal | None:
-        """Who a token speaks for, if it was looked up before (no database access)."""
-        return self._principals.get(digest(token))
+        """Who a token speaks for, if it was found valid within the last
+        ``PRINCIPAL_CACHE_S`` and has not expired since (no database access)."""
+        entry = self._principals.get(digest(token))
+        if entry is None or time.monotonic() >= entry.fresh_until:
+            return None
+        if entry.expires_at is not None and time.time() >= entry.expires_at:
+            return None
+        return entry.who
 
     def principal(self, token: str) -> Principal | None:
+        """Who a token speaks for, looked up in the database: None when it is
+        unknown, revoked or expired. A valid one is remembered for ``PRINCIPAL_CACHE_S``,
+        so that a revocation made by another process (or with another store) counts
+        within that time."""
+        revocations = self._revocations
+        with self.session() as s:
+            row = self._find(s, token)
         key = digest(token)
-        who = self._principals.get(key)
-        if who is None:
-            with self.session() as s:
-                row = s.scalar(select(TokenRow).where(TokenRow.digest == key))
-            if row is None:
-                return None  # not remembered: a token minted later is found then
-            who = self._principals[key] = Principal(row.tenant)
+        if row is None or token_state(row, time.time()) != "active":
+            self._principals.pop(key, None)
+            return None
+        who = Principal(row.tenant)
+        if revocations == self._revocations:
+            self._remember(key, _Remembered(who, row.public_id, time.monotonic() + PRINCIPAL_CACHE_S,
+                                            row.expires_at))
         return who
+
+    def _remember(self, key: str, entry: _Remembered) -> None:
+        if len(self._principals) >= REMEMBERED_AT_MOST:  # drop those no longer believed; if none, all
+            now = time.monotonic()
+            stale = [k for k, e in list(self._principals.items()) if e.fresh_until <= now]
+            for k in stale or list(self._principals):
+                self._principals.pop(k, None)
+        self._principals[key] = entry
 
     # ------------------------------------------------------------ applications
 
     def create_app(self, tenant: str, name: str, document: dict, tasks: Sequence[str],
                    key: str | None) -> tuple[AppRow, bool]:
         """Record an accepted application and its tasks (pending); returns the row
-        and whether it is new. A repeated idempotency key returns the first
-        row; a name taken under another key raises ``Conflict``.
+        and whether it is new. A repeated idempotency key with the same
+        document returns the first row, with another document raises
+        ``KeyReused``; a name taken under another key raises ``Conflict``.
 
         The insert comes first, in one transaction with the tasks' rows: a new
         application (the usual case) costs one round of writes; the unique
@@ -347,20 +687,29 @@ class Store:
                     same = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.idempotency_key == key))
             if same is None:
                 raise Conflict(name) from None
+            if same.document != document:
+                raise KeyReused(same.name) from None
             return same, False
         return AppRow(id=app_id, **fields), True
 
-    def delete_app(self, tenant: str, name: str) -> bool:
+    def delete_app(self, tenant: str, name: str) -> int | None:
+        """Delete an application and its tasks; its id, or None if there was none."""
         with self._writing() as s:
             row = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.name == name))
             if row is None:
-                return False
+                return None
+            app_id = row.id
             s.execute(delete(TaskRow).where(TaskRow.app_id == row.id))
             s.delete(row)
-        return True
+        return app_id
 
-    def apps(self, tenant: str | None = None) -> list[AppRow]:
+    def apps(self, tenant: str | None = None, after: int | None = None, limit: int | None = None) -> list[AppRow]:
+        """Applications in the order they came; ``after``: past that id, ``limit``: at most that many."""
         q = select(AppRow).order_by(AppRow.id)
+        if after is not None:
+            q = q.where(AppRow.id > after)
+        if limit is not None:
+            q = q.limit(limit)
         if tenant is not None:
             q = q.where(AppRow.tenant == tenant)
         with self.session() as s:
@@ -376,8 +725,15 @@ class Store:
 
     # ------------------------------------------------------------ tasks
 
-    def tasks(self, tenant: str | None = None, app: str | None = None, status: str | None = None) -> list[TaskRow]:
+    def tasks(self, tenant: str | None = None, app: str | None = None, status: str | None = None,
+              after: tuple[str, int, str] | None = None, limit: int | None = None) -> list[TaskRow]:
+        """Tasks in (tenant, application, name) order; ``after``: only those past
+        that key (a page's last), ``limit``: at most that many."""
         q = select(TaskRow).order_by(TaskRow.tenant, TaskRow.app_id, TaskRow.name)
+        if after is not None:
+            q = q.where(tuple_(TaskRow.tenant, TaskRow.app_id, TaskRow.name) > tuple_(*after))
+        if limit is not None:
+            q = q.limit(limit)
         if tenant is not None:
             q = q.where(TaskRow.tenant == tenant)
         if app is not None:
@@ -394,6 +750,18 @@ class Store:
             q = q.where(TaskRow.app_id == app_id)
         with self.session() as s:
             return {status: n for status, n in s.execute(q)}
+
+    def task_counts_of(self, app_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+        """Tasks by status of each of these applications, in one query."""
+        if not app_ids:
+            return {}
+        q = select(TaskRow.app_id, TaskRow.status, func.count()).where(TaskRow.app_id.in_(app_ids)) \
+            .group_by(TaskRow.app_id, TaskRow.status)
+        out: dict[int, dict[str, int]] = {}
+        with self.session() as s:
+            for app_id, status, n in s.execute(q):
+                out.setdefault(app_id, {})[status] = n
+        return out
 
     def task(self, tenant: str, name: str) -> TaskRow | None:
         with self.session() as s:
