@@ -65,3 +65,18 @@ def world(tmp_path: Path, sites=(), links=(), tenants=None, apps=(), vcs=()) -> 
     path = tmp_path / "world.yaml"
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return path
+
+
+def scenario(tmp_path: Path, sites=(), apps=(), tenants=None, vcs=(), links=(), until="1h", arrivals=(),
+             events=(), policy=None, name="scenario.yaml") -> Path:
+    """A world and a Scenario over it, in one file; returns its path."""
+    fleet = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": list(sites) or [site("s1")], "links": list(links)}}
+    spec: dict[str, Any] = {"until": until, "arrivals": list(arrivals), "events": list(events)}
+    if policy:
+        spec["policy"] = {"rescheduling": policy}
+    docs = [fleet, *(tenants if tenants is not None else [tenant()]), *vcs, *apps,
+            {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "sc"}, "spec": spec}]
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path

@@ -191,12 +191,24 @@ def test_vc_hosts_are_mutually_reachable(tmp_path):
 
 
 def test_higher_priority_first_then_fair_share(tmp_path):
+    """Across tenants, priority orders work as far as the admin's ceilings let it."""
     sites = [site("s", groups=[node_group(count=1, cpu=4)])]
-    tenants = [tenant("p", weight=1), tenant("q", weight=1)]
+    tenants = [tenant("p", weight=1, maxPriority=10), tenant("q", weight=1, maxPriority=10)]
     apps = [app("low", tenant="p", components=[component(cpu=4)], priority=1),
             app("high", tenant="q", components=[component(cpu=4)], priority=9)]
     r = schedule_json(world(tmp_path, sites=sites, tenants=tenants, apps=apps))
     assert [p["task"] for p in r["placements"]] == ["high/c/0"]
+
+
+def test_without_ceilings_tenants_are_peers_and_priority_orders_only_their_own_work(tmp_path):
+    sites = [site("s", groups=[node_group(count=2, cpu=4)])]
+    tenants = [tenant("p", weight=1), tenant("q", weight=1)]
+    apps = [app("p-low", tenant="p", components=[component(cpu=4)], priority=1),
+            app("p-high", tenant="p", components=[component(cpu=4)], priority=5),
+            app("q-high", tenant="q", components=[component(cpu=4)], priority=9)]
+    r = schedule_json(world(tmp_path, sites=sites, tenants=tenants, apps=apps))
+    # q's 9 counts for nothing against p: one node each by fair share, and p's 5 before its own 1
+    assert sorted(p["task"] for p in r["placements"]) == ["p-high/c/0", "q-high/c/0"]
 
 
 def test_equal_priority_serves_the_tenant_below_its_share(tmp_path):

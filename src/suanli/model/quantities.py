@@ -5,6 +5,12 @@ canonical value, or raises ``QuantityError`` whose message names the accepted
 forms. Canonical units: cpu in millicores, memory in MiB, accelerator shares in
 milli-devices, bandwidth in Mbit/s, durations in seconds, rtt in ms, rates in
 arrivals per second.
+
+Every quantity is also bounded (``Limit``; the bounds are all in this module,
+below the parsers' forms). The scheduler keeps resources in int64 arrays and
+sums them over whole fleets and tenants; the bounds keep every such sum far
+inside int64 and every time finite, and lie far beyond any real request, so a
+value that would poison the arithmetic is refused where it is written.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "QuantityError",
+    "LimitError",
+    "Limit",
+    "show",
     "Distribution",
     "parse_cpu_milli",
     "parse_mem_mib",
@@ -30,6 +39,10 @@ __all__ = [
 
 class QuantityError(ValueError):
     """A value that is not a quantity of the expected kind."""
+
+
+class LimitError(QuantityError):
+    """A quantity of the right form, outside the range suanli accepts."""
 
 
 CPU_FORMS = "a number of cores (4, 0.5) or millicores ('500m')"
@@ -49,31 +62,115 @@ _REPR.maxstring = _REPR.maxother = 80
 _REPR.maxlevel = 2
 
 
-def _show(value: object) -> str:
-    return _REPR.repr(value)
+def show(value: object) -> str:
+    """A value as messages echo it: bounded in length, whatever its size."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int too long to print (more than 4300 digits)
+        return "a number of thousands of digits"
+
+
+_show = show
+
+
+# ------------------------------------------------------------------ limits
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The range a value must lie in, in canonical units, and how the bound reads.
+
+    ``check`` refuses a value outside it (nan included) with a message that
+    names the bound as the user writes it ("at most 1000000 cores")."""
+
+    most: float
+    shown: str
+    least: float | None = None
+    least_shown: str = ""
+
+    def check(self, value, raw: object = None):
+        shown = _show(value if raw is None else raw)
+        if value != value:  # nan
+            raise LimitError(f"{shown} is not a number; give at most {self.shown}")
+        if value > self.most:
+            raise LimitError(f"{shown} is above the limit: at most {self.shown}")
+        if self.least is not None and value < self.least:
+            raise LimitError(f"{shown} is below the limit: at least {self.least_shown}")
+        return value
+
+    def validator(self):
+        """``check`` as a one-argument function, for a schema field."""
+        return lambda value: self.check(value)
+
+
+# The scheduler's arrays hold cpu (millicores), memory (MiB) and device shares
+# (milli-devices) as int64 (max ~9.2e18). A fleet has at most FLEET_NODES
+# nodes, each at most MAX_CPU / MAX_MEMORY and 64 devices of a kind, so a
+# fleet's total, and so any tenant's usage, stays below 1.1e16: 800 times
+# inside int64. Quotas are totals, so their bounds are larger.
+YEAR_S = 365.25 * 86400
+MAX_CPU = Limit(1_000_000 * 1000, "1000000 cores")  # a task, host or node
+MAX_MEMORY = Limit(2**30, "1Pi (1 PiB)")  # a task, host, node, device or state
+MAX_DEVICES = Limit(1_000_000 * 1000, "1000000 devices")  # a task's or host's demand of one kind
+MAX_QUOTA_CPU = Limit(10**10 * 1000, "10000000000 cores")
+MAX_QUOTA_MEMORY = Limit(2**40, "1024Pi (1 EiB)")
+MAX_QUOTA_DEVICES = Limit(10**9 * 1000, "1000000000 devices")
+BANDWIDTH = Limit(1e9, "1000000Gbps", 1e-3, "1Kbps")
+DURATION = Limit(100 * YEAR_S, "36525d (100 years)")
+CHECKPOINT = Limit(100 * YEAR_S, "36525d (100 years)", 1.0, "1s")  # an executor is asked that often
+STOP_GRACE = Limit(3600.0, "1h")  # a stopped task holds its place this long at most
+RTT_MS = Limit(1e6, "1000000 ms")
+RATE = Limit(1e6, "1000000/s", 1 / (100 * YEAR_S), "1/36525d")
+SIGMA = Limit(10.0, "10")  # lognormal: larger spreads draw durations beyond any limit
+PRIORITY = Limit(10**9, "1000000000", -(10**9), "-1000000000")
+MAX_PRIORITY = Limit(10**9, "1000000000", 0, "0")  # a tenant's ceiling
+MEMBERS = Limit(100_000, "100000")  # replicas of a component, members of a gang
+APP_TASKS = 1_000_000  # tasks of one application, all components together
+HOSTS = Limit(100_000, "100000")  # hosts of a host group
+NODES = Limit(1_000_000, "1000000")  # nodes of a node group
+FLEET_NODES = 10_000_000  # nodes of all Fleet documents together
+WEIGHT = Limit(1e6, "1000000", 1e-3, "0.001")
+EFFICIENCY = Limit(1.0, "1", 0.01, "0.01")
+COST_PER_HOUR = Limit(1e9, "1000000000")
+RESTARTS = Limit(10_000, "10000")
+MIGRATIONS = Limit(100_000, "100000")
+SEED = Limit(2**63 - 1, "9223372036854775807", 0, "0")
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite_nonneg(x: float, forms: str, raw: object) -> float:
+def _finite_nonneg(x: float, forms: str, raw: object, limit: Limit | None = None) -> float:
+    if x == math.inf and limit is not None:
+        raise LimitError(f"{_show(raw)} is not {forms}; give at most {limit.shown}")
     if not math.isfinite(x) or x < 0:
         raise QuantityError(f"{_show(raw)} is not {forms}")
     return x
 
 
-def parse_cpu_milli(value: object) -> int:
+def _rounded(x: float, limit: Limit, raw: object) -> int:
+    """``x`` rounded to an int once it is known to lie within ``limit``
+    (an infinite or huge value is refused before it becomes an int)."""
+    limit.check(x, raw)
+    return int(round(x))
+
+
+def parse_cpu_milli(value: object, limit: Limit = MAX_CPU) -> int:
     """``4`` -> 4000, ``0.5`` -> 500, ``"500m"`` -> 500."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise QuantityError(f"{_show(value)} is not {CPU_FORMS}")
+        return limit.check(value * 1000, value)  # exact at any size: no float in between
     if _is_number(value):
-        cores = _finite_nonneg(float(value), CPU_FORMS, value)
-        return int(round(cores * 1000))
+        cores = _finite_nonneg(float(value), CPU_FORMS, value, limit)
+        return _rounded(cores * 1000, limit, value)
     if isinstance(value, str):
         text = value.strip()
         m = re.fullmatch(rf"({_NUMBER})(m?)", text)
         if m:
             number = float(m.group(1))
-            return int(round(number if m.group(2) else number * 1000))
+            return _rounded(number if m.group(2) else number * 1000, limit, value)
     raise QuantityError(f"{_show(value)} is not {CPU_FORMS}")
 
 
@@ -92,21 +189,22 @@ _MEM_UNITS_MIB = {
 }
 
 
-def parse_mem_mib(value: object) -> int:
+def parse_mem_mib(value: object, limit: Limit = MAX_MEMORY) -> int:
     """``"512Mi"`` -> 512, ``"8Gi"`` -> 8192, ``"2G"`` -> 1907 (rounded)."""
     if _is_number(value) and value == 0:
         return 0
     if isinstance(value, str):
         m = re.fullmatch(rf"({_NUMBER})\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)B?", value.strip())
         if m:
-            return int(round(float(m.group(1)) * _MEM_UNITS_MIB[m.group(2)]))
+            return _rounded(float(m.group(1)) * _MEM_UNITS_MIB[m.group(2)], limit, value)
         if value.strip() == "0":
             return 0
     raise QuantityError(f"{_show(value)} is not {MEM_FORMS}")
 
 
-def parse_device_milli(value: object) -> int:
+def parse_device_milli(value: object, limit: Limit = MAX_DEVICES) -> int:
     """``0.25`` -> 250, ``1`` -> 1000, ``8`` -> 8000; a count of 1 or more must be whole."""
+    raw = value
     if isinstance(value, str):
         try:
             value = float(value.strip())
@@ -114,32 +212,38 @@ def parse_device_milli(value: object) -> int:
             raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}") from None
     if not _is_number(value):
         raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}")
+    if isinstance(value, int):  # exact at any size: no float in between
+        if value <= 0:
+            raise QuantityError(f"{_show(raw)} is not {DEVICE_FORMS}; it must be above 0")
+        return limit.check(value * 1000, raw)
     count = float(value)
+    if count == math.inf:
+        raise LimitError(f"{_show(raw)} is not {DEVICE_FORMS}; give at most {limit.shown}")
     if not math.isfinite(count) or count <= 0:
-        raise QuantityError(f"{_show(value)} is not {DEVICE_FORMS}; it must be above 0")
+        raise QuantityError(f"{_show(raw)} is not {DEVICE_FORMS}; it must be above 0")
     if count >= 1 and count != int(count):
         raise QuantityError(
-            f"{_show(value)} is not {DEVICE_FORMS}; a count of 1 or more must be a whole number"
+            f"{_show(raw)} is not {DEVICE_FORMS}; a count of 1 or more must be a whole number"
         )
-    milli = count * 1000
+    milli = limit.check(count * 1000, raw)
     if abs(milli - round(milli)) > 1e-6:
         raise QuantityError(
-            f"{_show(value)} is finer than a thousandth of a device; "
+            f"{_show(raw)} is finer than a thousandth of a device; "
             f"give {DEVICE_FORMS} in steps of 0.001"
         )
-    return int(round(milli))
+    return _rounded(milli, limit, raw)
 
 
 _BANDWIDTH_MBPS = {"Kbps": 1e-3, "Mbps": 1.0, "Gbps": 1e3, "Tbps": 1e6}
 
 
-def parse_bandwidth_mbps(value: object) -> float:
+def parse_bandwidth_mbps(value: object, limit: Limit = BANDWIDTH) -> float:
     if isinstance(value, str):
         m = re.fullmatch(rf"({_NUMBER})\s*(Kbps|Mbps|Gbps|Tbps)", value.strip())
         if m:
             mbps = float(m.group(1)) * _BANDWIDTH_MBPS[m.group(2)]
             if mbps > 0:
-                return mbps
+                return limit.check(mbps, value)
             raise QuantityError(f"{_show(value)} is not {BANDWIDTH_FORMS}; it must be above 0")
     raise QuantityError(f"{_show(value)} is not {BANDWIDTH_FORMS}")
 
@@ -147,21 +251,25 @@ def parse_bandwidth_mbps(value: object) -> float:
 _DURATION_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration_s(value: object) -> float:
+def parse_duration_s(value: object, limit: Limit = DURATION) -> float:
     """``"30s"``, ``"10m"``, ``"1h20m"``, ``90`` (seconds) -> seconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise QuantityError(f"{_show(value)} is not {DURATION_FORMS}")
+        return float(limit.check(value, value))  # compared as an int: any size
     if _is_number(value):
-        return _finite_nonneg(float(value), DURATION_FORMS, value)
+        return limit.check(_finite_nonneg(float(value), DURATION_FORMS, value, limit), value)
     if isinstance(value, str):
         text = value.strip()
         parts = re.findall(rf"({_NUMBER})(ms|s|m|h|d)", text)
         if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
-            return sum(float(n) * _DURATION_S[u] for n, u in parts)
+            return limit.check(sum(float(n) * _DURATION_S[u] for n, u in parts), value)
         if re.fullmatch(_NUMBER, text):
-            return float(text)
+            return limit.check(float(text), value)
     raise QuantityError(f"{_show(value)} is not {DURATION_FORMS}")
 
 
-def parse_rate_per_s(value: object) -> float:
+def parse_rate_per_s(value: object, limit: Limit = RATE) -> float:
     """``"2/s"`` -> 2.0, ``"1/5m"`` -> 1/300, ``"10/h"`` -> 10/3600."""
     if isinstance(value, str):
         m = re.fullmatch(rf"\s*({_NUMBER})\s*/\s*({_NUMBER})?\s*(ms|s|m|h|d)\s*", value)
@@ -169,7 +277,7 @@ def parse_rate_per_s(value: object) -> float:
             count = float(m.group(1))
             per = float(m.group(2) or 1) * _DURATION_S[m.group(3)]
             if count > 0 and per > 0:
-                return count / per
+                return limit.check(count / per, value)
             raise QuantityError(
                 f"{_show(value)} is not {RATE_FORMS}; count and period must be above 0"
             )
@@ -211,6 +319,8 @@ def parse_distribution(value: object) -> Distribution:
             params = (parse_duration_s(args[0]), float(args[1]))
         else:
             params = tuple(parse_duration_s(a) for a in args)
+    except LimitError as exc:
+        raise bad(str(exc)) from None
     except (QuantityError, ValueError):
         raise bad() from None
     if not all(math.isfinite(p) for p in params):
@@ -219,6 +329,8 @@ def parse_distribution(value: object) -> Distribution:
         raise bad("uniform needs LOW <= HIGH")
     if name == "lognormal" and (params[0] <= 0 or params[1] < 0):
         raise bad("lognormal needs MEDIAN > 0, SIGMA >= 0")
+    if name == "lognormal" and params[1] > SIGMA.most:
+        raise bad(f"SIGMA is above the limit: at most {SIGMA.shown}")
     if name == "exponential" and params[0] <= 0:
         raise bad("exponential needs MEAN > 0")
     return Distribution(name, params)

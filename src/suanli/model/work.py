@@ -42,6 +42,15 @@ class Tenant:
     weight: float = 1.0
     quota: Mapping[str, int] = field(default_factory=dict)  # resource name -> canonical units
     allowed_sites: tuple[str, ...] = ("*",)
+    max_priority: int | None = None  # the admin's ceiling; None: none granted
+
+    def standing(self, priority: int) -> int:
+        """What ``priority`` of this tenant's counts for against other tenants'
+        work: clipped to 0 .. maxPriority (0 without one). A tenant's own
+        priorities order its own work; only the admin's ceiling lets them
+        reach past another tenant's, and a negative one does not give way to
+        other tenants either."""
+        return min(max(priority, 0), self.max_priority or 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,12 @@
 
 Work is cut into *units* placed all-or-nothing: a single replica, a gang
 (inside one domain of its coupling), or an affinity group (inside one domain
-of its scope). Units go in priority order; among equal priorities the tenant
-furthest below its weighted dominant share goes first. A unit that does not
-fit an explicit VC asks the global layer to grow an elastic host group.
+of its scope). Units go by *standing*, their priority as it counts against
+other tenants (clipped to 0 .. the tenant's ``maxPriority``); among equal
+standings the tenant furthest below its weighted dominant share goes first;
+within one tenant, by its own priority. So a tenant's priorities order its own
+work, and only the admin's ceilings order tenants. A unit that does not fit an
+explicit VC asks the global layer to grow an elastic host group.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ class Unit:
     couplings: tuple[str, ...] = ()  # every member's coupling level must hold
     affinity_scope: str | None = None
     state_sites: tuple[int, ...] = ()  # per member: the site holding its state while it moves (-1: none)
+    _priority: int | None = field(default=None, repr=False, compare=False)
 
     def state_site(self, member: int) -> int:
         return self.state_sites[member] if self.state_sites else -1
 
     @property
     def priority(self) -> int:
-        return max(c.priority for c in self.components)
+        """The highest priority of its components (read at every pass: kept once known)."""
+        if self._priority is None:
+            self._priority = max(c.priority for c in self.components)
+        return self._priority
 
     @property
     def tenant(self) -> str:
@@ -200,23 +207,35 @@ class BusinessLayer:
 
     # ------------------------------------------------------------ ordering
 
-    def run(self, units: list[Unit], record: bool = True) -> list[tuple[Unit, Counter]]:
-        """Place units: higher priority first; within a priority, the tenant with
-        the lowest weighted dominant share first; FIFO within a tenant. Returns
-        the units that did not fit, with reasons (``record``: also list their
-        tasks in ``unscheduled``)."""
+    def standing(self, unit: Unit) -> int:
+        """The unit's priority as it counts against other tenants' work
+        (``Tenant.standing``; a tenant the world does not know stands at 0)."""
+        tenant = self.state.world.tenants.get(unit.tenant)
+        return tenant.standing(unit.priority) if tenant is not None else 0
+
+    def run(self, units: list[Unit], record: bool = True,
+            broken: list[tuple[Unit, Exception]] | None = None) -> list[tuple[Unit, Counter]]:
+        """Place units: higher standing first (priority up to the tenant's
+        ceiling); within a standing, the tenant with the lowest weighted
+        dominant share first; within a tenant, higher priority first, then
+        FIFO. Returns the units that did not fit, with reasons (``record``:
+        also list their tasks in ``unscheduled``).
+
+        ``broken``: a unit whose placement raises (a request no arithmetic of
+        the tables can hold) is listed there with the error instead of
+        stopping the pass; without it, the error propagates."""
         failed: list[tuple[Unit, Counter]] = []
         # within one pass capacity only shrinks: a unit shaped like one that
         # already failed fails too, for the same reasons
         failed_shapes: dict[tuple, Counter] = {}
-        by_priority: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
-        for u in sorted(units, key=lambda u: u.seq):
-            by_priority[u.priority][u.tenant].append(u)
+        by_standing: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
+        for u in sorted(units, key=lambda u: (-u.priority, u.seq)):
+            by_standing[self.standing(u)][u.tenant].append(u)
         # shares order tenants only when several wait: with one, they are not read
         several = len({u.tenant for u in units}) > 1
         share = {t: self.state.dominant_share(t) for t in self.state.world.tenants} if several else {}
-        for prio in sorted(by_priority, reverse=True):
-            queues = by_priority[prio]
+        for level in sorted(by_standing, reverse=True):
+            queues = by_standing[level]
             while queues:
                 tenant = min(queues, key=lambda t: (share[t], queues[t][0].seq)) if len(queues) > 1 else next(iter(queues))
                 unit = queues[tenant].popleft()
@@ -224,7 +243,13 @@ class BusinessLayer:
                     del queues[tenant]
                 reasons = failed_shapes.get(unit_shape(unit)) if failed_shapes else None
                 if reasons is None:
-                    reasons = self.place(unit, record)
+                    try:
+                        reasons = self.place(unit, record)
+                    except Exception as exc:  # noqa: BLE001 - one unit's error must not stop the others
+                        if broken is None:
+                            raise
+                        broken.append((unit, exc))
+                        continue
                     if reasons is not None:
                         failed_shapes[unit_shape(unit)] = reasons
                 elif record:
@@ -251,7 +276,11 @@ class BusinessLayer:
         if not result.ok and not vcs.default:
             grown, grow_reasons = self._grow(unit, vc_model, reqs)
             if grown is not None:
-                result = self.attempt(unit, vcs, reqs, allow_fewer=False)
+                try:
+                    result = self.attempt(unit, vcs, reqs, allow_fewer=False)
+                except Exception:
+                    self.global_layer.shrink(vc_model, grown)  # hosts grown for a unit that cannot be placed
+                    raise
                 if not result.ok:
                     self.global_layer.shrink(vc_model, grown)
             if not result.ok:

@@ -27,10 +27,15 @@ class Victim:
     state_mib: int
     held: list[tuple[Component, Allocation]]  # what each of its tasks holds on the table
     rank: float = 0.0  # lower is cheaper at equal priority (reclaim: minus its tenant's weighted share)
+    # how dear it is by priority, as the claimant sees it: (its standing, its
+    # priority when it is the claimant's own tenant's work, else its standing)
+    level: tuple[int, int] | None = None
 
     def cost(self) -> tuple:
-        """Dearer to evict sorts later: priority, rank, then state to move, then tasks."""
-        return (self.priority, self.rank, self.state_mib, len(self.held))
+        """Dearer to evict sorts later: priority (as ``level`` says), rank, then
+        state to move, then tasks."""
+        level = self.level if self.level is not None else (self.priority, self.priority)
+        return (*level, self.rank, self.state_mib, len(self.held))
 
 
 def plan_preemption(layer: BusinessLayer, unit: Unit, candidates: list[Victim]) -> list[Victim] | None:

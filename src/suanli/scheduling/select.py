@@ -208,7 +208,7 @@ def place_group(
     if domain is None:
         # no domain to choose: fill member by member, explain the first that fails
         txn = Transaction(table)
-        done = _fill(table, members, network, rng, extras, txn, None, restrict, policy)
+        done = _fill_or_undo(table, members, network, rng, extras, txn, None, restrict, policy)
         if isinstance(done, list):
             extras.commit()
             return GroupResult(allocations=done)
@@ -256,7 +256,7 @@ def place_group(
     for d, target in order[:MAX_DOMAIN_TRIES]:
         inside = None if d is None else (domain == d)
         txn = Transaction(table)
-        done = _fill(table, list(members)[:target], network, rng, extras, txn, inside, restrict, policy)
+        done = _fill_or_undo(table, list(members)[:target], network, rng, extras, txn, inside, restrict, policy)
         if isinstance(done, list):
             extras.commit()
             return GroupResult(allocations=done)
@@ -309,6 +309,17 @@ def _partition(domain: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         _partitions.pop(next(iter(_partitions)))
     _partitions[id(domain)] = (domain, n, uniq, index)
     return uniq, index
+
+
+def _fill_or_undo(table, members, network, rng, extras: Extras, txn: Transaction, inside, restrict, policy):
+    """``_fill``; if it raises, what it reserved is given back first, so an
+    error leaves the table as it found it."""
+    try:
+        return _fill(table, members, network, rng, extras, txn, inside, restrict, policy)
+    except Exception:
+        txn.rollback()
+        extras.undo()
+        raise
 
 
 def _fill(table, members, network, rng, extras: Extras, txn: Transaction,

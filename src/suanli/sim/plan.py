@@ -4,8 +4,8 @@
 runs where and what waits, then the moves that would come next, each with its
 cost and gain, without making any: return moves (services closer to their
 ``near`` site), defragmentation (fractional tasks moved so a waiting
-whole-device task fits) and preemptions (which lower-priority units a waiting
-unit would evict). Nothing in the simulation is changed by it.
+whole-device task fits) and preemptions (which units a waiting unit outranks
+and would evict). Nothing in the simulation is changed by it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def dry_run(sim, at: float) -> dict[str, Any]:
                       "to": fleet.node_name(int(table.node[mv.to_row])),
                       "gain": round(mv.gain, 3), "cost_downtime_s": round(mv.downtime_s, 6)})
     waiting = sorted({sim.units[r.unit].unit.seq: sim.units[r.unit].unit for r in pending if r.unit >= 0}.items())
-    for _, unit in sorted(waiting, key=lambda kv: (-kv[1].priority, kv[0])):
+    standing = sim.business.standing
+    for _, unit in sorted(waiting, key=lambda kv: (-standing(kv[1]), -kv[1].priority, kv[0])):
         gather = plan_defrag(sim, unit) if needs_whole_devices(unit) else None
         if gather:
             moves.append({"kind": "defragment", "for": unit.tasks,

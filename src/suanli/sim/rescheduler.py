@@ -123,13 +123,25 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     sim.executor.move(sim.units[rec.unit].run, task, t)
 
 
+def outranks(sim, unit: Unit, other: Unit) -> bool:
+    """May ``unit`` evict ``other`` for priority? Within one tenant by their
+    priorities; across tenants by their standings (each priority up to its
+    tenant's ceiling), so a tenant's own priorities never reach past another
+    tenant's work unless the admin granted a ceiling above it."""
+    if other.tenant == unit.tenant:
+        return other.priority < unit.priority
+    return sim.business.standing(other) < sim.business.standing(unit)
+
+
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
-    """Running units of lower priority, all preemptible, on the same table,
+    """Running units ``unit`` outranks, all preemptible, on the same table,
     holding something on a row the unit could use at all. ``fair``: instead,
-    units of no higher priority from other tenants above the unit's tenant's
+    units of no higher standing from other tenants above the unit's tenant's
     weighted share (fair-share reclaim)."""
     share = {t: sim.state.dominant_share(t) for t in sim.world.tenants} if fair else {}
     table = sim.state.vcs[unit.app.vc].table
+    standing = sim.business.standing
+    mine = standing(unit)
     useful = np.zeros(table.n, bool)
     for comp in dict.fromkeys(unit.components):
         useful |= static_mask(table, sim.business.request(comp, unit.tenant))
@@ -139,14 +151,14 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
         comps = us.unit.components
         if not all(c.preemptible for c in comps):
             continue
+        other = us.unit.tenant
         if fair:
-            other = us.unit.tenant
-            if other == unit.tenant or us.unit.priority > unit.priority or \
+            if other == unit.tenant or standing(us.unit) > mine or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
                 continue
             if not sim.may_disturb(uid):
                 continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
-        elif us.unit.priority >= unit.priority:
+        elif not outranks(sim, unit, us.unit):
             continue
         held = []
         for task in us.run.tasks:
@@ -158,7 +170,9 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             if held and any(useful[a.row] for _, a in held):
                 state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
                 rank = -share[us.unit.tenant] if fair else 0.0  # the tenant furthest above gives first
-                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held, rank))
+                theirs = standing(us.unit)
+                level = (theirs, us.unit.priority if other == unit.tenant else theirs)
+                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held, rank, level))
     return out
 
 

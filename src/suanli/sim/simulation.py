@@ -10,6 +10,7 @@ event (``events``) in time order; the same scenario and seed give the same log.
 from __future__ import annotations
 
 import gc
+import logging
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from suanli.sim.metrics import Recorder
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
                                     transfer_s, victims)
 from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
+
+log = logging.getLogger(__name__)
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
@@ -289,7 +292,13 @@ class Simulation:
     # ------------------------------------------------------------ arrivals and ends
 
     def _submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None) -> None:
-        for unit in build_units((app,)):
+        try:
+            units = build_units((app,))
+        except Exception as exc:  # noqa: BLE001 - an application the model cannot hold fails alone
+            self.log(t, "failed", app=app.name, tenant=app.tenant, reason=cannot_schedule(exc))
+            log.warning("application %s of tenant %s: %s", app.name, app.tenant, cannot_schedule(exc))
+            return
+        for unit in units:
             if ended and all(task in ended for task in unit.tasks):
                 for task, comp in zip(unit.tasks, unit.components):
                     self.tasks[task] = TaskRecord(task, app.tenant, None, -1, ended[task], t, ended_at=t,
@@ -475,7 +484,7 @@ class Simulation:
         """Local work outside the scheduler claims capacity on a node (the site's
         node with the most room when a site is named). The claim comes first:
         when what is free is short, the work on that node that stands in the
-        way moves off, cheapest first (lowest priority, least state, fewest
+        way moves off, cheapest first (lowest standing and priority, least state, fewest
         tasks), until the claim fits. What cannot be freed (capacity held by
         an explicit VC's host) is reported as ``short``."""
         fleet, nodes = self.world.fleet, self.state.nodes
@@ -510,7 +519,9 @@ class Simulation:
             uid = self.tasks[task].unit
             if self.state.vcs[p.vc].default and self.units[uid].run is not None:
                 units[uid] = self.units[uid].unit
-        cost = {uid: (u.priority, sum(c.state_mib for c in set(u.components) if c.stateful), len(u.tasks), uid)
+        standing = self.business.standing  # the claim is no tenant's: tenants count by standing
+        cost = {uid: (standing(u), u.priority, sum(c.state_mib for c in set(u.components) if c.stateful),
+                      len(u.tasks), uid)
                 for uid, u in units.items()}
         held = {uid: [self.state.placements[task].alloc for task in self.units[uid].run.tasks
                       if self.state.placements[task].host.node == row] for uid in units}
@@ -578,7 +589,12 @@ class Simulation:
         if not self.pending:
             return
         units = [self.units[uid].unit for uid in self.pending]
-        failed = self.business.run(units, record=False)
+        broken: list[tuple[Unit, Exception]] = []
+        failed = self.business.run(units, record=False, broken=broken)
+        for unit, exc in broken:
+            self._refuse(t, unit.app.name, exc)
+        if broken:
+            failed = [(u, reasons) for u, reasons in failed if u.seq in self.pending]
         still = {u.seq: reasons for u, reasons in failed}
         for uid in list(self.pending):
             if uid in still:
@@ -591,18 +607,47 @@ class Simulation:
         if failed and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
             self._schedule(t)  # the evicted or moved work may fit elsewhere now
 
+    def _refuse(self, t: float, app: str, exc: Exception) -> None:
+        """An application whose placement raised (a request the scheduler's
+        arithmetic cannot hold): its tasks fail with the reason, any of its
+        running work stops; every other application goes on."""
+        why = cannot_schedule(exc)
+        uids = self.units_by_app.get(app, ())
+        tenant = self.units[uids[0]].unit.tenant if uids else "?"
+        log.warning("application %s of tenant %s: %s", app, tenant, why)
+        for uid in uids:
+            us = self.units[uid]
+            if us.run is not None:
+                for task in self._close_run(uid).tasks:
+                    self._end_task(t, task, FAILED, "failed", reason=why)
+            self.pending.pop(uid, None)
+            for task in us.unit.tasks:
+                if self.tasks[task].status == PENDING:
+                    self._end_task(t, task, FAILED, "failed", reason=why)
+        self._forget(app)
+
     # ------------------------------------------------------------ preemption
 
     def _preempt(self, t: float, failed: list[Unit]) -> bool:
-        """Evict the cheapest lower-priority preemptible units that make a
-        waiting unit fit, highest priority first. Each eviction strictly
-        lowers the priority that can be hit next, so passes end."""
+        """Evict the cheapest preemptible units a waiting unit outranks that
+        make it fit, highest standing first: its own tenant's work of lower
+        priority, other tenants' work of lower standing (``outranks``). Each
+        eviction strictly lowers (standing, priority), so passes end."""
         evicted = False
-        lowest = min((self.units[uid].unit.priority for uid in self.running), default=None)
+        standing = self.business.standing
+        lowest: int | None = None  # the lowest standing running
+        own: dict[str, int] = {}  # per tenant, its lowest priority running
+        for uid in self.running:
+            u = self.units[uid].unit
+            level = standing(u)
+            lowest = level if lowest is None else min(lowest, level)
+            own[u.tenant] = min(own.get(u.tenant, u.priority), u.priority)
+        if lowest is None:
+            return False
         hopeless: set[tuple] = set()  # shapes that found no plan: the same shape will not either
-        for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
-            if lowest is None or unit.priority <= lowest:
-                break  # sorted by priority: nothing below this one is running
+        for unit in sorted(failed, key=lambda u: (-standing(u), -u.priority, u.seq)):
+            if standing(unit) <= lowest and unit.priority <= own.get(unit.tenant, unit.priority):
+                continue  # nothing running that it outranks
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless:
                 continue
@@ -617,8 +662,8 @@ class Simulation:
     def _reclaim(self, t: float, failed: list[Unit]) -> bool:
         """Fair-share reclaim, once per instant: a waiting unit of a tenant below
         its weighted share takes back room from tenants above theirs (their
-        cheapest preemptible work of no higher priority), only if that makes it
-        fit and leaves them no lower than the claimant."""
+        cheapest preemptible work of no higher standing), only if that makes
+        it fit and leaves them no lower than the claimant."""
         policy = self.rescheduling
         if policy is None or self._reclaimed_at == t:
             return False
@@ -627,7 +672,8 @@ class Simulation:
         top = max(share.values(), default=0.0)
         reclaimed = 0
         hopeless: set[tuple] = set()
-        for unit in sorted(failed, key=lambda u: (-u.priority, share[u.tenant], u.seq)):
+        standing = self.business.standing
+        for unit in sorted(failed, key=lambda u: (-standing(u), share[u.tenant], -u.priority, u.seq)):
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless or share[unit.tenant] * (1 + FAIR_MARGIN) >= top:
                 continue
@@ -648,7 +694,8 @@ class Simulation:
         self._defragged_at = t
         placed = False
         hopeless: set[tuple] = set()
-        for unit in sorted(failed, key=lambda u: (-u.priority, u.seq)):
+        standing = self.business.standing
+        for unit in sorted(failed, key=lambda u: (-standing(u), -u.priority, u.seq)):
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless or not needs_whole_devices(unit):
                 continue
@@ -839,3 +886,9 @@ class Simulation:
         append = self.events.append
         for (kind, _), h in changes.items():
             append({"t": rounded, "kind": kind, "vc": h.vc, "host": h.name, "node": name(h.node), **why})
+
+
+def cannot_schedule(exc: BaseException) -> str:
+    """The reason an application fails when handling it raised: the error, shortly."""
+    text = str(exc)
+    return f"cannot be scheduled: {type(exc).__name__}" + (f": {text[:200]}" if text else "")

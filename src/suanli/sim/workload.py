@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from suanli.model.quantities import Distribution
+from suanli.model.quantities import DURATION, MEMBERS, Distribution
 from suanli.model.fleet import Fleet
 from suanli.model.work import AcceleratorRequest, Application, Component, Near, Resources, default_vc_name
 from suanli.spec.build import build_application
@@ -38,6 +38,12 @@ class Arrival:
 
 
 def draw(dist: Distribution, rng: np.random.Generator) -> float:
+    """One value of ``dist``, within the duration limit (a lognormal's tail
+    would otherwise give a job that never ends)."""
+    return min(_draw(dist, rng), DURATION.most)
+
+
+def _draw(dist: Distribution, rng: np.random.Generator) -> float:
     if dist.name == "lognormal":
         median, sigma = dist.params
         return float(median * math.exp(sigma * rng.standard_normal()))
@@ -129,6 +135,10 @@ def swf_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arrival
         if not job.usable:
             yield Arrival(job.submit_s, None, skipped=f"{name}/rank/0", reason="the trace gives no processor count",
                           tenant=tr.tenant)
+            continue
+        if job.processors > MEMBERS.most:
+            yield Arrival(job.submit_s, None, skipped=f"{name}/rank/0", tenant=tr.tenant,
+                          reason=f"{job.processors} processors; a gang has at most {MEMBERS.shown} members")
             continue
         yield Arrival(job.submit_s, _single(name, tr.tenant, "rank", res, "job", job.processors,
                                             duration_s=float(job.run_s), near=near))

@@ -146,7 +146,8 @@ def _run(c: schema.ComponentSpec) -> RunCommand | None:
 def build_world(docs: Documents) -> World:
     fleet = build_fleet(docs)
     tenants = {
-        t.name: Tenant(t.name, t.doc.spec.weight, dict(t.doc.spec.quota or {}), tuple(t.doc.spec.allowed_sites))
+        t.name: Tenant(t.name, t.doc.spec.weight, dict(t.doc.spec.quota or {}), tuple(t.doc.spec.allowed_sites),
+                       t.doc.spec.max_priority)
         for t in docs.tenants
     }
     vcs: dict[str, VirtualCluster] = {}

@@ -165,7 +165,13 @@ def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
             if node is None:
                 continue
             dup = _duplicate_keys(node)
-            data = loader.construct_document(node)
+            try:
+                data = loader.construct_document(node)
+            except ValueError:  # an int of more digits than Python converts
+                _reset_constructor(loader)
+                out.append(_long_number_problem(display, index, node))
+                index += 1
+                continue
             src = Source(display, index, _label(data), node, data)
             index += 1
             if data is None:
@@ -200,6 +206,51 @@ def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
     finally:
         loader.dispose()
     return out
+
+
+def _reset_constructor(loader: Any) -> None:
+    """Forget a document whose construction failed half-way, so the next one starts clean."""
+    loader.constructed_objects = {}
+    loader.recursive_objects = {}
+    loader.state_generators = []
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _long_number_problem(display: str, index: int, node: yaml.Node) -> Problem:
+    """The problem for a document holding a whole number too long to read: at
+    that number's field, with the document's kind and name when they are plain."""
+    stack: list[tuple[yaml.Node, tuple]] = [(node, ())]
+    visited: set[int] = set()
+    while stack:
+        cur, where = stack.pop()
+        if id(cur) in visited:
+            continue
+        visited.add(id(cur))
+        if isinstance(cur, yaml.ScalarNode) and cur.tag == _INT_TAG and len(cur.value) > 4000:
+            digits = sum(ch.isdigit() for ch in cur.value)
+            return Problem(display, f"a whole number of {digits} digits is above every limit",
+                           format_path(where), index, _node_label(node), cur.start_mark.line + 1)
+        if isinstance(cur, yaml.MappingNode):
+            stack.extend((v, where + (getattr(k, "value", "?"),)) for k, v in reversed(cur.value))
+        elif isinstance(cur, yaml.SequenceNode):
+            stack.extend((v, where + (i,)) for i, v in reversed(list(enumerate(cur.value))))
+    return Problem(display, "a number too long to read", "", index, _node_label(node), node.start_mark.line + 1)
+
+
+def _node_label(node: yaml.Node) -> str:
+    """'KIND NAME' read from the nodes of a document that could not be constructed."""
+    def scalar(mapping: yaml.Node, key: str) -> yaml.Node | None:
+        if isinstance(mapping, yaml.MappingNode):
+            for k, v in mapping.value:
+                if getattr(k, "value", None) == key:
+                    return v
+        return None
+
+    parts = [scalar(node, "kind"), scalar(scalar(node, "metadata"), "name")]
+    return " ".join(_short(p.value) if not isinstance(p.value, str) else p.value[:128]
+                    for p in parts if isinstance(p, yaml.ScalarNode))
 
 
 def _label(data: Any) -> str:

@@ -7,8 +7,9 @@ link that no document defines) is a problem at the field that holds it.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterator, Mapping
 
+from suanli.model import quantities as q
 from suanli.model.globs import glob_match
 from suanli.spec.loader import Documents, Loaded, problem_at
 from suanli.spec.problems import Problem
@@ -26,6 +27,7 @@ def check_references(docs: Documents) -> list[Problem]:
     where: dict[str, str] = {}  # name -> "FILE (document N, spec.sites[I])", for messages
     nodes = _NodeNames()
     kinds: set[str] = set()
+    problems += _fleet_size(docs)
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -47,7 +49,7 @@ def check_references(docs: Documents) -> list[Problem]:
                 problems.append(problem_at(fl.src, ("spec", "links", i, "between"), f"a link between {sorted(pair)} is defined twice"))
             links.add(pair)
 
-    tenants = {t.name for t in docs.tenants}
+    tenants = {t.name: t.doc.spec.max_priority for t in docs.tenants}
     for t in docs.tenants:
         for key in (t.doc.spec.quota or {}):
             if key not in ("cpu", "memory") and key not in kinds and docs.fleets:
@@ -81,17 +83,26 @@ def check_references(docs: Documents) -> list[Problem]:
 
 def check_application(app: Loaded, world) -> list[Problem]:
     """An Application document's references (tenant, virtual cluster, sites)
-    checked against a world already built (a live control plane's)."""
-    vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default}
+    and its priorities (within its tenant's ``maxPriority``), checked against
+    a world already built (a live control plane's). Only the tenant's own
+    virtual clusters are known to it: another tenant's is as missing as one
+    that does not exist, and no message names it."""
+    tenant = app.doc.metadata.tenant
+    vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default and vc.tenant == tenant}
     sites = {s.name: s.tier for s in world.fleet.sites}
-    return _check_app(app, app.doc.metadata.tenant, app.doc.spec, ("spec",), world.tenants, vcs, sites)
+    tenants = {name: t.max_priority for name, t in world.tenants.items()}
+    return _check_app(app, tenant, app.doc.spec, ("spec",), tenants, vcs, sites)
 
 
-def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants, vcs, sites) -> list[Problem]:
+def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str, int | None], vcs,
+               sites) -> list[Problem]:
+    """``tenants``: each tenant's maxPriority (None: no ceiling of its own)."""
     out: list[Problem] = []
     if tenant not in tenants:
         where = ("metadata", "tenant") if base == ("spec",) else base[:-1] + ("tenant",)
         out.append(_missing(src, where, "tenant", tenant, tenants))
+    else:
+        out += _priorities_within(src, tenant, tenants[tenant], spec, base)
     vc = spec.virtual_cluster
     if vc is not None:
         if vc not in vcs:
@@ -108,6 +119,36 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants, vcs, sites)
                 if name is not None and name not in sites:
                     out.append(_missing(src, here + ("data", key), "site", name, sites))
     return out
+
+
+def _priorities_within(src: Loaded, tenant: str, ceiling: int | None, spec, base: tuple) -> list[Problem]:
+    """Priorities above the tenant's maxPriority (its admin's ceiling), where written."""
+    if ceiling is None:
+        return []
+    out = []
+    if spec.priority > ceiling:
+        out.append(problem_at(src.src, base + ("priority",),
+                              f"priority {spec.priority} is above tenant {tenant}'s maxPriority {ceiling}"))
+    for i, comp in enumerate(spec.components):
+        if comp.priority is not None and comp.priority > ceiling:
+            out.append(problem_at(src.src, base + ("components", i, "priority"),
+                                  f"priority {comp.priority} is above tenant {tenant}'s maxPriority {ceiling}"))
+    return out
+
+
+def _fleet_size(docs: Documents) -> list[Problem]:
+    """At most ``FLEET_NODES`` nodes over all Fleet documents: named at the node
+    group that goes past it."""
+    total = 0
+    for fl in docs.fleets:
+        for i, site in enumerate(fl.doc.spec.sites):
+            for j, g in enumerate(site.node_groups):
+                total += g.count
+                if total > q.FLEET_NODES:
+                    return [problem_at(fl.src, ("spec", "sites", i, "nodeGroups", j, "count"),
+                                       f"the fleet reaches {total} nodes here; "
+                                       f"at most {q.FLEET_NODES} nodes in all Fleet documents")]
+    return []
 
 
 def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list[Problem]:

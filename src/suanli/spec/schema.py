@@ -35,6 +35,24 @@ BandwidthMbps = Annotated[float, BeforeValidator(q.parse_bandwidth_mbps)]
 DurationS = Annotated[float, BeforeValidator(q.parse_duration_s)]
 RatePerS = Annotated[float, BeforeValidator(q.parse_rate_per_s)]
 DistributionQ = Annotated[q.Distribution, BeforeValidator(q.parse_distribution)]
+CheckpointS = Annotated[float, BeforeValidator(lambda v: q.parse_duration_s(v, q.CHECKPOINT))]
+StopGraceS = Annotated[float, BeforeValidator(lambda v: q.parse_duration_s(v, q.STOP_GRACE))]
+
+
+def bounded(tp: type, limit: q.Limit, *constraints: Any) -> Any:
+    """``tp`` (int or float) within ``limit``, after ``constraints`` (Field(ge=...)).
+
+    A number above the limit is refused before pydantic converts it (an int
+    of hundreds of digits is not a float), and the converted value is checked
+    again (a numeric string, a value below the limit); ``constraints`` speak
+    first for what they cover ("expected a number > 0")."""
+
+    def too_big(value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit.most:
+            limit.check(value)
+        return value
+
+    return Annotated[(tp, *constraints, AfterValidator(limit.validator()), BeforeValidator(too_big))]
 
 
 def _listify(value: Any) -> Any:
@@ -102,14 +120,14 @@ class FabricsSpec(Base):
 
 class NodeGroupSpec(Base):
     name: Name
-    count: Annotated[int, Field(ge=0)]
+    count: bounded(int, q.NODES, Field(ge=0))
     arch: Name
     cpu: CpuMilli
     memory: MemMiB
     accelerators: list[DeviceSpec] = []
     fabrics: FabricsSpec = FabricsSpec()
     labels: dict[str, str] = {}
-    cost_per_hour: Annotated[float, Field(ge=0)] | None = None
+    cost_per_hour: bounded(float, q.COST_PER_HOUR, Field(ge=0)) | None = None
 
     @field_validator("accelerators")
     @classmethod
@@ -122,7 +140,7 @@ class SiteSpec(Base):
     name: Name
     tier: Tier
     region: str = ""
-    intra_site_rtt_ms: Annotated[float, Field(ge=0)] = 0.2
+    intra_site_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) = 0.2
     labels: dict[str, str] = {}
     node_groups: list[NodeGroupSpec] = []
 
@@ -135,7 +153,7 @@ class SiteSpec(Base):
 
 class LinkSpec(Base):
     between: tuple[Name, Name]
-    rtt_ms: Annotated[float, Field(ge=0)]
+    rtt_ms: bounded(float, q.RTT_MS, Field(ge=0))
     bandwidth: BandwidthMbps
 
     @field_validator("between")
@@ -155,9 +173,12 @@ class FleetSpec(Base):
 
 
 class TenantSpec(Base):
-    weight: Annotated[float, Field(gt=0)] = 1.0
+    weight: bounded(float, q.WEIGHT, Field(gt=0)) = 1.0
     quota: dict[str, int] | None = None
     allowed_sites: StrList = ["*"]
+    # the admin's ceiling on the tenant's priorities: above it an application is
+    # refused; against other tenants a priority counts up to it (None: 0)
+    max_priority: bounded(int, q.MAX_PRIORITY, Field(ge=0)) | None = None
 
     @field_validator("quota", mode="before")
     @classmethod
@@ -171,11 +192,11 @@ class TenantSpec(Base):
         for key, raw in value.items():
             try:
                 if key == "cpu":
-                    out[key] = q.parse_cpu_milli(raw)
+                    out[key] = q.parse_cpu_milli(raw, q.MAX_QUOTA_CPU)
                 elif key == "memory":
-                    out[key] = q.parse_mem_mib(raw)
+                    out[key] = q.parse_mem_mib(raw, q.MAX_QUOTA_MEMORY)
                 else:
-                    out[str(key)] = q.parse_device_milli(raw)
+                    out[str(key)] = q.parse_device_milli(raw, q.MAX_QUOTA_DEVICES)
             except q.QuantityError as exc:
                 raise FieldError((key,), str(exc)) from None
         return out
@@ -213,7 +234,7 @@ class ResourcesSpec(Base):
 
 class NearSpec(Base):
     site: Name
-    max_rtt_ms: Annotated[float, Field(ge=0)] | None = None
+    max_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) | None = None
 
 
 class PlatformSpec(Base):
@@ -234,9 +255,9 @@ class SelectorSpec(Base):
 
 class HostGroupSpec(Base):
     name: Name
-    count: Annotated[int, Field(ge=0)] | None = None
-    min: Annotated[int, Field(ge=0)] | None = None
-    max: Annotated[int, Field(ge=0)] | None = None
+    count: bounded(int, q.HOSTS, Field(ge=0)) | None = None
+    min: bounded(int, q.HOSTS, Field(ge=0)) | None = None
+    max: bounded(int, q.HOSTS, Field(ge=0)) | None = None
     resources: ResourcesSpec
     coupling: Coupling | None = None
     sites: SelectorSpec = SelectorSpec()
@@ -286,8 +307,8 @@ class VirtualClusterSpec(Base):
 
 
 class GangSpec(Base):
-    size: Annotated[int, Field(ge=1)]
-    min_size: Annotated[int, Field(ge=1)] | None = None
+    size: bounded(int, q.MEMBERS, Field(ge=1))
+    min_size: bounded(int, q.MEMBERS, Field(ge=1)) | None = None
 
     @model_validator(mode="after")
     def _min_le_size(self) -> "GangSpec":
@@ -297,13 +318,13 @@ class GangSpec(Base):
 
 
 class ScalingSpec(Base):
-    efficiency: Annotated[float, Field(gt=0, le=1)] = 1.0
+    efficiency: bounded(float, q.EFFICIENCY, Field(gt=0, le=1)) = 1.0
 
 
 class StateSpec(Base):
     kind: Literal["stateless", "stateful"] = "stateless"
     size: MemMiB = 0
-    checkpoint_every: DurationS | None = None
+    checkpoint_every: CheckpointS | None = None
 
     @model_validator(mode="after")
     def _stateful_fields(self) -> "StateSpec":
@@ -336,8 +357,8 @@ class RunSpec(Base):
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
     restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
-    max_restarts: Annotated[int, Field(ge=0)] = MAX_RESTARTS
-    stop_grace: Annotated[DurationS, Field(gt=0)] = 10.0
+    max_restarts: bounded(int, q.RESTARTS, Field(ge=0)) = MAX_RESTARTS
+    stop_grace: Annotated[StopGraceS, Field(gt=0)] = 10.0
 
     @field_validator("env")
     @classmethod
@@ -351,7 +372,7 @@ class RunSpec(Base):
 class ComponentSpec(Base):
     name: Name
     lifetime: Literal["job", "service"] = "job"
-    replicas: Annotated[int, Field(ge=0)] | None = None
+    replicas: bounded(int, q.MEMBERS, Field(ge=0)) | None = None
     gang: GangSpec | None = None
     coupling: Coupling | None = None
     resources: ResourcesSpec = ResourcesSpec()
@@ -364,7 +385,7 @@ class ComponentSpec(Base):
     near: NearSpec | None = None
     affinity: AffinitySpec | None = None
     anti_affinity: AntiAffinitySpec | None = None
-    priority: int | None = None
+    priority: bounded(int, q.PRIORITY) | None = None
     preemptible: bool | None = None
     run: RunSpec | None = None
 
@@ -393,7 +414,7 @@ class ComponentSpec(Base):
 
 class ApplicationSpec(Base):
     virtual_cluster: Name | None = None
-    priority: int = 0
+    priority: bounded(int, q.PRIORITY) = 0
     preemptible: bool = True
     components: Annotated[list[ComponentSpec], Field(min_length=1)]
 
@@ -401,6 +422,9 @@ class ApplicationSpec(Base):
     @classmethod
     def _unique(cls, value: list[ComponentSpec]) -> list[ComponentSpec]:
         _unique(value, "name", "component name", "is used twice")
+        if sum(c.size for c in value) > q.APP_TASKS:
+            raise ValueError(f"the components have {sum(c.size for c in value)} tasks together; "
+                             f"an application has at most {q.APP_TASKS}")
         for field, what in (("affinity", "affinity"), ("anti_affinity", "antiAffinity")):
             scopes: dict[str, tuple[str, str]] = {}  # group -> (first component, its scope)
             for i, c in enumerate(value):
@@ -562,9 +586,11 @@ def _parse_budget(value: Any) -> Any:
         if not 0 < pct <= 100:
             raise ValueError(f"a percentage must be above 0% and at most 100%, got {value!r}")
         return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > q.MEMBERS.most:
+        q.MEMBERS.check(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected a count (1 or more) or a percentage like '25%', got {value!r}")
-    return value
+        raise ValueError(f"expected a count (1 or more) or a percentage like '25%', got {q.show(value)}")
+    return q.MEMBERS.check(value)
 
 
 DisruptionBudget = Annotated[Union[int, str], BeforeValidator(_parse_budget)]
@@ -573,7 +599,7 @@ DisruptionBudget = Annotated[Union[int, str], BeforeValidator(_parse_budget)]
 class ReschedulingPolicy(Base):
     enabled: bool = True
     hysteresis: DurationS = 60.0
-    max_concurrent_migrations: Annotated[int, Field(ge=1)] = 8
+    max_concurrent_migrations: bounded(int, q.MIGRATIONS, Field(ge=1)) = 8
     # at most this many of a component's replicas disturbed at once by voluntary
     # moves (returns, reclaim, defragmentation, drains); at least one
     disruption_budget: DisruptionBudget = "25%"
@@ -595,7 +621,7 @@ class PolicySpec(Base):
 
 class ScenarioSpec(Base):
     include: list[str] = []
-    seed: int = 0
+    seed: bounded(int, q.SEED) = 0
     until: DurationS | None = None
     arrivals: list[ArrivalSpec] = []
     generators: list[GeneratorSpec] = []
