@@ -78,3 +78,14 @@ def every(http: httpx.Client, path: str, **params) -> list:
         if not cursor:
             return out
         params = {**params, "cursor": cursor}
+
+
+def wait(pred, timeout: float = 30.0, what: str = "the condition"):
+    """``pred()``'s first true value, asked every 20 ms; fails after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from conftest import EXAMPLES
 from postgres import Postgres
+from serving import wait
 
 from suanli.server.api import Limits, create_api
 from suanli.server.controller import Controller
@@ -61,13 +62,7 @@ class Live:
     b: dict
 
     def wait(self, pred, timeout: float = 10.0, what: str = "the condition"):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            value = pred()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}")
+        return wait(pred, timeout, what)
 
     def tasks(self, who: dict, **params) -> list[dict]:
         r = self.client.get("/v1/tasks", headers=who, params=params)
