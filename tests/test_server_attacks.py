@@ -141,7 +141,8 @@ def test_a_poison_quantity_is_refused_and_scheduling_goes_on(city, resources, pa
 
 
 @pytest.mark.parametrize("field, value", [
-    ("replicas", 10**12), ("duration", "99999999999999999999d"), ("duration", 1e308), ("work", "1e300h"),
+    ("replicas", 10**12), ("duration", "99999999999999999999d"), ("duration", 1e308),
+    ("work", "999999999999999999999999h"),
 ])
 def test_absurd_counts_and_durations_are_refused(city, field, value):
     doc = app("absurd", lifetime="job", duration="1m")
