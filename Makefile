@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/bench_fgd.py
 	$(BIN)/python bench/bench_serve.py
+	$(BIN)/python bench/bench_serve.py --streams 100
 	$(BIN)/python bench/bench_executors.py --executor local --tasks 1000
 	$(BIN)/python bench/bench_executors.py --executor ray --tasks 200 --rate 20
 
