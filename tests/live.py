@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,7 +67,7 @@ metadata: {name: hello}
 spec:
   components:
     - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m}, %s
-       run: {command: [sh, -c, "echo hello from $SUANLI_NODE"]}}
+       run: {command: [sh, -c, "echo hello from $SUANLI_NODE as uid $(id -u), admin token ${SUANLI_ADMIN_TOKEN:-unseen}"]}}
 """
 
 
@@ -81,3 +82,10 @@ def hello_ran(folder: Path, env: dict, timeout: float, extra: str = "") -> subpr
         assert time.monotonic() < deadline, "the task did not finish"
         time.sleep(0.2)
     return suanli("logs", "hello/say/0", env=env)
+
+
+def ran_as_a_tenant(log: str) -> bool:
+    """The hello task's line says it saw no admin token and, where the control
+    plane runs as root, ran as a tenant's own user (uids from 2000000)."""
+    m = re.search(r"as uid (\d+), admin token (\S+)", log)
+    return m is not None and m.group(2) == "unseen" and (os.geteuid() != 0 or int(m.group(1)) >= 2_000_000)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from live import GAME, LIVE, events, hello_ran, log_text, placements, runs_of, simulated, suanli, ticks
+from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, placements, runs_of, simulated, suanli, ticks
 
 from suanli.executors.confine import Confinement
 
@@ -215,6 +215,7 @@ def test_serve_runs_tasks_on_the_local_executor_and_serves_their_logs(tmp_path):
             as_me = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": mine}
             r = hello_ran(tmp_path, as_me, timeout=30)
             assert r.returncode == 0 and "hello from " in r.stdout and "--- suanli: " in r.stdout
+            assert ran_as_a_tenant(r.stdout), r.stdout
             r = suanli("logs", "hello/say/0", env={**as_me, "SUANLI_TOKEN": theirs})
             assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr
         finally:

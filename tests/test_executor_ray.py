@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from live import GAME, LIVE, events, hello_ran, log_text, placements, runs_of, simulated, suanli
+from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, placements, runs_of, simulated, suanli
 
 from raycluster import LocalRayCluster
 
@@ -159,5 +159,6 @@ def test_serve_runs_tasks_on_the_ray_executor(cluster, tmp_path):
             r = hello_ran(tmp_path, mine, timeout=60, extra="near: {site: edge-1},")
             assert r.returncode == 0, r.stderr
             assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
+            assert ran_as_a_tenant(r.stdout), r.stdout  # the actor's task: no server secret, a tenant's uid
         finally:
             server.stop()
