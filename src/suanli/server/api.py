@@ -334,14 +334,6 @@ class RateLimiter:
                 self._buckets.popitem(last=False)
             return wait
 
-    def would_wait(self, key: str) -> float:
-        """The seconds until one more would be allowed (nothing is taken)."""
-        now = time.monotonic()
-        with self._lock:
-            level, at = self._buckets.get(key, (float(self.burst), now))
-        level = min(float(self.burst), level + (now - at) * self.rate)
-        return 0.0 if level >= 1 else (1 - level) / self.rate
-
     def __len__(self) -> int:
         return len(self._buckets)
 
