@@ -83,7 +83,8 @@ class Reference:
     def __init__(self, table: CandidateTable, fleet) -> None:
         n = table.n
         self.n = n
-        self.rtt = fleet.network.rtt_ms.tolist()
+        net = fleet.network  # the all-pairs matrix, column by column: a reference for small fleets
+        self.rtt = np.stack([net.rtt_to(s) for s in range(len(fleet.sites))], axis=1).tolist()
         self.site = table.site[:n].tolist()
         self.arch = table.arch[:n].tolist()
         self.enabled = table.enabled[:n].tolist()

@@ -461,8 +461,8 @@ def test_autopilot_preempts_infotainment_on_the_car(examples):
     assert not [e for e in info if e["task"] == "infotainment/game/0" and e["kind"] == "preempted"]
     for e in [e for e in info if e["kind"] == "placed" and e["t"] >= 600]:
         comp = sim.tasks[e["task"]].component
-        rtt = sim.world.fleet.network.rtt_ms[sim.world.fleet.site_index[e["site"]],
-                                             sim.world.fleet.site_index["car-1"]]
+        rtt = sim.world.fleet.network.rtt(sim.world.fleet.site_index[e["site"]],
+                                          sim.world.fleet.site_index["car-1"])
         assert rtt <= comp.near.max_rtt_ms
 
 
@@ -678,7 +678,7 @@ def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive
         assert placed[task][-1]["site"] == "car-1" and placed[task][-1]["t"] <= d + 300
         assert sim.tasks[task].status == "running"
         for e in placed[task]:
-            rtt = fleet.network.rtt_ms[fleet.site_index[e["site"]], fleet.site_index["car-1"]]
+            rtt = fleet.network.rtt(fleet.site_index[e["site"]], fleet.site_index["car-1"])
             assert rtt <= sim.tasks[task].component.near.max_rtt_ms
     for task in ("autopilot/perception/0", "autopilot/control/0"):
         assert placed[task][0]["site"] == "car-1" and a <= placed[task][0]["t"] <= a + 60

@@ -118,14 +118,14 @@ def compile_request(
     if near is not None:
         near_site, near_max = fleet.site_index[near.site], near.max_rtt_ms
         if near_max is not None:
-            within = fleet.network.rtt_ms[:, near_site] <= near_max
+            within = fleet.network.rtt_to(near_site) <= near_max
             site_checks.append((f"beyond {near_max:g} ms of {near.site}", within))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
-        site_checks.append((f"data site {fleet.sites[s].name} unreachable", fleet.network.reachable[:, s]))
+        site_checks.append((f"data site {fleet.sites[s].name} unreachable", fleet.network.reachable_to(s)))
     if state_site is not None:
         s = fleet.site_index[state_site]
-        site_checks.append((f"state at {state_site} unreachable", fleet.network.reachable[:, s]))
+        site_checks.append((f"state at {state_site} unreachable", fleet.network.reachable_to(s)))
         data_idx += (s,)
     arch_codes = None
     if arch is not None:

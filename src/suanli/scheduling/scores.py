@@ -82,12 +82,15 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
     """Lower rtt to the near site is better, steeply: being on the site itself
     outweighs the devices score, being one hop away does not."""
-    rtt = network.rtt_ms[table.site[rows], req.near_site]
+    rtt = network.rtt_to(req.near_site)[table.site[rows]]
     return 100.0 / (1.0 + rtt / _NEAR_RTT_MS)
 
 
 def data(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
-    rtt = network.rtt_ms[np.ix_(table.site[rows], list(req.data_sites))].sum(axis=1)
+    sites = table.site[rows]
+    rtt = np.zeros(len(sites))
+    for s in req.data_sites:  # a column per data site, not a row per candidate
+        rtt += network.rtt_to(s)[sites]
     return 100.0 / (1.0 + rtt / _DATA_RTT_MS)
 
 

@@ -43,16 +43,16 @@ def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
     if not state_bytes or from_node == to_node:
         return 0.0  # nothing to move, or it stays where it is
     a, b = fleet.node_site[from_node], fleet.node_site[to_node]
-    bw = fleet.network.bandwidth_mbps[a, b]
+    bw = fleet.network.bandwidth(a, b)
     bw = INTRA_SITE_MBPS if not np.isfinite(bw) else float(bw)
     if bw <= 0:
         return float("inf")  # no path: the state cannot travel
-    return state_bytes * 8 / (bw * 1e6) + float(fleet.network.rtt_ms[a, b]) / 1000
+    return state_bytes * 8 / (bw * 1e6) + fleet.network.rtt(a, b) / 1000
 
 
 def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
     fleet, state = sim.world.fleet, sim.state
-    rtt = fleet.network.rtt_ms
+    network = fleet.network
     moves: list[Move] = []
     for task, comp in list(sim.near_running.items()):
         if len(moves) >= limit:
@@ -67,12 +67,13 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         vcs = state.vcs[p.vc]
         table = vcs.table
         near = fleet.site_index[comp.near.site]
-        here = rtt[table.site[p.alloc.row], near]
+        to_near = network.rtt_to(near)
+        here = to_near[table.site[p.alloc.row]]
         if here <= fleet.sites[near].intra_site_rtt_ms:
             continue  # already on its site
         req = sim.business.request(comp, rec.tenant)
         mask = feasible(table, req, TaskExtras(sim.business, vcs).checks(req, table))
-        mask &= rtt[table.view("site"), near] < here
+        mask &= to_near[table.view("site")] < here
         if not mask.any():
             continue
         row = pick(table, req, mask, fleet.network, sim.rng)

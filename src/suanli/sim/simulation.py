@@ -850,13 +850,13 @@ class Simulation:
         """Running tasks now farther from their near site than their bound
         (placement never does this; links going down can)."""
         fleet = self.world.fleet
-        rtt = fleet.network.rtt_ms
+        network = fleet.network
         count = 0
         for task, comp in self.near_running.items():
             if comp.near.max_rtt_ms is None:
                 continue  # a preference only
             node = self.state.placements[task].host.node
-            if rtt[fleet.node_site[node], fleet.site_index[comp.near.site]] > comp.near.max_rtt_ms:
+            if network.rtt(fleet.node_site[node], fleet.site_index[comp.near.site]) > comp.near.max_rtt_ms:
                 count += 1
         return count
 
