@@ -906,10 +906,15 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                 "expires_at": iso(row.expires_at)}
 
     @api.get("/v1/tokens", response_model=list[TokenInfo], responses=ADMIN_ERRORS)
-    def list_tokens(who: Principal = Depends(admin)):
-        """Every token, oldest first, in any state: id, tenant, name, source, state and times."""
+    def list_tokens(request: Request, response: Response, who: Principal = Depends(admin),
+                    limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
+        """Tokens, oldest first, in any state: id, tenant, name, source, state and
+        times; a page at a time, as the other listings."""
         now = time.time()
-        return [token_info(r, now) for r in store.tokens()]
+        rows = store.tokens(after=_cursor(cursor, _an_id), limit=limit)
+        if len(rows) == limit:
+            _next_page(request, response, rows[-1].id)
+        return [token_info(r, now) for r in rows]
 
     @api.delete("/v1/tokens/{token_id}", status_code=204, responses=ADMIN_ERRORS)
     def revoke_token(token_id: str, who: Principal = Depends(admin)):

@@ -74,6 +74,17 @@ class Client:
             self._problem(r, where)
         return r
 
+    def every(self, path: str, params: dict | None = None) -> list:
+        """All items of a listing, following its pages (``X-Next-Cursor``)."""
+        items, params = [], dict(params or {})
+        while True:
+            r = self.request("GET", path, params=params)
+            items += r.json()
+            cursor = r.headers.get("x-next-cursor")
+            if not cursor:
+                return items
+            params["cursor"] = cursor
+
     def _problem(self, r, where: str) -> None:
         try:
             body = r.json()
@@ -245,14 +256,7 @@ def register(app: typer.Typer) -> None:
         path = {"apps": "/v1/applications", "tasks": "/v1/tasks", "vcs": "/v1/vcs", "nodes": "/v1/nodes",
                 "tenants": "/v1/tenants"}[kind.value]
         params = {"app": app_name} if app_name and kind is Kind.tasks else {}
-        items = []
-        while True:  # listings come a page at a time
-            r = client.request("GET", path, params=params)
-            items += r.json()
-            cursor = r.headers.get("x-next-cursor")
-            if not cursor:
-                break
-            params = {**params, "cursor": cursor}
+        items = client.every(path, params)
         if output is Output.json:
             sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
             return
@@ -381,7 +385,7 @@ def register(app: typer.Typer) -> None:
 
         Each with its id, tenant, name, source, state and times; the tokens
         themselves are not kept, so they are never shown."""
-        items = Client(server, token).request("GET", "/v1/tokens").json()
+        items = Client(server, token).every("/v1/tokens")
         if output is Output.json:
             sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
             return

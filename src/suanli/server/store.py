@@ -592,10 +592,16 @@ class Store:
         """A new token for ``tenant`` (None: an admin), to be shown once."""
         return self.issue(tenant, ttl_s=ttl_s, name=name)[0]
 
-    def tokens(self) -> list[TokenRow]:
-        """Every token's row, oldest first, in any state (revoked and expired ones too)."""
+    def tokens(self, after: int | None = None, limit: int | None = None) -> list[TokenRow]:
+        """Tokens' rows, oldest first, in any state (revoked and expired ones too);
+        ``after``: past that row id, ``limit``: at most that many."""
+        q = select(TokenRow).order_by(TokenRow.id)
+        if after is not None:
+            q = q.where(TokenRow.id > after)
+        if limit is not None:
+            q = q.limit(limit)
         with self.session() as s:
-            return list(s.scalars(select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)))
+            return list(s.scalars(q))
 
     def revoke(self, token_id: str) -> bool:
         """Revoke a token by its public id (once: revoking again keeps the first
