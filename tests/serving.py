@@ -67,17 +67,24 @@ class Server:
                 self.kill()
 
 
-def every(http: httpx.Client, path: str, **params) -> list:
-    """All items of a listing, following its pages (``X-Next-Cursor``)."""
-    out: list = []
+def pages(http, path: str, headers: dict | None = None, **params) -> list[list]:
+    """The pages of a listing, following ``X-Next-Cursor`` (each page but the
+    last also links the next one); ``http``: an HTTP client or a test client."""
+    out: list[list] = []
     while True:
-        r = http.get(path, params=params)
+        r = http.get(path, params=params, headers=headers or {})
         assert r.status_code == 200, r.text
-        out += r.json()
+        out.append(r.json())
         cursor = r.headers.get("x-next-cursor")
         if not cursor:
             return out
+        assert 'rel="next"' in r.headers["link"]
         params = {**params, "cursor": cursor}
+
+
+def every(http, path: str, **params) -> list:
+    """All items of a listing, page after page."""
+    return [item for page in pages(http, path, **params) for item in page]
 
 
 def wait(pred, timeout: float = 30.0, what: str = "the condition"):
