@@ -8,6 +8,7 @@ and the records stay consistent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,30 @@ class Host:
 
     def __repr__(self) -> str:
         return f"Host({self.vc!r}, {self.name!r}, group={self.group!r}, node={self.node})"
+
+
+class TenantRows(Mapping):
+    """A tenant's row of a ``[T, R]`` table by tenant name: ``rows[name]`` is a
+    view of the row (so ``rows[name] += vec`` updates the table in place);
+    assigning a name writes its row. Tenants are fixed: none is added or removed."""
+
+    __slots__ = ("_index", "_table")
+
+    def __init__(self, index: dict[str, int], table: np.ndarray) -> None:
+        self._index = index
+        self._table = table
+
+    def __getitem__(self, tenant: str) -> np.ndarray:
+        return self._table[self._index[tenant]]
+
+    def __setitem__(self, tenant: str, row: np.ndarray) -> None:
+        self._table[self._index[tenant]] = row
+
+    def __iter__(self):
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 @dataclass
@@ -125,8 +150,13 @@ class PlacementState:
         self.nodes = CandidateTable.from_fleet(world.fleet)
         r = len(self.fleet.resources)
         self.total = self.fleet.total_capacity().astype(np.int64)
-        self.tenant_used: dict[str, np.ndarray] = {t: np.zeros(r, np.int64) for t in world.tenants}
-        self.quota: dict[str, np.ndarray] = {t: self._quota_vector(t) for t in world.tenants}
+        # per tenant, by its index: what it holds and its quota, int64 [T, R]
+        self.tenant_index: dict[str, int] = {t: i for i, t in enumerate(world.tenants)}
+        self.used = np.zeros((len(self.tenant_index), r), np.int64)
+        self.quota_table = np.array([self._quota_vector(t) for t in world.tenants], np.int64).reshape(-1, r)
+        self.weights = np.array([float(t.weight) for t in world.tenants.values()], np.float64)
+        self.tenant_used = TenantRows(self.tenant_index, self.used)
+        self.quota = TenantRows(self.tenant_index, self.quota_table)
         self.vcs: dict[str, VCState] = {}
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
@@ -184,9 +214,24 @@ class PlacementState:
             vc.component = comps.pop() if len(comps) == 1 else -1
 
     def dominant_share(self, tenant: str) -> float:
-        used = self.tenant_used[tenant]
+        """One tenant's weighted dominant share: its largest fraction of any
+        resource of the fleet, divided by its weight."""
+        used = self.used[self.tenant_index[tenant]]
         share = used / np.maximum(self.total, 1)
         return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
+
+    def dominant_shares(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """float[T] (or float[len(rows)] for the tenant indices ``rows``): the
+        weighted dominant shares of many tenants in one array operation, the
+        same values as ``dominant_share`` of each."""
+        used = self.used if rows is None else self.used[rows]
+        weights = self.weights if rows is None else self.weights[rows]
+        share = used / np.maximum(self.total, 1)
+        return share.max(axis=1, initial=0.0) / weights
+
+    def share_by_tenant(self) -> dict[str, float]:
+        """Every tenant's weighted dominant share by name (one array operation)."""
+        return dict(zip(self.tenant_index, self.dominant_shares().tolist()))
 
     # ------------------------------------------------------------ hosts
 

@@ -48,7 +48,7 @@ class Recorder:
         self.used: list[np.ndarray] = []  # [tier, resource] per sample
         self.reserved: list[np.ndarray] = []  # [tier, resource]: held by hosts and claims
         self.fragmented: list[np.ndarray] = []  # [kind]: stranded free share / capacity
-        self.shares: list[dict[str, float]] = []
+        self.shares: list[np.ndarray] = []  # per sample: float[T] unweighted dominant shares, by tenant index
         self.violations: list[int] = []
         self._stride, self._skipped = 1, 0
         # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
@@ -173,10 +173,10 @@ class Recorder:
                 setattr(self, name, lst[:-1:2] + lst[-1:])
             self._stride *= 2
 
-    def _shares(self) -> dict[str, float]:
-        """Tenants' dominant shares now."""
-        return {name: round(self.state.dominant_share(name) * t.weight, 6)
-                for name, t in self.state.world.tenants.items()}
+    def _shares(self) -> np.ndarray:
+        """Tenants' dominant shares now, float[T] by tenant index (one array
+        operation; rounded only when the timeline is read)."""
+        return self.state.dominant_shares() * self.state.weights
 
     # ------------------------------------------------------------ figures
 
@@ -197,8 +197,14 @@ class Recorder:
         out["fragmented_share"] = {kind: [round(float(x), 4) for x in frag[:, k]]
                                    for k, kind in enumerate(self.state.fleet.kinds.names)}
         out["near_violations"] = list(self.violations)
-        out["dominant_share"] = {name: [s[name] for s in self.shares] for name in self.state.world.tenants}
+        out["dominant_share"] = self._share_series()
         return out
+
+    def _share_series(self) -> dict[str, list[float]]:
+        """Each tenant's dominant share per sample, rounded to 6 places."""
+        names = list(self.state.tenant_index)
+        arr = np.array(self.shares).reshape(len(self.shares), len(names))
+        return {name: [round(x, 6) for x in arr[:, i].tolist()] for i, name in enumerate(names)}
 
     def _mean(self, name: str, end: float):
         """Time-weighted mean of a total from the first sample to ``end`` (the value
@@ -322,7 +328,7 @@ def summarize(sim, end: float) -> dict[str, Any]:
         if rec.status == "pending":
             reasons.update(rec.reasons.keys())
     state = sim.state
-    weighted = {n: state.dominant_share(n) for n in state.world.tenants}
+    weighted = state.share_by_tenant()
     log = sim.events
     kinds = log.kinds
     return {

@@ -139,7 +139,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     holding something on a row the unit could use at all. ``fair``: instead,
     units of no higher standing from other tenants above the unit's tenant's
     weighted share (fair-share reclaim)."""
-    share = {t: sim.state.dominant_share(t) for t in sim.world.tenants} if fair else {}
+    share = sim.state.share_by_tenant() if fair else {}
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
@@ -182,7 +182,7 @@ def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
     still at or above the claimant's weighted share? (Shares move toward the
     weights, never past them.)"""
     state = sim.state
-    used = {t: v.copy() for t, v in state.tenant_used.items()}
+    used = {t: state.tenant_used[t].copy() for t in {unit.tenant, *(v.tenant for v in plan)}}  # only these are read
     for v in plan:
         for _, a in v.held:
             used[v.tenant] = used[v.tenant] - a.vec

@@ -668,7 +668,7 @@ class Simulation:
         if policy is None or self._reclaimed_at == t:
             return False
         self._reclaimed_at = t
-        share = {name: self.state.dominant_share(name) for name in self.world.tenants}
+        share = self.state.share_by_tenant()
         top = max(share.values(), default=0.0)
         reclaimed = 0
         hopeless: set[tuple] = set()
