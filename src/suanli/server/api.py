@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import threading
 import time
@@ -38,15 +37,12 @@ from starlette.routing import Match
 from suanli.executors.tasks import safe
 from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
-from suanli.server.controller import PRIVATE, Controller, build_app, internal
+from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
 from suanli.server.remote import ControllerUnavailable, RemoteController
 from suanli.server.streams import EventHub, StreamsFull
-from suanli.server.store import AppRow, Conflict, KeyReused, Principal, Store, TaskRow
+from suanli.server.store import AppRow, Conflict, KeyReused, Principal, Store, TaskRow, digest
 from suanli.server.store import TokenRow, token_state
 from suanli.model.quantities import QuantityError, parse_duration_s
-from suanli.spec.loader import validate_document
-from suanli.spec.problems import Problem
-from suanli.spec.refs import check_application
 
 PROBLEM = "application/problem+json"
 STALL_S = 10.0  # a scheduler whose turns have not gone through for this long is failing
@@ -510,7 +506,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         wait = by_tenant.allow(who.tenant or "")
         if wait:
             raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant")
-        request.state.token = hashlib.sha256(creds.credentials.encode()).hexdigest()  # streams per token
+        request.state.token = digest(creds.credentials)  # streams are counted per token
         return who
 
     async def admin(who: Principal = Depends(principal)) -> Principal:
@@ -554,7 +550,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         body = {"status": "ok" if alive else "failing", "controller": controller.state,
                 "instants": stats.get("instants", 0), "since_turn_s": since,
                 "store": "ok" if trouble is None else trouble,
-                "restarts": getattr(controller, "restarts", 0)}
+                "restarts": controller.restarts}
         return body, alive, ready
 
     @api.get("/healthz", response_model=Health, responses={503: {"model": Health}})
@@ -599,7 +595,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                   "# TYPE suanli_controller_up gauge", f"suanli_controller_up {int(controller.ready)}",
                   "# HELP suanli_controller_restarts_total Times the scheduler's process was started again.",
                   "# TYPE suanli_controller_restarts_total counter",
-                  f"suanli_controller_restarts_total {getattr(controller, 'restarts', 0)}",
+                  f"suanli_controller_restarts_total {controller.restarts}",
                   "# HELP suanli_event_streams Event streams open.", "# TYPE suanli_event_streams gauge",
                   f"suanli_event_streams {hub.open}",
                   "# HELP suanli_http_requests_total HTTP requests answered.",
@@ -698,9 +694,6 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         """Submit an Application document (JSON, or YAML with a YAML content type). A
         repeated ``Idempotency-Key`` with the same document returns the application
         it created first; with another document it answers 422."""
-        if idempotency_key is not None and not idempotency_key.strip():
-            raise ProblemError(400, "Bad Request", "the Idempotency-Key header is blank",
-                               [{"path": "Idempotency-Key", "message": "give a key, or no header"}])
         raw = await request.body()
         return await asyncio.to_thread(_create, raw, request.headers.get("content-type", ""), who, idempotency_key)
 
@@ -715,15 +708,12 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                 raise ProblemError(403, "Forbidden", "a tenant's token submits only the tenant's own applications",
                                    [{"path": "metadata.tenant", "message": f"must be {who.tenant!r} or absent"}])
             doc["metadata"]["tenant"] = tenant = who.tenant
-        found = validate_document("request body", doc)
-        problems = [p for p in found if isinstance(p, Problem)]
-        if not problems:
-            problems = check_application(found[0], world)
+        found, problems = check_document("request body", doc, world)
         if problems:
             raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
                                [{"path": p.path, "message": p.message} for p in problems])
-        name = found[0].name
-        app = build_app(tenant, name, found[0].doc)
+        name = found.name
+        app = build_app(tenant, name, found.doc)
         tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
         try:
             row, new = store.create_app(tenant, name, doc, tasks, key)

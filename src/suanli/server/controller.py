@@ -73,6 +73,17 @@ def node_event(node: str, action: str):
         schema.NodeUpEvent(at=0, kind=kind, node=node)
 
 
+def check_document(display: str, document: dict, world: World) -> tuple[Any, list[Problem]]:
+    """An Application document checked as a file's is (schema, quantities) and
+    then against the world the server runs (tenant, virtual cluster, sites,
+    priorities): what was read, and its problems (none: it may be scheduled)."""
+    found = validate_document(display, document)
+    problems = [p for p in found if isinstance(p, Problem)]
+    if not problems:
+        problems = check_application(found[0], world)
+    return (found[0] if found and not isinstance(found[0], Problem) else None), problems
+
+
 def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) -> Application:
     """The scheduler's application for an accepted document (as stored, or validated already)."""
     if not isinstance(document, schema.ApplicationDoc):
@@ -101,6 +112,7 @@ class Controller:
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
         self.app_ids: set[int] = set()  # the store's applications the scheduler has
         self.last_ok = time.monotonic()  # when a turn last went through
+        self.restarts = 0  # in process, never started again (RemoteController's count)
 
     # ------------------------------------------------------------ life
 
@@ -147,43 +159,37 @@ class Controller:
             self.app_ids.add(app.id)
             lost += [r for r in rows if r.status == "running"]
         now = time.time()
-        if lost:  # the executor's runs ended with the process that ran them
-            why = "not running on the executor after the control plane restarted"
-            self.store.record(
-                [(r.tenant, r.name, {"status": "pending", "node": None, "site": None, "host": None,
-                                     "updated_at": now}) for r in lost],
-                [{"at": now, "kind": "requeued", "tenant": r.tenant, "task": r.name,
-                  "body": {"t": now, "kind": "requeued", "task": r.name, "tenant": r.tenant, "reason": why}}
-                 for r in lost])
+        # the executor's runs ended with the process that ran them
+        self._mark(lost, "requeued", {"status": "pending"},
+                   "not running on the executor after the control plane restarted", now)
         for app, rows, why in refused:
-            self._fail_stored(app, rows, why, now)
+            log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
+            self._mark([r for r in rows if r.status not in ENDED], "failed",
+                       {"status": "failed", "ended_at": now, "reasons": None},
+                       f"not scheduled after the control plane restarted: {why}", now)
 
     def _rebuild(self, app: AppRow) -> Application:
         """A stored application as the scheduler takes it, checked again against the
         world the server runs now (its tenant may be gone, a bound may have come)."""
         if app.tenant not in self.world.tenants:
             raise ValueError(f"tenant {app.tenant!r} is no longer among the server's Tenant documents")
-        found = validate_document("stored application", app.document)
-        problems = [p for p in found if isinstance(p, Problem)]
-        if not problems:
-            problems = check_application(found[0], self.world)
+        found, problems = check_document("stored application", app.document, self.world)
         if problems:
             p = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(f"its document is no longer valid: {p.path}: {p.message}{more}")
-        return build_app(app.tenant, app.name, found[0].doc)
+        return build_app(app.tenant, app.name, found.doc)
 
-    def _fail_stored(self, app: AppRow, rows: list[TaskRow], why: str, now: float) -> None:
-        """Mark a stored application that cannot be scheduled failed, with the reason, and say so."""
-        reason = f"not scheduled after the control plane restarted: {why}"
-        log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
-        open_rows = [r for r in rows if r.status not in ENDED]
+    def _mark(self, rows: list[TaskRow], kind: str, fields: dict[str, Any], reason: str, now: float) -> None:
+        """Stored tasks given ``fields`` (and no placement), each with a ``kind`` event
+        saying why, in one transaction (nothing when there are none)."""
+        if not rows:
+            return
+        fields = {**fields, "node": None, "site": None, "host": None, "updated_at": now}
         self.store.record(
-            [(r.tenant, r.name, {"status": "failed", "node": None, "site": None, "host": None, "ended_at": now,
-                                 "reasons": None, "updated_at": now}) for r in open_rows],
-            [{"at": now, "kind": "failed", "tenant": app.tenant, "task": r.name,
-              "body": {"t": now, "kind": "failed", "task": r.name, "tenant": app.tenant, "reason": reason}}
-             for r in open_rows])
+            [(r.tenant, r.name, fields) for r in rows],
+            [{"at": now, "kind": kind, "tenant": r.tenant, "task": r.name,
+              "body": {"t": now, "kind": kind, "task": r.name, "tenant": r.tenant, "reason": reason}} for r in rows])
 
     # ------------------------------------------------------------ commands (any thread)
 

@@ -163,10 +163,6 @@ class RemoteController:
     def ready(self) -> bool:
         return self._ready and self._proc is not None and self._proc.is_alive()
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
     # ------------------------------------------------------------ commands and questions
 
     def submit(self, app: Application, app_id: int | None = None) -> None:

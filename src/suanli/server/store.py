@@ -494,9 +494,11 @@ class Store:
         return None
 
     def _new_row(self, tenant: str | None, *, source: str = "minted", name: str | None = None,
-                 ttl_s: float | None = None) -> tuple[str, TokenRow]:
-        """A new token and its row (not yet added)."""
-        token, public_id = new_token()
+                 ttl_s: float | None = None, token: str | None = None) -> tuple[str, TokenRow]:
+        """A token and its row (not yet added): a new token, or ``token`` as given
+        (SUANLI_ADMIN_TOKEN), with a new public id."""
+        made, public_id = new_token()
+        token = made if token is None else token
         now = time.time()
         return token, TokenRow(public_id=public_id, digest=keyed_digest(self._key(), token), scheme=KEYED,
                                tenant=tenant, name=name, source=source, created_at=now,
@@ -548,8 +550,7 @@ class Store:
                 if row is None:
                     if s.scalar(select(TokenRow.id).where(replaced).limit(1)) is None:  # never an env row
                         replaced = replaced | (TokenRow.tenant.is_(None) & (TokenRow.scheme == PLAIN))
-                    row = TokenRow(public_id=new_token()[1], digest=keyed_digest(self._key(), token), scheme=KEYED,
-                                   tenant=None, name="SUANLI_ADMIN_TOKEN", source="env", created_at=now)
+                    _, row = self._new_row(None, source="env", name="SUANLI_ADMIN_TOKEN", token=token)
                     s.add(row)
                     s.flush()
                 else:
