@@ -72,6 +72,8 @@ def doc(kind: str, name: str, spec: dict, tenant: str | None = None) -> dict:
 def site_globs(site: dict) -> list[str]:
     """Glob patterns that match this site (and maybe others)."""
     name, tier = site["name"], site["tier"]
+    if name.startswith("car-"):  # a population's site
+        return [name, "car-*", "*-" + name.rsplit("-", 1)[1], name[:-1] + "?", "*"]
     return [name, f"{tier}-*", "*-" + name.rsplit("-", 1)[1], name[:-1] + "?", "*"]
 
 
@@ -151,12 +153,39 @@ def fleet_specs(draw, crossing: bool = False) -> dict:
                     "rttMs": draw(st.integers(0, 60)) / 2,  # halves: sums stay exact
                     "bandwidth": draw(st.sampled_from(["200Mbps", "1Gbps", "10Gbps"])),
                 })
-    return {"sites": sites, "links": links}
+    fleet = {"sites": sites, "links": links}
+    if one_in(draw, 3):
+        fleet["populations"] = [draw(populations(sites))]
+    return fleet
+
+
+@st.composite
+def populations(draw, sites: list[dict]) -> dict:
+    """A few single-node device sites written as a population, attached to the
+    listed sites (rtts in halves, as the links: sums stay exact)."""
+    homes = draw(st.integers(1, min(2, len(sites))))
+    g = {"name": "soc", "count": draw(st.integers(1, 2)), "arch": draw(st.sampled_from(ARCHES)),
+         "cpu": draw(st.sampled_from([2, 4])), "memory": draw(st.sampled_from(["2Gi", "4Gi"]))}
+    if one_in(draw, 2):
+        g["accelerators"] = [{"kind": "npu", "model": draw(st.sampled_from(MODELS["npu"])), "count": 1,
+                              "shareable": draw(st.booleans())}]
+    pop: dict[str, Any] = {"name": "cars", "count": draw(st.integers(1, 12)), "sites": "car-##", "nodeGroups": [g],
+                           "seed": draw(st.integers(0, 3))}
+    if not one_in(draw, 6):
+        pop["attach"] = {"to": {}, "homes": homes, "rttMs": draw(st.integers(0, 10)) / 2,
+                         "bandwidth": draw(st.sampled_from(["100Mbps", "1Gbps"]))}
+    return pop
+
+
+def population_sites(fleet: dict) -> list[dict]:
+    """The population's sites as the listed ones are written (name, tier), for references."""
+    return [{"name": f"car-{k:02d}", "tier": "device"} for p in fleet.get("populations", ()) for k in range(p["count"])]
 
 
 def fleet_kinds(fleet: dict) -> list[str]:
-    return sorted({a["kind"] for s in fleet["sites"] for g in s.get("nodeGroups", ())
-                   for a in g.get("accelerators", ())})
+    groups = [g for s in fleet["sites"] for g in s.get("nodeGroups", ())]
+    groups += [g for p in fleet.get("populations", ()) for g in p["nodeGroups"]]
+    return sorted({a["kind"] for g in groups for a in g.get("accelerators", ())})
 
 
 @st.composite
@@ -287,7 +316,7 @@ def world_docs(draw, mixed_scopes: str | None = None, crossing: bool = False) ->
     for the field named by ``mixed_scopes`` ("affinity" or "antiAffinity").
     Fabric domains nest (see ``nested_fabrics``) unless ``crossing``."""
     fleet = draw(fleet_specs(crossing))
-    sites = fleet["sites"]
+    sites = fleet["sites"] + population_sites(fleet)
     kinds = fleet_kinds(fleet)
     docs = [doc("Fleet", "fleet", fleet)]
     tenants = [f"t{i}" for i in range(draw(st.integers(1, 3)))]
@@ -438,9 +467,10 @@ class Facts:
         self.nodes: dict[str, Node] = {}
         for g in fleet.groups:
             devices = tuple(Device(d.kind, d.model, d.shareable) for d in g.devices for _ in range(d.count))
-            for k in range(g.count):
-                name = f"{fleet.sites[g.site].name}/{g.name}-{k}"
-                self.nodes[name] = Node(name, g.site, g, devices)
+            for site in range(g.site, g.site + g.site_count):  # a population's group is on each of its sites
+                for k in range(g.count):
+                    name = f"{fleet.sites[site].name}/{g.name}-{k}"
+                    self.nodes[name] = Node(name, site, g, devices)
         self.rtt = self._rtt(fleet)
         self.components: dict[str, tuple[Any, Component]] = {}  # task -> (app, component)
         for app in world.apps:

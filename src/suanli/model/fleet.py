@@ -1,8 +1,10 @@
 """The physical world: sites, node groups expanded into nodes, links, fabrics.
 
-``Fleet`` is immutable; its per-node facts are NumPy arrays indexed by node
-number so the scheduler can filter without Python loops. Names are interned
-into integer codes (``Codes``) once here.
+``Fleet`` is immutable; its per-site and per-node facts are NumPy arrays
+indexed by site and node number so the scheduler can filter without Python
+loops. Names are interned into integer codes (``Codes``) once here. A
+population (a million cars) is one row block of the site table and one node
+group per template group spanning all its sites: no object per device.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from suanli.model.network import Network
+from suanli.model.network import Network, _best_links
+from suanli.model.sites import TIERS, Site, SiteSeq, SiteTable
 
-TIERS: tuple[str, ...] = ("cloud", "edge", "device")
+__all__ = ["TIERS", "Site", "DeviceType", "NodeGroup", "Link", "LinkArrays", "Codes", "Fleet"]
 FABRIC_LEVELS: tuple[str, ...] = ("coherent", "ib", "roce", "ethernet")
 COUPLING_LEVELS: tuple[str, ...] = FABRIC_LEVELS + ("wan",)
 CPU, MEM = 0, 1  # resource columns; accelerator kinds follow from column 2
@@ -30,17 +33,10 @@ class DeviceType:
 
 
 @dataclass(frozen=True, slots=True)
-class Site:
-    index: int
-    name: str
-    tier: str
-    region: str = ""
-    intra_site_rtt_ms: float = 0.2
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class NodeGroup:
+    """``count`` nodes on each of the sites ``site`` .. ``site + site_count - 1``
+    (more than one site for a population's template)."""
+
     index: int
     site: int
     name: str
@@ -52,6 +48,11 @@ class NodeGroup:
     fabrics: Mapping[str, str] = field(default_factory=dict)  # level -> domain name
     labels: Mapping[str, str] = field(default_factory=dict)
     cost_per_hour: float | None = None
+    site_count: int = 1
+
+    @property
+    def n_nodes(self) -> int:
+        return self.count * self.site_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,34 @@ class Link:
     b: int
     rtt_ms: float
     bandwidth_mbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class LinkArrays:
+    """Links as columns: site ids ``a``, ``b``, rtt (ms) and bandwidth (Mbps)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    rtt_ms: np.ndarray
+    bandwidth_mbps: np.ndarray
+
+    @staticmethod
+    def of(links: Sequence[Link]) -> "LinkArrays":
+        n = len(links)
+        return LinkArrays(np.fromiter((ln.a for ln in links), np.int64, n),
+                          np.fromiter((ln.b for ln in links), np.int64, n),
+                          np.fromiter((ln.rtt_ms for ln in links), float, n),
+                          np.fromiter((ln.bandwidth_mbps for ln in links), float, n))
+
+    @staticmethod
+    def concat(parts: Sequence["LinkArrays"]) -> "LinkArrays":
+        if not parts:
+            return LinkArrays.of(())
+        return LinkArrays(*(np.concatenate([getattr(p, f) for p in parts])
+                            for f in ("a", "b", "rtt_ms", "bandwidth_mbps")))
+
+    def __len__(self) -> int:
+        return len(self.a)
 
 
 class Codes:
@@ -88,11 +117,15 @@ class Codes:
 class Fleet:
     """Sites, node groups and nodes, with per-node arrays for the scheduler."""
 
-    def __init__(self, sites: Sequence[Site], groups: Sequence[NodeGroup], links: Sequence[Link]):
-        self.sites = tuple(sites)
+    def __init__(self, sites: Sequence[Site] | SiteTable, groups: Sequence[NodeGroup],
+                 links: Sequence[Link] | LinkArrays):
+        self.site_table = sites if isinstance(sites, SiteTable) else SiteTable.of(sites)
+        self.sites = SiteSeq(self.site_table)
         self.groups = tuple(groups)
-        self.links = tuple(links)
-        self.site_index = {s.name: s.index for s in self.sites}
+        self.link_arrays = links if isinstance(links, LinkArrays) else LinkArrays.of(list(links))
+        self._links: tuple[Link, ...] | None = None
+        self.site_index = self.site_table.names  # name -> site id (a mapping that parses population names)
+        self.masks: dict[tuple[str, ...], np.ndarray] = {}  # site globs -> bool[S] (request.site_mask)
         self.kinds = Codes(sorted({d.kind for g in groups for d in g.devices}))
         self.models = Codes(sorted({d.model for g in groups for d in g.devices}))
         self.archs = Codes(sorted({g.arch for g in groups}))
@@ -101,26 +134,42 @@ class Fleet:
         self.resource_keys: tuple[str, ...] = ("cpu_milli", "mem_mib", *(f"{k}_milli" for k in self.kinds.names))
         self.max_devices = max((sum(d.count for d in g.devices) for g in groups), default=0)
 
-        counts = np.array([g.count for g in groups], dtype=np.int64)
+        counts = np.array([g.n_nodes for g in groups], dtype=np.int64)
         self.node_group = np.repeat(np.arange(len(groups), dtype=np.int32), counts)
         self.group_first_node = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.n_nodes = int(counts.sum())
         self._names: list[str] | None = None
-        group_site = np.array([g.site for g in groups], dtype=np.int32)
-        self.node_site = group_site[self.node_group] if len(groups) else np.zeros(0, np.int32)
-        self.site_tier = np.array([TIERS.index(s.tier) for s in self.sites], dtype=np.int8)
+        self.node_site = np.concatenate(
+            [g.site + np.arange(g.n_nodes, dtype=np.int32) // max(g.count, 1) for g in groups]
+        ).astype(np.int32) if len(groups) else np.zeros(0, np.int32)
+        self.site_tier = self.site_table.tier
         self.node_tier = self.site_tier[self.node_site]
         self.node_arch = np.array([self.archs.code(g.arch) for g in groups], dtype=np.int16)[self.node_group]
 
-        fabric = np.full((len(groups), len(FABRIC_LEVELS)), -1, dtype=np.int32)
+        fabric = np.full((len(groups), len(FABRIC_LEVELS)), -1, dtype=np.int64)
+        per_site: list[int] = []  # groups on many sites whose ethernet is each site's own
+        eth = FABRIC_LEVELS.index("ethernet")
         for gi, g in enumerate(groups):
             for li, level in enumerate(FABRIC_LEVELS):
                 name = g.fabrics.get(level)
                 if level == "ethernet" and name is None:
-                    name = self.sites[g.site].name  # every node has an ethernet; the site's by default
+                    if g.site_count > 1:
+                        per_site.append(gi)
+                        continue
+                    name = self.site_table.names.name(g.site)  # every node has an ethernet; the site's by default
                 if name is not None:
                     fabric[gi, li] = self.domains.code(f"{level}:{name}")
         self.node_fabric = fabric[self.node_group]
+        if per_site:  # the sites' own ethernets, numbered past every named domain
+            base = len(self.domains)
+            for gi in per_site:
+                g = groups[gi]
+                first = self.group_first_node[gi]
+                rows = slice(first, first + g.n_nodes)
+                self.node_fabric[rows, eth] = base + self.node_site[rows] - self.node_site[first]
+                base += g.site_count
+        if self.n_nodes < 2**31:
+            self.node_fabric = self.node_fabric.astype(np.int32)
 
         r = len(self.resources)
         cap = np.zeros((len(groups), r), dtype=np.int64)
@@ -142,25 +191,48 @@ class Fleet:
         self.node_dev_kind = dev_kind[self.node_group]
         self.node_dev_model = dev_model[self.node_group]
         self.node_dev_shareable = dev_share[self.node_group]
-        self.network = Network.build(self.sites, self.links)
+        la = self.link_arrays
+        self.network = Network(self.site_table.intra_rtt_ms,
+                               *_best_links(len(self.site_table), la.a, la.b, la.rtt_ms, la.bandwidth_mbps))
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        """The links as objects (made on first use: a big fleet reads ``link_arrays``)."""
+        if self._links is None:
+            la = self.link_arrays
+            self._links = tuple(Link(int(a), int(b), float(r), float(w))
+                                for a, b, r, w in zip(la.a, la.b, la.rtt_ms, la.bandwidth_mbps))
+        return self._links
 
     # ------------------------------------------------------------ names
 
     def node_name(self, node: int) -> str:
-        if self._names is None:  # made once, on first use: events name nodes all the time
-            self._names = [self._name(n) for n in range(self.n_nodes)]
-        return self._names[node]
+        if self._names is None:  # listed groups' names made once, on first use: events name nodes all the time
+            self._names = [self._name(n) for n in range(self._listed_nodes())]
+        return self._names[node] if node < len(self._names) else self._name(node)
+
+    def _listed_nodes(self) -> int:
+        """Nodes before the first group that spans many sites (their names are made when asked)."""
+        for g in self.groups:
+            if g.site_count > 1:
+                return int(self.group_first_node[g.index])
+        return self.n_nodes
 
     def _name(self, node: int) -> str:
         g = self.groups[int(self.node_group[node])]
-        return f"{self.sites[g.site].name}/{g.name}-{node - int(self.group_first_node[g.index])}"
+        local = node - int(self.group_first_node[g.index])
+        site = g.site + local // max(g.count, 1)
+        return f"{self.site_table.names.name(site)}/{g.name}-{local % max(g.count, 1)}"
 
     def node_by_name(self, name: str) -> int:
         site, _, rest = name.partition("/")
         gname, _, idx = rest.rpartition("-")
+        s = self.site_table.names.get(site)
+        if s < 0 or not idx.isdigit():
+            raise KeyError(name)
         for g in self.groups:
-            if self.sites[g.site].name == site and g.name == gname and idx.isdigit() and int(idx) < g.count:
-                return int(self.group_first_node[g.index]) + int(idx)
+            if g.site <= s < g.site + g.site_count and g.name == gname and int(idx) < g.count:
+                return int(self.group_first_node[g.index]) + (s - g.site) * g.count + int(idx)
         raise KeyError(name)
 
     def site_of(self, node: int) -> Site:

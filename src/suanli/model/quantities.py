@@ -346,3 +346,82 @@ def format_duration(seconds: float) -> str:
             out.append(f"{rest // size}{unit}")
             rest %= size
     return "".join(out)
+
+
+# ------------------------------------------------------------------ spreads
+
+
+SPREAD_FORMS = "a value, or uniform(LOW, HIGH), normal(MEAN, SD) or lognormal(MEDIAN, SIGMA) of such values"
+POPULATION = Limit(10_000_000, "10000000")  # sites of one population
+ATTACH_WEIGHT = Limit(1e6, "1000000")  # a site's share of a population's attachments (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A per-member value of a population: fixed, or drawn from a distribution
+    (parameters in canonical units; normal draws are clipped to the limit)."""
+
+    name: str  # fixed | uniform | normal | lognormal
+    params: tuple[float, ...]
+
+    def draw(self, rng, n: int, limit: Limit):
+        import numpy as np
+
+        p = self.params
+        if self.name == "fixed":
+            out = np.full(n, p[0])
+        elif self.name == "uniform":
+            out = rng.uniform(p[0], p[1], n)
+        elif self.name == "normal":
+            out = rng.normal(p[0], p[1], n)
+        else:
+            out = p[0] * np.exp(p[1] * rng.standard_normal(n))
+        return np.clip(out, limit.least or 0.0, limit.most)
+
+    def __str__(self) -> str:
+        return format(self.params[0], "g") if self.name == "fixed" else \
+            f"{self.name}({', '.join(format(x, 'g') for x in self.params)})"
+
+
+def parse_spread(value: object, parse, limit: Limit, what: str) -> Spread:
+    """``2``, ``'100Mbps'``, ``'uniform(1, 5)'``, ``'lognormal(100Mbps, 0.5)'``:
+    ``parse`` reads one value of the quantity (``what`` names its forms)."""
+    forms = f"{SPREAD_FORMS} ({what})"
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(uniform|normal|lognormal)\s*\((.*)\)\s*", value)
+        if m:
+            name, args = m.group(1), [a.strip() for a in m.group(2).split(",")]
+            if len(args) != 2 or not all(args):
+                raise QuantityError(f"{_show(value)} is not {forms}")
+            try:
+                a = parse(args[0])
+                b = float(args[1]) if name == "lognormal" else parse(args[1])
+            except (QuantityError, ValueError) as exc:
+                raise QuantityError(f"{_show(value)} is not {forms}: {exc}") from None
+            if not (math.isfinite(a) and math.isfinite(b)):
+                raise QuantityError(f"{_show(value)} is not {forms}; give finite numbers")
+            if name == "uniform" and a > b:
+                raise QuantityError(f"{_show(value)}: uniform needs LOW <= HIGH")
+            if name == "normal" and b < 0:
+                raise QuantityError(f"{_show(value)}: normal needs SD >= 0")
+            if name == "lognormal" and (a <= 0 or not 0 <= b <= SIGMA.most):
+                raise QuantityError(f"{_show(value)}: lognormal needs MEDIAN > 0 and 0 <= SIGMA <= {SIGMA.shown}")
+            return Spread(name, (a, b))
+    try:
+        return Spread("fixed", (parse(value),))
+    except LimitError:
+        raise
+    except (QuantityError, ValueError):
+        raise QuantityError(f"{_show(value)} is not {forms}") from None
+
+
+def parse_rtt_ms(value: object) -> float:
+    """An rtt in milliseconds: a number >= 0."""
+    text = value.strip().removesuffix("ms").strip() if isinstance(value, str) else value
+    if isinstance(text, str) and re.fullmatch(_NUMBER, text):
+        text = float(text)
+    if _is_number(text) and not isinstance(text, bool):
+        v = float(text)
+        if math.isfinite(v) and v >= 0:
+            return RTT_MS.check(v, value)
+    raise QuantityError(f"{_show(value)} is not an rtt in ms (a number >= 0)")

@@ -147,6 +147,12 @@ class Application:
     priority: int
     preemptible: bool
     components: tuple[Component, ...]
+    template: str | None = None  # the document it was made from, when made per site (``each``)
+
+    @property
+    def document(self) -> str:
+        """The Application document's name: arrivals and deletions name it."""
+        return self.template or self.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
-from suanli.model.fleet import Fleet
+from suanli.model.fleet import TIERS, Fleet
 from suanli.model.work import Near, Resources, Selector, Tenant
 from suanli.model.globs import glob_regex
 
@@ -65,8 +65,15 @@ class Request:
 
 
 def site_mask(fleet: Fleet, patterns: Iterable[str]) -> np.ndarray:
-    rx = re.compile("|".join(f"(?:{glob_regex(p)})" for p in patterns) or "(?!)")
-    return np.array([rx.fullmatch(s.name) is not None for s in fleet.sites], dtype=bool)
+    """bool[S]: the sites some glob names; read-only, kept per pattern set
+    (a population's names are matched one by one, so once)."""
+    key = tuple(patterns)
+    got = fleet.masks.get(key)
+    if got is None:
+        rx = re.compile("|".join(f"(?:{glob_regex(p)})" for p in key) or "(?!)")
+        got = fleet.masks[key] = fleet.site_table.names.match(rx)
+        got.setflags(write=False)
+    return got
 
 
 def resource_vector(fleet: Fleet, res: Resources) -> tuple[np.ndarray, tuple[AccelNeed, ...]]:
@@ -105,11 +112,14 @@ def compile_request(
         site_checks.append(("site not allowed for tenant", site_mask(fleet, tenant.allowed_sites)))
     if selector is not None:
         if selector.tiers:
-            site_checks.append(("tier not selected", np.isin(np.array([s.tier for s in fleet.sites]), selector.tiers)))
+            tiers = [TIERS.index(t) for t in selector.tiers]
+            site_checks.append(("tier not selected", np.isin(fleet.site_table.tier, tiers)))
         if selector.names:
             site_checks.append(("site not selected", site_mask(fleet, selector.names)))
         if selector.regions:
-            site_checks.append(("region not selected", np.isin(np.array([s.region for s in fleet.sites]), selector.regions)))
+            table = fleet.site_table
+            codes = [i for i, r in enumerate(table.regions) if r in selector.regions]
+            site_checks.append(("region not selected", np.isin(table.region, codes)))
         if selector.labels:
             labels = [{**fleet.sites[g.site].labels, **g.labels} for g in fleet.groups]  # group labels win
             ok = np.array([all(lb.get(k) == v for k, v in selector.labels.items()) for lb in labels], bool)

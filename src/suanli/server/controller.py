@@ -37,7 +37,7 @@ from suanli.server.store import AppRow, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
 from suanli.spec.build import build_application
-from suanli.spec.loader import validate_document
+from suanli.spec.loader import problem_at, validate_document
 from suanli.spec.problems import Problem
 from suanli.spec.refs import check_application
 
@@ -81,6 +81,9 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
     problems = [p for p in found if isinstance(p, Problem)]
     if not problems:
         problems = check_application(found[0], world)
+    if not problems and found[0].doc.spec.each is not None:  # a million applications is not one request
+        problems = [problem_at(found[0].src, ("spec", "each"), "each is read from files (suanli schedule, "
+                               "simulate); through the API, apply one application per site")]
     return (found[0] if found and not isinstance(found[0], Problem) else None), problems
 
 

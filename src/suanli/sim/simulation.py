@@ -210,8 +210,11 @@ class Simulation:
         self.global_layer.place_initial()
         self.flush_hosts(0.0)
         arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
+        self.apps_of_document: dict[str, list[str]] = {}  # documents with `each`: the applications made
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
-            self.loop.schedule(arrivals.get(app.name, 0.0), Submit(app))
+            self.loop.schedule(arrivals.get(app.document, 0.0), Submit(app))
+            if app.template is not None:
+                self.apps_of_document.setdefault(app.template, []).append(app.name)
         if self.scenario is None:
             return
         horizon = self.until if self.until is not None else float("inf")
@@ -448,8 +451,9 @@ class Simulation:
 
     def _scenario_event(self, t: float, ev: Any) -> None:
         fleet = self.world.fleet
-        if ev.kind == "delete":
-            self._delete(t, ev.app, "deleted")
+        if ev.kind == "delete":  # every application made from the document
+            for name in self.apps_of_document.get(ev.app, (ev.app,)):
+                self._delete(t, name, "deleted")
         elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon"):
             node = fleet.node_by_name(ev.node)
             self.log(t, ev.kind, node=ev.node)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import zlib
 from typing import Sequence
 
-from suanli.model.fleet import DeviceType, Fleet, Link, NodeGroup, Site
+import numpy as np
+
+from suanli.model import quantities as q
+from suanli.model.fleet import DeviceType, Fleet, Link, LinkArrays, NodeGroup
+from suanli.model.globs import glob_match
+from suanli.model.sites import TIERS, NamePattern, SiteTable
 from suanli.model.work import (
     AcceleratorRequest,
     Application,
@@ -36,27 +42,95 @@ def load_world(paths: Sequence[str | os.PathLike[str]]) -> World:
 
 
 def build_fleet(docs: Documents) -> Fleet:
-    sites: list[Site] = []
+    table = SiteTable()
     groups: list[NodeGroup] = []
     for fl in docs.fleets:
         for s in fl.doc.spec.sites:
-            site = Site(len(sites), s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels))
-            sites.append(site)
+            site = table.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels))
             for g in s.node_groups:
-                devices = tuple(DeviceType(d.kind, d.model, d.count, d.memory, d.shareable) for d in g.accelerators)
-                fabrics = {k: v for k, v in g.fabrics.model_dump().items() if v is not None}
-                groups.append(
-                    NodeGroup(len(groups), site.index, g.name, g.count, g.arch, g.cpu, g.memory,
-                              devices, fabrics, dict(g.labels), g.cost_per_hour)
-                )
-    _add_trace_nodes(docs, sites, groups)
-    index = {s.name: s.index for s in sites}
+                groups.append(_group(len(groups), site, g))
+    _add_trace_nodes(docs, table, groups)
+    index = table.names
     links = [
         Link(index[ln.between[0]], index[ln.between[1]], ln.rtt_ms, ln.bandwidth)
         for fl in docs.fleets
         for ln in fl.doc.spec.links
     ]
-    return Fleet(sites, groups, links)
+    listed = _listed_facts(table)
+    parts = [LinkArrays.of(links)]
+    for fl in docs.fleets:
+        for pop in fl.doc.spec.populations:
+            parts.append(_add_population(table, groups, pop, listed))
+    return Fleet(table.freeze(), groups, LinkArrays.concat(parts))
+
+
+def _group(index: int, site: int, g: schema.NodeGroupSpec, site_count: int = 1) -> NodeGroup:
+    devices = tuple(DeviceType(d.kind, d.model, d.count, d.memory, d.shareable) for d in g.accelerators)
+    fabrics = {k: v for k, v in g.fabrics.model_dump().items() if v is not None}
+    return NodeGroup(index, site, g.name, g.count, g.arch, g.cpu, g.memory, devices, fabrics, dict(g.labels),
+                     g.cost_per_hour, site_count)
+
+
+def _listed_facts(table: SiteTable) -> list[tuple[int, str, str, str, dict]]:
+    """(id, name, tier, region, labels) of the sites listed so far: the ones a population may attach to."""
+    out = []
+    for name in list(table.names._index):
+        i = table.names[name]
+        tier, region, labels = table._tier[i][0], table._region[i][0], table.label_sets[i]
+        out.append((i, name, TIERS[int(tier)], table.regions[int(region)], labels))
+    return out
+
+
+def _add_population(table: SiteTable, groups: list[NodeGroup], pop: schema.PopulationSpec,
+                    listed: list[tuple[int, str, str, str, dict]]) -> LinkArrays:
+    """The population's sites, its template's node groups (one per template
+    group, spanning every site) and the links ``attach`` draws, as arrays.
+    The draws depend on the population's name and seed only."""
+    n = pop.count
+    rng = np.random.default_rng([pop.seed, zlib.crc32(pop.name.encode())])
+    at = pop.attach
+    homes = np.zeros((n, 0), np.int64)
+    if at is not None:
+        sel = at.to
+        cand = [(i, name, region) for i, name, tier, region, labels in listed
+                if (not sel.tier or tier in sel.tier)
+                and (not sel.names or any(glob_match(p, name) for p in sel.names))
+                and (not sel.regions or region in sel.regions)
+                and all(labels.get(k) == v for k, v in sel.labels.items())]
+        weight = np.array([max((w for p, w in at.weights.items() if glob_match(p, name)), default=1.0)
+                           for _, name, _ in cand])
+        ids = np.array([i for i, _, _ in cand], np.int64)
+        p = weight / weight.sum()
+        homes = np.empty((n, at.homes), np.int64)
+        homes[:, 0] = rng.choice(len(ids), size=n, p=p)
+        for h in range(1, at.homes):  # distinct homes: redraw the ones that repeat an earlier home
+            col = rng.choice(len(ids), size=n, p=p)
+            clash = (col[:, None] == homes[:, :h]).any(axis=1)
+            while clash.any():
+                col[clash] = rng.choice(len(ids), size=int(clash.sum()), p=p)
+                clash = (col[:, None] == homes[:, :h]).any(axis=1)
+            homes[:, h] = col
+        homes = ids[homes]
+    if pop.region is not None:
+        regions = np.full(n, table.region_code(pop.region), np.int32)
+    elif at is not None:
+        code = {i: table.region_code(region) for i, _, region in cand}
+        lut = np.zeros(int(ids.max()) + 1, np.int32)
+        lut[ids] = [code[int(i)] for i in ids]
+        regions = lut[homes[:, 0]]
+    else:
+        regions = np.full(n, table.region_code(""), np.int32)
+    first = table.add_population(pop.name, NamePattern.parse(pop.sites), n, pop.tier, regions, pop.intra_site_rtt_ms,
+                                 dict(pop.labels))
+    for g in pop.node_groups:
+        groups.append(_group(len(groups), first, g, site_count=n))
+    if at is None:
+        return LinkArrays.of(())
+    k = homes.shape[1]
+    a = np.repeat(np.arange(first, first + n, dtype=np.int64), k)
+    rtt = at.rtt_ms.draw(rng, n * k, q.RTT_MS)
+    bw = at.bandwidth.draw(rng, n * k, q.BANDWIDTH)
+    return LinkArrays(a, homes.reshape(-1), rtt, bw)
 
 
 def scenario_dir(docs: Documents) -> str:
@@ -64,7 +138,7 @@ def scenario_dir(docs: Documents) -> str:
     return os.path.dirname(docs.scenarios[0].src.file) if docs.scenarios else "."
 
 
-def _add_trace_nodes(docs: Documents, sites: list[Site], groups: list[NodeGroup]) -> None:
+def _add_trace_nodes(docs: Documents, table: SiteTable, groups: list[NodeGroup]) -> None:
     """An openb trace's node list becomes the nodes of a site (``site``, default
     ``openb``): a new cloud site, or more node groups of an existing one."""
     from suanli.sim.traces import TraceError, load_openb_nodes
@@ -80,13 +154,12 @@ def _add_trace_nodes(docs: Documents, sites: list[Site], groups: list[NodeGroup]
         except TraceError as exc:
             raise SpecError([problem_at(sc.src, ("spec", "traces", i, "nodes"), str(exc))]) from None
         name = tr.site or "openb"
-        site = next((x for x in sites if x.name == name), None)
-        if site is None:
-            site = Site(len(sites), name, "cloud", "", 0.2, {})
-            sites.append(site)
+        site = table.names.get(name)
+        if site < 0:
+            site = table.add(name, "cloud")
         for shape in shapes:
             devices = (DeviceType("gpu", shape.model, shape.gpus, None, True),) if shape.gpus else ()
-            groups.append(NodeGroup(len(groups), site.index, shape.name, shape.count, "x86_64",
+            groups.append(NodeGroup(len(groups), site, shape.name, shape.count, "x86_64",
                                     shape.cpu_milli, shape.mem_mib, devices))
 
 
@@ -97,11 +170,28 @@ def resources_of(spec: schema.ResourcesSpec) -> Resources:
     return Resources(spec.cpu, spec.memory, accels, spec.whole)
 
 
-def _near(spec: schema.NearSpec | None) -> Near | None:
-    return None if spec is None else Near(spec.site, spec.max_rtt_ms)
+def _near(spec: schema.NearSpec | None, site: str | None = None) -> Near | None:
+    return None if spec is None else Near(_site(spec.site, site), spec.max_rtt_ms)
 
 
-def build_application(name: str, tenant: str, spec: schema.ApplicationSpec) -> Application:
+def _site(ref: str | None, site: str | None) -> str | None:
+    """A site field as written, with ``{site}`` standing for ``site``."""
+    return site if ref == schema.EACH_SITE else ref
+
+
+def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fleet: Fleet) -> list[Application]:
+    """The document's application, or with ``each`` one per site of the
+    population, named APP.SITE."""
+    if spec.each is None:
+        return [build_application(name, tenant, spec)]
+    names = fleet.site_table.names
+    return [build_application(f"{name}.{names.name(s)}", tenant, spec, site=names.name(s), template=name)
+            for s in fleet.site_table.population_range(spec.each)]
+
+
+def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site: str | None = None,
+                      template: str | None = None) -> Application:
+    """``site``: what ``{site}`` stands for (an application made with ``each``)."""
     comps = []
     for c in spec.components:
         comps.append(
@@ -123,16 +213,16 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec) -> A
                 state_mib=c.state.size,
                 checkpoint_every_s=c.state.checkpoint_every,
                 arch=tuple(c.platform.arch) if c.platform else None,
-                data_source=c.data.source if c.data else None,
-                data_sink=c.data.sink if c.data else None,
-                near=_near(c.near),
+                data_source=_site(c.data.source, site) if c.data else None,
+                data_sink=_site(c.data.sink, site) if c.data else None,
+                near=_near(c.near, site),
                 affinity=(c.affinity.group, c.affinity.scope) if c.affinity else None,
                 anti_affinity=(c.anti_affinity.group, c.anti_affinity.scope) if c.anti_affinity else None,
                 run=_run(c),
             )
         )
     vc = spec.virtual_cluster or default_vc_name(tenant)
-    return Application(name, tenant, vc, spec.priority, spec.preemptible, tuple(comps))
+    return Application(name, tenant, vc, spec.priority, spec.preemptible, tuple(comps), template)
 
 
 def _run(c: schema.ComponentSpec) -> RunCommand | None:
@@ -143,8 +233,34 @@ def _run(c: schema.ComponentSpec) -> RunCommand | None:
     return RunCommand(tuple(r.command), tuple(sorted(r.env.items())), restart, r.max_restarts, r.stop_grace)
 
 
+def _check_drawn_links(docs: Documents, fleet: Fleet) -> None:
+    """A scenario's link events that name a population's site must name a
+    link its attachment drew (known only once the fleet is built)."""
+    if not docs.scenarios:
+        return
+    sc = docs.scenarios[0]
+    la, names = fleet.link_arrays, fleet.site_table.names
+    listed = fleet.site_table.population_of < 0
+    problems = []
+    for i, ev in enumerate(sc.doc.spec.events):
+        if ev.kind not in ("linkDown", "linkUp"):
+            continue
+        a, b = (names.get(e) for e in ev.between)
+        if a < 0 or b < 0 or (listed[a] and listed[b]):
+            continue
+        if not (((la.a == a) & (la.b == b)) | ((la.a == b) & (la.b == a))).any():
+            dev = a if not listed[a] else b
+            ends = sorted({names.name(int(x)) for x in np.concatenate([la.b[la.a == dev], la.a[la.b == dev]])})
+            problems.append(problem_at(sc.src, ("spec", "events", i, "between"),
+                                       f"no link between {ev.between[0]!r} and {ev.between[1]!r}; "
+                                       f"{names.name(dev)} is linked to {', '.join(ends) or 'no site'}"))
+    if problems:
+        raise SpecError(problems)
+
+
 def build_world(docs: Documents) -> World:
     fleet = build_fleet(docs)
+    _check_drawn_links(docs, fleet)
     tenants = {
         t.name: Tenant(t.name, t.doc.spec.weight, dict(t.doc.spec.quota or {}), tuple(t.doc.spec.allowed_sites),
                        t.doc.spec.max_priority)
@@ -174,7 +290,8 @@ def build_world(docs: Documents) -> World:
                 )
             )
         vcs[v.name] = VirtualCluster(v.name, v.doc.metadata.tenant, tuple(groups), v.doc.spec.autoscale.scale_down_after)
-    apps = tuple(build_application(a.name, a.doc.metadata.tenant, a.doc.spec) for a in docs.applications)
+    apps = tuple(app for a in docs.applications
+                 for app in build_applications(a.name, a.doc.metadata.tenant, a.doc.spec, fleet))
     for name in tenants:  # every tenant has a default VC (generated work may use it later)
         vcs[default_vc_name(name)] = VirtualCluster(default_vc_name(name), name, (), default=True)
     scenario = docs.scenarios[0].doc if docs.scenarios else None

@@ -455,10 +455,11 @@ def _expected(err: dict) -> str | None:
         return f"expected {_MAPPING}"
     if kind in ("list_type", "tuple_type", "set_type"):
         return "expected a list"
-    if kind == "string_pattern_mismatch" and ctx.get("pattern") == schema.NAME_PATTERN:
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") in (schema.NAME_PATTERN, schema.SITE_REF_PATTERN):
+        tail = " (or {site} in an application with `each`)" if ctx.get("pattern") == schema.SITE_REF_PATTERN else ""
         return (
             "expected a name of letters, digits, '.', '_' and '-' that starts and ends "
-            "with a letter or digit"
+            f"with a letter or digit{tail}"
         )
     if kind == "string_too_long":
         return f"expected at most {ctx.get('max_length')} characters"

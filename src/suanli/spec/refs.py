@@ -7,11 +7,14 @@ link that no document defines) is a problem at the field that holds it.
 from __future__ import annotations
 
 import os
+import re
 from typing import Iterator, Mapping
 
 from suanli.model import quantities as q
-from suanli.model.globs import glob_match
+from suanli.model.globs import glob_match, glob_regex
+from suanli.model.sites import NamePattern, SiteNames
 from suanli.spec.loader import Documents, Loaded, problem_at
+from suanli.spec.schema import EACH_SITE
 from suanli.spec.problems import Problem
 
 
@@ -23,7 +26,7 @@ def check_references(docs: Documents) -> list[Problem]:
     problems += _unique(docs.applications, "application")
     problems += _unique(docs.scenarios, "scenario")
 
-    sites: dict[str, str] = {}  # name -> tier
+    sites = KnownSites()
     where: dict[str, str] = {}  # name -> "FILE (document N, spec.sites[I])", for messages
     nodes = _NodeNames()
     kinds: set[str] = set()
@@ -33,10 +36,23 @@ def check_references(docs: Documents) -> list[Problem]:
             if site.name in sites:
                 problems.append(problem_at(fl.src, ("spec", "sites", i, "name"), f"site {site.name!r} is already defined in {where[site.name]}; site names must be unique"))
             else:
-                sites[site.name] = site.tier
+                sites.add(site.name, site.tier, site.region, dict(site.labels))
                 where[site.name] = f"{fl.src.file} (document {fl.src.index}, spec.sites[{i}])"
             for g in site.node_groups:
                 nodes.add_group(site.name, g.name, g.count)
+                kinds.update(d.kind for d in g.accelerators)
+    for fl in docs.fleets:
+        for i, pop in enumerate(fl.doc.spec.populations):
+            here = ("spec", "populations", i)
+            pattern = NamePattern.parse(pop.sites)
+            clash = sites.clash(pattern, pop.count)
+            if clash is not None:
+                problems.append(problem_at(fl.src, here + ("sites",), f"{pop.sites!r} names site {clash!r}, which is already defined{' in ' + where[clash] if clash in where else ''}; site names must be unique"))
+                continue
+            problems += _check_attach(fl, here, pop, sites)
+            sites.add_population(pop.name, pattern, pop.count)
+            for g in pop.node_groups:
+                nodes.add_population(pattern, pop.count, g.name, g.count)
                 kinds.update(d.kind for d in g.accelerators)
     links: set[frozenset[str]] = set()
     for fl in docs.fleets:
@@ -56,7 +72,7 @@ def check_references(docs: Documents) -> list[Problem]:
                 known = ", ".join(["cpu", "memory", *sorted(kinds)])
                 problems.append(problem_at(t.src, ("spec", "quota", key), f"no accelerator of kind {key!r} in the fleet; quota keys are {known}"))
         for i, pattern in enumerate(t.doc.spec.allowed_sites):
-            if docs.fleets and not any(_glob(pattern, s) for s in sites):
+            if docs.fleets and not sites.any_match(pattern):
                 problems.append(problem_at(t.src, ("spec", "allowedSites", i), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
 
     vcs: dict[str, str] = {}
@@ -69,7 +85,7 @@ def check_references(docs: Documents) -> list[Problem]:
             if g.near is not None and g.near.site not in sites:
                 problems.append(_missing(vc, ("spec", "hostGroups", i, "near", "site"), "site", g.near.site, sites))
             for j, pattern in enumerate(g.sites.names or []):
-                if not any(_glob(pattern, s) for s in sites):
+                if not sites.any_match(pattern):
                     problems.append(problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
 
     apps = {a.name for a in docs.applications}
@@ -89,7 +105,7 @@ def check_application(app: Loaded, world) -> list[Problem]:
     that does not exist, and no message names it."""
     tenant = app.doc.metadata.tenant
     vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default and vc.tenant == tenant}
-    sites = {s.name: s.tier for s in world.fleet.sites}
+    sites = KnownSites.of(world.fleet)
     tenants = {name: t.max_priority for name, t in world.tenants.items()}
     return _check_app(app, tenant, app.doc.spec, ("spec",), tenants, vcs, sites)
 
@@ -109,15 +125,26 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
             out.append(_missing(src, base + ("virtualCluster",), "virtual cluster", vc, vcs))
         elif vcs[vc] != tenant:
             out.append(problem_at(src.src, base + ("virtualCluster",), f"virtual cluster {vc!r} belongs to tenant {vcs[vc]!r}, not {tenant!r}"))
+    each = spec.each
+    if each is not None and base != ("spec",):
+        out.append(problem_at(src.src, base + ("each",), "each makes one application per site of a population: "
+                                                         "it belongs in an Application document"))
+        each = None
+    elif each is not None and each not in sites.populations:
+        out.append(problem_at(src.src, base + ("each",), f"no population named {each!r}; known: "
+                                                         f"{_few(sites.populations)}"))
     for i, comp in enumerate(spec.components):
         here = base + ("components", i)
-        if comp.near is not None and comp.near.site not in sites:
-            out.append(_missing(src, here + ("near", "site"), "site", comp.near.site, sites))
+        refs = [(("near", "site"), comp.near.site if comp.near is not None else None)]
         if comp.data is not None:
-            for key in ("source", "sink"):
-                name = getattr(comp.data, key)
-                if name is not None and name not in sites:
-                    out.append(_missing(src, here + ("data", key), "site", name, sites))
+            refs += [(("data", key), getattr(comp.data, key)) for key in ("source", "sink")]
+        for loc, name in refs:
+            if name == EACH_SITE:
+                if spec.each is None:
+                    out.append(problem_at(src.src, here + loc, f"{EACH_SITE} stands for the site an application "
+                                                               "is made for: only with `each: POPULATION`"))
+            elif name is not None and name not in sites:
+                out.append(_missing(src, here + loc, "site", name, sites))
     return out
 
 
@@ -138,7 +165,7 @@ def _priorities_within(src: Loaded, tenant: str, ceiling: int | None, spec, base
 
 def _fleet_size(docs: Documents) -> list[Problem]:
     """At most ``FLEET_NODES`` nodes over all Fleet documents: named at the node
-    group that goes past it."""
+    group (or population) that goes past it."""
     total = 0
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
@@ -148,7 +175,128 @@ def _fleet_size(docs: Documents) -> list[Problem]:
                     return [problem_at(fl.src, ("spec", "sites", i, "nodeGroups", j, "count"),
                                        f"the fleet reaches {total} nodes here; "
                                        f"at most {q.FLEET_NODES} nodes in all Fleet documents")]
+    for fl in docs.fleets:
+        for i, pop in enumerate(fl.doc.spec.populations):
+            total += pop.count * sum(g.count for g in pop.node_groups)
+            if total > q.FLEET_NODES:
+                return [problem_at(fl.src, ("spec", "populations", i, "count"),
+                                   f"the fleet reaches {total} nodes here; "
+                                   f"at most {q.FLEET_NODES} nodes in all Fleet documents")]
     return []
+
+
+def _check_attach(fl: Loaded, here: tuple, pop, sites: "KnownSites") -> list[Problem]:
+    """A population attaches to listed sites: its selector must pick enough of
+    them, and every weight's glob must name one of those."""
+    if pop.attach is None:
+        return []
+    at = pop.attach
+    picked = [n for n in sites.listed_names() if _selects(at.to, n, sites)]
+    out = []
+    if len(picked) < at.homes:
+        out.append(problem_at(fl.src, here + ("attach", "to"),
+                              f"the selector picks {len(picked)} listed site(s) ({_few(picked)}); "
+                              f"homes: {at.homes} needs at least {at.homes}"))
+        return out
+    for pattern, w in at.weights.items():
+        if not any(_glob(pattern, n) for n in picked):
+            out.append(problem_at(fl.src, here + ("attach", "weights", pattern),
+                                  f"pattern {pattern!r} names no site the selector picks ({_few(picked)})"))
+    weight = [max((w for p, w in at.weights.items() if _glob(p, n)), default=None) for n in picked]
+    if sum(1 if w is None else w for w in weight) <= 0 or sum(1 for w in weight if w is None or w > 0) < at.homes:
+        out.append(problem_at(fl.src, here + ("attach", "weights"),
+                              f"the weights leave fewer than {at.homes} site(s) to attach to"))
+    return out
+
+
+def _selects(sel, name: str, sites: "KnownSites") -> bool:
+    """Whether a selector's tier, names and regions pick the listed site ``name``
+    (its labels are checked as the site's, since a site has no group here)."""
+    info = sites.info(name)
+    if sel.tier and info[0] not in sel.tier:
+        return False
+    if sel.names and not any(_glob(p, name) for p in sel.names):
+        return False
+    if sel.regions and info[1] not in sel.regions:
+        return False
+    return all(info[2].get(k) == v for k, v in sel.labels.items())
+
+
+def _may_meet(x: str, y: str) -> bool:
+    """Whether two name patterns (``car-###``) can make the same name: equal
+    length, equal literals, and a digit wherever one has a literal and the other '#'."""
+    if len(x) != len(y):
+        return False
+    return all(a == b or (a == "#" and b.isdigit()) or (b == "#" and a.isdigit()) for a, b in zip(x, y))
+
+
+class KnownSites:
+    """The sites the documents define, for references: listed names with
+    their facts, and populations as name patterns (never a name each)."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, tuple[str, str, dict]] = {}  # name -> (tier, region, labels)
+        self.names = SiteNames()
+        self.populations: dict[str, int] = {}  # name -> its block among ``names.blocks()``
+
+    @staticmethod
+    def of(fleet) -> "KnownSites":
+        out = KnownSites()
+        out.names = fleet.site_table.names
+        out.populations = {name: b for b, name in enumerate(fleet.site_table.population_names)}
+        return out
+
+    def add(self, name: str, tier: str, region: str = "", labels: dict | None = None) -> None:
+        self._listed[name] = (tier, region, labels or {})
+        self.names.add(name)
+
+    def add_population(self, name: str, pattern: NamePattern, count: int) -> None:
+        self.populations[name] = len(self.names.blocks())
+        self.names.add_block(count, pattern)
+
+    def info(self, name: str) -> tuple[str, str, dict]:
+        return self._listed[name]
+
+    def listed_names(self):
+        return self._listed.keys()
+
+    def clash(self, pattern: NamePattern, count: int) -> str | None:
+        """A defined site name that a new population would also make, if any."""
+        for name in self.names._index:
+            k = pattern.index(name)
+            if 0 <= k < count:
+                return name
+        for _, n, other in self.names.blocks():
+            if not _may_meet(str(pattern), str(other)):
+                continue
+            a, na, b, nb = (pattern, count, other, n) if count <= n else (other, n, pattern, count)
+            for k in range(na):  # the smaller population, name by name
+                j = b.index(a.name(k))
+                if 0 <= j < nb:
+                    return a.name(k)
+        return None
+
+    def any_match(self, pattern: str) -> bool:
+        rx = re.compile(glob_regex(pattern))
+        if any(rx.fullmatch(n) for n in self.names._index):
+            return True
+        for _, count, pat in self.names.blocks():
+            if any(rx.fullmatch(pat.name(k)) for k in range(count)):
+                return True
+        return False
+
+    def few(self) -> list[str]:
+        listed = sorted(self.names._index)
+        return listed + [f"{p.name(0)}..{p.name(c - 1)}" for _, c, p in self.names.blocks()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.few())
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list[Problem]:
@@ -185,7 +333,8 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
             for j, end in enumerate(ev.between):
                 if end not in sites:
                     out.append(_missing(sc, here + ("between", j), "site", end, sites))
-            if all(e in sites for e in ev.between) and frozenset(ev.between) not in links:
+            drawn = any(e in sites and e not in sites.listed_names() for e in ev.between)  # checked once drawn
+            if all(e in sites for e in ev.between) and not drawn and frozenset(ev.between) not in links:
                 out.append(problem_at(sc.src, here + ("between",), f"no link between {ev.between[0]!r} and {ev.between[1]!r}"))
         elif ev.kind == "deviceBusy":
             if ev.site is not None and ev.site not in sites:
@@ -200,9 +349,13 @@ class _NodeNames:
 
     def __init__(self) -> None:
         self._count: dict[tuple[str, str], int] = {}
+        self._populations: list[tuple[NamePattern, int, str, int]] = []  # pattern, sites, group, nodes per site
 
     def add_group(self, site: str, group: str, count: int) -> None:
         self._count[(site, group)] = max(count, self._count.get((site, group), 0))
+
+    def add_population(self, pattern: NamePattern, sites: int, group: str, count: int) -> None:
+        self._populations.append((pattern, sites, group, count))
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str) or "/" not in name:
@@ -211,10 +364,13 @@ class _NodeNames:
         group, dash, index = rest.rpartition("-")
         if not dash or not index.isdigit() or (index != "0" and index.startswith("0")):
             return False
-        return int(index) < self._count.get((site, group), 0)
+        if int(index) < self._count.get((site, group), 0):
+            return True
+        return any(g == group and int(index) < c and 0 <= p.index(site) < n for p, n, g, c in self._populations)
 
     def examples(self, n: int = 2) -> str:
         names = [f"{s}/{g}-{k}" for (s, g), c in self._count.items() for k in range(min(c, n))]
+        names += [f"{p.name(0)}/{g}-0" for p, _, g, c in self._populations if c]
         return ", ".join(names[:n]) if names else "none (the fleet has no nodes)"
 
 
@@ -233,7 +389,7 @@ def _missing(src: Loaded, loc: tuple, what: str, name: str, known) -> Problem:
 
 
 def _few(names, n: int = 8) -> str:
-    names = sorted(names)
+    names = names.few() if isinstance(names, KnownSites) else sorted(names)
     if not names:
         return "none"
     head = ", ".join(names[:n])

@@ -27,6 +27,9 @@ from suanli.spec.problems import FieldError
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+EACH_SITE = "{site}"  # in an application with `each`: the population site it is made for
+SITE_REF_PATTERN = r"^(?:[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\{site\})$"
+SiteRef = Annotated[str, Field(pattern=SITE_REF_PATTERN, max_length=128)]
 
 CpuMilli = Annotated[int, BeforeValidator(q.parse_cpu_milli)]
 MemMiB = Annotated[int, BeforeValidator(q.parse_mem_mib)]
@@ -164,9 +167,95 @@ class LinkSpec(Base):
         return value
 
 
+class SelectorSpec(Base):
+    """Which nodes a host group may use; every given criterion must hold."""
+
+    tier: Annotated[list[Tier], BeforeValidator(_listify)] | None = None
+    names: StrList | None = None
+    regions: StrList | None = None
+    labels: dict[str, str] = {}
+
+
+RttSpread = Annotated[q.Spread, BeforeValidator(
+    lambda v: q.parse_spread(v, q.parse_rtt_ms, q.RTT_MS, "an rtt in ms, e.g. 2 or uniform(1, 5)"))]
+BandwidthSpread = Annotated[q.Spread, BeforeValidator(
+    lambda v: q.parse_spread(v, q.parse_bandwidth_mbps, q.BANDWIDTH, "a bandwidth, e.g. 100Mbps or uniform(50Mbps, 1Gbps)"))]
+
+
+def _name_pattern(value: Any) -> Any:
+    from suanli.model.sites import NamePattern
+
+    if not isinstance(value, str):
+        raise ValueError(f"expected {NamePattern.FORM}")
+    pattern = NamePattern.parse(value)
+    import re
+
+    if re.fullmatch(NAME_PATTERN, pattern.name(0)) is None or len(pattern.name(0)) > 128:
+        raise ValueError(f"{value!r} does not make site names: letters, digits, '.', '_' and '-', "
+                         "starting and ending with a letter or digit, at most 128 characters")
+    return value
+
+
+class AttachSpec(Base):
+    """How each site of a population links to the listed sites: ``homes``
+    links to distinct sites chosen among those the selector ``to`` picks,
+    in proportion to ``weights`` (glob -> weight; a site no glob names weighs 1)."""
+
+    to: SelectorSpec
+    homes: Annotated[int, Field(ge=1, le=2)] = 1
+    weights: dict[str, bounded(float, q.ATTACH_WEIGHT, Field(ge=0))] = {}
+    rtt_ms: RttSpread
+    bandwidth: BandwidthSpread
+
+
+class PopulationSpec(Base):
+    """``count`` sites named by ``sites`` (``car-######``), each with the
+    template's node groups and the links ``attach`` draws for it."""
+
+    name: Name
+    count: bounded(int, q.POPULATION, Field(ge=1))
+    sites: Annotated[str, AfterValidator(_name_pattern)]
+    tier: Tier = "device"
+    region: str | None = None  # None: the region of the first site it attaches to
+    intra_site_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) = 0.2
+    labels: dict[str, str] = {}
+    node_groups: Annotated[list[NodeGroupSpec], Field(min_length=1)]
+    attach: AttachSpec | None = None
+    seed: bounded(int, q.SEED, Field(ge=0)) = 0
+
+    @field_validator("node_groups")
+    @classmethod
+    def _unique_groups(cls, value: list[NodeGroupSpec]) -> list[NodeGroupSpec]:
+        _unique(value, "name", "node group name", "is used twice in this population")
+        return value
+
+    @model_validator(mode="after")
+    def _pattern_holds_count(self) -> "PopulationSpec":
+        from suanli.model.sites import NamePattern
+
+        width = NamePattern.parse(self.sites).width
+        if len(str(self.count - 1)) > width:
+            raise FieldError(("sites",), f"{self.sites!r} has {width} '#' for the index, too few for "
+                                         f"{self.count} sites: give at least {len(str(self.count - 1))}")
+        return self
+
+
 class FleetSpec(Base):
-    sites: Annotated[list[SiteSpec], Field(min_length=1)]
+    sites: list[SiteSpec] = []
     links: list[LinkSpec] = []
+    populations: list[PopulationSpec] = []
+
+    @model_validator(mode="after")
+    def _some_sites(self) -> "FleetSpec":
+        if not self.sites and not self.populations:
+            raise FieldError(("sites",), "a fleet needs at least one site (in sites or populations)")
+        return self
+
+    @field_validator("populations")
+    @classmethod
+    def _unique_populations(cls, value: list[PopulationSpec]) -> list[PopulationSpec]:
+        _unique(value, "name", "population name", "is used twice")
+        return value
 
 
 # ---------------------------------------------------------------- Tenant
@@ -233,21 +322,12 @@ class ResourcesSpec(Base):
 
 
 class NearSpec(Base):
-    site: Name
+    site: SiteRef
     max_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) | None = None
 
 
 class PlatformSpec(Base):
     arch: Annotated[StrList, Field(min_length=1)]
-
-
-class SelectorSpec(Base):
-    """Which nodes a host group may use; every given criterion must hold."""
-
-    tier: Annotated[list[Tier], BeforeValidator(_listify)] | None = None
-    names: StrList | None = None
-    regions: StrList | None = None
-    labels: dict[str, str] = {}
 
 
 # ---------------------------------------------------------------- VirtualCluster
@@ -334,8 +414,8 @@ class StateSpec(Base):
 
 
 class DataSpec(Base):
-    source: Name | None = None
-    sink: Name | None = None
+    source: SiteRef | None = None
+    sink: SiteRef | None = None
 
 
 class AffinitySpec(Base):
@@ -413,6 +493,9 @@ class ComponentSpec(Base):
 
 
 class ApplicationSpec(Base):
+    # one application per site of this population, named APP.SITE; "{site}"
+    # in near.site, data.source and data.sink stands for that site
+    each: Name | None = None
     virtual_cluster: Name | None = None
     priority: bounded(int, q.PRIORITY) = 0
     preemptible: bool = True

@@ -1,0 +1,257 @@
+"""Sites as columns: names, tiers, regions, rtts and labels as arrays.
+
+A fleet lists some sites one by one and describes others as *populations*:
+a million cars written as a count and a name pattern (``car-######``). Both
+end up as rows of one ``SiteTable``: integer ids, a tier, a region code, an
+intra-site rtt and a label set per row, in NumPy arrays. A population's names
+are never stored: ``SiteNames`` formats ``car-000123`` from the index and
+parses it back, so the table holds no Python object per site.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+TIERS: tuple[str, ...] = ("cloud", "edge", "device")
+
+
+@dataclass(frozen=True, slots=True)
+class NamePattern:
+    """Names ``PREFIX`` + a zero-padded index of ``width`` digits + ``SUFFIX``
+    (written ``car-######``: the run of ``#`` is the index)."""
+
+    prefix: str
+    width: int
+    suffix: str
+
+    FORM = "a name with one run of '#' for the index, e.g. 'car-######' (car-000000, car-000001, ...)"
+
+    @staticmethod
+    def parse(text: str) -> "NamePattern":
+        runs = list(re.finditer(r"#+", text))
+        if len(runs) != 1:
+            raise ValueError(f"{text!r} is not {NamePattern.FORM}")
+        m = runs[0]
+        return NamePattern(text[: m.start()], m.end() - m.start(), text[m.end():])
+
+    def name(self, index: int) -> str:
+        return f"{self.prefix}{index:0{self.width}d}{self.suffix}"
+
+    def index(self, name: str) -> int:
+        """The index ``name`` stands for, or -1 when it is not of this pattern."""
+        if len(name) != len(self.prefix) + self.width + len(self.suffix):
+            return -1
+        if not (name.startswith(self.prefix) and name.endswith(self.suffix)):
+            return -1
+        digits = name[len(self.prefix): len(self.prefix) + self.width]
+        return int(digits) if digits.isascii() and digits.isdigit() else -1
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{'#' * self.width}{self.suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """One site, made on demand from the table's row (see ``SiteTable.site``)."""
+
+    index: int
+    name: str
+    tier: str
+    region: str = ""
+    intra_site_rtt_ms: float = 0.2
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class SiteNames:
+    """Site names by id and ids by name: listed names in a dict, populations
+    as (first id, count, pattern) blocks formatted and parsed on demand."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}  # listed sites
+        self._listed: dict[int, str] = {}
+        self._firsts: list[int] = []  # populations, by first id
+        self._blocks: list[tuple[int, int, NamePattern]] = []
+        self.n = 0
+
+    def add(self, name: str) -> int:
+        i = self.n
+        self._index[name] = i
+        self._listed[i] = name
+        self.n += 1
+        return i
+
+    def add_block(self, count: int, pattern: NamePattern) -> int:
+        first = self.n
+        self._firsts.append(first)
+        self._blocks.append((first, count, pattern))
+        self.n += count
+        return first
+
+    def name(self, i: int) -> str:
+        i = int(i)
+        got = self._listed.get(i)
+        if got is not None:
+            return got
+        b = bisect.bisect_right(self._firsts, i) - 1
+        if b < 0 or not 0 <= i - self._blocks[b][0] < self._blocks[b][1]:
+            raise IndexError(i)
+        first, _, pattern = self._blocks[b]
+        return pattern.name(i - first)
+
+    def get(self, name: str, default: int = -1) -> int:
+        got = self._index.get(name)
+        if got is not None:
+            return got
+        for first, count, pattern in self._blocks:
+            k = pattern.index(name)
+            if 0 <= k < count:
+                return first + k
+        return default
+
+    def __getitem__(self, name: str) -> int:
+        got = self.get(name)
+        if got < 0:
+            raise KeyError(name)
+        return got
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) >= 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.name(i) for i in range(self.n))
+
+    def listed(self) -> np.ndarray:
+        """int64: the ids of the sites written one by one (not of a population)."""
+        return np.fromiter(self._listed, np.int64, len(self._listed))
+
+    def blocks(self) -> list[tuple[int, int, NamePattern]]:
+        return list(self._blocks)
+
+    def match(self, regex: "re.Pattern[str]") -> np.ndarray:
+        """bool[n]: the names ``regex`` fully matches. A population's names are
+        read one by one (a regex over a pattern cannot be decided in general):
+        callers keep the mask per pattern set."""
+        out = np.zeros(self.n, bool)
+        for i, name in self._listed.items():
+            out[i] = regex.fullmatch(name) is not None
+        for first, count, pattern in self._blocks:
+            fm, fmt = regex.fullmatch, pattern.name
+            out[first: first + count] = np.fromiter((fm(fmt(k)) is not None for k in range(count)), bool, count)
+        return out
+
+
+class SiteTable:
+    """Every site of a fleet as a row of arrays (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.names = SiteNames()
+        self.regions: list[str] = []  # region code -> name
+        self._region_code: dict[str, int] = {}
+        self.label_sets: list[Mapping[str, str]] = []  # label-set code -> labels
+        self._tier: list[np.ndarray] = []
+        self._region: list[np.ndarray] = []
+        self._intra: list[np.ndarray] = []
+        self._labels: list[np.ndarray] = []
+        self.tier = self.region = self.intra_rtt_ms = self.label_set = None  # arrays, after freeze
+        self.population_of = None  # int32[S]: the population a site belongs to, -1 if listed
+        self.population_names: list[str] = []  # by population (block) number
+
+    def region_code(self, name: str) -> int:
+        got = self._region_code.get(name)
+        if got is None:
+            got = self._region_code[name] = len(self.regions)
+            self.regions.append(name)
+        return got
+
+    def add(self, name: str, tier: str, region: str = "", intra_site_rtt_ms: float = 0.2,
+            labels: Mapping[str, str] | None = None) -> int:
+        i = self.names.add(name)
+        self._append(1, TIERS.index(tier), np.array([self.region_code(region)], np.int32),
+                     intra_site_rtt_ms, labels or {})
+        return i
+
+    def add_population(self, name: str, pattern: NamePattern, count: int, tier: str, regions: np.ndarray,
+                       intra_site_rtt_ms: float, labels: Mapping[str, str]) -> int:
+        """``regions``: int32[count] region codes (``region_code``), one per site."""
+        first = self.names.add_block(count, pattern)
+        self.population_names.append(name)
+        self._append(count, TIERS.index(tier), np.asarray(regions, np.int32), intra_site_rtt_ms, labels)
+        return first
+
+    def _append(self, n: int, tier: int, regions: np.ndarray, intra: float, labels: Mapping[str, str]) -> None:
+        self._tier.append(np.full(n, tier, np.int8))
+        self._region.append(regions)
+        self._intra.append(np.full(n, intra, float))
+        self._labels.append(np.full(n, len(self.label_sets), np.int32))
+        self.label_sets.append(dict(labels))
+
+    def freeze(self) -> "SiteTable":
+        cat = lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts else np.zeros(0, dt)  # noqa: E731
+        self.tier = cat(self._tier, np.int8)
+        self.region = cat(self._region, np.int32)
+        self.intra_rtt_ms = cat(self._intra, float)
+        self.label_set = cat(self._labels, np.int32)
+        self.population_of = np.full(len(self.names), -1, np.int32)
+        for p, (first, count, _) in enumerate(self.names.blocks()):
+            self.population_of[first: first + count] = p
+        self._tier = self._region = self._intra = self._labels = []
+        return self
+
+    @staticmethod
+    def of(sites: Sequence[Site]) -> "SiteTable":
+        """A table of listed sites (their ``index`` must be 0, 1, 2, ...)."""
+        t = SiteTable()
+        for s in sites:
+            t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels)
+        return t.freeze()
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def population_range(self, name: str) -> range:
+        """The site ids of population ``name``."""
+        first, count, _ = self.names.blocks()[self.population_names.index(name)]
+        return range(first, first + count)
+
+    def site(self, i: int) -> Site:
+        i = int(i)
+        return Site(i, self.names.name(i), TIERS[int(self.tier[i])], self.regions[int(self.region[i])],
+                    float(self.intra_rtt_ms[i]), self.label_sets[int(self.label_set[i])])
+
+    def tier_names(self) -> np.ndarray:
+        return np.array(TIERS)[self.tier]
+
+    def region_names(self) -> np.ndarray:
+        return np.array(self.regions or [""], dtype=object)[self.region]
+
+
+class SiteSeq(Sequence[Site]):
+    """``fleet.sites``: the table read as a sequence of ``Site``, each made
+    when asked for (iterating a million-site fleet makes a million: the hot
+    paths read the arrays instead)."""
+
+    def __init__(self, table: SiteTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.table.site(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.table.site(i)
+
+    def __iter__(self) -> Iterator[Site]:
+        return (self.table.site(i) for i in range(len(self)))
