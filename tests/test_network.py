@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from network_reference import all_pairs, matrices
 from suanli.model.fleet import Link, Site
-from suanli.model.network import Network
+from suanli.model.network import CACHE_BYTES, Network
 
 
 @st.composite
@@ -107,3 +107,228 @@ def test_a_million_devices_cost_columns_not_squares():
     assert col[dev[0]] == 0.2 and col[dev[edges]] == 4.0 and col[0] == 22.0
     assert net.bandwidth_to(int(dev[0]))[dev[1]] == 100.0 and len(net.core) == 1 + edges
     assert time.perf_counter() - t0 < 10
+
+
+# ------------------------------------------------------------ changes in place
+
+
+def _random_world(rng, n: int, fractional: bool):
+    """Sites 0..c-1 linked at random (parallel links among them), then each
+    other site a leaf of an earlier one (so chains of leaves), multi-homed to
+    two, or alone."""
+    def rtt():
+        return float(rng.uniform(0.0, 20.0)) if fractional else float(rng.integers(0, 7))
+
+    def bw():
+        return float(rng.choice([1.0, 5.0, 10.0, 40.0, 100.0]))
+
+    sites = [Site(i, f"s{i}", "cloud", intra_site_rtt_ms=float(rng.choice([0.0, 0.2, 1.0]))) for i in range(n)]
+    c = int(rng.integers(1, n + 1))
+    links = [Link(int(a), int(b), rtt(), bw()) for a, b in rng.integers(0, c, (int(rng.integers(0, 2 * c + 1)), 2))]
+    links += [Link(ln.a, ln.b, rtt(), bw()) for ln in links if rng.random() < 0.2]  # parallel
+    for s in range(c, n):
+        kind = rng.random()
+        if kind < 0.7:
+            links.append(Link(s, int(rng.integers(0, s)), rtt(), bw()))
+        elif kind < 0.85 and s > 1:
+            for t in rng.choice(s, 2, replace=False):
+                links.append(Link(s, int(t), rtt(), bw()))
+    return sites, links
+
+
+def _pairs_of(links):
+    return {frozenset((ln.a, ln.b)) for ln in links if ln.a != ln.b}
+
+
+def _check(net, sites, links, down, exact: bool):
+    """The network against the reference and against one built afresh."""
+    rtt, bw = matrices(net)
+    ref_rtt, ref_bw, ref_comp = all_pairs(sites, links, down)
+    fresh_rtt, fresh_bw = matrices(Network.build(sites, links, frozenset(down)))
+    assert np.array_equal(rtt, fresh_rtt) and np.array_equal(bw, fresh_bw)  # bit for bit
+    assert np.array_equal(np.isinf(rtt), np.isinf(ref_rtt))
+    if exact:
+        assert np.array_equal(rtt, ref_rtt) and np.array_equal(bw, ref_bw)
+    else:
+        np.testing.assert_allclose(rtt, ref_rtt, rtol=1e-9, atol=0)
+    assert np.array_equal(net.component, ref_comp)
+    return rtt, bw
+
+
+def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, int]:
+    rng = np.random.default_rng(seed)
+    seen: dict[str, int] = {}
+
+    def count(key, v=True):
+        seen[key] = seen.get(key, 0) + int(bool(v))
+
+    for _ in range(worlds):
+        n = int(rng.integers(2, 15))
+        sites, links = _random_world(rng, n, fractional=not exact)
+        down = {p for p in _pairs_of(links) if rng.random() < 0.15}
+        small = rng.random() < 0.3  # a cache of three columns: most are computed again
+        net = Network.build(sites, links, frozenset(down), cache_bytes=3 * 16 * n if small else CACHE_BYTES)
+        before = _check(net, sites, links, down, exact)
+        for _ in range(steps):
+            op = rng.random()
+            pairs = sorted(_pairs_of(links), key=sorted)
+            if op < 0.45 and pairs:  # a link down or up (sometimes a pair without one)
+                pair = pairs[rng.integers(len(pairs))]
+                if rng.random() < 0.1:
+                    pair = frozenset(rng.integers(0, n, 2).tolist())
+                a, b = (sorted(pair) * 2)[:2]
+                going_down = pair not in down if rng.random() < 0.7 else pair in down
+                leafy = bool(net.leaf[a] and net.parent[a] == b or net.leaf[b] and net.parent[b] == a)
+                fresh = [not e[2] for e in net._cache.values()]
+                changed = (net.link_down if going_down else net.link_up)(a, b)
+                assert changed == (pair in _pairs_of(links) and (pair in down) != going_down)
+                if changed:
+                    (down.add if going_down else down.discard)(pair)
+                    count("leaf link " + ("down" if going_down else "up"), leafy)
+                    count("core link changed", not leafy)
+                    if not leafy and sum(fresh) >= 2:  # some cached columns kept, some to repair
+                        kept = [not e[2] for e in net._cache.values()]
+                        count("columns kept", any(kept))
+                        count("columns stale", not all(kept))
+            else:  # a site's links replaced
+                site = int(rng.integers(n))
+                k = int(rng.choice([1, 1, 1, 2, 0], p=[0.4, 0.2, 0.1, 0.25, 0.05]))
+                nbrs = [int(x) for x in rng.integers(0, n, k)]
+                new = [Link(site, x, float(rng.uniform(0, 20)) if not exact else float(rng.integers(0, 7)),
+                            float(rng.choice([1.0, 10.0, 100.0]))) for x in nbrs]
+                was_leaf, old_parent = bool(net.leaf[site]), int(net.parent[site])
+                net.attach(site, nbrs, [ln.rtt_ms for ln in new], [ln.bandwidth_mbps for ln in new])
+                links = [ln for ln in links if site not in (ln.a, ln.b)] + new
+                down = {p for p in down if site not in p}
+                if was_leaf and net.leaf[site] and net.parent[site] != old_parent:
+                    count("handed over")
+                else:
+                    count("re-attached")
+            if rng.random() < 0.6 or _ == steps - 1:  # else the next change comes first
+                for _w in range(3):
+                    site, limit = int(rng.integers(n)), float(rng.choice([0.0, 1.0, 3.0, 7.0, 12.0, 40.0, np.inf]))
+                    got, val = net.within(site, limit)
+                    col = net.rtt_to(site)
+                    want = np.flatnonzero(col <= limit)
+                    assert np.array_equal(got, want) and np.array_equal(val, col[want])
+                    count("within some", 1 < len(got) < n)
+                after = _check(net, sites, links, down, exact)
+                same = np.array_equal(after[0], before[0]) and np.array_equal(after[1], before[1])
+                count("paths changed", not same)
+                count("split", len(set(net.component.tolist())) != len(set(all_pairs(sites, links, set())[2].tolist())))
+                before = after
+    return seen
+
+
+def test_link_changes_and_handovers_match_floyd_warshall():
+    """Random worlds under random link downs, ups and re-attachments, each
+    checked against the reference on the links of the moment (integer rtts:
+    exact) and against a network built afresh (bit for bit)."""
+    seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
+    need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
+            "handed over", "re-attached", "within some", "paths changed", "split")
+    assert all(seen.get(k, 0) >= 20 for k in need), seen
+
+
+def test_link_changes_with_fractional_rtts_equal_a_fresh_build():
+    seen = _run_changes(seed=11, exact=False, worlds=150, steps=20)
+    assert seen.get("paths changed", 0) >= 50 and seen.get("handed over", 0) >= 20, seen
+
+
+def test_from_arrays_is_build():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        sites, links = _random_world(rng, int(rng.integers(2, 12)), fractional=True)
+        down = {p for p in _pairs_of(links) if rng.random() < 0.3}
+        arr = [np.array([getattr(ln, f) for ln in links]) for f in ("a", "b", "rtt_ms", "bandwidth_mbps")]
+        intra = np.array([s.intra_site_rtt_ms for s in sites])
+        pairs = np.array([sorted(p) for p in down], np.int64).reshape(-1, 2)
+        want = matrices(Network.build(sites, links, frozenset(down)))
+        for net in (Network.from_arrays(intra, *arr, pairs), Network.from_arrays(intra, *arr, down)):
+            got = matrices(net)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _edge_world(n_dev: int, seed: int = 0):
+    """Three clouds in a ring, 20 edges on one or two clouds, devices on the
+    edges (some on two): as arrays."""
+    rng = np.random.default_rng(seed)
+    clouds, edges = 3, 20
+    e = clouds + np.arange(edges)
+    dev = clouds + edges + np.arange(n_dev)
+    home = rng.integers(0, clouds, edges)
+    second = (home + 1) % clouds
+    two = rng.random(edges) < 0.5
+    multi = dev[rng.random(n_dev) < 0.05]
+    a = np.concatenate([[0, 1, 2], e, e[two], dev, multi])
+    b = np.concatenate([[1, 2, 0], home, second[two], e[rng.integers(0, edges, n_dev)],
+                        e[rng.integers(0, edges, len(multi))]])
+    rtt = np.concatenate([[30.0, 25.0, 40.0], rng.uniform(5, 15, edges), rng.uniform(5, 15, two.sum()),
+                          rng.uniform(1, 4, n_dev), rng.uniform(1, 4, len(multi))])
+    bw = np.concatenate([[1e5] * 3, np.full(edges + two.sum(), 1e4),
+                         rng.choice([50.0, 100.0, 200.0], n_dev + len(multi))])
+    intra = np.concatenate([np.full(clouds, 0.1), np.full(edges, 0.2), np.full(n_dev, 0.5)])
+    return intra, a, b, rtt, bw, e, dev, home, two
+
+
+def test_an_edge_world_changed_in_place_equals_it_built_again():
+    """Thousands of devices: an edge's cloud link down and up, handovers and
+    a multi-homed device moving, against the network built afresh from the
+    links of the moment; ``within`` against the thresholded columns."""
+    intra, a, b, rtt, bw, e, dev, home, two = _edge_world(5000)
+    net = Network.from_arrays(intra, a, b, rtt, bw)
+    rng = np.random.default_rng(1)
+    watch = [0, 1, 2, int(e[0]), int(dev[0]), int(dev[7])]
+    cols = {s: net.rtt_to(s).copy() for s in watch}
+    edge = int(e[np.flatnonzero(two)[0]])
+    down = np.array([[edge, home[edge - 3]]])
+    assert net.link_down(edge, int(home[edge - 3]))
+    ref = Network.from_arrays(intra, a, b, rtt, bw, down)
+    moved = 0
+    for s in watch:
+        assert np.array_equal(net.rtt_to(s), ref.rtt_to(s)) and np.array_equal(net.bandwidth_to(s), ref.bandwidth_to(s))
+        moved += int((net.rtt_to(s) != cols[s]).sum())
+    assert moved > 100  # the edge's devices now go round by its other cloud
+    assert net.link_up(edge, int(home[edge - 3]))
+    a, b, rtt, bw = a.copy(), b.copy(), rtt.copy(), bw.copy()
+    single = dev[np.bincount(np.concatenate([a, b]), minlength=len(intra))[dev] == 1]
+    homed_twice = int(dev[np.flatnonzero(np.bincount(a, minlength=len(intra))[dev] == 2)[0]])
+    for d in rng.choice(single, 200, replace=False).tolist() + [homed_twice]:
+        mine = (a == d) | (b == d)
+        to = rng.choice(e, 1 if mine.sum() == 1 else 2, replace=False)
+        r, w = rng.uniform(1, 4, len(to)), np.full(len(to), 100.0)
+        net.attach(d, to, r, w)
+        a, b = np.concatenate([a[~mine], np.full(len(to), d)]), np.concatenate([b[~mine], to])
+        rtt, bw = np.concatenate([rtt[~mine], r]), np.concatenate([bw[~mine], w])
+    ref = Network.from_arrays(intra, a, b, rtt, bw)
+    for s in watch + [int(d) for d in rng.choice(dev, 5)]:
+        assert np.array_equal(net.rtt_to(s), ref.rtt_to(s)) and np.array_equal(net.bandwidth_to(s), ref.bandwidth_to(s))
+        for limit in (3.0, 8.0, 20.0):
+            got, val = net.within(s, limit)
+            want = np.flatnonzero(ref.rtt_to(s) <= limit)
+            assert np.array_equal(got, want) and np.array_equal(val, ref.rtt_to(s)[want])
+    assert np.array_equal(net.component, ref.component)
+
+
+def test_a_leaf_changes_without_a_dijkstra(monkeypatch):
+    """A handover and a device's own link going down patch the cached columns
+    (none dropped but the device's own) and run no Dijkstra."""
+    import suanli.model.network as network
+
+    intra, a, b, rtt, bw, e, dev, home, two = _edge_world(2000)
+    net = Network.from_arrays(intra, a, b, rtt, bw)
+    d = int(dev[np.flatnonzero(net.leaf[dev])[0]])
+    for s in (0, 1, int(e[3]), d):
+        net.rtt_to(s)
+    calls = []
+    real = network._dijkstra
+    monkeypatch.setattr(network, "_dijkstra", lambda *args: calls.append(1) or real(*args))
+    to = int(e[e != net.parent[d]][0])
+    net.attach(d, [to], [2.5], [100.0])
+    assert sorted(net._cache) == sorted([0, 1, int(e[3])]) and not any(h[2] for h in net._cache.values())
+    assert net.rtt_to(0)[d] == net.rtt_to(0)[to] + 2.5 and net.parent[d] == to
+    assert net.link_down(d, to) and net.rtt_to(0)[d] == np.inf and net.component[d] != net.component[to]
+    assert not net.link_down(d, to) and net.link_up(d, to) and net.reachable(d, 0)
+    assert not calls and net.version == 3
+    got, _ = net.within(int(e[3]), 1e9)  # within runs its own bounded search
+    assert d in got and len(calls) == 1

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from suanli.model.network import Network, _best_links
+from suanli.model.network import Network
 from suanli.model.sites import TIERS, Site, SiteSeq, SiteTable
 
 __all__ = ["TIERS", "Site", "DeviceType", "NodeGroup", "Link", "LinkArrays", "Codes", "Fleet"]
@@ -191,9 +191,12 @@ class Fleet:
         self.node_dev_kind = dev_kind[self.node_group]
         self.node_dev_model = dev_model[self.node_group]
         self.node_dev_shareable = dev_share[self.node_group]
+        self.network = self.fresh_network()
+
+    def fresh_network(self) -> Network:
+        """The network of the fleet's links, all up (a run changes its own in place)."""
         la = self.link_arrays
-        self.network = Network(self.site_table.intra_rtt_ms,
-                               *_best_links(len(self.site_table), la.a, la.b, la.rtt_ms, la.bandwidth_mbps))
+        return Network.from_arrays(self.site_table.intra_rtt_ms, la.a, la.b, la.rtt_ms, la.bandwidth_mbps)
 
     @property
     def links(self) -> tuple[Link, ...]:

@@ -1,10 +1,10 @@
 """Paths between sites: lowest-rtt routes and their bottleneck bandwidth.
 
-The network keeps the links that are up as a sparse graph (O(links) memory),
-never an all-pairs matrix. For sites ``a`` and ``b``:
+The network keeps its links as a sparse graph (O(links) memory), never an
+all-pairs matrix. For sites ``a`` and ``b``:
 
-- ``rtt(a, b)`` is the summed rtt of the lowest-rtt path (inf when
-  unreachable; a site's own intra-site rtt for ``a == b``);
+- ``rtt(a, b)`` is the summed rtt of the lowest-rtt path over the links that
+  are up (inf when unreachable; a site's own intra-site rtt for ``a == b``);
 - ``bandwidth(a, b)`` is the narrowest link on that path, the widest such
   path among equal-rtt ones (0 when unreachable; inf within a site: the node
   fabric decides);
@@ -15,10 +15,38 @@ Paths are computed on demand, one site at a time: ``rtt_to(b)`` and
 ``bandwidth_to(b)`` are the columns from every site to ``b``, found by one
 single-source Dijkstra with the lexicographic key (rtt ascending, bandwidth
 descending) and kept in a cache bounded by bytes. The Dijkstra runs over the
-*core* only: a *leaf* (a site with one neighbour, whose neighbour has more)
-can carry no path through it, so its values follow from its neighbour's in
-one vectorized step. With a million single-link devices on a thousand edge
-and cloud sites, a column costs a Dijkstra over the thousand plus O(sites).
+*core* only: a *leaf* (a site with one link, whose other end has more) can
+carry no path through it, so its values follow from its parent's in one
+compiled pass. With a million single-link devices on a thousand edge and
+cloud sites, a column costs a Dijkstra over the thousand plus O(sites).
+
+The network changes in place. Every link it was given is kept, up or down,
+and a site is a leaf or core by all its links, so taking a link down or up
+never moves a site between the two:
+
+- ``link_down``/``link_up`` of a leaf's link changes that leaf alone: its
+  entry in each cached column is set from its parent's, and components are
+  labelled again (one compiled O(sites) pass);
+- of a link between core sites, the core's CSR is rebuilt (O(core links)).
+  A cached column the link cannot change (down: no lowest path to either end
+  runs over it; up: it shortens neither end's) is kept as it is; another is
+  marked stale and repaired when next read: a Dijkstra over the core, then
+  the core sites whose value moved and their leaves. Components are labelled
+  again only when the core's parts changed;
+- ``attach`` replaces a site's links (a device handed over to other edges).
+  A leaf that stays one, under another core site, is patched like a leaf's
+  link above; anything else updates the sites whose links changed, rebuilds
+  the core's CSR and leaves the cached columns to be repaired.
+
+A Dijkstra's result does not depend on the order of the vertices or of their
+links (a vertex's key is the best offer from those settled before it, and
+equal keys cannot improve each other), so a repaired column equals one
+computed afresh bit for bit. Columns read before a change are not to be
+kept across it: a cached one is patched in place.
+
+``within(site, r)`` lists the sites within rtt ``r`` of ``site`` without a
+column: a Dijkstra over the core that stops past ``r``, and the leaves of
+the core sites it reached.
 """
 
 from __future__ import annotations
@@ -36,16 +64,21 @@ CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096
 
 
 @njit(cache=True, nogil=True)
-def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw):  # pragma: no cover - compiled
+def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw, limit):  # pragma: no cover - compiled
     """Single-source lowest-rtt paths from ``seed`` (reached at ``seed_rtt``
     over a bottleneck of ``seed_bw``) over a CSR graph; on equal rtt the wider
-    bottleneck wins. Returns (rtt, bandwidth) per vertex: inf and 0 when
-    unreachable. A binary heap with lazy deletion; the key is isotone, so the
-    result does not depend on the order equal keys are popped in."""
+    bottleneck wins. Stops once the rtt popped exceeds ``limit`` (inf: every
+    vertex). Returns (rtt, bandwidth, settled): inf and 0 when unreachable,
+    and the vertices settled within the limit in the order settled (their
+    values are final; others may not be when the search stopped early). A
+    binary heap with lazy deletion; the key is isotone, so the result does not
+    depend on the order equal keys are popped in."""
     n = indptr.shape[0] - 1
     dist = np.full(n, np.inf)
     wide = np.zeros(n)
     done = np.zeros(n, np.bool_)
+    settled = np.empty(n, np.int64)
+    count = 0
     cap = indices.shape[0] + 1
     hd = np.empty(cap)
     hb = np.empty(cap)
@@ -55,6 +88,8 @@ def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw):  # pragma: no 
     size = 1
     while size > 0:
         d, b, u = hd[0], hb[0], hv[0]
+        if d > limit:
+            break  # every key left is as far
         size -= 1
         if size > 0:  # move the last entry to the root and sift it down
             ld, lb, lv = hd[size], hb[size], hv[size]
@@ -74,6 +109,8 @@ def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw):  # pragma: no 
         if done[u] or d != dist[u] or b != wide[u]:
             continue  # a stale entry
         done[u] = True
+        settled[count] = u
+        count += 1
         for k in range(indptr[u], indptr[u + 1]):
             v = indices[k]
             if done[v]:
@@ -92,39 +129,100 @@ def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw):  # pragma: no 
                     else:
                         break
                 hd[i], hb[i], hv[i] = nd, nb, v
-    return dist, wide
-
-
-def _best_links(n: int, a: np.ndarray, b: np.ndarray, rtt: np.ndarray, bw: np.ndarray):
-    """One link per unordered site pair: among parallel links the lower rtt,
-    the wider on a tie. Links from a site to itself carry no path and go."""
-    keep = a != b
-    a, b, rtt, bw = a[keep], b[keep], rtt[keep], bw[keep]
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    key = lo * n + hi
-    order = np.lexsort((-bw, rtt, key))
-    key = key[order]
-    first = np.ones(len(key), bool)
-    first[1:] = key[1:] != key[:-1]
-    pick = order[first]
-    return lo[pick], hi[pick], rtt[pick], bw[pick]
-
-
-def _csr(n: int, a: np.ndarray, b: np.ndarray, rtt: np.ndarray, bw: np.ndarray):
-    """Both directions of the undirected links as CSR arrays, by source."""
-    src = np.concatenate([a, b])
-    dst = np.concatenate([b, a])
-    order = np.argsort(src, kind="stable")
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
-    return indptr, dst[order].astype(np.int64), np.concatenate([rtt, rtt])[order], np.concatenate([bw, bw])[order]
+    return dist, wide, settled[:count]
 
 
 @njit(cache=True, nogil=True)
-def _components(n, a, b):  # pragma: no cover - compiled
-    """int32[n]: component labels numbered in order of each one's lowest site,
-    by union-find over the links (path halving, union by lower root)."""
-    root = np.arange(n)
+def _fill(rtt, bw, leaf, parent, leaf_rtt, leaf_bw):  # pragma: no cover - compiled
+    """Every leaf's entry of a column from its parent's: one link further."""
+    for s in range(leaf.shape[0]):
+        if leaf[s]:
+            p = parent[s]
+            rtt[s] = rtt[p] + leaf_rtt[s]
+            bw[s] = min(bw[p], leaf_bw[s])
+
+
+@njit(cache=True, nogil=True)
+def _repair(rtt, bw, core, core_rtt, core_bw, dest, kid_head, kid_next, leaf_rtt, leaf_bw):  # pragma: no cover
+    """Bring a column to ``dest`` up to date with a new Dijkstra over the core:
+    the core sites whose value moved, and their leaves. ``dest``'s own entry
+    stays (its intra-site values); its leaves hang from rtt 0 there."""
+    moved = 0
+    for i in range(core.shape[0]):
+        s = core[i]
+        if s == dest:
+            continue
+        nr, nb = core_rtt[i], core_bw[i]
+        if rtt[s] == nr and bw[s] == nb:
+            continue
+        rtt[s], bw[s] = nr, nb
+        moved += 1
+        k = kid_head[s]
+        while k >= 0:
+            if k != dest:
+                rtt[k] = nr + leaf_rtt[k]
+                bw[k] = min(nb, leaf_bw[k])
+            k = kid_next[k]
+    return moved
+
+
+@njit(cache=True, nogil=True)
+def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, kids, leaf_rtt):  # pragma: no cover
+    """(sites, rtt) within ``limit`` of ``site`` by ascending site: the core
+    sites settled by a Dijkstra stopped past the limit, their leaves one link
+    further (the sums of ``_fill``), and ``site`` at its intra-site rtt."""
+    total = 1
+    for i in range(settled.shape[0]):
+        total += 1 + kids[core[settled[i]]]
+    out = np.empty(total, np.int64)
+    val = np.empty(total)
+    m = 0
+    for i in range(settled.shape[0]):
+        c = core[settled[i]]
+        d = dist[settled[i]]
+        if c != site:
+            out[m], val[m] = c, d
+            m += 1
+        k = kid_head[c]
+        while k >= 0:
+            if k != site:
+                v = d + leaf_rtt[k]
+                if v <= limit:
+                    out[m], val[m] = k, v
+                    m += 1
+            k = kid_next[k]
+    if intra <= limit:
+        out[m], val[m] = site, intra
+        m += 1
+    order = np.argsort(out[:m])
+    return out[order], val[order]
+
+
+@njit(cache=True, nogil=True)
+def _kid_lists(leaf, parent):  # pragma: no cover - compiled
+    """Each core site's leaves as a doubly linked list (head per site, next
+    and previous per leaf, -1 at the ends; ascending), and their numbers."""
+    n = leaf.shape[0]
+    head = np.full(n, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    prv = np.full(n, -1, np.int64)
+    kids = np.zeros(n, np.int64)
+    for s in range(n - 1, -1, -1):
+        if leaf[s]:
+            p = parent[s]
+            nxt[s] = head[p]
+            if head[p] >= 0:
+                prv[head[p]] = s
+            head[p] = s
+            kids[p] += 1
+    return head, nxt, prv, kids
+
+
+@njit(cache=True, nogil=True)
+def _core_roots(m, a, b):  # pragma: no cover - compiled
+    """int64[m]: each core vertex's part, as the part's lowest vertex, by
+    union-find over the links (path halving, union by lower root)."""
+    root = np.arange(m)
     for k in range(a.shape[0]):
         x, y = a[k], b[k]
         while root[x] != x:
@@ -137,50 +235,170 @@ def _components(n, a, b):  # pragma: no cover - compiled
             root[y] = x
         elif y < x:
             root[x] = y
-    label = np.full(n, -1, np.int32)
+    for i in range(m):  # a root is never above its vertex: lower ones are final first
+        root[i] = root[root[i]]
+    return root
+
+
+@njit(cache=True, nogil=True)
+def _labels(leaf, parent, up, core_id, root):  # pragma: no cover - compiled
+    """int32[n] component labels numbered in order of each one's lowest site
+    (a leaf is in its parent's, or alone while its link is down), and each
+    label's lowest site."""
+    n = leaf.shape[0]
+    of_root = np.full(root.shape[0], -1, np.int64)
+    label = np.empty(n, np.int32)
+    first = np.empty(n, np.int64)
     count = 0
-    for i in range(n):  # a root is its set's lowest site, so it comes first
-        r = i
-        while root[r] != r:
-            r = root[r]
-        if label[r] < 0:
-            label[r] = count
+    for i in range(n):
+        if leaf[i]:
+            if not up[i]:
+                label[i] = count
+                first[count] = i
+                count += 1
+                continue
+            r = root[core_id[parent[i]]]
+        else:
+            r = root[core_id[i]]
+        if of_root[r] < 0:
+            of_root[r] = count
+            first[count] = i
             count += 1
-        label[i] = label[r]
-    return label
+        label[i] = of_root[r]
+    return label, first[:count].copy()
+
+
+def _best_links(n: int, a: np.ndarray, b: np.ndarray, rtt: np.ndarray, bw: np.ndarray):
+    """One link per unordered site pair: among parallel links the lower rtt,
+    the wider on a tie. Links from a site to itself carry no path and go."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    rtt, bw = np.asarray(rtt, float), np.asarray(bw, float)
+    keep = a != b
+    a, b, rtt, bw = a[keep], b[keep], rtt[keep], bw[keep]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    # a pair can repeat only between two sites of more than one link: sort those alone
+    deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
+    many = np.flatnonzero((deg[lo] > 1) & (deg[hi] > 1))
+    key = lo[many] * n + hi[many]
+    order = np.lexsort((-bw[many], rtt[many], key))
+    key = key[order]
+    first = np.ones(len(key), bool)
+    first[1:] = key[1:] != key[:-1]
+    if first.all():
+        return lo, hi, rtt, bw
+    single = np.ones(len(lo), bool)
+    single[many] = False
+    pick = np.concatenate([np.flatnonzero(single), many[order[first]]])
+    return lo[pick], hi[pick], rtt[pick], bw[pick]
+
+
+@njit(cache=True, nogil=True)
+def _csr(n, a, b, rtt, bw):  # pragma: no cover - compiled
+    """Both directions of the undirected links as CSR arrays, by source (a
+    counting sort: each source's a→b entries in link order, then its b→a ones)."""
+    m = a.shape[0]
+    indptr = np.zeros(n + 1, np.int64)
+    for k in range(m):
+        indptr[a[k] + 1] += 1
+        indptr[b[k] + 1] += 1
+    for i in range(n):
+        indptr[i + 1] += indptr[i]
+    at = indptr[:-1].copy()
+    dst = np.empty(2 * m, np.int64)
+    w = np.empty(2 * m)
+    c = np.empty(2 * m)
+    for k in range(m):
+        i = at[a[k]]
+        dst[i], w[i], c[i] = b[k], rtt[k], bw[k]
+        at[a[k]] += 1
+    for k in range(m):
+        i = at[b[k]]
+        dst[i], w[i], c[i] = a[k], rtt[k], bw[k]
+        at[b[k]] += 1
+    return indptr, dst, w, c
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (the network patches ``a`` itself)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _offers(du, bu, dv, bv, rtt, bw) -> bool:
+    """Whether reaching v from u over a link of (rtt, bw) beats v's key."""
+    nd = du + rtt
+    return bool(nd < dv or (nd == dv and min(bu, bw) > bv))
+
+
+def _carries(du, bu, dv, bv, rtt, bw) -> bool:
+    """Whether a link of (rtt, bw) from u gives v its key (v reached at all)."""
+    return bool(du + rtt == dv and min(bu, bw) == bv and not (dv == np.inf and bv == 0.0))
 
 
 class Network:
-    """The links that are up, as a sparse graph, with paths computed per
-    destination site on demand and cached (see the module docstring)."""
+    """Every link, up or down, as a sparse graph, with paths computed per
+    destination site on demand and cached (see the module docstring).
+    ``version`` counts the changes made in place: the object stays the same,
+    so what is kept from it is to be keyed on its version too."""
 
     def __init__(self, intra_rtt_ms: np.ndarray, a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
-                 bw: np.ndarray, cache_bytes: int = CACHE_BYTES) -> None:
+                 bw: np.ndarray, cache_bytes: int = CACHE_BYTES, up: np.ndarray | None = None) -> None:
+        """The network over links given one per site pair (as ``_best_links``
+        leaves them), ``up`` marking those that are up (all by default). Most
+        callers want ``build`` or ``from_arrays``."""
         n = len(intra_rtt_ms)
         self.n = n
-        self.intra_rtt_ms = intra_rtt_ms
-        self.component = _components(n, a, b)
-        indptr, nbr, w, c = _csr(n, a, b, rtt, bw)
-        degree = np.diff(indptr)
-        first = np.minimum(indptr[:-1], max(len(nbr) - 1, 0))  # a leaf's one neighbour is its first
-        self.leaf = (degree == 1) & (degree[nbr[first]] >= 2) if len(nbr) else np.zeros(n, bool)
-        self.leaves = np.flatnonzero(self.leaf)
-        self.parent = nbr[first[self.leaves]]
-        self.leaf_rtt, self.leaf_bw = w[first[self.leaves]], c[first[self.leaves]]
-        # the core: every other site, renumbered, with the links among them
+        self.intra_rtt_ms = np.asarray(intra_rtt_ms, float)
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        rtt, bw = np.asarray(rtt, float), np.asarray(bw, float)
+        up = np.ones(len(a), bool) if up is None else np.asarray(up, bool)
+        keep = a != b
+        lo, hi, rtt, bw, up = np.minimum(a, b)[keep], np.maximum(a, b)[keep], rtt[keep], bw[keep], up[keep]
+        # leaves, by all links: a site with one whose other end has more
+        deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
+        only = np.full(n, -1, np.int64)  # the one link of a site that has one
+        k = np.flatnonzero(deg[lo] == 1)
+        only[lo[k]] = k
+        k = np.flatnonzero(deg[hi] == 1)
+        only[hi[k]] = k
+        one = np.flatnonzero(only >= 0)
+        other = lo[only[one]] + hi[only[one]] - one
+        hangs = deg[other] >= 2
+        leaves, parents, own = one[hangs], other[hangs], only[one[hangs]]
+        self.leaf = np.zeros(n, bool)
+        self.leaf[leaves] = True
+        self.parent = np.full(n, -1, np.int64)  # a leaf's core site, -1 for the core
+        self.parent[leaves] = parents
+        self._link_rtt = np.full(n, np.inf)  # a leaf's link as given
+        self._link_bw = np.zeros(n)
+        self._link_up = np.zeros(n, bool)
+        self._link_rtt[leaves], self._link_bw[leaves], self._link_up[leaves] = rtt[own], bw[own], up[own]
+        # ... and as paths see it: inf and 0 while it is down
+        self.leaf_rtt = np.where(self._link_up, self._link_rtt, np.inf)
+        self.leaf_bw = np.where(self._link_up, self._link_bw, 0.0)
+        self._kid_head, self._kid_next, self._kid_prev, self._kids = _kid_lists(self.leaf, self.parent)
+        # the links among core sites, up or down, by slot (``_calive`` false: a slot freed)
+        inner = ~self.leaf[lo] & ~self.leaf[hi]
+        self._ca, self._cb, self._cr, self._cw = lo[inner], hi[inner], rtt[inner], bw[inner]
+        self._cup = up[inner].copy()
+        self._calive = np.ones(len(self._ca), bool)
+        self._cslot = dict(zip((self._ca * n + self._cb).tolist(), range(len(self._ca))))
+        # the core: every other site, numbered in site order
         self.core = np.flatnonzero(~self.leaf)
         self.core_id = np.full(n, -1, np.int64)
         self.core_id[self.core] = np.arange(len(self.core))
-        inner = ~self.leaf[a] & ~self.leaf[b]
-        self._graph = _csr(len(self.core), self.core_id[a[inner]], self.core_id[b[inner]], rtt[inner], bw[inner])
-        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._build_graph()
+        self._relabel()
+        self._cache: OrderedDict[int, list] = OrderedDict()  # site -> [rtt, bandwidth, stale]
         self._cache_bytes = cache_bytes
         self._cached = 0  # bytes in the cache
+        self.version = 0
 
     @staticmethod
     def build(sites: "Iterable[Site]", links: "Iterable[Link]", down: frozenset = frozenset(),
               cache_bytes: int = CACHE_BYTES) -> "Network":
-        """The network of ``sites`` over ``links`` less those whose site pair is in ``down``."""
+        """The network of ``sites`` over ``links``, those whose site pair is in ``down`` down."""
         sites = list(sites)
         n = len(sites)
         links = list(links)
@@ -188,13 +406,285 @@ class Network:
         b = np.fromiter((ln.b for ln in links), np.int64, len(links))
         rtt = np.fromiter((ln.rtt_ms for ln in links), float, len(links))
         bw = np.fromiter((ln.bandwidth_mbps for ln in links), float, len(links))
-        if down:
-            pairs = [tuple(p) for p in down if len(p) == 2]
-            cut = np.array([min(p) * n + max(p) for p in pairs], np.int64)
-            up = ~np.isin(np.minimum(a, b) * n + np.maximum(a, b), cut)
-            a, b, rtt, bw = a[up], b[up], rtt[up], bw[up]
         intra = np.fromiter((s.intra_site_rtt_ms for s in sites), float, n)
-        return Network(intra, *_best_links(n, a, b, rtt, bw), cache_bytes=cache_bytes)
+        return Network.from_arrays(intra, a, b, rtt, bw, down, cache_bytes=cache_bytes)
+
+    @staticmethod
+    def from_arrays(intra_rtt_ms, a, b, rtt_ms, bandwidth_mbps, down_pairs=None,
+                    cache_bytes: int = CACHE_BYTES) -> "Network":
+        """The network of ``len(intra_rtt_ms)`` sites over the links ``a[i]``–``b[i]``
+        (site indices) of ``rtt_ms[i]`` and ``bandwidth_mbps[i]``; parallel
+        links of a pair count as their best, and are down or up together.
+        ``down_pairs``: the site pairs whose links start down, an int array of
+        shape (k, 2) or pairs (a frozenset of two sites counts; others are ignored)."""
+        intra = np.asarray(intra_rtt_ms, float)
+        n = len(intra)
+        lo, hi, rtt, bw = _best_links(n, a, b, rtt_ms, bandwidth_mbps)
+        up = None
+        if down_pairs is not None and len(down_pairs):
+            if not isinstance(down_pairs, np.ndarray):
+                down_pairs = [tuple(p) for p in down_pairs if len(p) == 2]
+            pairs = np.asarray(down_pairs, np.int64).reshape(-1, 2)
+            if len(pairs):
+                cut = np.unique(pairs.min(axis=1) * n + pairs.max(axis=1))
+                key = lo * n + hi
+                up = cut[np.minimum(np.searchsorted(cut, key), len(cut) - 1)] != key
+        return Network(intra, lo, hi, rtt, bw, cache_bytes=cache_bytes, up=up)
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """int64[L]: the leaf sites, ascending."""
+        return np.flatnonzero(self.leaf)
+
+    # ------------------------------------------------------------ structure
+
+    def _build_graph(self) -> None:
+        """The core's CSR over the core links that are up (O(core links))."""
+        sel = np.flatnonzero(self._calive & self._cup)
+        ea, eb = self.core_id[self._ca[sel]], self.core_id[self._cb[sel]]
+        self._edges = (ea, eb)
+        self._graph = _csr(len(self.core), ea, eb, self._cr[sel], self._cw[sel])
+
+    def _relabel(self, if_split: bool = False) -> None:
+        """Components again; with ``if_split``, only when the core's parts
+        changed (no leaf moved: a leaf's label follows its parent's)."""
+        root = _core_roots(len(self.core), *self._edges)
+        if if_split and np.array_equal(root, self._core_root):
+            return
+        self._core_root = root
+        self.component, self._first = _labels(self.leaf, self.parent, self._link_up, self.core_id, root)
+
+    def _add_kid(self, s: int, p: int) -> None:
+        head = self._kid_head[p]
+        self._kid_next[s], self._kid_prev[s] = head, -1
+        if head >= 0:
+            self._kid_prev[head] = s
+        self._kid_head[p] = s
+        self._kids[p] += 1
+
+    def _drop_kid(self, s: int) -> None:
+        p, nxt, prv = self.parent[s], self._kid_next[s], self._kid_prev[s]
+        if prv >= 0:
+            self._kid_next[prv] = nxt
+        else:
+            self._kid_head[p] = nxt
+        if nxt >= 0:
+            self._kid_prev[nxt] = prv
+        self._kid_next[s] = self._kid_prev[s] = -1
+        self._kids[p] -= 1
+
+    def _set_leaf(self, s: int, p: int, rtt: float, bw: float, up: bool) -> None:
+        """``s`` a leaf of core site ``p`` (-1: ``s`` joins the core) over that link."""
+        if p < 0:
+            self.leaf[s], self.parent[s] = False, -1
+            rtt, bw, up = np.inf, 0.0, False
+        else:
+            self.leaf[s], self.parent[s] = True, p
+        self._link_rtt[s], self._link_bw[s], self._link_up[s] = rtt, bw, up
+        self.leaf_rtt[s] = rtt if up else np.inf
+        self.leaf_bw[s] = bw if up else 0.0
+
+    def _add_core_links(self, a, b, rtt, bw, up) -> None:
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        if (~self._calive).sum() > self._calive.sum():  # mostly freed slots: pack them
+            keep = self._calive
+            self._ca, self._cb, self._cr, self._cw = self._ca[keep], self._cb[keep], self._cr[keep], self._cw[keep]
+            self._cup, self._calive = self._cup[keep], self._calive[keep]
+            self._cslot = dict(zip((self._ca * self.n + self._cb).tolist(), range(len(self._ca))))
+        start = len(self._ca)
+        self._ca, self._cb = np.concatenate([self._ca, lo]), np.concatenate([self._cb, hi])
+        self._cr, self._cw = np.concatenate([self._cr, rtt]), np.concatenate([self._cw, bw])
+        self._cup = np.concatenate([self._cup, np.asarray(up, bool)])
+        self._calive = np.concatenate([self._calive, np.ones(len(lo), bool)])
+        for i, key in enumerate((lo * self.n + hi).tolist()):
+            self._cslot[key] = start + i
+
+    def _seed(self, site: int):
+        """Where a Dijkstra to ``site`` starts over the core: (core site, rtt,
+        bandwidth); a leaf starts at its parent, one link away. None for a leaf
+        whose link is down: it reaches nothing."""
+        if not self.leaf[site]:
+            return site, 0.0, np.inf
+        if not self._link_up[site]:
+            return None
+        return int(self.parent[site]), float(self.leaf_rtt[site]), float(self.leaf_bw[site])
+
+    # ------------------------------------------------------------ changes
+
+    def link_down(self, a: int, b: int) -> bool:
+        """Take the link between sites ``a`` and ``b`` down (all parallel links
+        of the pair). Returns whether anything changed: False when no link
+        joins them or it is down already."""
+        return self._set_link(int(a), int(b), False)
+
+    def link_up(self, a: int, b: int) -> bool:
+        """Bring the link between ``a`` and ``b`` back up; as ``link_down``."""
+        return self._set_link(int(a), int(b), True)
+
+    def _set_link(self, a: int, b: int, up: bool) -> bool:
+        if a == b or not (0 <= a < self.n and 0 <= b < self.n):
+            return False
+        for s, p in ((a, b), (b, a)):
+            if self.leaf[s] and self.parent[s] == p:  # a leaf's own link
+                if self._link_up[s] == up:
+                    return False
+                self._set_leaf(s, p, self._link_rtt[s], self._link_bw[s], up)
+                self._patch_leaf(s)
+                self._relabel()
+                self.version += 1
+                return True
+        k = self._cslot.get(min(a, b) * self.n + max(a, b))
+        if k is None or self._cup[k] == up:
+            return False
+        self._stale_by(k, up)
+        self._cup[k] = up
+        self._build_graph()
+        self._relabel(if_split=True)
+        self.version += 1
+        return True
+
+    def _stale_by(self, k: int, up: bool) -> None:
+        """Mark stale the cached columns that core link ``k`` going ``up`` (or
+        down) changes: those where it would beat an end's key (or gives one its
+        key). The others are exactly what a new Dijkstra would give."""
+        u, v = int(self._ca[k]), int(self._cb[k])
+        rtt, bw = float(self._cr[k]), float(self._cw[k])
+        test = _offers if up else _carries
+        for dest, entry in self._cache.items():
+            if entry[2]:
+                continue
+            col_rtt, col_bw = entry[0], entry[1]
+            du, bu = (0.0, np.inf) if u == dest else (col_rtt[u], col_bw[u])
+            dv, bv = (0.0, np.inf) if v == dest else (col_rtt[v], col_bw[v])
+            if test(du, bu, dv, bv, rtt, bw) or test(dv, bv, du, bu, rtt, bw):
+                entry[2] = True
+
+    def _patch_leaf(self, s: int) -> None:
+        """Leaf ``s``'s link or parent changed: its entry in each cached
+        column follows its parent's (the sums of ``_fill``); its own column goes."""
+        p = int(self.parent[s])
+        lr, lb = self.leaf_rtt[s], self.leaf_bw[s]
+        for dest, entry in self._cache.items():
+            if dest == s:
+                continue
+            col_rtt, col_bw = entry[0].base, entry[1].base
+            pr, pb = (0.0, np.inf) if p == dest else (col_rtt[p], col_bw[p])
+            col_rtt[s], col_bw[s] = pr + lr, min(pb, lb)
+        self._forget(s)
+
+    def _forget(self, site: int) -> None:
+        hit = self._cache.pop(site, None)
+        if hit is not None:
+            self._cached -= hit[0].nbytes + hit[1].nbytes
+
+    def attach(self, site: int, neighbours, rtts, bandwidths) -> None:
+        """Replace every link of ``site`` with links to ``neighbours`` (site
+        indices; one, or more for a multi-homed site, or none) of the given
+        rtts and bandwidths, all up. Parallel ones count as their best.
+
+        A leaf handed over to another core site (a device moving between
+        edges) costs O(cached columns): its entry in each is set from its new
+        parent's, no Dijkstra. Anything else updates the sites whose links
+        changed (a leaf that gains a link joins the core, so do the leaves of
+        a core ``site``, left without one), rebuilds the core's CSR and leaves
+        the cached columns to be repaired when read."""
+        site = int(site)
+        nbr = np.atleast_1d(np.asarray(neighbours, np.int64)).ravel()
+        rtt = np.atleast_1d(np.asarray(rtts, float)).ravel()
+        bw = np.atleast_1d(np.asarray(bandwidths, float)).ravel()
+        if not (len(nbr) == len(rtt) == len(bw)):
+            raise ValueError("attach: as many rtts and bandwidths as neighbours")
+        if not 0 <= site < self.n or ((nbr < 0) | (nbr >= self.n)).any():
+            raise IndexError("attach: site index out of range")
+        keep = nbr != site
+        nbr, rtt, bw = nbr[keep], rtt[keep], bw[keep]
+        if len(nbr) > 1:  # one link per neighbour: the lower rtt, the wider on a tie
+            order = np.lexsort((-bw, rtt, nbr))
+            nbr, rtt, bw = nbr[order], rtt[order], bw[order]
+            first = np.ones(len(nbr), bool)
+            first[1:] = nbr[1:] != nbr[:-1]
+            nbr, rtt, bw = nbr[first], rtt[first], bw[first]
+        if len(nbr) == 1 and self.leaf[site] and not self.leaf[nbr[0]]:
+            self._hand_over(site, int(nbr[0]), float(rtt[0]), float(bw[0]))
+        else:
+            self._reattach(site, nbr, rtt, bw)
+        self.version += 1
+
+    def _hand_over(self, s: int, q: int, rtt: float, bw: float) -> None:
+        """Leaf ``s`` now hangs from core site ``q`` over an up link."""
+        was_up, old = bool(self._link_up[s]), int(self.component[s])
+        if self.parent[s] != q:
+            self._drop_kid(s)
+            self._set_leaf(s, q, rtt, bw, True)
+            self._add_kid(s, q)
+        else:
+            self._set_leaf(s, q, rtt, bw, True)
+        self._patch_leaf(s)
+        new = int(self.component[q])
+        if was_up and old == new:
+            return
+        if was_up and self._first[old] != s and self._first[new] < s:
+            self.component[s] = new  # no part gains or loses its lowest site: no label moves
+        else:
+            self._relabel()
+
+    def _reattach(self, site: int, nbr: np.ndarray, rtt: np.ndarray, bw: np.ndarray) -> None:
+        gone = {site}  # sites whose own columns go: how they hang on changed
+        joined: list[int] = []  # sites entering the core
+        if self.leaf[site]:
+            self._drop_kid(site)
+            self._set_leaf(site, -1, 0.0, 0.0, False)
+            joined.append(site)
+        else:
+            own = np.flatnonzero(self._calive & ((self._ca == site) | (self._cb == site)))
+            self._calive[own] = False
+            for key in (self._ca[own] * self.n + self._cb[own]).tolist():
+                del self._cslot[key]
+            k = int(self._kid_head[site])
+            while k >= 0:  # its leaves lose their one link: alone in the core
+                nxt = int(self._kid_next[k])
+                self._drop_kid(k)
+                self._set_leaf(k, -1, 0.0, 0.0, False)
+                joined.append(k)
+                gone.add(k)
+                k = nxt
+        for x in nbr.tolist():
+            if self.leaf[x]:  # a leaf gaining a link joins the core with its link
+                p = int(self.parent[x])
+                self._add_core_links([x], [p], [self._link_rtt[x]], [self._link_bw[x]], [self._link_up[x]])
+                self._drop_kid(x)
+                self._set_leaf(x, -1, 0.0, 0.0, False)
+                joined.append(x)
+                gone.add(x)
+        left: list[int] = []  # sites leaving the core
+        if len(nbr) == 1:
+            x = int(nbr[0])
+            self._set_leaf(site, x, float(rtt[0]), float(bw[0]), True)
+            self._add_kid(site, x)
+            if site in joined:
+                joined.remove(site)
+            else:
+                left.append(site)
+        elif len(nbr):
+            self._add_core_links(np.full(len(nbr), site), nbr, rtt, bw, np.ones(len(nbr), bool))
+        core = self.core
+        if left:
+            core = core[~np.isin(core, left)]
+            self.core_id[left] = -1
+        if joined:
+            add = np.sort(np.asarray(joined, np.int64))
+            core = np.insert(core, np.searchsorted(core, add), add)
+        self.core = core
+        self.core_id[core] = np.arange(len(core))
+        self._build_graph()
+        self._relabel(if_split=not joined and not left)  # no leaf moved, the core numbered as before
+        for s in gone:
+            self._forget(s)
+        for entry in self._cache.values():
+            entry[2] = True
+        if self.leaf[site]:
+            self._patch_leaf(site)
 
     # ------------------------------------------------------------ columns
 
@@ -204,34 +694,42 @@ class Network:
         hit = self._cache.get(site)
         if hit is not None:
             self._cache.move_to_end(site)
-            return hit
-        hit = self._compute(site)
-        self._cache[site] = hit
-        self._cached += hit[0].nbytes + hit[1].nbytes
+            if hit[2]:
+                self._mend(site, hit)
+            return hit[0], hit[1]
+        rtt, bw = self._compute(site)
+        hit = self._cache[site] = [_frozen(rtt), _frozen(bw), False]
+        self._cached += rtt.nbytes + bw.nbytes
         while self._cached > self._cache_bytes and len(self._cache) > 1:
-            _, (r, w) = self._cache.popitem(last=False)
-            self._cached -= r.nbytes + w.nbytes
-        return hit
+            _, old = self._cache.popitem(last=False)
+            self._cached -= old[0].nbytes + old[1].nbytes
+        return hit[0], hit[1]
 
     def _compute(self, site: int) -> tuple[np.ndarray, np.ndarray]:
         """One Dijkstra over the core from ``site`` (a leaf starts at its
         neighbour, one link away), then the leaves from their neighbours: the
         same sums in the same order as a Dijkstra over the whole graph."""
-        if self.leaf[site]:
-            at = int(np.searchsorted(self.leaves, site))
-            seed, seed_rtt, seed_bw = self.parent[at], float(self.leaf_rtt[at]), float(self.leaf_bw[at])
-        else:
-            seed, seed_rtt, seed_bw = site, 0.0, np.inf
         rtt = np.full(self.n, np.inf)
         bw = np.zeros(self.n)
-        core_rtt, core_bw = _dijkstra(*self._graph, self.core_id[seed], seed_rtt, seed_bw)
-        rtt[self.core], bw[self.core] = core_rtt, core_bw
-        rtt[self.leaves] = rtt[self.parent] + self.leaf_rtt
-        bw[self.leaves] = np.minimum(bw[self.parent], self.leaf_bw)
+        seed = self._seed(site)
+        if seed is not None:
+            at, seed_rtt, seed_bw = seed
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            rtt[self.core], bw[self.core] = core_rtt, core_bw
+            _fill(rtt, bw, self.leaf, self.parent, self.leaf_rtt, self.leaf_bw)
         rtt[site], bw[site] = self.intra_rtt_ms[site], np.inf
-        rtt.setflags(write=False)
-        bw.setflags(write=False)
         return rtt, bw
+
+    def _mend(self, site: int, hit: list) -> None:
+        """A stale cached column made current in place: a new Dijkstra over the
+        core, then the core sites whose value moved and their leaves."""
+        seed = self._seed(site)
+        if seed is not None:
+            at, seed_rtt, seed_bw = seed
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            _repair(hit[0].base, hit[1].base, self.core, core_rtt, core_bw, site,
+                    self._kid_head, self._kid_next, self.leaf_rtt, self.leaf_bw)
+        hit[2] = False
 
     def rtt_to(self, site: int) -> np.ndarray:
         """float64[S]: the rtt of the lowest-rtt path from every site to ``site``."""
@@ -244,6 +742,29 @@ class Network:
     def reachable_to(self, site: int) -> np.ndarray:
         """bool[S]: which sites have a path to ``site`` (no path search needed)."""
         return self.component == self.component[site]
+
+    def within(self, site: int, max_rtt_ms: float) -> tuple[np.ndarray, np.ndarray]:
+        """(int64[k] sites ascending, float64[k] their rtt): every site whose
+        path rtt to ``site`` is at most ``max_rtt_ms``, ``site`` itself at its
+        intra-site rtt when that is within; exactly
+        ``np.flatnonzero(rtt_to(site) <= max_rtt_ms)`` and those values, from a
+        Dijkstra over the core stopped past the bound and the leaves of the
+        core sites it reached (no column: O(core reached + output))."""
+        site = int(site)
+        limit = float(max_rtt_ms)
+        intra = float(self.intra_rtt_ms[site])
+        if limit != limit:
+            return np.zeros(0, np.int64), np.zeros(0)
+        if limit == np.inf:  # every site, reachable or not
+            return np.arange(self.n, dtype=np.int64), self.rtt_to(site).copy()
+        seed = self._seed(site)
+        if seed is None:  # a leaf whose link is down reaches only itself
+            inside = intra <= limit
+            return np.full(int(inside), site, np.int64), np.full(int(inside), intra)
+        at, seed_rtt, seed_bw = seed
+        dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit)
+        return _neighbourhood(self.core, settled, dist, site, intra, limit,
+                              self._kid_head, self._kid_next, self._kids, self.leaf_rtt)
 
     # ------------------------------------------------------------ pairs
 

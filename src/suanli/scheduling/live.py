@@ -10,7 +10,7 @@ and then one pass over the vector of scores for the best.
 A view is exact: the masks and scores it holds are the ones ``feasible`` and
 ``scores.total`` would give now, element for element. It starts afresh when
 rows are added (the static masks change), when the part of the table's
-change log it has not read was dropped, when the network was rebuilt (rtt and reachability feed scores), or
+change log it has not read was dropped, when the network changed (rtt and reachability feed scores), or
 when so many rows changed that recomputing them all is cheaper.
 
 Views live on their table, most recently used kept, within a memory budget.
@@ -39,11 +39,12 @@ _NO_VALUES, _NO_ROWS = np.empty(0), np.empty(0, np.int32)  # a view not yet scor
 class View:
     """``ok``: the request fits the row now; ``value``: its score where it fits, else -inf."""
 
-    __slots__ = ("req", "network", "key", "pos", "ok", "value", "best", "top", "n_top")
+    __slots__ = ("req", "network", "net_version", "key", "pos", "ok", "value", "best", "top", "n_top")
 
     def __init__(self, req: Request) -> None:
         self.req = req
         self.network: Network | None = None
+        self.net_version = -1  # the network's version the scores were read at (it changes in place)
         self.key = None
         self.pos = 0
         self.ok: np.ndarray | None = None
@@ -60,7 +61,8 @@ class View:
         key = (table.version, table.n)
         changed = table.since(self.pos)
         fresh = (self.key != key or changed is None or len(changed) * 4 > table.n
-                 or (network is not None and self.network is not network and self.value is not None))
+                 or (network is not None and self.value is not None
+                     and (self.network is not network or self.net_version != network.version)))
         if fresh:
             self.ok = static_mask(table, self.req) & dynamic_ok(table, self.req, slice(0, table.n))
             self.value, self.n_top = None, -1
@@ -69,7 +71,7 @@ class View:
             self._catch_up(table, changed)
         self.pos = table.logged
         if network is not None and self.value is None:
-            self.network = network
+            self.network, self.net_version = network, network.version
             self.value = np.full(table.n, -np.inf)
             fits = np.flatnonzero(self.ok)  # rows that do not fit need no score
             if fits.size:

@@ -111,14 +111,14 @@ def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
     key = ("bonus", _unused_kinds(req), req.near_site, req.data_sites)
     shared = table.shared()
     hit = shared.get(key)
-    if hit is None or hit[0] is not network:
+    if hit is None or hit[0] is not network or hit[2] != network.version:
         rows = np.arange(table.n)
         b = WEIGHTS["devices"] * devices(table, req, rows)
         if req.near_site >= 0:
             b += WEIGHTS["near"] * near(table, req, rows, network)
         if req.data_sites:
             b += WEIGHTS["data"] * data(table, req, rows, network)
-        hit = shared[key] = (network, b)
+        hit = shared[key] = (network, b, network.version)  # a network changes in place: its version says when
     return hit[1]
 
 

@@ -23,7 +23,6 @@ from suanli.engine.clock import Clock, VirtualClock
 from suanli.engine.loop import EventLoop
 from suanli.executors.base import Executor, NodeFound, NodeLost, Note, Restart, Run, RunFinished, TaskExited
 from suanli.executors.sim import SimExecutor
-from suanli.model.network import Network
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
@@ -139,6 +138,8 @@ class Simulation:
                  policy: str | None = None, events_to: Path | None = None,
                  executor: Callable[["Simulation"], Executor] | None = None) -> None:
         self.world = world
+        if world.fleet.network.version:  # an earlier run changed it in place: start from the fleet's links
+            world.fleet.network = world.fleet.fresh_network()
         scenario = world.scenario.spec if world.scenario is not None else None
         self.scenario = scenario
         self.seed = world.seed if seed is None else seed
@@ -158,7 +159,6 @@ class Simulation:
         self.pending: dict[int, None] = {}  # unit ids, in submission order
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
-        self.links_down: set[frozenset[int]] = set()
         self.recorder = Recorder(self.state, self._near_violations)
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
@@ -471,9 +471,8 @@ class Simulation:
                 self.hosts.draining[node] = None  # its work moves off in waves (hosts.before)
             self.hosts.node_out(node)
         elif ev.kind in ("linkDown", "linkUp"):
-            pair = frozenset(fleet.site_index[s] for s in ev.between)
-            (self.links_down.add if ev.kind == "linkDown" else self.links_down.discard)(pair)
-            fleet.network = Network.build(fleet.sites, fleet.links, frozenset(self.links_down))
+            a, b = (fleet.site_index[s] for s in ev.between)
+            (fleet.network.link_down if ev.kind == "linkDown" else fleet.network.link_up)(a, b)  # in place
             self.business.forget_requests()
             self.global_layer.forget_requests()
             self.state.forget_network()
