@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from suanli.scheduling import nearby
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
 
@@ -139,7 +140,9 @@ def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     """Per need of ``req``: the device slots of ``row`` it may use (``usable_slots``'
     column, as indices; for a need of whole devices only the slots that hold a
     whole device), for the scalar paths; kept per row with the request's static
-    masks."""
+    masks (or, for a request decided over its neighbourhood, read from the row)."""
+    if nearby.candidate_rows(table, req) is not None:
+        return nearby.row_slots(table, req, row)
     return _slots_at(_static(table, req), row)
 
 
@@ -215,6 +218,10 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
 
 def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
     """Does the request fit this one row now? (``feasible`` for a single row, in scalar arithmetic.)"""
+    if nearby.candidate_rows(table, req) is not None:  # decided over its neighbourhood: no mask of every row
+        at = np.array([row])
+        return bool(nearby.static_ok(table, req, at)[0] and nearby.dynamic_ok(table, req, at)[0]) \
+            and all(m[row] for _, m in extra)
     cached = _static(table, req)
     if not (cached[0][row] and table.enabled[row]):
         return False

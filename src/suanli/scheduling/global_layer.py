@@ -224,10 +224,11 @@ def _narrow(host: Request, task: Request) -> Request:
         vec=task.vec.copy() if host.whole_node else host.vec,
         accels=tuple(accels) if not host.whole_node else tuple(task.accels),
         whole_node=host.whole_node,
-        site_checks=host.site_checks + task.site_checks,
+        site_terms=host.site_terms + task.site_terms,
         group_checks=host.group_checks,
         arch=arch,
         near_site=task.near_site if task.near_site >= 0 else host.near_site,
         near_max_ms=task.near_max_ms if task.near_site >= 0 else host.near_max_ms,
         data_sites=task.data_sites,
+        network=task.network if task.network is not None else host.network,
     )

@@ -3,7 +3,10 @@
 Tasks and hosts are both requests: a resource vector, accelerator needs and
 the constraints that decide where it may go. Site-level and node-group-level
 constraints are evaluated once into small masks (``[S]`` and ``[G]``) that
-the filters broadcast to table rows.
+the filters broadcast to table rows; a latency bound is kept as the few sites
+within it (``NearBound``) and reachability as a component label, so that a
+request bound near one of a million devices costs what its neighbourhood
+costs, not what the fleet does.
 """
 
 from __future__ import annotations
@@ -35,6 +38,28 @@ class AccelNeed:
         return self.milli // 1000
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class NearBound:
+    """The sites within a latency bound of one site, found from the network
+    without a column over every site: the aggregate a decision starts from."""
+
+    sites: np.ndarray  # int64[k], ascending
+    rtt: np.ndarray  # float64[k]: each one's path rtt to the near site
+    n_sites: int
+
+    def mask(self) -> np.ndarray:
+        """bool[S], made when a check over every site is asked for."""
+        out = np.zeros(self.n_sites, bool)
+        out[self.sites] = True
+        return out
+
+
+# A site check: (reason, bool[S]) as most are; or (reason, NearBound) for a
+# latency bound, or (reason, int) for "reachable from the sites of this network
+# component": both read at a few sites without a mask over all of them.
+SiteTerm = tuple[str, "np.ndarray | NearBound | int"]
+
+
 @dataclass(eq=False)
 class Request:
     """Everything the filters and scores need about one kind of placement."""
@@ -42,17 +67,53 @@ class Request:
     vec: np.ndarray  # int64[R]
     accels: tuple[AccelNeed, ...] = ()
     whole_node: bool = False
-    site_checks: tuple[tuple[str, np.ndarray], ...] = ()  # (reason, bool[S])
+    site_terms: tuple[SiteTerm, ...] = ()  # site checks, in the order of explanations
     group_checks: tuple[tuple[str, np.ndarray], ...] = ()  # (reason, bool[G])
     arch: np.ndarray | None = None  # allowed arch codes
     near_site: int = -1
     near_max_ms: float | None = None
     data_sites: tuple[int, ...] = ()
+    near: NearBound | None = None  # the sites within the near bound (a task's own: not a merged host's)
+    network: object = None  # the network the terms were read from (components label sites)
     cache: dict = field(default_factory=dict)  # small values of its own (the last row taken, vec as ints)
 
     def __post_init__(self) -> None:
         # allocations of the request share its vector: it must never change
         self.vec.flags.writeable = False
+
+    @property
+    def site_checks(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """Every site term as (reason, bool[S]), made once (a bound's mask and a
+        component's only here: a decision over a few sites reads ``sites_ok``)."""
+        got = self.cache.get("site_checks")
+        if got is None:
+            got = self.cache["site_checks"] = tuple((reason, self._mask(term)) for reason, term in self.site_terms)
+        return got
+
+    def _mask(self, term) -> np.ndarray:
+        if isinstance(term, NearBound):
+            return term.mask()
+        if isinstance(term, (int, np.integer)):
+            return self.network.component == term
+        return term
+
+    def sites_ok(self, sites: np.ndarray, skip: "NearBound | None" = None) -> np.ndarray:
+        """bool[k]: which of ``sites`` pass every site term (but ``skip``, known to hold)."""
+        ok = np.ones(len(sites), bool)
+        for _, term in self.site_terms:
+            if term is skip:
+                continue
+            if isinstance(term, NearBound):
+                if not term.sites.size:
+                    ok[:] = False
+                    continue
+                at = np.searchsorted(term.sites, sites)
+                ok &= (at < term.sites.size) & (term.sites[np.minimum(at, term.sites.size - 1)] == sites)
+            elif isinstance(term, (int, np.integer)):
+                ok &= self.network.component[sites] == term
+            else:
+                ok &= term[sites]
+        return ok
 
     @property
     def plain(self) -> tuple[list[int], bool]:
@@ -124,18 +185,19 @@ def compile_request(
             labels = [{**fleet.sites[g.site].labels, **g.labels} for g in fleet.groups]  # group labels win
             ok = np.array([all(lb.get(k) == v for k, v in selector.labels.items()) for lb in labels], bool)
             group_checks.append(("labels not matched", ok))
-    near_site, near_max = -1, None
+    near_site, near_max, bound = -1, None, None
+    network = fleet.network
     if near is not None:
         near_site, near_max = fleet.site_index[near.site], near.max_rtt_ms
         if near_max is not None:
-            within = fleet.network.rtt_to(near_site) <= near_max
-            site_checks.append((f"beyond {near_max:g} ms of {near.site}", within))
+            bound = NearBound(*network.within(near_site, near_max), len(fleet.sites))
+            site_checks.append((f"beyond {near_max:g} ms of {near.site}", bound))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
-        site_checks.append((f"data site {fleet.sites[s].name} unreachable", fleet.network.reachable_to(s)))
+        site_checks.append((f"data site {fleet.site_table.names.name(s)} unreachable", int(network.component[s])))
     if state_site is not None:
         s = fleet.site_index[state_site]
-        site_checks.append((f"state at {state_site} unreachable", fleet.network.reachable_to(s)))
+        site_checks.append((f"state at {state_site} unreachable", int(network.component[s])))
         data_idx += (s,)
     arch_codes = None
     if arch is not None:
@@ -144,10 +206,12 @@ def compile_request(
         vec=vec,
         accels=needs,
         whole_node=res.whole,
-        site_checks=tuple(site_checks),
+        site_terms=tuple(site_checks),
         group_checks=tuple(group_checks),
         arch=arch_codes,
         near_site=near_site,
         near_max_ms=near_max,
         data_sites=data_idx,
+        near=bound,
+        network=network,
     )

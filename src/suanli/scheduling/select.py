@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from suanli.model.network import Network
-from suanli.scheduling import live, scores
+from suanli.scheduling import live, nearby, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction, cols
@@ -366,11 +366,17 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
                 masks = [m for _, m in extra]
                 if restrict is not None:
                     masks.append(restrict)
+                near_rows = nearby.candidate_rows(table, r)
                 if ranked is not None and not ranked.valid(table, r, masks):
                     ranked = None
-                if ranked is None and run > 1 and filled is r:
+                if ranked is None and run > 1 and filled is r and near_rows is None:
                     ranked = _Ranked(table, r, network, masks, inside_rows)
-                row = ranked.pick(rng) if ranked is not None else live.pick(table, r, network, rng, masks, inside_rows)
+                if ranked is not None:
+                    row = ranked.pick(rng)
+                elif near_rows is not None:  # the few rows within its bound, not every row
+                    row = nearby.pick(table, r, near_rows, network, rng, masks, inside_rows)
+                else:
+                    row = live.pick(table, r, network, rng, masks, inside_rows)
                 if row < 0:
                     return r
         k = 1

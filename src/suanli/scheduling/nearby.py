@@ -1,0 +1,176 @@
+"""Decisions over a neighbourhood: sites first, then the rows on them.
+
+A request bound ``near`` a site can only go to the few sites within its
+bound (``NearBound``, found by the network without a column over every
+site). Its decision then reads only the rows on those sites: their static
+checks, what they have free, their scores, in the same arithmetic as the
+flat search over every row (``filters``, ``scores``, ``live.pick``), so it
+chooses the same row with the same tie-break draw. A service bound near one
+of a million cars touches the car's node and its edge's, not a million rows.
+
+Used when the neighbourhood holds a small share of the table's rows
+(``SHARE``); a larger one is searched flat, with the live views.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from suanli.scheduling import scores
+from suanli.scheduling.request import AccelNeed, Request
+from suanli.scheduling.table import CandidateTable
+
+SHARE = 1 / 8  # at most this share of the table's rows: decide over them alone
+TIE = 1e-9  # as live.TIE
+
+
+def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
+    """The table's rows by site: (rows sorted by site, where each site's rows
+    start in it: int64[S + 1]), kept until rows are added."""
+    shared = table.shared()
+    hit = shared.get("site rows")
+    if hit is None:
+        site = table.view("site")
+        order = np.argsort(site, kind="stable").astype(np.int64)
+        n_sites = int(site.max()) + 1 if site.size else 0
+        start = np.zeros(n_sites + 2, np.int64)
+        np.cumsum(np.bincount(site, minlength=n_sites + 1), out=start[1:])
+        hit = shared["site rows"] = (order, start)
+    return hit
+
+
+def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
+    """int64: the rows on the sites within the request's near bound, ascending;
+    None when it has no bound or the bound holds too many rows to be worth it.
+    Their rtts to the near site are kept beside them (``row_rtt``)."""
+    bound = req.near
+    if bound is None or table.n == 0:
+        return None
+    key = (id(table), table.version, table.n)
+    got = req.cache.get("near rows")
+    if got is not None and got[0] == key:
+        return got[1]
+    rows = rtt = None
+    if bound.sites.size <= SHARE * bound.n_sites:
+        order, start = site_rows(table)
+        sites = bound.sites[bound.sites < start.size - 1]
+        first, count = start[sites], start[sites + 1] - start[sites]
+        total = int(count.sum())
+        if total <= SHARE * table.n:
+            # the runs order[first:first + count] of every site, in one gather
+            at = np.repeat(first - np.cumsum(count) + count, count) + np.arange(total)
+            rows = order[at]
+            rtt = np.repeat(bound.rtt[bound.sites < start.size - 1], count)
+            if total > 1:
+                by_row = np.argsort(rows, kind="stable")
+                rows, rtt = rows[by_row], rtt[by_row]
+    req.cache["near rows"] = (key, rows, rtt)
+    return rows
+
+
+def row_rtt(req: Request) -> np.ndarray:
+    """float64: the rtt to the near site of each of ``candidate_rows``."""
+    return req.cache["near rows"][2]
+
+
+def _slots(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:
+    """bool[D, k]: the device slots of ``rows`` of the needed kind and an allowed model."""
+    kind = table.dev_kind[:, rows]
+    ok = kind == need.kind
+    if need.kind < 0:
+        ok[:] = False
+    if need.models is not None:
+        ok &= np.isin(table.dev_model[:, rows], need.models)
+    return ok
+
+
+def _usable(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:
+    """bool[D, k]: the slots a need may use (``filters._static``'s rule): for a
+    share, shareable ones; for whole devices, those that hold a whole device."""
+    ok = _slots(table, need, rows)
+    if need.whole:
+        return ok & (table.dev_cap[:, rows] == 1000)
+    return ok & table.dev_shareable[:, rows]
+
+
+def static_ok(table: CandidateTable, req: Request, rows: np.ndarray, within: bool = False) -> np.ndarray:
+    """bool[k]: ``filters.static_mask`` at ``rows`` (``within``: rows known to
+    be inside the near bound, whose check is then skipped)."""
+    ok = req.sites_ok(table.site[rows], skip=req.near if within else None)
+    group = table.group[rows]
+    for _, m in req.group_checks:
+        ok &= m[group]
+    if req.arch is not None:
+        ok &= np.isin(table.arch[rows], req.arch)
+    cap = table.cap[:, rows]
+    for col in (0, 1):
+        if req.vec[col] > 0:
+            ok &= cap[col] >= req.vec[col]
+    for need in req.accels:
+        slots = _slots(table, need, rows)
+        ok &= slots.any(axis=0)  # the kind is there (and, with models, one of them)
+        if need.whole:
+            ok &= (slots & (table.dev_cap[:, rows] == 1000)).sum(axis=0) >= need.count
+        else:
+            ok &= (slots & table.dev_shareable[:, rows] & (table.dev_cap[:, rows] >= need.milli)).any(axis=0)
+    return ok
+
+
+def dynamic_ok(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
+    """bool[k]: ``filters.dynamic_ok`` at ``rows``."""
+    vec = req.plain[0]
+    mask = table.enabled[rows]
+    free = table.free[:, rows]
+    for col in (0, 1):
+        if vec[col] > 0:
+            mask = mask & (free[col] >= vec[col])
+    if req.accels or req.whole_node:
+        dev_free = table.dev_free[:, rows]
+        for need in req.accels:
+            usable = _usable(table, need, rows)
+            if need.whole:
+                mask = mask & ((usable & (dev_free == 1000)).sum(axis=0) >= need.count)
+            else:
+                mask = mask & (usable & (dev_free >= need.milli)).any(axis=0)
+        if req.whole_node:
+            mask = mask & (free == table.cap[:, rows]).all(axis=0) & (dev_free == table.dev_cap[:, rows]).all(axis=0)
+    return mask
+
+
+def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
+    """``filters.row_slots`` for one row, from the row alone."""
+    return [np.flatnonzero(_usable(table, need, np.array([row]))[:, 0]).tolist() for need in req.accels]
+
+
+def bonus(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray, network) -> np.ndarray:
+    """``scores.bonus`` at ``rows`` (``rtt``: theirs to the near site), term by
+    term in the same order (the same floats)."""
+    b = scores.WEIGHTS["devices"] * scores.devices(table, req, rows)
+    if req.near_site >= 0:
+        b += scores.WEIGHTS["near"] * (100.0 / (1.0 + rtt / scores._NEAR_RTT_MS))
+    if req.data_sites:
+        b += scores.WEIGHTS["data"] * scores.data(table, req, rows, network)
+    return b
+
+
+def pick(table: CandidateTable, req: Request, rows: np.ndarray, network, rng: np.random.Generator,
+         masks: Sequence[np.ndarray] = (), inside: np.ndarray | None = None) -> int:
+    """``live.pick`` over the candidate ``rows`` only: the best row that fits
+    now and passes ``masks`` (and is one of ``inside``, ascending, when given),
+    ties drawn in row order; -1 when none."""
+    rtt = row_rtt(req)
+    if inside is not None:
+        keep = np.isin(rows, inside, assume_unique=True)
+        rows, rtt = rows[keep], rtt[keep]
+    ok = static_ok(table, req, rows, within=True) & dynamic_ok(table, req, rows)
+    for m in masks:
+        ok &= m[rows]
+    cand = rows[ok]
+    if not cand.size:
+        return -1
+    value = scores.WEIGHTS["fit"] * scores.fit(table, req, cand) + bonus(table, req, cand, rtt[ok], network)
+    best = value.max()
+    top = cand[value >= best - TIE]
+    return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
