@@ -348,3 +348,25 @@ def test_each_and_site_placeholders_are_checked(tmp_path):
     out = validate(tmp_path, [fleet, TENANT, per_car_app(near="{car}")])
     assert out.returncode == 2 and "(or {site} in an application with `each`)" in out.stderr
     assert validate(tmp_path, [fleet, TENANT, per_car_app()]).returncode == 0
+
+
+def test_ndjson_and_summary_carry_what_json_does(tmp_path):
+    listed, links, pop = CASE_TWO_HOMES
+    big = [site(s["name"], s["tier"], [node_group(count=4, cpu=64)]) for s in listed]
+    impossible = {"name": "huge", "lifetime": "service", "resources": {"cpu": 1000, "memory": "1Gi"}}
+    app = per_car_app()
+    app["spec"]["components"].append(impossible)
+    path = write(tmp_path, [fleet_doc(big, links, [{**pop, "count": 30}]), TENANT, app])
+    _, whole, _ = run_cli("schedule", path, "-o", "json")
+    _, lines, _ = run_cli("schedule", path, "-o", "ndjson")
+    whole = json.loads(whole)
+    lines = [json.loads(line) for line in lines.splitlines()]
+    kinds = {"hosts": "host", "placements": "placement", "unscheduled": "unscheduled", "unplaced_hosts": "unplacedHosts"}
+    rebuilt = {key: [{k: v for k, v in x.items() if k != "kind"} for x in lines if x["kind"] == kind]
+               for key, kind in kinds.items()}
+    rebuilt["metrics"] = next({k: v for k, v in x.items() if k != "kind"} for x in lines if x["kind"] == "metrics")
+    assert rebuilt == whole
+    assert len(whole["placements"]) == 60 and len(whole["unscheduled"]) == 30
+    code, summary, _ = run_cli("schedule", path, "-o", "summary")
+    assert code == 0 and "60/90 tasks placed" in summary and "insufficient cpu" in summary
+    assert "info.car-" not in summary  # no line per task

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from suanli.render import OutputFormat
+from suanli.render import OutputFormat, ScheduleOutput
 from suanli.spec.problems import SpecError
 
 app = typer.Typer(
@@ -77,12 +77,14 @@ def validate(files: List[Path] = FILES) -> None:
 @app.command()
 def schedule(
     files: List[Path] = FILES,
-    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
+    output: ScheduleOutput = typer.Option(
+        ScheduleOutput.table, "-o", "--output",
+        help="table, json, ndjson (one object per line, streamed) or summary (no line per task)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Tie-break seed (default: the Scenario's, else 0)."),
     policy: Optional[PolicyName] = POLICY,
 ) -> None:
     """Place every application once, through both layers, and print the outcome."""
-    from suanli.output import outcome_json
+    from suanli.output import metrics_json, outcome_json, outcome_lines
     from suanli.scheduling.static import schedule as run_schedule
     from suanli.spec.build import load_world
 
@@ -91,16 +93,27 @@ def schedule(
     except SpecError as exc:
         _fail(exc)
     outcome = run_schedule(world, seed, policy.value if policy else None)
+    if output is ScheduleOutput.ndjson:
+        encode = json.JSONEncoder(separators=(",", ":")).encode
+        write = sys.stdout.write
+        for line in outcome_lines(outcome):
+            write(encode(line) + "\n")
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)  # piped: do not cut names at 80 columns
+    if output is ScheduleOutput.summary:
+        from suanli.render import print_summary
+
+        print_summary(metrics_json(outcome), console)
+        return
     result = outcome_json(outcome)
-    if output is OutputFormat.json:
+    if output is ScheduleOutput.json:
         # compact: json's C encoder is used only without indentation (pipe to `jq` to read)
         sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     else:
         from suanli.render import print_outcome
 
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)  # piped: do not cut names at 80 columns
         print_outcome(result, console)
 
 

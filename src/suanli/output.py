@@ -8,7 +8,7 @@ documented in ``docs/outputs.md``.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -52,9 +52,9 @@ def placement_json(state: PlacementState, p: Placement) -> dict[str, Any]:
     }
 
 
-def hosts_json(state: PlacementState) -> list[dict[str, Any]]:
+def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:
     fleet = state.fleet
-    return [
+    return (
         {
             "vc": vc.name,
             "host": h.name,
@@ -66,7 +66,7 @@ def hosts_json(state: PlacementState) -> list[dict[str, Any]]:
         }
         for vc in state.vcs.values()
         for h in vc.hosts
-    ]
+    )
 
 
 def _task_order(state: PlacementState) -> dict[str, int]:
@@ -79,25 +79,40 @@ def _task_order(state: PlacementState) -> dict[str, int]:
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    parts = _parts(outcome)
+    return {key: list(items) if key != "metrics" else items() for key, items in parts}
+
+
+def outcome_lines(outcome: Outcome) -> Iterator[dict[str, Any]]:
+    """The outcome as one object per line (NDJSON), each with its ``kind``: every
+    host, placement, unscheduled task and unplaced host group as ``outcome_json``
+    lists them, then the metrics; made one at a time, for worlds whose JSON
+    array of a million placements would itself be the problem."""
+    kinds = {"hosts": "host", "placements": "placement", "unscheduled": "unscheduled",
+             "unplaced_hosts": "unplacedHosts"}
+    for key, items in _parts(outcome):
+        if key == "metrics":
+            yield {"kind": "metrics", **items()}
+        else:
+            for item in items:
+                yield {"kind": kinds[key], **item}
+
+
+def _parts(outcome: Outcome) -> list[tuple[str, Any]]:
+    """(key, iterator of items) in output order; the metrics as a function."""
     state = outcome.state
-    hosts = hosts_json(state)
     order = _task_order(state)
-    placements = [placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task])]
-    unscheduled = [
+    placements = (placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task]))
+    unscheduled = (
         {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": _sorted_reasons(u.reasons)}
         for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
-    ]
-    unplaced = [
+    )
+    unplaced = (
         {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": _sorted_reasons(u.reasons)}
         for u in outcome.unplaced_hosts
-    ]
-    return {
-        "hosts": hosts,
-        "placements": placements,
-        "unscheduled": unscheduled,
-        "unplaced_hosts": unplaced,
-        "metrics": metrics_json(outcome),
-    }
+    )
+    return [("hosts", hosts_json(state)), ("placements", placements), ("unscheduled", unscheduled),
+            ("unplaced_hosts", unplaced), ("metrics", lambda: metrics_json(outcome))]
 
 
 def _sorted_reasons(reasons: Counter) -> dict[str, int]:

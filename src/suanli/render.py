@@ -16,7 +16,19 @@ class OutputFormat(str, Enum):
     table = "table"
     json = "json"
 
+
+class ScheduleOutput(str, Enum):
+    """``schedule -o``: also NDJSON (one object per line, streamed) and a summary
+    (no line per task), for worlds of a million placements."""
+
+    table = "table"
+    json = "json"
+    ndjson = "ndjson"
+    summary = "summary"
+
 MAX_ROWS = 200  # beyond this, tables summarise; -o json has everything
+MAX_SITES = 20  # sites named in a summary line
+MAX_REASONS = 20  # reasons listed in a summary
 
 
 def _devices(devs: list[dict[str, Any]]) -> str:
@@ -56,8 +68,10 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
     console.print(t)
     if len(placements) > MAX_ROWS:
         by_site: Counter = Counter(p["site"] for p in placements)
+        top = by_site.most_common(MAX_SITES)
+        rest = f", and {len(by_site) - len(top)} more sites" if len(by_site) > len(top) else ""
         console.print(f"… {len(placements) - MAX_ROWS} more; by site: "
-                      + ", ".join(f"{s} {n}" for s, n in by_site.most_common()))
+                      + ", ".join(f"{s} {n}" for s, n in top) + rest)
 
     unscheduled = result["unscheduled"]
     if unscheduled:
@@ -71,7 +85,12 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
         why = ", ".join(f"{n} {r}" for r, n in u["reasons"].items())
         console.print(f"[yellow]host group {u['vc']}/{u['group']}: {u['missing']} hosts not placed[/yellow] ({why})")
 
-    m = result["metrics"]
+    print_summary(result["metrics"], console)
+
+
+def print_summary(m: dict[str, Any], console: Console) -> None:
+    """What was placed, the allocation by tier, and why the rest waits (the
+    most frequent reasons): the outcome without a line per task."""
     tasks = m["tasks"]
     console.print(f"\n[bold]{tasks['placed']}/{tasks['total']} tasks placed[/bold], "
                   f"{tasks['unscheduled']} unscheduled, {m['hosts']['total']} hosts")
@@ -89,3 +108,13 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
             cells.append("" if not b or not b["capacity"] else f"{b['used_ratio']:.0%} / {b['reserved_ratio']:.0%}")
         t.add_row(tier, *cells)
     console.print(t)
+    reasons = list(m.get("unscheduled_reasons", {}).items())
+    if reasons:
+        t = Table(title="Why tasks wait (tasks per reason)", title_justify="left")
+        t.add_column("reason", overflow="fold")
+        t.add_column("tasks", justify="right")
+        for reason, n in reasons[:MAX_REASONS]:
+            t.add_row(reason, str(n))
+        console.print(t)
+        if len(reasons) > MAX_REASONS:
+            console.print(f"… {len(reasons) - MAX_REASONS} more reasons (see -o json)")

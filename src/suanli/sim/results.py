@@ -33,7 +33,7 @@ def result_json(sim, end: float) -> dict[str, Any]:
         "seed": sim.seed,
         "until_s": sim.until,
         "end_s": round(end, 6),
-        "hosts": hosts_json(state),
+        "hosts": list(hosts_json(state)),
         "placements": placements,
         "unscheduled": unscheduled,
         "metrics": summarize(sim, end),
