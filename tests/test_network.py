@@ -212,6 +212,15 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     want = np.flatnonzero(col <= limit)
                     assert np.array_equal(got, want) and np.array_equal(val, col[want])
                     count("within some", 1 < len(got) < n)
+                    nbrs, _, _, up = net.links_of(site)  # every link of the site, up or down
+                    want_nbrs = {ln.a + ln.b - site for ln in links if site in (ln.a, ln.b) and ln.a != ln.b}
+                    assert set(nbrs.tolist()) == want_nbrs and len(nbrs) == len(want_nbrs)
+                    assert {int(x) for x, u in zip(nbrs, up) if not u} == \
+                        {x for x in want_nbrs if frozenset((site, x)) in down}
+                    keep = rng.random(n) < 0.5  # only the sites a mask marks
+                    got, val = net.within(site, limit, keep)
+                    want = np.flatnonzero((col <= limit) & keep)
+                    assert np.array_equal(got, want) and np.array_equal(val, col[want])
                 after = _check(net, sites, links, down, exact)
                 same = np.array_equal(after[0], before[0]) and np.array_equal(after[1], before[1])
                 count("paths changed", not same)

@@ -370,3 +370,25 @@ def test_ndjson_and_summary_carry_what_json_does(tmp_path):
     code, summary, _ = run_cli("schedule", path, "-o", "summary")
     assert code == 0 and "60/90 tasks placed" in summary and "insufficient cpu" in summary
     assert "info.car-" not in summary  # no line per task
+
+
+def test_private_sites_take_only_work_bound_near_them(tmp_path):
+    """Without `private`, packing puts strangers' work on cars; with it, a car
+    holds only its own (and its own still lands there)."""
+    listed = [site("s-0", "edge", [node_group(count=2, cpu=64)])]
+    pop = {"name": "cars", "count": 20, "sites": "car-##", "nodeGroups": [node_group("soc", cpu=8)],
+           "attach": {"to": {}, "rttMs": 2, "bandwidth": "100Mbps"}}
+    loose = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "batch", "tenant": "t"},
+             "spec": {"components": [{"name": "w", "lifetime": "service", "replicas": 40,
+                                      "resources": {"cpu": 2, "memory": "1Gi"}}]}}
+    own = per_car_app()
+    own["spec"]["components"] = own["spec"]["components"][:1]  # music, on the car itself
+    where = {}
+    for private in (False, True):
+        path = write(tmp_path, [fleet_doc(listed, [], [{**pop, "private": private}]), TENANT, loose, own])
+        code, out, err = run_cli("schedule", path, "-o", "json")
+        assert code == 0, err
+        where[private] = {p["task"]: p["site"] for p in json.loads(out)["placements"]}
+    assert sum(s.startswith("car-") for t, s in where[False].items() if t.startswith("batch/")) > 0
+    assert not [t for t, s in where[True].items() if t.startswith("batch/") and s.startswith("car-")]
+    assert all(where[True][f"info.car-{k:02d}/music/0"] == f"car-{k:02d}" for k in range(20))

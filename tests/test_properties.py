@@ -23,6 +23,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
@@ -170,7 +171,7 @@ def populations(draw, sites: list[dict]) -> dict:
         g["accelerators"] = [{"kind": "npu", "model": draw(st.sampled_from(MODELS["npu"])), "count": 1,
                               "shareable": draw(st.booleans())}]
     pop: dict[str, Any] = {"name": "cars", "count": draw(st.integers(1, 12)), "sites": "car-##", "nodeGroups": [g],
-                           "seed": draw(st.integers(0, 3))}
+                           "seed": draw(st.integers(0, 3)), "private": draw(st.booleans())}
     if not one_in(draw, 6):
         pop["attach"] = {"to": {}, "homes": homes, "rttMs": draw(st.integers(0, 10)) / 2,
                          "bandwidth": draw(st.sampled_from(["100Mbps", "1Gbps"]))}
@@ -861,7 +862,24 @@ def check_coupled_host_groups(r: Run) -> None:
                     f"{g.coupling} domain: {r.facts.where(nodes, g.coupling)}")
 
 
+def check_private_sites(r: Run) -> None:
+    """A private population's site holds only tasks bound near it (and their hosts)."""
+    table = r.world.fleet.site_table
+    private = {table.names.name(int(i)) for i in np.flatnonzero(table.private)}
+    for p in r.out["placements"]:
+        if p["site"] in private:
+            comp = r.facts.components[p["task"]][1]
+            assert comp.near is not None and comp.near.site == p["site"], (
+                f"{p['task']} on {p['site']}, a private site, bound near {comp.near}")
+
+
 # ====================================================================== properties
+
+
+@SETTINGS
+@given(scheduled)
+def test_private_sites_hold_only_their_own_work(case):
+    check_private_sites(run(*case))
 
 
 @SETTINGS

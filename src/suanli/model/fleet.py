@@ -125,7 +125,11 @@ class Fleet:
         self.link_arrays = links if isinstance(links, LinkArrays) else LinkArrays.of(list(links))
         self._links: tuple[Link, ...] | None = None
         self.site_index = self.site_table.names  # name -> site id (a mapping that parses population names)
-        self.masks: dict[tuple[str, ...], np.ndarray] = {}  # site globs -> bool[S] (request.site_mask)
+        self.masks: dict[tuple, object] = {}  # site globs -> bool[S] (request.site_mask), and sites_able
+        self._site_max: np.ndarray | None = None  # [S, R]: per site and resource, its largest node's capacity
+        self._by_site: tuple[np.ndarray, np.ndarray] | None = None  # nodes by site (nodes_of)
+        self.any_private = bool(self.site_table.private.any())
+        self.attach_rules: dict[str, object] = {}  # population -> its attach selector (handovers pick from it)
         self.kinds = Codes(sorted({d.kind for g in groups for d in g.devices}))
         self.models = Codes(sorted({d.model for g in groups for d in g.devices}))
         self.archs = Codes(sorted({g.arch for g in groups}))
@@ -192,6 +196,42 @@ class Fleet:
         self.node_dev_model = dev_model[self.node_group]
         self.node_dev_shareable = dev_share[self.node_group]
         self.network = self.fresh_network()
+
+    def sites_able(self, vec: np.ndarray) -> tuple[np.ndarray, bool]:
+        """(bool[S] read-only, whether that is every site): the sites with a
+        node whose capacity could ever hold ``vec`` in every resource (per
+        resource, the site's largest node), a necessary condition of every
+        node check, and that are not private (a private site takes only work
+        bound near it: the caller adds it back); kept per vector."""
+        key = ("able", vec.tobytes())
+        got = self.masks.get(key)
+        if got is None:
+            able = self.sites_able_ignoring_private(vec) & ~self.site_table.private  # a private site: its own work
+            able.setflags(write=False)
+            got = self.masks[key] = (able, bool(able.all()))
+        return got
+
+    def sites_able_ignoring_private(self, vec: np.ndarray) -> np.ndarray:
+        """``sites_able``'s capacity condition alone (bool[S], read-only)."""
+        key = ("capacity", vec.tobytes())
+        got = self.masks.get(key)
+        if got is None:
+            if self._site_max is None:
+                self._site_max = np.zeros((len(self.site_table), len(self.resources)), np.int64)
+                np.maximum.at(self._site_max, self.node_site, self.node_capacity)
+            got = self.masks[key] = (self._site_max >= vec).all(axis=1)
+            got.setflags(write=False)
+        return got
+
+    def nodes_of(self, site: int) -> np.ndarray:
+        """int64: the nodes of ``site``, ascending (from an index by site made once)."""
+        if self._by_site is None:
+            order = np.argsort(self.node_site, kind="stable").astype(np.int64)
+            start = np.zeros(len(self.site_table) + 1, np.int64)
+            np.cumsum(np.bincount(self.node_site, minlength=len(self.site_table)), out=start[1:])
+            self._by_site = (order, start)
+        order, start = self._by_site
+        return order[start[site]: start[site + 1]]
 
     def fresh_network(self) -> Network:
         """The network of the fleet's links, all up (a run changes its own in place)."""

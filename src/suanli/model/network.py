@@ -60,6 +60,7 @@ from numba import njit
 if TYPE_CHECKING:
     from suanli.model.fleet import Link, Site
 
+_NO_KEEP = np.zeros(1, np.bool_)  # ``within`` without a mask
 CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096 of 8,000
 
 
@@ -167,10 +168,12 @@ def _repair(rtt, bw, core, core_rtt, core_bw, dest, kid_head, kid_next, leaf_rtt
 
 
 @njit(cache=True, nogil=True)
-def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, kids, leaf_rtt):  # pragma: no cover
+def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, kids, leaf_rtt,
+                   keep, use_keep, self_ok):  # pragma: no cover - compiled
     """(sites, rtt) within ``limit`` of ``site`` by ascending site: the core
     sites settled by a Dijkstra stopped past the limit, their leaves one link
-    further (the sums of ``_fill``), and ``site`` at its intra-site rtt."""
+    further (the sums of ``_fill``), and ``site`` at its intra-site rtt; with
+    ``use_keep``, only the sites ``keep`` marks (``site`` itself: if ``self_ok``)."""
     total = 1
     for i in range(settled.shape[0]):
         total += 1 + kids[core[settled[i]]]
@@ -180,18 +183,18 @@ def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, 
     for i in range(settled.shape[0]):
         c = core[settled[i]]
         d = dist[settled[i]]
-        if c != site:
+        if c != site and (not use_keep or keep[c]):
             out[m], val[m] = c, d
             m += 1
         k = kid_head[c]
         while k >= 0:
-            if k != site:
+            if k != site and (not use_keep or keep[k]):
                 v = d + leaf_rtt[k]
                 if v <= limit:
                     out[m], val[m] = k, v
                     m += 1
             k = kid_next[k]
-    if intra <= limit:
+    if intra <= limit and self_ok:
         out[m], val[m] = site, intra
         m += 1
     order = np.argsort(out[:m])
@@ -430,6 +433,25 @@ class Network:
                 key = lo * n + hi
                 up = cut[np.minimum(np.searchsorted(cut, key), len(cut) - 1)] != key
         return Network(intra, lo, hi, rtt, bw, cache_bytes=cache_bytes, up=up)
+
+    def links_of(self, site: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(neighbours, rtt, bandwidth, up) of every link ``site`` has, as given
+        (a link that is down keeps its rtt and bandwidth)."""
+        site = int(site)
+        if self.leaf[site]:
+            return (np.array([self.parent[site]]), np.array([self._link_rtt[site]]),
+                    np.array([self._link_bw[site]]), np.array([self._link_up[site]]))
+        mine = self._calive & ((self._ca == site) | (self._cb == site))
+        k = np.flatnonzero(mine)
+        other = self._ca[k] + self._cb[k] - site
+        kids = []
+        c = self._kid_head[site]
+        while c >= 0:
+            kids.append(c)
+            c = self._kid_next[c]
+        kids = np.array(kids, np.int64)
+        return (np.concatenate([other, kids]), np.concatenate([self._cr[k], self._link_rtt[kids]]),
+                np.concatenate([self._cw[k], self._link_bw[kids]]), np.concatenate([self._cup[k], self._link_up[kids]]))
 
     @property
     def leaves(self) -> np.ndarray:
@@ -743,28 +765,39 @@ class Network:
         """bool[S]: which sites have a path to ``site`` (no path search needed)."""
         return self.component == self.component[site]
 
-    def within(self, site: int, max_rtt_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    def within(self, site: int, max_rtt_ms: float, keep: np.ndarray | None = None,
+               keep_self: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(int64[k] sites ascending, float64[k] their rtt): every site whose
         path rtt to ``site`` is at most ``max_rtt_ms``, ``site`` itself at its
         intra-site rtt when that is within; exactly
         ``np.flatnonzero(rtt_to(site) <= max_rtt_ms)`` and those values, from a
         Dijkstra over the core stopped past the bound and the leaves of the
-        core sites it reached (no column: O(core reached + output))."""
+        core sites it reached (no column: O(core reached + output)). With
+        ``keep`` (bool[S]), only the sites it marks (the output stays small
+        when most sites nearby could never be used); ``keep_self``, when
+        given, says instead of ``keep`` whether ``site`` itself counts."""
         site = int(site)
         limit = float(max_rtt_ms)
         intra = float(self.intra_rtt_ms[site])
         if limit != limit:
             return np.zeros(0, np.int64), np.zeros(0)
+        self_ok = True if keep is None else bool(keep[site]) if keep_self is None else keep_self
         if limit == np.inf:  # every site, reachable or not
-            return np.arange(self.n, dtype=np.int64), self.rtt_to(site).copy()
+            sites, rtt = np.arange(self.n, dtype=np.int64), self.rtt_to(site).copy()
+            if keep is None:
+                return sites, rtt
+            mine = keep.copy()
+            mine[site] = self_ok
+            return sites[mine], rtt[mine]
         seed = self._seed(site)
         if seed is None:  # a leaf whose link is down reaches only itself
-            inside = intra <= limit
+            inside = intra <= limit and self_ok
             return np.full(int(inside), site, np.int64), np.full(int(inside), intra)
         at, seed_rtt, seed_bw = seed
         dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit)
         return _neighbourhood(self.core, settled, dist, site, intra, limit,
-                              self._kid_head, self._kid_next, self._kids, self.leaf_rtt)
+                              self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
+                              _NO_KEEP if keep is None else keep, keep is not None, self_ok)
 
     # ------------------------------------------------------------ pairs
 

@@ -353,6 +353,7 @@ def format_duration(seconds: float) -> str:
 
 SPREAD_FORMS = "a value, or uniform(LOW, HIGH), normal(MEAN, SD) or lognormal(MEDIAN, SIGMA) of such values"
 POPULATION = Limit(10_000_000, "10000000")  # sites of one population
+SHARE = Limit(1.0, "1")  # a fraction of a population
 ATTACH_WEIGHT = Limit(1e6, "1000000")  # a site's share of a population's attachments (0: none)
 
 

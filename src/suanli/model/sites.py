@@ -160,7 +160,9 @@ class SiteTable:
         self._region: list[np.ndarray] = []
         self._intra: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
+        self._private: list[tuple[int, int]] = []  # (first, count) of the populations whose sites are private
         self.tier = self.region = self.intra_rtt_ms = self.label_set = None  # arrays, after freeze
+        self.private = None  # bool[S]: a site that runs only work bound near it (a device's own)
         self.population_of = None  # int32[S]: the population a site belongs to, -1 if listed
         self.population_names: list[str] = []  # by population (block) number
 
@@ -179,10 +181,12 @@ class SiteTable:
         return i
 
     def add_population(self, name: str, pattern: NamePattern, count: int, tier: str, regions: np.ndarray,
-                       intra_site_rtt_ms: float, labels: Mapping[str, str]) -> int:
+                       intra_site_rtt_ms: float, labels: Mapping[str, str], private: bool = False) -> int:
         """``regions``: int32[count] region codes (``region_code``), one per site."""
         first = self.names.add_block(count, pattern)
         self.population_names.append(name)
+        if private:
+            self._private.append((first, count))
         self._append(count, TIERS.index(tier), np.asarray(regions, np.int32), intra_site_rtt_ms, labels)
         return first
 
@@ -199,6 +203,9 @@ class SiteTable:
         self.region = cat(self._region, np.int32)
         self.intra_rtt_ms = cat(self._intra, float)
         self.label_set = cat(self._labels, np.int32)
+        self.private = np.zeros(len(self.names), bool)
+        for first, count in self._private:
+            self.private[first: first + count] = True
         self.population_of = np.full(len(self.names), -1, np.int32)
         for p, (first, count, _) in enumerate(self.names.blocks()):
             self.population_of[first: first + count] = p

@@ -13,7 +13,7 @@ explicit VC asks the global layer to grow an elastic host group.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +26,9 @@ from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.state import PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
+
+
+REQUESTS = 65_536  # compiled requests kept (each names its constraints: one per car bound near it)
 
 
 @dataclass
@@ -150,7 +153,7 @@ class BusinessLayer:
     unscheduled: list[Unscheduled] = field(default_factory=list)
     occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> tasks per node/site
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
-    _requests: dict[tuple, Request] = field(default_factory=dict)
+    _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
 
     @property
@@ -195,13 +198,18 @@ class BusinessLayer:
         anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
         key = (tenant, comp.resources, comp.arch, comp.near, data, state_site, anti)
         req = self._requests.get(key)
-        if req is None:
+        if req is not None:
+            self._requests.move_to_end(key)
+        else:
             fleet = self.state.fleet
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
             req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
                                   arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data),
                                   state_site=fleet.sites[state_site].name if state_site >= 0 else None)
             self._requests[key] = req
+            if len(self._requests) > REQUESTS:  # a million cars' own requests are not all kept
+                _, old = self._requests.popitem(last=False)
+                self.anti_of.pop(id(old), None)
             if comp.anti_affinity is not None:
                 self.anti_of[id(req)] = ((comp.app, comp.anti_affinity[0]), comp.anti_affinity[1])
         return req

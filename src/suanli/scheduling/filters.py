@@ -132,6 +132,14 @@ def static_mask(table: CandidateTable, req: Request) -> np.ndarray:
     return _static(table, req)[0]
 
 
+def static_fits(table: CandidateTable, req: Request, row: int) -> bool:
+    """``static_mask(table, req)[row]``, without a mask over every row for a
+    request decided over its neighbourhood."""
+    if nearby.candidate_rows(table, req) is not None:
+        return bool(nearby.static_ok(table, req, np.array([row]))[0])
+    return bool(static_mask(table, req)[row])
+
+
 def usable_slots(table: CandidateTable, req: Request) -> list[np.ndarray]:
     return _static(table, req)[1]
 

@@ -23,6 +23,8 @@ from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable
 
 SHARE = 1 / 8  # at most this share of the table's rows: decide over them alone
+KEEP_ROWS = 4096  # a request keeps its rows up to this many; the last larger set is kept for its decision
+_LAST: list = [None, None]  # (request, its entry): the last neighbourhood too large to keep with its request
 TIE = 1e-9  # as live.TIE
 
 
@@ -50,6 +52,8 @@ def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
         return None
     key = (id(table), table.version, table.n)
     got = req.cache.get("near rows")
+    if got is None and _LAST[0] is req:
+        got = _LAST[1]
     if got is not None and got[0] == key:
         return got[1]
     rows = rtt = None
@@ -66,13 +70,19 @@ def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
             if total > 1:
                 by_row = np.argsort(rows, kind="stable")
                 rows, rtt = rows[by_row], rtt[by_row]
-    req.cache["near rows"] = (key, rows, rtt)
+    entry = (key, rows, rtt)
+    if rows is None or rows.size <= KEEP_ROWS:
+        req.cache["near rows"] = entry
+    else:  # a large neighbourhood is kept for its request's decision only, not for the request's life
+        req.cache.pop("near rows", None)
+        _LAST[0], _LAST[1] = req, entry
     return rows
 
 
 def row_rtt(req: Request) -> np.ndarray:
     """float64: the rtt to the near site of each of ``candidate_rows``."""
-    return req.cache["near rows"][2]
+    got = req.cache.get("near rows")
+    return (got if got is not None else _LAST[1])[2]
 
 
 def _slots(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:

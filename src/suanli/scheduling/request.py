@@ -40,21 +40,46 @@ class AccelNeed:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class NearBound:
-    """The sites within a latency bound of one site, found from the network
-    without a column over every site: the aggregate a decision starts from."""
+    """The sites within a latency bound of one site that could ever hold the
+    request (a site whose largest node is too small is left out), found from
+    the network without a column over every site: the aggregate a decision
+    starts from. ``mask`` is the bound itself, over every site."""
 
     sites: np.ndarray  # int64[k], ascending
     rtt: np.ndarray  # float64[k]: each one's path rtt to the near site
     n_sites: int
+    network: object
+    site: int
+    max_rtt_ms: float
+    complete: bool  # no site within the bound was left out
 
     def mask(self) -> np.ndarray:
-        """bool[S], made when a check over every site is asked for."""
+        """bool[S]: the sites within the bound (made when a check over every site is asked for)."""
+        if not self.complete:
+            return self.network.rtt_to(self.site) <= self.max_rtt_ms
         out = np.zeros(self.n_sites, bool)
         out[self.sites] = True
         return out
 
 
-# A site check: (reason, bool[S]) as most are; or (reason, NearBound) for a
+@dataclass(frozen=True, slots=True, eq=False)
+class Private:
+    """Sites of private populations, of which only ``near`` (-1: none) is open."""
+
+    private: np.ndarray  # bool[S]
+    near: int
+
+    def mask(self) -> np.ndarray:
+        out = ~self.private
+        if self.near >= 0:
+            out[self.near] = True
+        return out
+
+    def at(self, sites: np.ndarray) -> np.ndarray:
+        return ~self.private[sites] | (sites == self.near)
+
+
+# A site check: (reason, bool[S]) as most are; (reason, Private) for private sites; or (reason, NearBound) for a
 # latency bound, or (reason, int) for "reachable from the sites of this network
 # component": both read at a few sites without a mask over all of them.
 SiteTerm = tuple[str, "np.ndarray | NearBound | int"]
@@ -91,7 +116,7 @@ class Request:
         return got
 
     def _mask(self, term) -> np.ndarray:
-        if isinstance(term, NearBound):
+        if isinstance(term, (NearBound, Private)):
             return term.mask()
         if isinstance(term, (int, np.integer)):
             return self.network.component == term
@@ -103,7 +128,11 @@ class Request:
         for _, term in self.site_terms:
             if term is skip:
                 continue
-            if isinstance(term, NearBound):
+            if isinstance(term, Private):
+                ok &= term.at(sites)
+            elif isinstance(term, NearBound) and not term.complete:
+                ok &= term.mask()[sites]
+            elif isinstance(term, NearBound):
                 if not term.sites.size:
                     ok[:] = False
                     continue
@@ -190,8 +219,13 @@ def compile_request(
     if near is not None:
         near_site, near_max = fleet.site_index[near.site], near.max_rtt_ms
         if near_max is not None:
-            bound = NearBound(*network.within(near_site, near_max), len(fleet.sites))
+            able, everywhere = fleet.sites_able(vec)  # private sites left out: the near one comes back
+            self_ok = bool(fleet.sites_able_ignoring_private(vec)[near_site]) if not everywhere else True
+            bound = NearBound(*network.within(near_site, near_max, None if everywhere else able, self_ok),
+                              len(fleet.sites), network, near_site, near_max, complete=everywhere)
             site_checks.append((f"beyond {near_max:g} ms of {near.site}", bound))
+    if fleet.any_private:  # a device's own sites take only the work bound near them
+        site_checks.append(("another device's own site", Private(fleet.site_table.private, near_site)))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
         site_checks.append((f"data site {fleet.site_table.names.name(s)} unreachable", int(network.component[s])))

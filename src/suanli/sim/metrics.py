@@ -239,13 +239,22 @@ class Recorder:
         area = self._area["site"] + now * (stop - self._last)
         out = {}
         keys = self.state.fleet.resource_keys
-        for si, site in enumerate(self.state.fleet.sites):
+        table = self.state.fleet.site_table
+        peak = self._peak["site"]
+
+        def entry(cap, area_, now_, peak_ratio):
+            return {key: {"mean": round(float(area_[r] / span / cap[r]) if span > 0 else float(now_[r] / cap[r]), 6),
+                          "peak": round(float(peak_ratio[r]), 6)}
+                    for r, key in enumerate(keys) if cap[r]}
+
+        for si in table.names.listed().tolist():
             cap = self.site_capacity[si]
-            out[site.name] = {
-                key: {"mean": round(float(area[si, r] / span / cap[r]) if span > 0 else float(now[si, r] / cap[r]), 6),
-                      "peak": round(float(self._peak["site"][si, r] / cap[r]), 6)}
-                for r, key in enumerate(keys) if cap[r]
-            }
+            out[table.names.name(si)] = entry(cap, area[si], now[si], peak[si] / np.maximum(cap, 1))
+        for first, count, pattern in table.names.blocks():  # a population: one entry, its pattern
+            rows = slice(first, first + count)
+            cap = self.site_capacity[rows]
+            ratio = (peak[rows] / np.maximum(cap, 1)).max(axis=0)  # the busiest of its sites
+            out[str(pattern)] = entry(cap.sum(axis=0), area[rows].sum(axis=0), now[rows].sum(axis=0), ratio)
         return out
 
     def fragmentation(self, end: float) -> dict[str, dict[str, float]]:

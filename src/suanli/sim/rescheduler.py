@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from suanli.scheduling import scores
+from suanli.scheduling import nearby, scores
 from suanli.scheduling.business_layer import TaskExtras, Unit
-from suanli.scheduling.filters import feasible, static_checks, static_mask
+from suanli.scheduling.filters import feasible, static_checks, static_fits, static_mask
 from suanli.scheduling.preempt import Victim
 from suanli.scheduling.select import allocation, pick
 
@@ -143,11 +143,22 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
-    useful = np.zeros(table.n, bool)
-    for comp in dict.fromkeys(unit.components):
-        useful |= static_mask(table, sim.business.request(comp, unit.tenant))
+    reqs = [sim.business.request(comp, unit.tenant) for comp in dict.fromkeys(unit.components)]
+    near = [nearby.candidate_rows(table, r) for r in reqs] if table is sim.state.nodes else [None]
+    if all(rows is not None for rows in near):  # bound near a few sites: the units on their rows only
+        rows = np.unique(np.concatenate([rows[nearby.static_ok(table, r, rows, within=True)]
+                                         for r, rows in zip(reqs, near)]))
+        useful = np.zeros(table.n, bool)
+        useful[rows] = True
+        on = {sim.tasks[task].unit for row in rows.tolist() for task in sim.state.tasks_on_node.get(row, ())}
+        candidates = sorted((u for u in on if u in sim.running), key=sim.running_seq.__getitem__)
+    else:
+        useful = np.zeros(table.n, bool)
+        for r in reqs:
+            useful |= static_mask(table, r)
+        candidates = sim.running
     out = []
-    for uid in sim.running:
+    for uid in candidates:
         us = sim.units[uid]
         comps = us.unit.components
         if not all(c.preemptible for c in comps):
@@ -196,14 +207,17 @@ def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
     return all(share(v.tenant) >= share(unit.tenant) for v in plan)
 
 
-def broken_units(sim) -> dict[int, str]:
+def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
     """Running units the network no longer supports, with why: a member beyond
     its ``near`` bound or cut off from its data, or an affinity group whose
-    ``reachable`` scope a partition split. (Called when links change.)"""
+    ``reachable`` scope a partition split. (Called when links change;
+    ``changed``: only the paths of these sites did, as when a device moves, so
+    only units placed there or bound to them are checked again.)"""
     state, business = sim.state, sim.business
-    component = sim.world.fleet.network.component
+    fleet = sim.world.fleet
+    component = fleet.network.component
     out: dict[int, str] = {}
-    for uid in sim.running:
+    for uid in _running_at(sim, changed) if changed is not None else sim.running:
         us = sim.units[uid]
         sites = []
         for task in us.run.tasks:
@@ -215,10 +229,22 @@ def broken_units(sim) -> dict[int, str]:
             if comp.near is None and comp.data_source is None and comp.data_sink is None:
                 continue
             req = business.request(comp, rec.tenant)
-            if not static_mask(table, req)[row]:
+            if not static_fits(table, req, row):
                 out[uid] = next(reason for reason, mask in static_checks(table, req) if not mask[row])
                 break
         else:
             if us.unit.affinity_scope == "reachable" and len(set(component[sites].tolist())) > 1:
                 out[uid] = "affinity group split by the network"
     return out
+
+
+def _running_at(sim, sites: set[int]) -> list[int]:
+    """The running units placed on ``sites`` or bound (near, data) to one, in
+    the order of ``sim.running``: from the node and bound indexes, not a scan."""
+    fleet, state = sim.world.fleet, sim.state
+    found: set[int] = set()
+    for s in sites:
+        found.update(sim.bound_to.get(fleet.site_table.names.name(s), ()))
+        for node in fleet.nodes_of(s).tolist():
+            found.update(sim.tasks[task].unit for task in state.tasks_on_node.get(node, ()))
+    return sorted((u for u in found if u in sim.running), key=sim.running_seq.__getitem__)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import zlib
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,9 +41,10 @@ from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper
 from suanli.sim.metrics import Recorder
+from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
                                     transfer_s, victims)
-from suanli.sim.workload import Arrival, generated, openb_arrivals, swf_arrivals
+from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,14 @@ class ScenarioEvent:
     spec: Any  # one of schema's event specs
 
 
+DEFAULT_RTT_MS, DEFAULT_BANDWIDTH = 2.0, 100.0  # a handover of a device that had no link, unless given
+
+
+@dataclass(frozen=True, slots=True)
+class NextMove:
+    index: int  # which mobility stream: its pending event is due
+
+
 class Simulation:
     def __init__(self, world: World, *, seed: int | None = None, until: float | None = None,
                  clock: Clock | None = None, on_instant: Callable[[float], None] | None = None,
@@ -159,6 +169,9 @@ class Simulation:
         self.pending: dict[int, None] = {}  # unit ids, in submission order
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
+        self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
+        self._mobility: list[Iterator] = []  # mobility streams (handovers, offline spells)
+        self._next_mobility: list[tuple | None] = []
         self.recorder = Recorder(self.state, self._near_violations)
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
@@ -166,6 +179,10 @@ class Simulation:
         self.units_by_app: dict[str, list[int]] = {}
         self._unit_ids = 0
         self._run_ids = 0
+        self._levels: Counter = Counter()  # standings of the running units, counted
+        self.running_seq: dict[int, int] = {}  # unit -> when it entered ``running`` (its order there)
+        self.bound_to: dict[str, set[int]] = {}  # site name -> units that ran bound near it or to its data
+        self._own: dict[str, Counter] = {}  # per tenant, the priorities of its running units, counted
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
         self._reclaimed_at: float | None = None
@@ -209,12 +226,19 @@ class Simulation:
         """Place the VCs' first hosts and queue the world's work (``run`` does this first)."""
         self.global_layer.place_initial()
         self.flush_hosts(0.0)
-        arrivals = {a.app: a.at for a in self.scenario.arrivals} if self.scenario else {}
+        entries = {a.app: a for a in self.scenario.arrivals} if self.scenario else {}
         self.apps_of_document: dict[str, list[str]] = {}  # documents with `each`: the applications made
+        copies: dict[str, list[Application]] = {}
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
-            self.loop.schedule(arrivals.get(app.document, 0.0), Submit(app))
+            entry = entries.get(app.document)
             if app.template is not None:
                 self.apps_of_document.setdefault(app.template, []).append(app.name)
+                if entry is not None and (entry.share, entry.over, entry.stay) != (None, None, None):
+                    copies.setdefault(app.template, []).append(app)
+                    continue
+            self.loop.schedule(entry.at if entry is not None else 0.0, Submit(app))
+        for document, apps in copies.items():
+            self._sampled_arrivals(entries[document], apps)
         if self.scenario is None:
             return
         horizon = self.until if self.until is not None else float("inf")
@@ -225,6 +249,31 @@ class Simulation:
             self._add_stream(reader(tr, self.world.base_dir, self.world.fleet))
         for ev in self.scenario.events:
             self.loop.schedule(ev.at, ScenarioEvent(ev))
+        for i, mob in enumerate(self.scenario.mobility):
+            self._mobility.append(mobility_events(self.world.fleet, mob, i, self.seed, horizon))
+            self._next_mobility.append(None)
+            self._queue_mobility(len(self._mobility) - 1)
+
+    def _sampled_arrivals(self, entry: Any, apps: list[Application]) -> None:
+        """The copies of a per-site application that arrive (``share`` of them,
+        drawn), each at a time drawn uniformly over ``over`` from ``at`` (so a
+        Poisson stream, given its count) and leaving after its ``stay``."""
+        rng = np.random.default_rng([self.seed, zlib.crc32(entry.app.encode())])
+        k = len(apps) if entry.share is None else int(round(entry.share * len(apps)))
+        chosen = np.sort(rng.choice(len(apps), size=k, replace=False)) if k < len(apps) else np.arange(k)
+        at = entry.at + (rng.uniform(0.0, entry.over, k) if entry.over else np.zeros(k))
+        stay = [draw(entry.stay, rng) for _ in range(k)] if entry.stay is not None else None
+        for j, i in enumerate(chosen.tolist()):
+            app = apps[i]
+            self.loop.schedule(float(at[j]), Submit(app))
+            if stay is not None:
+                self.loop.schedule(float(at[j] + stay[j]), Leave(app.name))
+
+    def _queue_mobility(self, index: int) -> None:
+        nxt = next(self._mobility[index], None)
+        self._next_mobility[index] = nxt
+        if nxt is not None:
+            self.loop.schedule(nxt[0], NextMove(index))
 
     def _add_stream(self, stream: Iterator[Arrival]) -> None:
         self._streams.append(stream)
@@ -266,6 +315,9 @@ class Simulation:
                 self._finished(t, ev.run_id)
             elif isinstance(ev, ScenarioEvent):
                 self._scenario_event(t, ev.spec)
+            elif isinstance(ev, NextMove):
+                self._scenario_event(t, self._next_mobility[ev.index][1])
+                self._queue_mobility(ev.index)
             elif isinstance(ev, ClaimEnded):
                 self._claim_ended(t, ev.claim)
             elif isinstance(ev, MoveDone):
@@ -371,9 +423,20 @@ class Simulation:
         else:
             self.executor.release(run, self.now)
         self.runs.pop(run.run_id, None)
-        self.running.pop(uid, None)
+        if self.running.pop(uid, 0) is None:
+            self._count_running(us.unit, -1)
         us.run = None
         return run
+
+    def _count_running(self, unit: Unit, step: int) -> None:
+        """Keep the counts of running standings and priorities (``_preempt`` reads their least)."""
+        for counts, key in ((self._levels, self.business.standing(unit)),
+                            (self._own.setdefault(unit.tenant, Counter()), unit.priority)):
+            counts[key] += step
+            if counts[key] <= 0:
+                del counts[key]
+        if not self._own[unit.tenant]:
+            del self._own[unit.tenant]
 
     def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
         """Stop a unit's run (a member was lost) and queue it again, whole."""
@@ -473,15 +536,64 @@ class Simulation:
         elif ev.kind in ("linkDown", "linkUp"):
             a, b = (fleet.site_index[s] for s in ev.between)
             (fleet.network.link_down if ev.kind == "linkDown" else fleet.network.link_up)(a, b)  # in place
-            self.business.forget_requests()
-            self.global_layer.forget_requests()
-            self.state.forget_network()
             self.log(t, ev.kind, between=list(ev.between))
-            if self.rescheduling is not None:  # work whose bound broke moves, or waits
-                for uid, reason in broken_units(self).items():
-                    self.evict(t, uid, "bound broken", reason=reason)
+            self._network_changed(t)
+        elif ev.kind == "handover":
+            site = fleet.site_index[ev.site]
+            _, rtt, bw, _ = fleet.network.links_of(site)
+            r = ev.rtt_ms if ev.rtt_ms is not None else (float(rtt[0]) if rtt.size else DEFAULT_RTT_MS)
+            w = ev.bandwidth if ev.bandwidth is not None else (float(bw[0]) if bw.size else DEFAULT_BANDWIDTH)
+            to = [fleet.site_index[x] for x in ev.to]
+            if site in self.offline:  # it comes back where it moved to
+                self.offline[site] = (np.array(to), np.full(len(to), r), np.full(len(to), w))
+            else:
+                fleet.network.attach(site, to, [r] * len(to), [w] * len(to))
+            self.log(t, "handover", site=ev.site, to=list(ev.to))
+            # a device with one link carries no path between other sites: only work there or bound to it
+            self._network_changed(t, {site} if rtt.size <= 1 and len(to) <= 1 else None)
+        elif ev.kind in ("deviceOffline", "deviceOnline"):
+            self._device_presence(t, ev)
         elif ev.kind == "deviceBusy":
             self._device_busy(t, ev)
+
+    def _network_changed(self, t: float, sites: set[int] | None = None) -> None:
+        """Paths changed (at ``sites`` only, when given): requests compiled
+        against the old ones go, and running work whose bound broke moves, or waits."""
+        self.business.forget_requests()
+        self.global_layer.forget_requests()
+        self.state.forget_network()
+        if self.rescheduling is not None:
+            for uid, reason in broken_units(self, sites).items():
+                self.evict(t, uid, "bound broken", reason=reason)
+
+    def _device_presence(self, t: float, ev: Any) -> None:
+        """A device goes offline (its nodes go down, its tasks there are lost
+        and wait again by their restart policy, and it is unreachable) or
+        comes back (its links and nodes return)."""
+        fleet = self.world.fleet
+        site = fleet.site_index[ev.site]
+        going = ev.kind == "deviceOffline"
+        if going == (site in self.offline):
+            return  # already so
+        nodes = fleet.nodes_of(site).tolist()
+        self.log(t, ev.kind, site=ev.site)
+        links = fleet.network.links_of(site)[:3]
+        if going:
+            self.offline[site] = links
+            fleet.network.attach(site, [], [], [])
+            for node in nodes:
+                tasks = self.state.set_node_enabled(node, False)
+                self.executor.node_down(node, t)
+                for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
+                    self._stop_unit(t, uid, node)
+                self.hosts.node_out(node)
+        else:
+            links = self.offline.pop(site)
+            fleet.network.attach(site, *links)
+            for node in nodes:
+                self.state.set_node_enabled(node, True)
+                self.hosts.node_back(node)
+        self._network_changed(t, {site} if len(links[0]) <= 1 else None)
 
     def _device_busy(self, t: float, ev: Any) -> None:
         """Local work outside the scheduler claims capacity on a node (the site's
@@ -638,13 +750,10 @@ class Simulation:
         eviction strictly lowers (standing, priority), so passes end."""
         evicted = False
         standing = self.business.standing
-        lowest: int | None = None  # the lowest standing running
-        own: dict[str, int] = {}  # per tenant, its lowest priority running
-        for uid in self.running:
-            u = self.units[uid].unit
-            level = standing(u)
-            lowest = level if lowest is None else min(lowest, level)
-            own[u.tenant] = min(own.get(u.tenant, u.priority), u.priority)
+        if not self._levels:
+            return False
+        lowest = min(self._levels)  # the lowest standing running (a few distinct values)
+        own = {tenant: min(p) for tenant, p in self._own.items()}  # per tenant, its lowest priority running
         if lowest is None:
             return False
         hopeless: set[tuple] = set()  # shapes that found no plan: the same shape will not either
@@ -781,6 +890,13 @@ class Simulation:
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
         us.run = run
         self.runs[run.run_id] = uid
+        if uid not in self.running:
+            self._count_running(us.unit, +1)
+            self.running_seq[uid] = self._run_ids  # the running dict's order, for lookups that skip the scan
+            for comp in dict.fromkeys(us.unit.components):
+                for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
+                    if name is not None:
+                        self.bound_to.setdefault(name, set()).add(uid)
         self.running[uid] = None
         for task in placed:
             rec = self.tasks[task]

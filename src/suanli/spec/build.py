@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -31,9 +31,10 @@ from suanli.spec.loader import Documents, load_documents, problem_at
 from suanli.spec.problems import Problem, SpecError
 
 
-def load_world(paths: Sequence[str | os.PathLike[str]]) -> World:
-    """Load files and build the world; raise SpecError with every problem."""
-    docs = load_documents(paths)
+def load_world(paths: Sequence[str | os.PathLike[str]], populations: Mapping[str, str] | None = None) -> World:
+    """Load files and build the world; raise SpecError with every problem.
+    ``populations``: sizes in place of the documents' (``--population``)."""
+    docs = load_documents(paths, populations=populations)
     trace_nodes = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
     if not docs.fleets and not trace_nodes:
         files = ", ".join(docs.files) or "(none)"
@@ -61,7 +62,10 @@ def build_fleet(docs: Documents) -> Fleet:
     for fl in docs.fleets:
         for pop in fl.doc.spec.populations:
             parts.append(_add_population(table, groups, pop, listed))
-    return Fleet(table.freeze(), groups, LinkArrays.concat(parts))
+    fleet = Fleet(table.freeze(), groups, LinkArrays.concat(parts))
+    fleet.attach_rules = {pop.name: pop.attach.to for fl in docs.fleets for pop in fl.doc.spec.populations
+                          if pop.attach is not None}
+    return fleet
 
 
 def _group(index: int, site: int, g: schema.NodeGroupSpec, site_count: int = 1) -> NodeGroup:
@@ -121,7 +125,7 @@ def _add_population(table: SiteTable, groups: list[NodeGroup], pop: schema.Popul
     else:
         regions = np.full(n, table.region_code(""), np.int32)
     first = table.add_population(pop.name, NamePattern.parse(pop.sites), n, pop.tier, regions, pop.intra_site_rtt_ms,
-                                 dict(pop.labels))
+                                 dict(pop.labels), pop.private)
     for g in pop.node_groups:
         groups.append(_group(len(groups), first, g, site_count=n))
     if at is None:

@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -72,8 +72,11 @@ class Documents:
             yield from getattr(self, attr)
 
 
-def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool = True) -> Documents:
-    """Load, validate and cross-check; raise SpecError listing every problem."""
+def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool = True,
+                   populations: Mapping[str, str] | None = None) -> Documents:
+    """Load, validate and cross-check; raise SpecError listing every problem.
+    ``populations``: NAME -> COUNT as written on a command line (``--population
+    cars=1000000``), the size of a population in place of its document's."""
     docs = Documents()
     problems: list[Problem] = []
     seen: set[Path] = set()
@@ -114,6 +117,8 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
                     queue.append((os.path.normpath(os.path.join(base, inc)), (where, inc)))
     if problems:
         raise SpecError(_in_file_order(problems, docs.files))
+    if populations:
+        _resize(docs, populations)
     if check_refs:
         from suanli.spec.refs import check_references
 
@@ -594,3 +599,44 @@ def _models_at(cls: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
                 if "kind" in m.model_fields and typing.get_args(m.model_fields["kind"].annotation) == (part,)
             ] or current
     return current
+
+
+def _resize(docs: Documents, counts: Mapping[str, str]) -> None:
+    """Each named population with its count from the command line, checked as
+    the document's field is (the option is named in the message)."""
+    from suanli.model import quantities as q
+    from suanli.model.sites import NamePattern
+
+    found = {p.name: (i, j) for i, fl in enumerate(docs.fleets) for j, p in enumerate(fl.doc.spec.populations)}
+    problems = []
+    for name, raw in counts.items():
+        where = f"--population {name}={raw}"
+        if name not in found:
+            known = ", ".join(sorted(found)) or "none"
+            problems.append(Problem(where, f"no population named {name!r}; known: {known}"))
+            continue
+        try:
+            count = int(raw)
+            if count < 1:
+                raise ValueError
+            q.POPULATION.check(count)
+        except q.LimitError as exc:
+            problems.append(Problem(where, str(exc)))
+            continue
+        except ValueError:
+            problems.append(Problem(where, f"{raw!r} is not a count of sites (an integer >= 1)"))
+            continue
+        i, j = found[name]
+        fl = docs.fleets[i]
+        pop = fl.doc.spec.populations[j]
+        width = NamePattern.parse(pop.sites).width
+        if len(str(count - 1)) > width:
+            problems.append(Problem(where, f"the pattern {pop.sites!r} has {width} '#' for the index, too few "
+                                           f"for {count} sites"))
+            continue
+        pops = list(fl.doc.spec.populations)
+        pops[j] = pop.model_copy(update={"count": count})
+        spec = fl.doc.spec.model_copy(update={"populations": pops})
+        docs.fleets[i] = Loaded(fl.doc.model_copy(update={"spec": spec}), fl.src)
+    if problems:
+        raise SpecError(problems)

@@ -88,12 +88,14 @@ def check_references(docs: Documents) -> list[Problem]:
                 if not sites.any_match(pattern):
                     problems.append(problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
 
-    apps = {a.name for a in docs.applications}
+    apps = {a.name: a.doc.spec.each for a in docs.applications}  # name -> its population, if made per site
     for app in docs.applications:
         problems += _check_app(app, app.doc.metadata.tenant, app.doc.spec, ("spec",), tenants, vcs, sites)
 
+    populations = {p.name: p for fl in docs.fleets for p in fl.doc.spec.populations}
     for sc in docs.scenarios:
         problems += _check_scenario(sc, tenants, vcs, sites, nodes, links, apps)
+        problems += _check_mobility(sc, populations, sites)
     return problems
 
 
@@ -306,6 +308,11 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
     for i, arr in enumerate(spec.arrivals):
         if arr.app not in apps:
             out.append(_missing(sc, ("spec", "arrivals", i, "app"), "application", arr.app, apps))
+        elif apps[arr.app] is None:
+            for key in ("share", "over", "stay"):
+                if getattr(arr, key) is not None:
+                    out.append(problem_at(sc.src, ("spec", "arrivals", i, key), f"{key} picks among the copies of "
+                                          f"an application made per site (each); {arr.app!r} is one application"))
         elif arr.app in arrived:
             out.append(problem_at(sc.src, ("spec", "arrivals", i, "app"), f"application {arr.app!r} arrives twice"))
         arrived.add(arr.app)
@@ -336,11 +343,45 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
             drawn = any(e in sites and e not in sites.listed_names() for e in ev.between)  # checked once drawn
             if all(e in sites for e in ev.between) and not drawn and frozenset(ev.between) not in links:
                 out.append(problem_at(sc.src, here + ("between",), f"no link between {ev.between[0]!r} and {ev.between[1]!r}"))
+        elif ev.kind in ("handover", "deviceOffline", "deviceOnline"):
+            if ev.site not in sites:
+                out.append(_missing(sc, here + ("site",), "site", ev.site, sites))
+            for j, end in enumerate(getattr(ev, "to", ())):
+                if end not in sites:
+                    out.append(_missing(sc, here + ("to", j), "site", end, sites))
+                elif end == ev.site:
+                    out.append(problem_at(sc.src, here + ("to", j), f"{end!r} is the device itself"))
         elif ev.kind == "deviceBusy":
             if ev.site is not None and ev.site not in sites:
                 out.append(_missing(sc, here + ("site",), "site", ev.site, sites))
             if ev.node is not None and ev.node not in nodes:
                 out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
+    return out
+
+
+def _check_mobility(sc: Loaded, populations: dict, sites: "KnownSites") -> list[Problem]:
+    """Each mobility entry names a population, and a handover has somewhere to go."""
+    out = []
+    for i, mob in enumerate(sc.doc.spec.mobility):
+        here = ("spec", "mobility", i)
+        pop = populations.get(mob.population)
+        if pop is None:
+            out.append(problem_at(sc.src, here + ("population",), f"no population named {mob.population!r}; "
+                                                                 f"known: {_few(populations)}"))
+            continue
+        if mob.handovers is None:
+            continue
+        rule = mob.to or (pop.attach.to if pop.attach is not None else None)
+        if rule is None:
+            out.append(problem_at(sc.src, here + ("to",), f"population {pop.name!r} has no attach rule: "
+                                                          "say where its devices hand over to"))
+            continue
+        picked = [n for n in sites.listed_names() if _selects(rule, n, sites)]
+        homes = pop.attach.homes if pop.attach is not None else 1
+        if len(picked) <= homes:
+            out.append(problem_at(sc.src, here + ("to" if mob.to else "population",),
+                                  f"a handover needs another site to go to: the rule picks {len(picked)} "
+                                  f"({_few(picked)}) for devices with {homes} home(s)"))
     return out
 
 

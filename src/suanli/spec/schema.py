@@ -207,6 +207,11 @@ class AttachSpec(Base):
     rtt_ms: RttSpread
     bandwidth: BandwidthSpread
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rejoin(cls, value: Any) -> Any:
+        return rejoin_flow_split(value)  # {rttMs: uniform(1, 4)} in a flow mapping
+
 
 class PopulationSpec(Base):
     """``count`` sites named by ``sites`` (``car-######``), each with the
@@ -221,6 +226,7 @@ class PopulationSpec(Base):
     labels: dict[str, str] = {}
     node_groups: Annotated[list[NodeGroupSpec], Field(min_length=1)]
     attach: AttachSpec | None = None
+    private: bool = False  # a site runs only work bound near it (the device's own), never others'
     seed: bounded(int, q.SEED, Field(ge=0)) = 0
 
     @field_validator("node_groups")
@@ -556,8 +562,21 @@ def rejoin_flow_split(value: Any) -> Any:
 
 
 class ArrivalSpec(Base):
+    """When an application arrives. For one made per site (``each``): which
+    ``share`` of its copies arrive, spread at random over ``over`` from
+    ``at``, each leaving after a ``stay`` drawn for it (default: all, at
+    ``at``, for good)."""
+
     at: DurationS = 0.0
     app: Name
+    share: bounded(float, q.SHARE, Field(gt=0)) | None = None
+    over: DurationS | None = None
+    stay: DistributionQ | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rejoin(cls, value: Any) -> Any:
+        return rejoin_flow_split(value)  # {rttMs: uniform(1, 4)} in a flow mapping
 
 
 class GeneratorSpec(Base):
@@ -653,8 +672,38 @@ class DeviceBusyEvent(_EventBase):
         return self
 
 
+class HandoverEvent(_EventBase):
+    """A device re-attaches: every link it has is replaced by links to ``to``
+    (one, or two when multi-homed), of ``rttMs`` and ``bandwidth`` (default:
+    those of its first link before)."""
+
+    kind: Literal["handover"]
+    site: Name
+    to: Annotated[list[Name], Field(min_length=1, max_length=2)]
+    rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) | None = None
+    bandwidth: BandwidthMbps | None = None
+
+    @field_validator("to")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"a device attaches to distinct sites, got {value}")
+        return value
+
+
+class DeviceOfflineEvent(_EventBase):
+    kind: Literal["deviceOffline"]  # its nodes go down and its links with them; deviceOnline ends it
+    site: Name
+
+
+class DeviceOnlineEvent(_EventBase):
+    kind: Literal["deviceOnline"]
+    site: Name
+
+
 EventSpec = Annotated[
-    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, NodeDrainEvent, NodeCordonEvent, LinkDownEvent, LinkUpEvent, DeviceBusyEvent],
+    Union[DeleteEvent, NodeDownEvent, NodeUpEvent, NodeDrainEvent, NodeCordonEvent, LinkDownEvent, LinkUpEvent,
+          DeviceBusyEvent, HandoverEvent, DeviceOfflineEvent, DeviceOnlineEvent],
     Field(discriminator="kind"),
 ]
 
@@ -702,6 +751,33 @@ class PolicySpec(Base):
     placement: PlacementPolicy = "default"  # how the business layer picks rows and devices (docs/fgd.md)
 
 
+class MobilitySpec(Base):
+    """Handovers and offline spells of a population's devices, each at a rate
+    per device (Poisson over the population, drawn as the simulation goes: no
+    list of events). A handover moves a device to another site its
+    population's ``attach`` may pick (``to`` narrows them)."""
+
+    population: Name
+    handovers: RatePerS | None = None  # per device: '1/10h'
+    to: SelectorSpec | None = None
+    offline: RatePerS | None = None  # per device
+    offline_for: DistributionQ = q.parse_distribution("lognormal(10m, 0.5)")
+    start: DurationS = 0.0
+    until: DurationS | None = None
+    seed: bounded(int, q.SEED, Field(ge=0)) = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rejoin(cls, value: Any) -> Any:
+        return rejoin_flow_split(value)  # {rttMs: uniform(1, 4)} in a flow mapping
+
+    @model_validator(mode="after")
+    def _something(self) -> "MobilitySpec":
+        if self.handovers is None and self.offline is None:
+            raise FieldError(("handovers",), "give a rate of handovers, of offline spells, or both")
+        return self
+
+
 class ScenarioSpec(Base):
     include: list[str] = []
     seed: bounded(int, q.SEED) = 0
@@ -710,6 +786,7 @@ class ScenarioSpec(Base):
     generators: list[GeneratorSpec] = []
     traces: list[TraceSpec] = []
     events: list[EventSpec] = []
+    mobility: list[MobilitySpec] = []
     policy: PolicySpec = PolicySpec()
 
 

@@ -1,0 +1,37 @@
+"""The autodrive case at city scale (examples/city-autodrive.yaml) at 10,000 cars.
+
+One simulated hour: infotainment at home on every car, autopilot on a tenth
+of them at random times, infotainment moved to edges and clouds within its
+bound and back, handovers and offline spells. The benchmark runs it larger
+(bench/bench_city.py)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from test_populations import run_cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+
+
+def test_the_city_at_ten_thousand_cars(tmp_path):
+    code, out, err = run_cli("simulate", EXAMPLE, "--out", tmp_path, "--population", "cars=10000")
+    assert code == 0, err
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    kinds = Counter(e["kind"] for e in events)
+    assert kinds["submitted"] == 30_000 + 2 * 1_000  # 3 infotainment services per car, autopilot on a tenth
+    assert kinds["handover"] > 300 and kinds["deviceOffline"] > 50 and kinds["left"] > 500, kinds
+    moved = [e for e in events if e["kind"] == "migrated"]
+    assert len(moved) > 500
+    assert all(e["bytes"] > 0 for e in moved)  # every moved infotainment service is stateful: it carried its state
+    to = Counter(e["to"].split("/")[0].split("-")[0] for e in moved)
+    assert to["edge"] > 0 and to["car"] > 0  # offloaded to the edge, and home again
+    # a car runs only its own work (the population is private)
+    for e in events:
+        if e["kind"] == "started" and e["site"].startswith("car-"):
+            assert e["task"].split("/")[0].split(".", 1)[1] == e["site"], e
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["metrics"]["tasks"]["failed"] == 0 if "failed" in result["metrics"]["tasks"] else True
+    assert (tmp_path / "report.html").stat().st_size < 2_000_000  # charts aggregate: no mark per task
