@@ -33,11 +33,11 @@ def _doc(kind: str, name: str, spec: dict, **meta) -> dict:
 def fleet_docs(devices: int, multi: float) -> list[dict]:
     group = lambda n, cpu, mem, arch="x86_64": {"name": "n", "count": n, "arch": arch, "cpu": cpu, "memory": mem}  # noqa: E731
     sites = [{"name": f"cloud-{c:03d}", "tier": "cloud", "region": f"r{c % 10}",
-              "nodeGroups": [{**group(CLOUD_NODES, 64, "256Gi"),
+              "nodeGroups": [{**group(CLOUD_NODES, 128, "512Gi"),
                               "accelerators": [{"kind": "gpu", "model": "A100", "count": 8, "shareable": True}]}]}
              for c in range(CLOUDS)]
     sites += [{"name": f"edge-{e:04d}", "tier": "edge", "region": f"r{e % 10}",
-               "nodeGroups": [group(EDGE_NODES, 32, "128Gi")]} for e in range(EDGES)]
+               "nodeGroups": [group(EDGE_NODES, 64, "256Gi")]} for e in range(EDGES)]
     link = lambda a, b, rtt, bw: {"between": [a, b], "rttMs": rtt, "bandwidth": bw}  # noqa: E731
     links = [link(f"cloud-{c:03d}", f"cloud-{(c + k) % CLOUDS:03d}", 5.0 * k, "100Gbps")
              for c in range(CLOUDS) for k in (1, 7)]

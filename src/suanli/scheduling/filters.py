@@ -48,8 +48,12 @@ def _shared(table: CandidateTable, key: tuple, make) -> np.ndarray:
 def static_checks(table: CandidateTable, req: Request) -> list[Check]:
     """Checks on what rows are; the order is the order of explanations."""
     site, group = table.view("site"), table.view("group")
-    checks: list[Check] = [(reason, _shared(table, ("site", mask.tobytes()), lambda m=mask: m[site]))
-                           for reason, mask in req.site_checks]
+    # a mask many requests share (allowed sites, selectors) is made once per table; one of a
+    # request's own (its latency bound, its reachability) is not kept beside them
+    checks: list[Check] = [
+        (reason, _shared(table, ("site", mask.tobytes()), lambda m=mask: m[site]) if isinstance(term, np.ndarray)
+         else mask[site])
+        for (reason, mask), (_, term) in zip(req.site_checks, req.site_terms)]
     checks += [(reason, _shared(table, ("group", mask.tobytes()), lambda m=mask: m[group]))
                for reason, mask in req.group_checks]
     if req.arch is not None:

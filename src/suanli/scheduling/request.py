@@ -108,11 +108,17 @@ class Request:
 
     @property
     def site_checks(self) -> tuple[tuple[str, np.ndarray], ...]:
-        """Every site term as (reason, bool[S]), made once (a bound's mask and a
-        component's only here: a decision over a few sites reads ``sites_ok``)."""
+        """Every site term as (reason, bool[S]) (a bound's mask and a
+        component's only here: a decision over a few sites reads ``sites_ok``).
+        Kept with the request only when every term is a mask already: a
+        million requests bound near a million cars must not each hold masks
+        over every site (the table's caches, bounded by bytes, keep what the
+        filters make of them)."""
         got = self.cache.get("site_checks")
         if got is None:
-            got = self.cache["site_checks"] = tuple((reason, self._mask(term)) for reason, term in self.site_terms)
+            got = tuple((reason, self._mask(term)) for reason, term in self.site_terms)
+            if all(isinstance(term, np.ndarray) for _, term in self.site_terms):
+                self.cache["site_checks"] = got
         return got
 
     def _mask(self, term) -> np.ndarray:
