@@ -139,7 +139,7 @@ def static_mask(table: CandidateTable, req: Request) -> np.ndarray:
 def static_fits(table: CandidateTable, req: Request, row: int) -> bool:
     """``static_mask(table, req)[row]``, without a mask over every row for a
     request decided over its neighbourhood."""
-    if nearby.candidate_rows(table, req) is not None:
+    if req.near is not None and nearby.candidate_rows(table, req) is not None:
         return bool(nearby.static_ok(table, req, np.array([row]))[0])
     return bool(static_mask(table, req)[row])
 
@@ -153,7 +153,7 @@ def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     column, as indices; for a need of whole devices only the slots that hold a
     whole device), for the scalar paths; kept per row with the request's static
     masks (or, for a request decided over its neighbourhood, read from the row)."""
-    if nearby.candidate_rows(table, req) is not None:
+    if req.near is not None and nearby.candidate_rows(table, req) is not None:
         return nearby.row_slots(table, req, row)
     return _slots_at(_static(table, req), row)
 
@@ -230,7 +230,7 @@ def feasible(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -
 
 def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Check] = ()) -> bool:
     """Does the request fit this one row now? (``feasible`` for a single row, in scalar arithmetic.)"""
-    if nearby.candidate_rows(table, req) is not None:  # decided over its neighbourhood: no mask of every row
+    if req.near is not None and nearby.candidate_rows(table, req) is not None:  # decided over its neighbourhood
         at = np.array([row])
         return bool(nearby.static_ok(table, req, at)[0] and nearby.dynamic_ok(table, req, at)[0]) \
             and all(m[row] for _, m in extra)

@@ -366,7 +366,7 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
                 masks = [m for _, m in extra]
                 if restrict is not None:
                     masks.append(restrict)
-                near_rows = nearby.candidate_rows(table, r)
+                near_rows = nearby.candidate_rows(table, r) if r.near is not None else None
                 if ranked is not None and not ranked.valid(table, r, masks):
                     ranked = None
                 if ranked is None and run > 1 and filled is r and near_rows is None:
