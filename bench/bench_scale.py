@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -51,16 +50,17 @@ def app_docs(tenant: str) -> list[dict]:
 
 
 def run(cmd: list[str], out_path: Path | None) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall seconds and peak RSS (GiB) of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds and peak RSS (GiB) of one child process (its own, from wait4)."""
     t0 = time.perf_counter()
-    with open(out_path, "w") if out_path else open(os.devnull, "w") as out:
-        done = subprocess.run(cmd, stdout=out if out_path else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(out_path if out_path else os.devnull, "w") as out, open(out_path.with_suffix(".err") if out_path
+                                                                     else os.devnull, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+        stderr = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.write(stderr)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:
-        peak = before  # a smaller child than an earlier one: its own peak is not known beyond this bound
-    return wall, peak / 2**20, done
+    return wall, usage.ru_maxrss / 2**20, subprocess.CompletedProcess(cmd, proc.returncode, "", stderr)
 
 
 def main() -> int:
