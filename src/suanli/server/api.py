@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -612,8 +613,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     @api.get("/v1/sites", response_model=list[SiteOut], responses=ERRORS)
     def get_sites(who: Principal = Depends(principal)):
-        counts = Counter(int(s) for s in fleet.node_site)
-        return [{"name": s.name, "tier": s.tier, "region": s.region, "nodes": counts.get(s.index, 0)}
+        counts = np.bincount(fleet.node_site, minlength=len(fleet.sites)).tolist()
+        return [{"name": s.name, "tier": s.tier, "region": s.region, "nodes": counts[s.index]}
                 for s in fleet.sites]
 
     @api.get("/v1/nodes", response_model=list[NodeOut], responses=ERRORS)

@@ -415,7 +415,10 @@ def _node_out(c: Controller, n: int, state: str) -> dict[str, Any]:
 
 def _nodes(c: Controller, site: str | None) -> list[dict[str, Any]]:
     fleet, states = c.world.fleet, _node_states(c)
-    return [_node_out(c, n, states[n]) for n in range(fleet.n_nodes) if site is None or fleet.site_of(n).name == site]
+    if site is None:
+        return [_node_out(c, n, states[n]) for n in range(fleet.n_nodes)]
+    at = fleet.site_index.get(site)
+    return [_node_out(c, n, states[n]) for n in fleet.nodes_of(at).tolist()] if at >= 0 else []
 
 
 def _node(c: Controller, name: str) -> dict[str, Any]:
