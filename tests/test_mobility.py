@@ -186,3 +186,14 @@ def test_population_sizes_from_the_command_line(tmp_path):
                        ("cars=20000000", "at most 10000000")):
         code, _, err = run_cli("schedule", path, "--population", bad)
         assert code == 2 and f"--population {bad}" in err and words in err and "Traceback" not in err, (bad, err)
+
+
+def test_a_device_that_moves_while_offline_comes_back_where_it_went(tmp_path):
+    events = simulate(tmp_path, [fleet(), TENANT, INFO, scenario(
+        [{"at": "10m", "kind": "deviceOffline", "site": "car-0001"},
+         {"at": "15m", "kind": "handover", "site": "car-0001", "to": ["edge-1"]},
+         {"at": "20m", "kind": "deviceOnline", "site": "car-0001"}])])
+    game = [e for e in events if e.get("task") == "info.car-0001/game/0"]
+    assert next(e for e in game if e["kind"] == "placed")["site"] == "edge-0"
+    back = [e for e in game if e["kind"] == "placed" and e["t"] >= 1200]
+    assert back and back[0]["site"] == "edge-1"  # near its new edge, not its old one

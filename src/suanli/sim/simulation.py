@@ -540,7 +540,8 @@ class Simulation:
             self._network_changed(t)
         elif ev.kind == "handover":
             site = fleet.site_index[ev.site]
-            _, rtt, bw, _ = fleet.network.links_of(site)
+            # its links now, or those it had when it went offline
+            _, rtt, bw = self.offline[site] if site in self.offline else fleet.network.links_of(site)[:3]
             r = ev.rtt_ms if ev.rtt_ms is not None else (float(rtt[0]) if rtt.size else DEFAULT_RTT_MS)
             w = ev.bandwidth if ev.bandwidth is not None else (float(bw[0]) if bw.size else DEFAULT_BANDWIDTH)
             to = [fleet.site_index[x] for x in ev.to]
