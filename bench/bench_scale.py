@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from bench_world import _doc, fleet_docs, tenant_docs

@@ -7,9 +7,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import yaml
-
 from test_populations import run_cli, write
 from suanli.model.quantities import parse_rate_per_s
 from suanli.sim.mobility import mobility_events

@@ -234,7 +234,7 @@ def test_bad_populations_get_one_clear_message_each(tmp_path):
         out = validate(tmp_path, [fleet_doc(listed, [link("s-0", "s-1")], [{**base, **change}])])
         assert out.returncode == 2, (change, out.stdout, out.stderr)
         assert "Traceback" not in out.stderr
-        assert f"fleet.yaml:" in out.stderr and where in out.stderr and words in out.stderr, (change, out.stderr)
+        assert "fleet.yaml:" in out.stderr and where in out.stderr and words in out.stderr, (change, out.stderr)
 
 
 def test_two_populations_may_not_make_the_same_name(tmp_path):
