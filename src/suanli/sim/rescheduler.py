@@ -67,23 +67,53 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         vcs = state.vcs[p.vc]
         table = vcs.table
         near = fleet.site_index[comp.near.site]
-        to_near = network.rtt_to(near)
-        here = to_near[table.site[p.alloc.row]]
-        if here <= fleet.sites[near].intra_site_rtt_ms:
-            continue  # already on its site
         req = sim.business.request(comp, rec.tenant)
-        mask = feasible(table, req, TaskExtras(sim.business, vcs).checks(req, table))
-        mask &= to_near[table.view("site")] < here
-        if not mask.any():
-            continue
-        row = pick(table, req, mask, fleet.network, sim.rng)
-        both = np.array([p.alloc.row, row])
-        before, after = scores.WEIGHTS["near"] * scores.near(table, req, both, fleet.network)
+        rows = nearby.candidate_rows(table, req) if req.near is not None else None
+        if rows is not None:  # the rows within its bound, with their rtts: no column over every site
+            row, here, there = _closer_nearby(sim, table, vcs, req, rows, p.alloc.row, near)
+        else:
+            to_near = network.rtt_to(near)
+            here = to_near[table.site[p.alloc.row]]
+            row, there = -1, here
+            if here > fleet.site_table.intra_rtt_ms[near]:
+                mask = feasible(table, req, TaskExtras(sim.business, vcs).checks(req, table))
+                mask &= to_near[table.view("site")] < here
+                if mask.any():
+                    row = pick(table, req, mask, fleet.network, sim.rng)
+                    there = to_near[table.site[row]]
+        if row < 0:
+            continue  # already on its site, or nowhere closer
+        before, after = scores.WEIGHTS["near"] * (100.0 / (1.0 + np.array([here, there]) / scores._NEAR_RTT_MS))
         state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
         downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
         if after - before > downtime + GAIN_MARGIN:
             moves.append(Move(task, row, float(after - before), downtime))
     return moves
+
+
+def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -> tuple[int, float, float]:
+    """``plan_returns``' choice over the rows within the request's bound:
+    (the row ``select.pick`` would choose among those that fit and are closer
+    to the near site than ``at`` is, or -1; the rtt of ``at``; of that row)."""
+    fleet = sim.world.fleet
+    rtt = nearby.row_rtt(req)
+    k = np.searchsorted(rows, at)
+    here = float(rtt[k]) if k < rows.size and rows[k] == at else \
+        float(fleet.network.rtt(int(table.site[at]), near))  # beyond its bound now
+    if here <= fleet.site_table.intra_rtt_ms[near]:
+        return -1, here, here  # already on its site
+    closer = rtt < here
+    rows, rtt = rows[closer], rtt[closer]
+    ok = nearby.static_ok(table, req, rows, within=True) & nearby.dynamic_ok(table, req, rows)
+    for _, m in TaskExtras(sim.business, vcs).checks(req, table):
+        ok &= m[rows]
+    rows, rtt = rows[ok], rtt[ok]
+    if rows.size <= 1:  # select.pick: one row needs no scores and no draw
+        return (int(rows[0]), here, float(rtt[0])) if rows.size else (-1, here, here)
+    value = scores.WEIGHTS["fit"] * scores.fit(table, req, rows) + nearby.bonus(table, req, rows, rtt, fleet.network)
+    top = np.flatnonzero(value >= value.max() - 1e-9)
+    j = int(top[sim.rng.integers(top.size)]) if top.size > 1 else int(top[0])
+    return int(rows[j]), here, float(rtt[j])
 
 
 def apply_returns(sim, t: float) -> None:
