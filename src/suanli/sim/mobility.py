@@ -20,6 +20,7 @@ import numpy as np
 
 from suanli.model.fleet import Fleet
 from suanli.model.globs import glob_match
+from suanli.sim.workload import draw
 from suanli.spec import schema
 
 
@@ -82,7 +83,7 @@ def mobility_events(fleet: Fleet, spec: schema.MobilitySpec, index: int, seed: i
             if site in offline:
                 continue
             offline.add(site)
-            duration = _draw(rng, spec.offline_for)
+            duration = draw(spec.offline_for, rng)
             heapq.heappush(back, (t + duration, site))
             yield t, schema.DeviceOfflineEvent.model_construct(at=t, kind="deviceOffline", site=_name(fleet, site))
 
@@ -91,15 +92,6 @@ def _gap(rng: np.random.Generator, rate: float | None, n: int, now: float) -> fl
     if rate is None or rate <= 0 or n == 0:
         return float("inf")
     return now + float(rng.exponential(1.0 / (rate * n)))
-
-
-def _draw(rng: np.random.Generator, dist) -> float:
-    a = dist.params
-    if dist.name == "lognormal":
-        return float(a[0] * np.exp(a[1] * rng.standard_normal()))
-    if dist.name == "exponential":
-        return float(rng.exponential(a[0]))
-    return float(rng.uniform(a[0], a[1]))
 
 
 def _name(fleet: Fleet, site: int) -> str:
