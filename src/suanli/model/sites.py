@@ -148,6 +148,24 @@ class SiteNames:
         return out
 
 
+def selects(sel, name: str, tier: str, region: str, labels: Mapping[str, str]) -> bool:
+    """Whether a site selector (``tier``, ``names`` globs, ``regions``,
+    ``labels``: every given criterion must hold) picks a site of these facts."""
+    from suanli.model.globs import glob_match
+
+    return ((not sel.tier or tier in sel.tier)
+            and (not sel.names or any(glob_match(p, name) for p in sel.names))
+            and (not sel.regions or region in sel.regions)
+            and all(labels.get(k) == v for k, v in sel.labels.items()))
+
+
+def attach_weight(weights: Mapping[str, float], name: str) -> float:
+    """A site's weight in an attachment rule: the largest of the globs naming it, 1 if none does."""
+    from suanli.model.globs import glob_match
+
+    return max((w for p, w in weights.items() if glob_match(p, name)), default=1.0)
+
+
 class SiteTable:
     """Every site of a fleet as a row of arrays (see the module docstring)."""
 
@@ -165,6 +183,7 @@ class SiteTable:
         self.private = None  # bool[S]: a site that runs only work bound near it (a device's own)
         self.population_of = None  # int32[S]: the population a site belongs to, -1 if listed
         self.population_names: list[str] = []  # by population (block) number
+        self.listed: list[tuple[int, str, str, str, Mapping[str, str]]] = []  # (id, name, tier, region, labels)
 
     def region_code(self, name: str) -> int:
         got = self._region_code.get(name)
@@ -178,6 +197,7 @@ class SiteTable:
         i = self.names.add(name)
         self._append(1, TIERS.index(tier), np.array([self.region_code(region)], np.int32),
                      intra_site_rtt_ms, labels or {})
+        self.listed.append((i, name, tier, region, self.label_sets[-1]))
         return i
 
     def add_population(self, name: str, pattern: NamePattern, count: int, tier: str, regions: np.ndarray,

@@ -19,27 +19,14 @@ from typing import Iterator
 import numpy as np
 
 from suanli.model.fleet import Fleet
-from suanli.model.globs import glob_match
+from suanli.model.sites import selects
 from suanli.sim.workload import draw
 from suanli.spec import schema
 
 
 def _targets(fleet: Fleet, rule: schema.SelectorSpec) -> np.ndarray:
-    """int64: the listed sites a selector picks (by tier, names, regions, labels)."""
-    table = fleet.site_table
-    out = []
-    for i in table.names.listed().tolist():
-        site = table.site(i)
-        if rule.tier and site.tier not in rule.tier:
-            continue
-        if rule.names and not any(glob_match(p, site.name) for p in rule.names):
-            continue
-        if rule.regions and site.region not in rule.regions:
-            continue
-        if any(site.labels.get(k) != v for k, v in rule.labels.items()):
-            continue
-        out.append(i)
-    return np.array(sorted(out), np.int64)
+    """int64, ascending: the listed sites a selector picks."""
+    return np.array(sorted(site[0] for site in fleet.site_table.listed if selects(rule, *site[1:])), np.int64)
 
 
 def mobility_events(fleet: Fleet, spec: schema.MobilitySpec, index: int, seed: int,

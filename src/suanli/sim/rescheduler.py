@@ -94,7 +94,9 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
 def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -> tuple[int, float, float]:
     """``plan_returns``' choice over the rows within the request's bound:
     (the row ``select.pick`` would choose among those that fit and are closer
-    to the near site than ``at`` is, or -1; the rtt of ``at``; of that row)."""
+    to the near site than ``at`` is, or -1; the rtt of ``at``; of that row).
+    ``nearby.pick`` is that choice: one row needs no scores and no draw, ties
+    are drawn in row order."""
     fleet = sim.world.fleet
     rtt = nearby.row_rtt(req)
     k = np.searchsorted(rows, at)
@@ -102,18 +104,9 @@ def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -
         float(fleet.network.rtt(int(table.site[at]), near))  # beyond its bound now
     if here <= fleet.site_table.intra_rtt_ms[near]:
         return -1, here, here  # already on its site
-    closer = rtt < here
-    rows, rtt = rows[closer], rtt[closer]
-    ok = nearby.static_ok(table, req, rows, within=True) & nearby.dynamic_ok(table, req, rows)
-    for _, m in TaskExtras(sim.business, vcs).checks(req, table):
-        ok &= m[rows]
-    rows, rtt = rows[ok], rtt[ok]
-    if rows.size <= 1:  # select.pick: one row needs no scores and no draw
-        return (int(rows[0]), here, float(rtt[0])) if rows.size else (-1, here, here)
-    value = scores.WEIGHTS["fit"] * scores.fit(table, req, rows) + nearby.bonus(table, req, rows, rtt, fleet.network)
-    top = np.flatnonzero(value >= value.max() - 1e-9)
-    j = int(top[sim.rng.integers(top.size)]) if top.size > 1 else int(top[0])
-    return int(rows[j]), here, float(rtt[j])
+    masks = [m for _, m in TaskExtras(sim.business, vcs).checks(req, table)]
+    row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=rows[rtt < here])
+    return (row, here, float(rtt[np.searchsorted(rows, row)])) if row >= 0 else (-1, here, here)
 
 
 def apply_returns(sim, t: float) -> None:

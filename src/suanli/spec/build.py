@@ -10,8 +10,7 @@ import numpy as np
 
 from suanli.model import quantities as q
 from suanli.model.fleet import DeviceType, Fleet, Link, LinkArrays, NodeGroup
-from suanli.model.globs import glob_match
-from suanli.model.sites import TIERS, NamePattern, SiteTable
+from suanli.model.sites import NamePattern, SiteTable, attach_weight, selects
 from suanli.model.work import (
     AcceleratorRequest,
     Application,
@@ -57,7 +56,7 @@ def build_fleet(docs: Documents) -> Fleet:
         for fl in docs.fleets
         for ln in fl.doc.spec.links
     ]
-    listed = _listed_facts(table)
+    listed = list(table.listed)  # the sites a population may attach to: those listed, not other populations'
     parts = [LinkArrays.of(links)]
     for fl in docs.fleets:
         for pop in fl.doc.spec.populations:
@@ -75,16 +74,6 @@ def _group(index: int, site: int, g: schema.NodeGroupSpec, site_count: int = 1) 
                      g.cost_per_hour, site_count)
 
 
-def _listed_facts(table: SiteTable) -> list[tuple[int, str, str, str, dict]]:
-    """(id, name, tier, region, labels) of the sites listed so far: the ones a population may attach to."""
-    out = []
-    for name in list(table.names._index):
-        i = table.names[name]
-        tier, region, labels = table._tier[i][0], table._region[i][0], table.label_sets[i]
-        out.append((i, name, TIERS[int(tier)], table.regions[int(region)], labels))
-    return out
-
-
 def _add_population(table: SiteTable, groups: list[NodeGroup], pop: schema.PopulationSpec,
                     listed: list[tuple[int, str, str, str, dict]]) -> LinkArrays:
     """The population's sites, its template's node groups (one per template
@@ -95,33 +84,23 @@ def _add_population(table: SiteTable, groups: list[NodeGroup], pop: schema.Popul
     at = pop.attach
     homes = np.zeros((n, 0), np.int64)
     if at is not None:
-        sel = at.to
-        cand = [(i, name, region) for i, name, tier, region, labels in listed
-                if (not sel.tier or tier in sel.tier)
-                and (not sel.names or any(glob_match(p, name) for p in sel.names))
-                and (not sel.regions or region in sel.regions)
-                and all(labels.get(k) == v for k, v in sel.labels.items())]
-        weight = np.array([max((w for p, w in at.weights.items() if glob_match(p, name)), default=1.0)
-                           for _, name, _ in cand])
-        ids = np.array([i for i, _, _ in cand], np.int64)
-        p = weight / weight.sum()
-        homes = np.empty((n, at.homes), np.int64)
-        homes[:, 0] = rng.choice(len(ids), size=n, p=p)
+        cand = [site for site in listed if selects(at.to, *site[1:])]
+        p = np.array([attach_weight(at.weights, name) for _, name, *_ in cand])
+        p /= p.sum()
+        pick = np.empty((n, at.homes), np.int64)  # indices into cand
+        pick[:, 0] = rng.choice(len(cand), size=n, p=p)
         for h in range(1, at.homes):  # distinct homes: redraw the ones that repeat an earlier home
-            col = rng.choice(len(ids), size=n, p=p)
-            clash = (col[:, None] == homes[:, :h]).any(axis=1)
+            col = rng.choice(len(cand), size=n, p=p)
+            clash = (col[:, None] == pick[:, :h]).any(axis=1)
             while clash.any():
-                col[clash] = rng.choice(len(ids), size=int(clash.sum()), p=p)
-                clash = (col[:, None] == homes[:, :h]).any(axis=1)
-            homes[:, h] = col
-        homes = ids[homes]
+                col[clash] = rng.choice(len(cand), size=int(clash.sum()), p=p)
+                clash = (col[:, None] == pick[:, :h]).any(axis=1)
+            pick[:, h] = col
+        homes = np.array([i for i, *_ in cand], np.int64)[pick]
     if pop.region is not None:
         regions = np.full(n, table.region_code(pop.region), np.int32)
-    elif at is not None:
-        code = {i: table.region_code(region) for i, _, region in cand}
-        lut = np.zeros(int(ids.max()) + 1, np.int32)
-        lut[ids] = [code[int(i)] for i in ids]
-        regions = lut[homes[:, 0]]
+    elif at is not None:  # the region of the first home
+        regions = np.array([table.region_code(region) for _, _, _, region, _ in cand], np.int32)[pick[:, 0]]
     else:
         regions = np.full(n, table.region_code(""), np.int32)
     first = table.add_population(pop.name, NamePattern.parse(pop.sites), n, pop.tier, regions, pop.intra_site_rtt_ms,

@@ -12,7 +12,7 @@ from typing import Iterator, Mapping
 
 from suanli.model import quantities as q
 from suanli.model.globs import glob_match, glob_regex
-from suanli.model.sites import NamePattern, SiteNames
+from suanli.model.sites import NamePattern, SiteNames, attach_weight, selects
 from suanli.spec.loader import Documents, Loaded, problem_at
 from suanli.spec.schema import EACH_SITE
 from suanli.spec.problems import Problem
@@ -204,24 +204,16 @@ def _check_attach(fl: Loaded, here: tuple, pop, sites: "KnownSites") -> list[Pro
         if not any(_glob(pattern, n) for n in picked):
             out.append(problem_at(fl.src, here + ("attach", "weights", pattern),
                                   f"pattern {pattern!r} names no site the selector picks ({_few(picked)})"))
-    weight = [max((w for p, w in at.weights.items() if _glob(p, n)), default=None) for n in picked]
-    if sum(1 if w is None else w for w in weight) <= 0 or sum(1 for w in weight if w is None or w > 0) < at.homes:
+    weight = [attach_weight(at.weights, n) for n in picked]
+    if sum(weight) <= 0 or sum(1 for w in weight if w > 0) < at.homes:
         out.append(problem_at(fl.src, here + ("attach", "weights"),
                               f"the weights leave fewer than {at.homes} site(s) to attach to"))
     return out
 
 
 def _selects(sel, name: str, sites: "KnownSites") -> bool:
-    """Whether a selector's tier, names and regions pick the listed site ``name``
-    (its labels are checked as the site's, since a site has no group here)."""
-    info = sites.info(name)
-    if sel.tier and info[0] not in sel.tier:
-        return False
-    if sel.names and not any(_glob(p, name) for p in sel.names):
-        return False
-    if sel.regions and info[1] not in sel.regions:
-        return False
-    return all(info[2].get(k) == v for k, v in sel.labels.items())
+    """Whether a selector picks the listed site ``name`` (by the site's own labels)."""
+    return selects(sel, name, *sites.info(name))
 
 
 def _may_meet(x: str, y: str) -> bool:
