@@ -799,6 +799,14 @@ class Network:
                               self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
                               _NO_KEEP if keep is None else keep, keep is not None, self_ok)
 
+    def alone(self, site, max_rtt_ms):
+        """Whether ``within(site, max_rtt_ms)`` is exactly ``site`` itself (a
+        leaf whose link's rtt, or whose link being down, puts everything else
+        beyond the bound, and whose intra-site rtt is within it); elementwise
+        for arrays."""
+        out = self.leaf[site] & (self.leaf_rtt[site] > max_rtt_ms) & (self.intra_rtt_ms[site] <= max_rtt_ms)
+        return bool(out) if np.ndim(out) == 0 else out
+
     # ------------------------------------------------------------ pairs
 
     def rtt(self, a, b):

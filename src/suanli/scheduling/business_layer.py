@@ -21,6 +21,7 @@ import numpy as np
 from suanli.model.work import Application, Component
 from suanli.scheduling.domains import combine_domains, couplings_domain, levels_of, scope_domain, tightest
 from suanli.scheduling.filters import Check
+from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
@@ -155,6 +156,10 @@ class BusinessLayer:
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
+    batches: Batches = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batches = Batches(self)
 
     @property
     def network(self):
@@ -185,6 +190,7 @@ class BusinessLayer:
         """The network changed: requests compiled against it (near, data) are stale."""
         self._requests.clear()
         self.anti_of.clear()
+        self.batches.forget()
 
     def request(self, comp: Component, tenant: str, state_site: int = -1) -> Request:
         """The component's compiled request; with ``state_site``, for a task whose
@@ -248,8 +254,14 @@ class BusinessLayer:
             heap, order = _tenant_heap(queues, share)
             while heap:
                 tenant = heapq.heappop(heap)[-1]
-                unit = queues[tenant].popleft()
-                if self._run_one(unit, record, failed, failed_shapes, broken) and several:
+                queue = queues[tenant]
+                one = True
+                if not heap:  # the only tenant waiting: its units that can only go home, together
+                    placed, one = self.batches.run(queue, failed_shapes, unit_shape)
+                    one = not one and bool(queue)
+                    if placed and several:
+                        share[tenant] = self.state.dominant_share(tenant)
+                if one and self._run_one(queue.popleft(), record, failed, failed_shapes, broken) and several:
                     share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
                 if queues[tenant]:
                     heapq.heappush(heap, (share.get(tenant, 0.0), queues[tenant][0].seq, order[tenant], tenant))

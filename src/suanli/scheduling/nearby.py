@@ -154,11 +154,13 @@ def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     return [np.flatnonzero(_usable(table, need, np.array([row]))[:, 0]).tolist() for need in req.accels]
 
 
-def bonus(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray, network) -> np.ndarray:
+def bonus(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray, network,
+          near: bool | None = None) -> np.ndarray:
     """``scores.bonus`` at ``rows`` (``rtt``: theirs to the near site), term by
-    term in the same order (the same floats)."""
+    term in the same order (the same floats). ``near``: whether the near term
+    counts (default: when the request names a near site)."""
     b = scores.WEIGHTS["devices"] * scores.devices(table, req, rows)
-    if req.near_site >= 0:
+    if req.near_site >= 0 if near is None else near:
         b += scores.WEIGHTS["near"] * (100.0 / (1.0 + rtt / scores._NEAR_RTT_MS))
     if req.data_sites:
         b += scores.WEIGHTS["data"] * scores.data(table, req, rows, network)

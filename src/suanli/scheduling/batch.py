@@ -1,0 +1,245 @@
+"""Many decisions at once: units whose only possible site is their own device.
+
+A service bound ``near`` a device within less than the rtt of the device's
+one link can go nowhere but the device itself (a leaf's neighbourhood below
+its link's rtt is the leaf alone). A million cars' own services are a queue
+of such units, each touching its car's node only. Taken one by one, each
+costs a compiled request, a neighbourhood search and a few dozen small array
+operations; taken together, they are one gather of rows, one pass of checks
+and scores, and ties drawn in queue order.
+
+Why this decides as one by one does: a unit of the batch reads only the rows
+of its site. Units on different sites read disjoint rows, so one's placement
+cannot change another's checks or scores. A site that several units of the
+batch name must have one row: each unit then only asks whether that row
+still fits after the earlier units took their share (a running sum). The
+tenant's quota is a running sum over the batch too. Ties on a site with
+several rows are drawn from the generator in queue order, as ``nearby.pick``
+draws them. The first unit that does not fit ends the batch, and is decided
+alone (with its reasons); everything after it waits for the next batch. A
+property test schedules random worlds both ways and compares the outcome
+byte for byte (``tests/test_batch.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from itertools import islice
+
+import numpy as np
+
+from suanli.scheduling import nearby, scores
+from suanli.scheduling.request import Private, Request, compile_request
+from suanli.scheduling.table import Allocation
+
+ENABLED = True  # False: every unit one by one (the reference)
+MIN, MAX = 8, 4096  # units looked at per batch: doubled while batches fill, cut back after a short one
+
+
+class Batches:
+    """The batch path of one business layer: its templates (a unit's request
+    without its near site) and the size of the next batch."""
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.size = MIN
+        self._templates: dict[tuple, Request | None] = {}
+        self.decided = 0  # units placed in batches (for tests and benchmarks)
+
+    def template(self, comp, tenant: str) -> Request | None:
+        """The request of ``comp`` for ``tenant`` without its near bound and
+        without the private-site term (a unit of the batch is on its own
+        site); None when the batch cannot hold it (accelerators, a whole node)."""
+        key = (tenant, comp.resources, comp.arch)
+        got = self._templates.get(key, False)
+        if got is False:
+            fleet = self.layer.state.fleet
+            req = compile_request(fleet, comp.resources, tenant=self.layer.state.world.tenants[tenant],
+                                  arch=comp.arch)
+            if req.accels or req.whole_node:
+                got = None
+            else:
+                terms = tuple(t for t in req.site_terms if not isinstance(t[1], Private))
+                got = dataclasses.replace(req, site_terms=terms, cache={})
+            if len(self._templates) > 4096:
+                self._templates.clear()
+            self._templates[key] = got
+        return got
+
+    def forget(self) -> None:
+        """The fleet's network changed: templates read its components."""
+        self._templates.clear()
+
+    # ------------------------------------------------------------ one batch
+
+    def run(self, queue: deque, failed_shapes: dict, shape) -> tuple[int, bool]:
+        """Place units from the front of ``queue`` (one tenant's, in its order)
+        while they fit; returns how many were placed (and removed from the
+        queue), and whether every unit looked at was placed (else the next
+        one is for the one-by-one path: a unit of another kind, or one that
+        does not fit). ``failed_shapes``: shapes (``shape(unit)``) that
+        already failed in this pass; such a unit ends the batch."""
+        layer = self.layer
+        if not ENABLED or layer.policy is not None or not queue:
+            return 0, False
+        state = layer.state
+        first = queue[0]
+        vcs = state.vcs[first.app.vc]
+        table = vcs.table
+        if table.listeners or table.n == 0 or (vcs.default and vcs.component < 0):
+            return 0, False  # the first placement of a default VC sets its reach: one by one
+        fleet = state.fleet
+        site_index = fleet.site_index
+        comp = _alone_kind(first, first.app.vc)
+        if comp is None or not fleet.network.alone(site_index[comp.near.site], comp.near.max_rtt_ms):
+            return 0, False  # the next unit is not one a batch takes: no batch is started for it
+        units, comps, tmpl_of, templates, tmpl_index = [], [], [], [], {}
+        sites, limits = [], []
+        looked = min(self.size, len(queue))
+        for unit in islice(queue, looked):
+            comp = _alone_kind(unit, first.app.vc)
+            if comp is None or (failed_shapes and shape(unit) in failed_shapes):
+                break
+            t = self.template(comp, unit.app.tenant)
+            if t is None:
+                break
+            k = tmpl_index.get(id(t))
+            if k is None:
+                k = tmpl_index[id(t)] = len(templates)
+                templates.append(t)
+            units.append(unit)
+            comps.append(comp)
+            tmpl_of.append(k)
+            sites.append(site_index[comp.near.site])
+            limits.append(comp.near.max_rtt_ms)
+        n = len(units)
+        if n == 0:
+            self.size = MIN
+            return 0, False
+        placed = self._decide(units, vcs, np.array(sites, np.int64), np.array(limits, np.float64),
+                              np.array(tmpl_of, np.int64), templates)
+        for _ in range(len(placed)):
+            queue.popleft()
+        for unit, a in zip(units, placed):
+            state.add_placement(unit.tasks[0], unit.app.tenant, vcs, a)
+        self.decided += len(placed)
+        full = len(placed) == looked
+        self.size = min(MAX, 2 * self.size) if full else max(MIN, 2 * len(placed))
+        return len(placed), full
+
+    def _decide(self, units, vcs, sites, limits, tmpl_of, templates) -> list[Allocation]:
+        """The allocations of the batch's first units that fit, in queue order,
+        already taken from the table."""
+        state = self.layer.state
+        table = vcs.table
+        network = state.fleet.network
+        n = len(units)
+        intra = network.intra_rtt_ms[sites]
+        alone = network.alone(sites, limits)
+        order, start = nearby.site_rows(table)
+        known = sites < start.size - 1
+        alone &= known
+        safe = np.where(known, sites, 0)
+        count = np.where(known, start[safe + 1] - start[safe], 0)
+        # a site named again in the batch must have one row (a running sum decides it)
+        again = np.zeros(n, bool)
+        if n > 1:
+            by_site = np.argsort(sites, kind="stable")
+            s_sorted = sites[by_site]
+            repeat = np.zeros(n, bool)
+            repeat[1:] = s_sorted[1:] == s_sorted[:-1]
+            again[by_site] = repeat
+        stop = ~alone | (again & (count != 1)) | (count == 0)
+        cut = int(np.argmax(stop)) if stop.any() else n
+        if cut == 0:
+            return []
+        sites, count, tmpl_of, intra = sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut]
+        vecs = np.stack([t.vec for t in templates], axis=1)  # int64[R, templates]
+        demand = vecs[:, tmpl_of]  # int64[R, cut]
+        # the tenant's quota (a default VC): a running sum over the batch
+        if vcs.default and state.world.tenants[vcs.tenant].quota:
+            left = state.quota_left(vcs.tenant)
+            over = (np.cumsum(demand, axis=1) > left[:, None]).any(axis=0)
+            if over.any():
+                cut = int(np.argmax(over))
+                if cut == 0:
+                    return []
+                sites, count, tmpl_of, intra, demand = (sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut],
+                                                        demand[:, :cut])
+        # the rows of each unit's site, in row order
+        total = int(count.sum())
+        unit_of = np.repeat(np.arange(cut), count)
+        offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        rows = order[np.repeat(start[sites], count) + offsets]
+        # what the batch's earlier units on the same (one-row) site take first
+        before = np.zeros_like(demand)
+        if cut > 1:
+            by_site = np.argsort(sites, kind="stable")
+            run = np.cumsum(demand[:, by_site], axis=1) - demand[:, by_site]
+            s_sorted = sites[by_site]
+            head = np.ones(cut, bool)
+            head[1:] = s_sorted[1:] != s_sorted[:-1]
+            base = np.maximum.accumulate(np.where(head, np.arange(cut), 0))
+            before[:, by_site] = run - run[:, base]
+        ok = table.enabled[rows].copy()
+        free = table.free[:2, rows] - before[:2, unit_of]
+        need = demand[:2, unit_of]
+        ok &= ((need <= 0) | (free >= need)).all(axis=0)
+        for k, t in enumerate(templates):
+            mine = tmpl_of[unit_of] == k
+            if mine.any():
+                ok[mine] &= nearby.static_ok(table, t, rows[mine])
+        if vcs.default:  # reachable from the VC's hosts
+            ok &= network.component[table.site[rows]] == vcs.component
+        # per unit: its row (one), or the best of its rows with ties drawn in order
+        fits = np.bincount(unit_of[ok], minlength=cut)
+        if not fits.all():
+            cut = int(np.argmin(fits > 0))
+            keep = unit_of < cut
+            rows, unit_of, ok = rows[keep], unit_of[keep], ok[keep]
+            count, tmpl_of, intra = count[:cut], tmpl_of[:cut], intra[:cut]
+        if cut == 0:
+            return []
+        chosen = np.full(cut, -1, np.int64)
+        single = count == 1
+        chosen[single] = rows[np.repeat(single, count)]  # a unit's one row: it fits
+        several = np.flatnonzero(~single)
+        if several.size:
+            self._choose(table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen)
+        vec_rows = demand[:, :cut]
+        table.take_rows(chosen, vec_rows)
+        return [Allocation(int(r), templates[k].vec) for r, k in zip(chosen.tolist(), tmpl_of.tolist())]
+
+    def _choose(self, table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen) -> None:
+        """``nearby.pick`` for the units whose site has several rows (each such
+        site is named once in the batch): the best fitting row, ties drawn in
+        row order, one draw per tied unit in queue order."""
+        rng = self.layer.rng
+        network = self.layer.state.fleet.network
+        for u in several.tolist():  # few: sites with several rows are not a million cars
+            at = (unit_of == u) & ok
+            cand = rows[at]
+            req = templates[tmpl_of[u]]
+            rtt = np.full(cand.size, intra[u])
+            value = scores.WEIGHTS["fit"] * scores.fit(table, req, cand) + nearby.bonus(
+                table, req, cand, rtt, network, near=True)
+            best = value.max()
+            top = cand[value >= best - nearby.TIE]
+            chosen[u] = int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
+
+
+def _alone_kind(unit, vc: str):
+    """The unit's one component when the unit is of the kind a batch takes:
+    one task, bound near a site with a latency bound, nothing that links it to
+    other tasks or other sites, in VC ``vc``; else None."""
+    if len(unit.tasks) != 1 or unit.app.vc != vc or unit.couplings or unit.affinity_scope is not None:
+        return None
+    if unit.state_sites and unit.state_sites[0] >= 0:
+        return None
+    comp = unit.components[0]
+    near = comp.near
+    if (near is None or near.max_rtt_ms is None or comp.anti_affinity is not None
+            or comp.data_source is not None or comp.data_sink is not None):
+        return None
+    return comp
