@@ -169,6 +169,10 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
         small = rng.random() < 0.3  # a cache of three columns: most are computed again
         net = Network.build(sites, links, frozenset(down), cache_bytes=3 * 16 * n if small else CACHE_BYTES)
         before = _check(net, sites, links, down, exact)
+        # a read-only mask of some of the first core sites, kept across the steps
+        # (its "keeps no leaf" is remembered until a site joins or leaves the core)
+        core_keep = ~net.leaf & (rng.random(n) < 0.7)
+        core_keep.setflags(write=False)
         for _ in range(steps):
             op = rng.random()
             pairs = sorted(_pairs_of(links), key=sorted)
@@ -221,6 +225,10 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     got, val = net.within(site, limit, keep)
                     want = np.flatnonzero((col <= limit) & keep)
                     assert np.array_equal(got, want) and np.array_equal(val, col[want])
+                    got, val = net.within(site, limit, core_keep)
+                    want = np.flatnonzero((col <= limit) & core_keep)
+                    assert np.array_equal(got, want) and np.array_equal(val, col[want])
+                    count("mask of core sites, leaves now kept", bool(core_keep[net.leaf].any()))
                 after = _check(net, sites, links, down, exact)
                 same = np.array_equal(after[0], before[0]) and np.array_equal(after[1], before[1])
                 count("paths changed", not same)
@@ -235,7 +243,8 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     exact) and against a network built afresh (bit for bit)."""
     seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
-            "handed over", "re-attached", "within some", "paths changed", "split")
+            "handed over", "re-attached", "within some", "paths changed", "split",
+            "mask of core sites, leaves now kept")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

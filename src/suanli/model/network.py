@@ -169,14 +169,15 @@ def _repair(rtt, bw, core, core_rtt, core_bw, dest, kid_head, kid_next, leaf_rtt
 
 @njit(cache=True, nogil=True)
 def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, kids, leaf_rtt,
-                   keep, use_keep, self_ok):  # pragma: no cover - compiled
+                   keep, use_keep, self_ok, with_leaves):  # pragma: no cover - compiled
     """(sites, rtt) within ``limit`` of ``site`` by ascending site: the core
     sites settled by a Dijkstra stopped past the limit, their leaves one link
-    further (the sums of ``_fill``), and ``site`` at its intra-site rtt; with
-    ``use_keep``, only the sites ``keep`` marks (``site`` itself: if ``self_ok``)."""
+    further (the sums of ``_fill``; not walked unless ``with_leaves``), and
+    ``site`` at its intra-site rtt; with ``use_keep``, only the sites ``keep``
+    marks (``site`` itself: if ``self_ok``)."""
     total = 1
     for i in range(settled.shape[0]):
-        total += 1 + kids[core[settled[i]]]
+        total += 1 + (kids[core[settled[i]]] if with_leaves else 0)
     out = np.empty(total, np.int64)
     val = np.empty(total)
     m = 0
@@ -186,7 +187,7 @@ def _neighbourhood(core, settled, dist, site, intra, limit, kid_head, kid_next, 
         if c != site and (not use_keep or keep[c]):
             out[m], val[m] = c, d
             m += 1
-        k = kid_head[c]
+        k = kid_head[c] if with_leaves else -1
         while k >= 0:
             if k != site and (not use_keep or keep[k]):
                 v = d + leaf_rtt[k]
@@ -397,6 +398,8 @@ class Network:
         self._cache_bytes = cache_bytes
         self._cached = 0  # bytes in the cache
         self.version = 0
+        self._leaf_set = 0  # bumps when a site becomes a leaf or stops being one
+        self._keeps: dict[int, tuple] = {}  # id(keep) -> (keep, _leaf_set, whether it keeps any leaf)
 
     @staticmethod
     def build(sites: "Iterable[Site]", links: "Iterable[Link]", down: frozenset = frozenset(),
@@ -497,6 +500,8 @@ class Network:
 
     def _set_leaf(self, s: int, p: int, rtt: float, bw: float, up: bool) -> None:
         """``s`` a leaf of core site ``p`` (-1: ``s`` joins the core) over that link."""
+        if bool(self.leaf[s]) != (p >= 0):
+            self._leaf_set += 1
         if p < 0:
             self.leaf[s], self.parent[s] = False, -1
             rtt, bw, up = np.inf, 0.0, False
@@ -797,7 +802,22 @@ class Network:
         dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit)
         return _neighbourhood(self.core, settled, dist, site, intra, limit,
                               self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
-                              _NO_KEEP if keep is None else keep, keep is not None, self_ok)
+                              _NO_KEEP if keep is None else keep, keep is not None, self_ok,
+                              keep is None or self._keeps_leaves(keep))
+
+    def _keeps_leaves(self, keep: np.ndarray) -> bool:
+        """Whether ``keep`` marks any leaf (when it marks none, a neighbourhood
+        need not walk the leaves of the core sites it reaches: a million
+        devices a big request could never use); kept per read-only mask until
+        the set of leaves changes."""
+        if keep.flags.writeable:  # it may change in place: not kept
+            return bool(keep[self.leaf].any())
+        hit = self._keeps.get(id(keep))
+        if hit is None or hit[0] is not keep or hit[1] != self._leaf_set:
+            if len(self._keeps) >= 64:
+                self._keeps.clear()
+            hit = self._keeps[id(keep)] = (keep, self._leaf_set, bool(keep[self.leaf].any()))
+        return hit[2]
 
     def alone(self, site, max_rtt_ms):
         """Whether ``within(site, max_rtt_ms)`` is exactly ``site`` itself (a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zlib
 from typing import Mapping, Sequence
@@ -168,8 +169,24 @@ def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fle
     if spec.each is None:
         return [build_application(name, tenant, spec)]
     names = fleet.site_table.names
-    return [build_application(f"{name}.{names.name(s)}", tenant, spec, site=names.name(s), template=name)
-            for s in fleet.site_table.population_range(spec.each)]
+    # made once with ``{site}`` as written, then per site only the fields that name it
+    proto = build_application(name, tenant, spec, site=schema.EACH_SITE, template=name)
+    out = []
+    for s in fleet.site_table.population_range(spec.each):
+        site = names.name(s)
+        app = f"{name}.{site}"
+        comps = tuple(_for_site(c, app, site) for c in proto.components)
+        out.append(Application(app, tenant, proto.vc, proto.priority, proto.preemptible, comps, name))
+    return out
+
+
+def _for_site(c: Component, app: str, site: str) -> Component:
+    """A component of an ``each`` application's prototype, for ``app`` on ``site``."""
+    each = schema.EACH_SITE
+    near = c.near if c.near is None or c.near.site != each else Near(site, c.near.max_rtt_ms)
+    return dataclasses.replace(c, app=app, near=near,
+                               data_source=site if c.data_source == each else c.data_source,
+                               data_sink=site if c.data_sink == each else c.data_sink)
 
 
 def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site: str | None = None,
