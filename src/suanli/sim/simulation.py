@@ -174,6 +174,7 @@ class Simulation:
         self._next_mobility: list[tuple | None] = []
         self.recorder = Recorder(self.state, self._near_violations)
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
+        self._beyond: set[str] = set()  # those of them now beyond their bound (kept as things change)
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
         self.units_by_app: dict[str, list[int]] = {}
@@ -407,6 +408,7 @@ class Simulation:
             self.business.release(rec.component, p.host.node)
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
+        self._beyond.discard(task)
         self.migrating.pop(task, None)
         self.disrupted.pop(task, None)
         rec.status, rec.ended_at = status, t
@@ -563,6 +565,7 @@ class Simulation:
         self.business.forget_requests()
         self.global_layer.forget_requests()
         self.state.forget_network()
+        self._recheck_near(sites)
         if self.rescheduling is not None:
             for uid, reason in broken_units(self, sites).items():
                 self.evict(t, uid, "bound broken", reason=reason)
@@ -965,20 +968,46 @@ class Simulation:
             self.near_running[task] = comp
         else:
             self.near_running.pop(task, None)
+        self._near_status(task)
+
+    def _near_status(self, task: str) -> None:
+        """Whether ``task`` (running away from its near site) is now beyond its bound."""
+        comp = self.near_running.get(task)
+        if comp is None or comp.near.max_rtt_ms is None:  # at home, or a preference only
+            self._beyond.discard(task)
+            return
+        fleet = self.world.fleet
+        node = self.state.placements[task].host.node
+        if fleet.network.rtt(fleet.node_site[node], fleet.site_index[comp.near.site]) > comp.near.max_rtt_ms:
+            self._beyond.add(task)
+        else:
+            self._beyond.discard(task)
+
+    def _recheck_near(self, sites: set[int] | None) -> None:
+        """Paths changed (at ``sites`` only, when given): the running tasks
+        away from their near site whose path may have changed are checked
+        again (those bound near one of ``sites`` or placed on one)."""
+        if sites is None:
+            tasks = list(self.near_running)
+        else:
+            fleet, state = self.world.fleet, self.state
+            tasks = []
+            for s in sites:
+                for uid in self.bound_to.get(fleet.site_table.names.name(s), ()):
+                    us = self.units.get(uid)
+                    if us is not None:
+                        tasks += us.unit.tasks
+                for node in fleet.nodes_of(s).tolist():
+                    tasks += state.tasks_on_node.get(node, ())
+        for task in tasks:
+            if task in self.near_running:
+                self._near_status(task)
 
     def _near_violations(self) -> int:
         """Running tasks now farther from their near site than their bound
-        (placement never does this; links going down can)."""
-        fleet = self.world.fleet
-        network = fleet.network
-        count = 0
-        for task, comp in self.near_running.items():
-            if comp.near.max_rtt_ms is None:
-                continue  # a preference only
-            node = self.state.placements[task].host.node
-            if network.rtt(fleet.node_site[node], fleet.site_index[comp.near.site]) > comp.near.max_rtt_ms:
-                count += 1
-        return count
+        (placement never does this; links going down can): kept as tasks
+        start, move and end, and as paths change, not counted at each instant."""
+        return len(self._beyond)
 
     def where(self, node: int) -> dict[str, str]:
         names = self._names.get(node)
