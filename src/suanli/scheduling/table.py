@@ -324,28 +324,6 @@ class Transaction:
         self.table.take(a)
         self.done.append(a)
 
-    def take_rows(self, rows: np.ndarray, vecs: np.ndarray) -> None:
-        """``take`` of vector ``vecs[:, i]`` (no device shares) on ``rows[i]``,
-        for each i in order, as one operation (rows may repeat)."""
-        if self.listeners:
-            raise ValueError("take_rows does not tell listeners: take one by one")
-        k = rows.size
-        if not k:
-            return
-        self.tick += k
-        np.add.at(self.stamp, rows, 1)
-        for c in range(self.free.shape[0]):
-            if vecs[c].any():
-                np.subtract.at(self.free[c], rows, vecs[c])
-        done = 0
-        while done < k:  # the change log, in chunks as room is made
-            if self._logged == self._log.size:
-                self._trim()
-            m = min(k - done, self._log.size - self._logged)
-            self._log[self._logged:self._logged + m] = rows[done:done + m]
-            self._logged += m
-            done += m
-
     def take_all(self, allocs: list[Allocation]) -> None:
         self.table.take_all(allocs)
         self.done += allocs
