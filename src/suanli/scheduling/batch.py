@@ -94,7 +94,7 @@ class Batches:
         comp = _alone_kind(first, first.app.vc)
         if comp is None or not fleet.network.alone(site_index[comp.near.site], comp.near.max_rtt_ms):
             return 0, False  # the next unit is not one a batch takes: no batch is started for it
-        units, comps, tmpl_of, templates, tmpl_index = [], [], [], [], {}
+        units, tmpl_of, templates, tmpl_index = [], [], [], {}
         sites, limits = [], []
         looked = min(self.size, len(queue))
         for unit in islice(queue, looked):
@@ -109,7 +109,6 @@ class Batches:
                 k = tmpl_index[id(t)] = len(templates)
                 templates.append(t)
             units.append(unit)
-            comps.append(comp)
             tmpl_of.append(k)
             sites.append(site_index[comp.near.site])
             limits.append(comp.near.max_rtt_ms)
