@@ -209,9 +209,18 @@ class PlacementState:
         partition split has none until it heals (or until its next host)."""
         self._component_masks.clear()
         component = self.fleet.network.component
+        node_site = self.fleet.node_site
         for vc in self.vcs.values():
-            comps = {int(component[self.fleet.node_site[h.node]]) for h in vc.hosts}
-            vc.component = comps.pop() if len(comps) == 1 else -1
+            if not vc.hosts:
+                vc.component = -1
+                continue
+            if vc.default and len(vc.by_node) == len(vc.hosts):  # a fitted host per node: the nodes are its keys
+                nodes = np.fromiter(vc.by_node, np.int64, len(vc.by_node))
+            else:
+                nodes = np.fromiter((h.node for h in vc.hosts), np.int64, len(vc.hosts))
+            comps = component[node_site[nodes]]
+            first = comps[0]
+            vc.component = int(first) if (comps == first).all() else -1
 
     def dominant_share(self, tenant: str) -> float:
         """One tenant's weighted dominant share: its largest fraction of any
