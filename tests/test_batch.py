@@ -179,3 +179,42 @@ def outcome_of(world, enabled: bool):
         return json.dumps(outcome_json(schedule(world, 1)), sort_keys=True), seen
     finally:
         batch.ENABLED, batch.Batches._decide = before, real
+
+
+def test_a_simulation_decides_as_one_by_one(tmp_path):
+    """The city example (800 cars, 30 minutes: autopilot's control service can
+    only run on its car, so it is decided in batches) and the moving-cars
+    scenario of the metrics tests: the same events and results with batches
+    and without."""
+    from pathlib import Path
+
+    from test_metrics import MOVING
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    moving = tmp_path / "moving.yaml"
+    home = '    - {name: c, lifetime: service, resources: {cpu: 1, memory: 1Gi}, near: {site: "{site}", maxRttMs: 0.5}}\n'
+    marker = "---\napiVersion: suanli/v1\nkind: Scenario"
+    moving.write_text((MOVING % "true").replace(marker, home + marker))  # and a service that stays on its car
+    for path, sizes, until in ((city, {"cars": "800"}, 1800.0), (moving, None, 3 * 3600.0)):
+        runs = []
+        for enabled in (False, True):
+            seen: Counter = Counter()
+            real, before = batch.Batches._decide, batch.ENABLED
+
+            def counted(self, units, *rest):
+                placed = real(self, units, *rest)
+                seen["units"] += len(placed)
+                return placed
+
+            batch.ENABLED, batch.Batches._decide = enabled, counted
+            try:
+                sim = Simulation(load_world([path], sizes), seed=5, until=until)
+                sim.run()
+            finally:
+                batch.ENABLED, batch.Batches._decide = before, real
+            runs.append((json.dumps(sim.events.take(), sort_keys=True), seen["units"]))
+        (alone, none), (together, used) = runs
+        assert none == 0 and used > 0, (path.name, used)
+        assert together == alone, path.name
