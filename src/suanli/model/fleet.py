@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from suanli.model.network import Network
-from suanli.model.sites import TIERS, Site, SiteSeq, SiteTable
+from suanli.model.sites import TIERS, Codes, Site, SiteSeq, SiteTable
 
 __all__ = ["TIERS", "Site", "DeviceType", "NodeGroup", "Link", "LinkArrays", "Codes", "Fleet"]
 FABRIC_LEVELS: tuple[str, ...] = ("coherent", "ib", "roce", "ethernet")
@@ -89,29 +89,6 @@ class LinkArrays:
 
     def __len__(self) -> int:
         return len(self.a)
-
-
-class Codes:
-    """Interns names into dense integer codes, in first-seen order."""
-
-    def __init__(self, names: Sequence[str] = ()) -> None:
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        for n in names:
-            self.code(n)
-
-    def code(self, name: str) -> int:
-        got = self.index.get(name)
-        if got is None:
-            got = self.index[name] = len(self.names)
-            self.names.append(name)
-        return got
-
-    def get(self, name: str, default: int = -1) -> int:
-        return self.index.get(name, default)
-
-    def __len__(self) -> int:
-        return len(self.names)
 
 
 class Fleet:

@@ -166,13 +166,35 @@ def attach_weight(weights: Mapping[str, float], name: str) -> float:
     return max((w for p, w in weights.items() if glob_match(p, name)), default=1.0)
 
 
+class Codes:
+    """Interns names into dense integer codes, in first-seen order."""
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        for n in names:
+            self.code(n)
+
+    def code(self, name: str) -> int:
+        got = self.index.get(name)
+        if got is None:
+            got = self.index[name] = len(self.names)
+            self.names.append(name)
+        return got
+
+    def get(self, name: str, default: int = -1) -> int:
+        return self.index.get(name, default)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 class SiteTable:
     """Every site of a fleet as a row of arrays (see the module docstring)."""
 
     def __init__(self) -> None:
         self.names = SiteNames()
-        self.regions: list[str] = []  # region code -> name
-        self._region_code: dict[str, int] = {}
+        self._regions = Codes()
         self.label_sets: list[Mapping[str, str]] = []  # label-set code -> labels
         self._tier: list[np.ndarray] = []
         self._region: list[np.ndarray] = []
@@ -185,12 +207,13 @@ class SiteTable:
         self.population_names: list[str] = []  # by population (block) number
         self.listed: list[tuple[int, str, str, str, Mapping[str, str]]] = []  # (id, name, tier, region, labels)
 
+    @property
+    def regions(self) -> list[str]:
+        """Region names by code."""
+        return self._regions.names
+
     def region_code(self, name: str) -> int:
-        got = self._region_code.get(name)
-        if got is None:
-            got = self._region_code[name] = len(self.regions)
-            self.regions.append(name)
-        return got
+        return self._regions.code(name)
 
     def add(self, name: str, tier: str, region: str = "", intra_site_rtt_ms: float = 0.2,
             labels: Mapping[str, str] | None = None) -> int:
