@@ -240,7 +240,7 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
     fleet = sim.world.fleet
     component = fleet.network.component
     out: dict[int, str] = {}
-    for uid in _running_at(sim, changed) if changed is not None else sim.running:
+    for uid in running_at(sim, changed) if changed is not None else sim.running:
         us = sim.units[uid]
         sites = []
         for task in us.run.tasks:
@@ -261,7 +261,7 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
     return out
 
 
-def _running_at(sim, sites: set[int]) -> list[int]:
+def running_at(sim, sites: set[int]) -> list[int]:
     """The running units placed on ``sites`` or bound (near, data) to one, in
     the order of ``sim.running``: from the node and bound indexes, not a scan."""
     fleet, state = sim.world.fleet, sim.state

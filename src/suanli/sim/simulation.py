@@ -43,7 +43,7 @@ from suanli.sim.hosts import HostKeeper
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
-                                    transfer_s, victims)
+                                    running_at, transfer_s, victims)
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
 log = logging.getLogger(__name__)
@@ -990,15 +990,7 @@ class Simulation:
         if sites is None:
             tasks = list(self.near_running)
         else:
-            fleet, state = self.world.fleet, self.state
-            tasks = []
-            for s in sites:
-                for uid in self.bound_to.get(fleet.site_table.names.name(s), ()):
-                    us = self.units.get(uid)
-                    if us is not None:
-                        tasks += us.unit.tasks
-                for node in fleet.nodes_of(s).tolist():
-                    tasks += state.tasks_on_node.get(node, ())
+            tasks = [task for uid in running_at(self, sites) for task in self.units[uid].run.tasks]
         for task in tasks:
             if task in self.near_running:
                 self._near_status(task)
