@@ -143,12 +143,8 @@ class Batches:
         count = np.where(known, start[safe + 1] - start[safe], 0)
         # a site named again in the batch must have one row (a running sum decides it)
         again = np.zeros(n, bool)
-        if n > 1:
-            by_site = np.argsort(sites, kind="stable")
-            s_sorted = sites[by_site]
-            repeat = np.zeros(n, bool)
-            repeat[1:] = s_sorted[1:] == s_sorted[:-1]
-            again[by_site] = repeat
+        by_site, head = _by_site(sites)
+        again[by_site] = ~head
         stop = ~alone | (again & (count != 1)) | (count == 0)
         cut = int(np.argmax(stop)) if stop.any() else n
         if cut == 0:
@@ -167,20 +163,14 @@ class Batches:
                 sites, count, tmpl_of, intra, demand = (sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut],
                                                         demand[:, :cut])
         # the rows of each unit's site, in row order
-        total = int(count.sum())
         unit_of = np.repeat(np.arange(cut), count)
-        offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-        rows = order[np.repeat(start[sites], count) + offsets]
+        rows = nearby.runs(order, start[sites], count)
         # what the batch's earlier units on the same (one-row) site take first
         before = np.zeros_like(demand)
-        if cut > 1:
-            by_site = np.argsort(sites, kind="stable")
-            run = np.cumsum(demand[:, by_site], axis=1) - demand[:, by_site]
-            s_sorted = sites[by_site]
-            head = np.ones(cut, bool)
-            head[1:] = s_sorted[1:] != s_sorted[:-1]
-            base = np.maximum.accumulate(np.where(head, np.arange(cut), 0))
-            before[:, by_site] = run - run[:, base]
+        by_site, head = _by_site(sites)
+        run = np.cumsum(demand[:, by_site], axis=1) - demand[:, by_site]
+        base = np.maximum.accumulate(np.where(head, np.arange(cut), 0))  # each one's first on its site
+        before[:, by_site] = run - run[:, base]
         ok = table.enabled[rows].copy()
         free = table.free[:2, rows] - before[:2, unit_of]
         need = demand[:2, unit_of]
@@ -226,6 +216,16 @@ class Batches:
             best = value.max()
             top = cand[value >= best - nearby.TIE]
             chosen[u] = int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
+
+
+def _by_site(sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's units by site, in queue order within a site (a stable
+    sort), and whether each of them (in that order) is its site's first."""
+    by_site = np.argsort(sites, kind="stable")
+    s_sorted = sites[by_site]
+    head = np.ones(sites.size, bool)
+    head[1:] = s_sorted[1:] != s_sorted[:-1]
+    return by_site, head
 
 
 def _alone_kind(unit, vc: str):

@@ -43,6 +43,12 @@ def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
+def runs(order: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The runs ``order[first[i]:first[i] + count[i]]`` one after another, in one gather."""
+    total = int(count.sum())
+    return order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(total)]
+
+
 def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
     """int64: the rows on the sites within the request's near bound, ascending;
     None when it has no bound or the bound holds too many rows to be worth it.
@@ -60,14 +66,11 @@ def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
     if bound.sites.size <= SHARE * bound.n_sites:
         order, start = site_rows(table)
         sites = bound.sites[bound.sites < start.size - 1]
-        first, count = start[sites], start[sites + 1] - start[sites]
-        total = int(count.sum())
-        if total <= SHARE * table.n:
-            # the runs order[first:first + count] of every site, in one gather
-            at = np.repeat(first - np.cumsum(count) + count, count) + np.arange(total)
-            rows = order[at]
+        count = start[sites + 1] - start[sites]
+        if int(count.sum()) <= SHARE * table.n:
+            rows = runs(order, start[sites], count)
             rtt = np.repeat(bound.rtt[bound.sites < start.size - 1], count)
-            if total > 1:
+            if rows.size > 1:
                 by_row = np.argsort(rows, kind="stable")
                 rows, rtt = rows[by_row], rtt[by_row]
     entry = (key, rows, rtt)
