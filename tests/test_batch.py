@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 from hypothesis import given, note
@@ -66,7 +67,11 @@ def home_worlds(draw):
 TALLY: Counter = Counter()
 
 
-def outcome(docs, seed, enabled: bool) -> tuple[str, Counter]:
+@contextmanager
+def batches(enabled: bool):
+    """Batches on or off while the block runs; yields what they decided: units
+    placed, units on a site named again in their batch, units on a site of
+    several rows, batches cut short."""
     seen: Counter = Counter()
     real, before = batch.Batches._decide, batch.ENABLED
 
@@ -84,18 +89,22 @@ def outcome(docs, seed, enabled: bool) -> tuple[str, Counter]:
 
     batch.ENABLED, batch.Batches._decide = enabled, counted
     try:
-        out = outcome_json(schedule(load(docs), seed))
+        yield seen
     finally:
         batch.ENABLED, batch.Batches._decide = before, real
-    return json.dumps(out, sort_keys=True), seen
+
+
+def outcome(world, seed, enabled: bool) -> tuple[str, Counter]:
+    with batches(enabled) as seen:
+        return json.dumps(outcome_json(schedule(world, seed)), sort_keys=True), seen
 
 
 @SETTINGS
 @given(home_worlds())
 def _same_decisions(case):
     docs, seed = case
-    alone, none = outcome(docs, seed, False)
-    together, seen = outcome(docs, seed, True)
+    alone, none = outcome(load(docs), seed, False)
+    together, seen = outcome(load(docs), seed, True)
     assert not none
     assert together == alone
     TALLY["cases"] += 1
@@ -153,8 +162,8 @@ def test_the_tenants_quota_ends_a_batch(tmp_path):
 
     path = tmp_path / "world.yaml"
     path.write_text(QUOTA_WORLD)
-    alone, none = outcome_of(load_world([path]), False)
-    together, seen = outcome_of(load_world([path]), True)
+    alone, none = outcome(load_world([path]), 1, False)
+    together, seen = outcome(load_world([path]), 1, True)
     assert together == alone and not none
     out = json.loads(together)
     assert len(out["placements"]) == 6
@@ -162,23 +171,6 @@ def test_the_tenants_quota_ends_a_batch(tmp_path):
     assert seen["units"] == 5 and seen["cut"] >= 1
     reasons = [list(u["reasons"]) for u in out["unscheduled"]]
     assert len(reasons) == 14 and all(any("quota" in r for r in rs) for rs in reasons), reasons
-
-
-def outcome_of(world, enabled: bool):
-    seen: Counter = Counter()
-    real, before = batch.Batches._decide, batch.ENABLED
-
-    def counted(self, units, *rest):
-        placed = real(self, units, *rest)
-        seen["units"] += len(placed)
-        seen["cut"] += len(placed) < len(units)
-        return placed
-
-    batch.ENABLED, batch.Batches._decide = enabled, counted
-    try:
-        return json.dumps(outcome_json(schedule(world, 1)), sort_keys=True), seen
-    finally:
-        batch.ENABLED, batch.Batches._decide = before, real
 
 
 def test_a_simulation_decides_as_one_by_one(tmp_path):
@@ -200,20 +192,9 @@ def test_a_simulation_decides_as_one_by_one(tmp_path):
     for path, sizes, until in ((city, {"cars": "800"}, 1800.0), (moving, None, 3 * 3600.0)):
         runs = []
         for enabled in (False, True):
-            seen: Counter = Counter()
-            real, before = batch.Batches._decide, batch.ENABLED
-
-            def counted(self, units, *rest):
-                placed = real(self, units, *rest)
-                seen["units"] += len(placed)
-                return placed
-
-            batch.ENABLED, batch.Batches._decide = enabled, counted
-            try:
+            with batches(enabled) as seen:
                 sim = Simulation(load_world([path], sizes), seed=5, until=until)
                 sim.run()
-            finally:
-                batch.ENABLED, batch.Batches._decide = before, real
             runs.append((json.dumps(sim.events.take(), sort_keys=True), seen["units"]))
         (alone, none), (together, used) = runs
         assert none == 0 and used > 0, (path.name, used)
