@@ -44,6 +44,8 @@ from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
                                     running_at, transfer_s, victims)
+from suanli.sim import waiting
+from suanli.sim.waiting import WaitQueue
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
 log = logging.getLogger(__name__)
@@ -166,7 +168,7 @@ class Simulation:
         self._stamp: tuple[float | None, float] = (None, 0.0)  # an instant's time and its rounding, for events
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
-        self.pending: dict[int, None] = {}  # unit ids, in submission order
+        self.pending = WaitQueue()  # unit ids, in submission order; some parked
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
@@ -375,7 +377,7 @@ class Simulation:
                 self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t, klass=klass,
                                               job=comp.lifetime == "job")
                 self.log(t, "submitted", task=task, tenant=app.tenant)
-            self.pending[uid] = None
+            self.pending.add(uid)
 
     def _current(self, run_id: int) -> int | None:
         """The unit whose run ``run_id`` is; None when that run has stopped (an
@@ -449,7 +451,7 @@ class Simulation:
             p = self.state.placements.get(task)
             kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
             self._end_task(t, task, PENDING, kind)
-        self.pending[uid] = None
+        self.pending.add(uid)
 
     # ------------------------------------------------------------ real processes
 
@@ -525,6 +527,7 @@ class Simulation:
             tasks = self.state.set_node_enabled(node, ev.kind == "nodeUp")
             if ev.kind == "nodeUp":
                 self.hosts.node_back(node)
+                self.pending.wake(int(fleet.node_site[node]))
                 return
             if ev.kind == "nodeCordon":
                 return  # what runs there stays, hosts included
@@ -565,6 +568,8 @@ class Simulation:
         self.business.forget_requests()
         self.global_layer.forget_requests()
         self.state.forget_network()
+        if sites is None:
+            self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
         self._recheck_near(sites)
         if self.rescheduling is not None:
             for uid, reason in broken_units(self, sites).items():
@@ -597,6 +602,7 @@ class Simulation:
             for node in nodes:
                 self.state.set_node_enabled(node, True)
                 self.hosts.node_back(node)
+            self.pending.wake(site)
         self._network_changed(t, {site} if len(links[0]) <= 1 else None)
 
     def _device_busy(self, t: float, ev: Any) -> None:
@@ -680,7 +686,7 @@ class Simulation:
                 for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FINISHED, "finished", reason=why)
             if uid in self.pending:
-                del self.pending[uid]
+                self.pending.discard(uid)
                 for task in us.unit.tasks:
                     rec = self.tasks[task]
                     if rec.status != PENDING:
@@ -705,9 +711,10 @@ class Simulation:
     # ------------------------------------------------------------ scheduling
 
     def _schedule(self, t: float) -> None:
-        if not self.pending:
+        ready = self.pending.ready()
+        if not ready:
             return
-        units = [self.units[uid].unit for uid in self.pending]
+        units = [self.units[uid].unit for uid in ready]
         broken: list[tuple[Unit, Exception]] = []
         failed = self.business.run(units, record=False, broken=broken)
         for unit, exc in broken:
@@ -715,16 +722,40 @@ class Simulation:
         if broken:
             failed = [(u, reasons) for u, reasons in failed if u.seq in self.pending]
         still = {u.seq: reasons for u, reasons in failed}
-        for uid in list(self.pending):
+        for uid in ready:
+            if uid not in self.pending:
+                continue  # refused above
             if uid in still:
+                reasons = still[uid]
+                offline = self._offline_near(self.units[uid].unit)
+                if offline is not None:  # nothing but the device's return can change this
+                    self.pending.park(uid, offline[0])
+                    reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
+                                       for s in dict.fromkeys(offline)})
                 for task in self.units[uid].unit.tasks:
-                    self.tasks[task].reasons = still[uid]
+                    self.tasks[task].reasons = reasons
                 continue
-            del self.pending[uid]
+            self.pending.discard(uid)
             self._started(t, uid)
-        units = [u for u, _ in failed]
-        if failed and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
+        units = [u for u, _ in failed if not self.pending.parked(u.seq)]
+        if units and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
             self._schedule(t)  # the evicted or moved work may fit elsewhere now
+
+    def _offline_near(self, unit: Unit) -> list[int] | None:
+        """The offline devices the unit's members are bound near, when every
+        member is bound near one whose nodes are all down: no candidate
+        anywhere, no victim to evict, until that device comes back (a unit
+        parked under the first of them; the others are checked when it wakes)."""
+        if not self.offline or not waiting.ENABLED:
+            return None
+        fleet, enabled = self.world.fleet, self.state.nodes.enabled
+        sites = []
+        for comp in unit.components:
+            s = fleet.site_index.get(comp.near.site, -1) if comp.near is not None else -1
+            if s not in self.offline or enabled[fleet.nodes_of(s)].any():
+                return None
+            sites.append(s)
+        return sites
 
     def _refuse(self, t: float, app: str, exc: Exception) -> None:
         """An application whose placement raised (a request the scheduler's
@@ -739,7 +770,7 @@ class Simulation:
             if us.run is not None:
                 for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FAILED, "failed", reason=why)
-            self.pending.pop(uid, None)
+            self.pending.discard(uid)
             for task in us.unit.tasks:
                 if self.tasks[task].status == PENDING:
                     self._end_task(t, task, FAILED, "failed", reason=why)
@@ -822,7 +853,7 @@ class Simulation:
             for task, a in plan:
                 relocate(self, t, task, a, "defragment", f"frees whole devices for {unit.tasks[0]}")
             if self.business.place(unit, record=False) is None:
-                del self.pending[unit.seq]
+                self.pending.discard(unit.seq)
                 self._started(t, unit.seq)
                 placed = True
         return placed
@@ -832,7 +863,7 @@ class Simulation:
         for v in plan:
             self.evict(t, v.key, cause, by=unit)
         if self.business.place(unit, record=False) is None:
-            del self.pending[unit.seq]
+            self.pending.discard(unit.seq)
             self._started(t, unit.seq)
 
     def evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
@@ -855,7 +886,7 @@ class Simulation:
         if any(s >= 0 for s in held):
             by_task = dict(zip(run.tasks, held))
             unit.state_sites = tuple(by_task.get(task, -1) for task in unit.tasks)
-        self.pending[uid] = None
+        self.pending.add(uid)
 
     def log_move(self, t: float, rec: TaskRecord, to: int, **cause: Any) -> None:
         """A moved service: stopped, its state travels over the path, restored.

@@ -1,0 +1,98 @@
+"""Units parked while the device they are bound near is offline: not tried
+again at every instant, yet the run is the one that tries them."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+from hypothesis import given, settings, strategies as st
+
+from suanli.sim import waiting
+from suanli.sim.simulation import Simulation
+from suanli.sim.waiting import WaitQueue
+from suanli.spec.build import load_world
+
+CITY = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+
+
+@given(st.lists(st.tuples(st.sampled_from("aadpwW"), st.integers(0, 7), st.integers(0, 2)), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_the_queue_keeps_its_order_through_parks_and_wakes(ops):
+    """Against a plain ordered dict and a set of parked units: ``ready`` is
+    the waiting units not parked, in the order they were queued."""
+    q, order, parked = WaitQueue(), {}, {}
+    for op, uid, key in ops:
+        if op == "a":
+            q.add(uid)
+            order.setdefault(uid, None)
+        elif op == "d":
+            q.discard(uid)
+            order.pop(uid, None)
+            parked.pop(uid, None)
+        elif op == "p" and uid in order and uid not in parked:
+            q.park(uid, key)
+            parked[uid] = key
+        elif op == "w":
+            assert q.wake(key) == sum(k == key for k in parked.values())
+            parked = {u: k for u, k in parked.items() if k != key}
+        elif op == "W":
+            q.wake_all()
+            parked = {}
+        assert list(q) == list(order)
+        assert q.ready() == [u for u in order if u not in parked]
+        assert q.parked_count == len(parked) and len(q) == len(order)
+
+
+@contextmanager
+def parking(enabled: bool):
+    """Parking on or off while the block runs; yields how many units were parked."""
+    seen = {"parked": 0}
+    real, before = WaitQueue.park, waiting.ENABLED
+
+    def counted(self, uid, key):
+        seen["parked"] += 1
+        real(self, uid, key)
+
+    waiting.ENABLED, WaitQueue.park = enabled, counted
+    try:
+        yield seen
+    finally:
+        waiting.ENABLED, WaitQueue.park = before, real
+
+
+def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
+    """The city (600 cars for an hour: a few go offline, their services wait)
+    and the moving-cars scenario of the metrics tests, with and without
+    rescheduling: the same events with parking and without, and units were
+    parked. A task waiting for its offline car says so."""
+    from test_metrics import MOVING
+
+    cases = [(CITY, {"cars": "600"}, 3600.0)]
+    for resched in ("true", "false"):
+        moving = tmp_path / f"moving-{resched}.yaml"
+        moving.write_text(MOVING % resched)
+        cases.append((moving, None, 3 * 3600.0))
+    named = 0
+    for path, sizes, until in cases:
+        runs = []
+        for enabled in (False, True):
+            with parking(enabled) as seen:
+                sim = Simulation(load_world([path], sizes), seed=5, until=until)
+                sim.run()
+            pending = {r.task: dict(r.reasons) for r in sim.tasks.values() if r.status == "pending"}
+            runs.append((json.dumps(sim.events.take(), sort_keys=True), seen["parked"], pending, sim))
+        (alone, none, before, _), (parked, used, after, sim) = runs
+        assert none == 0 and used > 0, (path.name, used)
+        assert parked == alone, path.name
+        assert before.keys() == after.keys()
+        offline = {sim.world.fleet.sites[s].name for s in sim.offline}
+        waits = {t: r for t, r in after.items() if any(k.startswith("near site") for k in r)}
+        for task, reasons in waits.items():  # each names its car, offline at the end
+            (why,) = reasons
+            assert why == f"near site {task.split('/')[0].split('.')[1]} is offline", why
+            assert why.split()[2] in offline
+        assert all(sim.pending.parked(sim.tasks[t].unit) for t in waits)
+        named += len(waits)
+    assert named > 0
