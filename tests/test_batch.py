@@ -46,6 +46,8 @@ def home_worlds(draw):
         fleet.setdefault("links", []).append({"between": [name, fleet["sites"][0]["name"]], "rttMs": 2,
                                               "bandwidth": "1Gbps"})
     names = [f"car-{k:02d}" for k in range(pop["count"])] + [s["name"] for s in fleet["sites"]]
+    if "device-9" in names:  # half the bound components near it: units on a site of several rows
+        names += ["device-9"] * len(names)
     tenants = [d["metadata"]["name"] for d in docs if d["kind"] == "Tenant"]
     for d in docs:
         if d["kind"] == "Application":
@@ -59,8 +61,13 @@ def home_worlds(draw):
                                     "memory": draw(st.sampled_from(["256Mi", "512Mi"]))},
                       "near": {"site": "{site}", "maxRttMs": draw(st.sampled_from([0, 0.2, 0.4, 3]))},
                       "replicas": draw(st.sampled_from([1, 2, 2]))})
-    docs.append(doc("Application", "home", {"each": "cars", "components": comps},
-                    tenant=draw(st.sampled_from(tenants))))
+    tenant = draw(st.sampled_from(tenants))
+    docs.append(doc("Application", "home", {"each": "cars", "components": comps}, tenant=tenant))
+    if draw(st.booleans()):  # and, after them, one whose bound reaches past the car: home when home wins
+        wide = {"name": "w", "lifetime": "service",
+                "resources": {"cpu": draw(st.sampled_from(["100m", "250m", 1])), "memory": "128Mi"},
+                "near": {"site": "{site}", "maxRttMs": draw(st.sampled_from([3, 10, 40]))}}
+        docs.append(doc("Application", "wide", {"each": "cars", "components": [wide]}, tenant=tenant))
     return docs, draw(st.integers(0, 2**16))
 
 
@@ -71,9 +78,17 @@ TALLY: Counter = Counter()
 def batches(enabled: bool):
     """Batches on or off while the block runs; yields what they decided: units
     placed, units on a site named again in their batch, units on a site of
-    several rows, batches cut short."""
+    several rows, batches cut short, units placed whose bound reaches past
+    their device ("wide"), and wide units whose own row did not win by the
+    bound ("lost")."""
     seen: Counter = Counter()
     real, before = batch.Batches._decide, batch.ENABLED
+    real_wins = batch.Batches._wins
+
+    def wins(self, *args):
+        out = real_wins(self, *args)
+        seen["lost"] += int((~out).sum())
+        return out
 
     def counted(self, units, vcs, sites, limits, tmpl_of, templates):
         placed = real(self, units, vcs, sites, limits, tmpl_of, templates)
@@ -84,14 +99,15 @@ def batches(enabled: bool):
             seen["named again"] += len(mine) - len(np.unique(mine))
             order, start = batch.nearby.site_rows(vcs.table)
             seen["several rows"] += int((start[mine + 1] - start[mine] > 1).sum())
+            seen["wide"] += int((~self.layer.state.fleet.network.alone(mine, limits[:k])).sum())
         seen["cut"] += k < len(units)
         return placed
 
-    batch.ENABLED, batch.Batches._decide = enabled, counted
+    batch.ENABLED, batch.Batches._decide, batch.Batches._wins = enabled, counted, wins
     try:
         yield seen
     finally:
-        batch.ENABLED, batch.Batches._decide = before, real
+        batch.ENABLED, batch.Batches._decide, batch.Batches._wins = before, real, real_wins
 
 
 def outcome(world, seed, enabled: bool) -> tuple[str, Counter]:
@@ -115,14 +131,21 @@ def _same_decisions(case):
 
 
 def test_batches_decide_as_one_by_one():
+    """Each round is 50 new random worlds; rounds are added (at most four)
+    until the worlds so far have shown every kind of batch decision."""
     TALLY.clear()
-    _same_decisions()
-    # not vacuous: batches decided units in most worlds, named sites again,
+
+    def shown() -> bool:
+        return (TALLY["with batches"] >= TALLY["cases"] // 6 and TALLY["units"] > TALLY["cases"]
+                and all(TALLY[what] > 0 for what in ("named again", "several rows", "cut")))
+
+    for _ in range(4):
+        _same_decisions()
+        if shown():
+            break
+    # not vacuous: batches decided units in many worlds, named sites again,
     # chose among several rows, and were cut short (a unit that did not fit)
-    assert TALLY["with batches"] >= TALLY["cases"] // 6, TALLY
-    assert TALLY["units"] > TALLY["cases"], TALLY
-    for what in ("named again", "several rows", "cut"):
-        assert TALLY[what] > 0, TALLY
+    assert shown(), TALLY
 
 
 QUOTA_WORLD = """
@@ -171,6 +194,64 @@ def test_the_tenants_quota_ends_a_batch(tmp_path):
     assert seen["units"] == 5 and seen["cut"] >= 1
     reasons = [list(u["reasons"]) for u in out["unscheduled"]]
     assert len(reasons) == 14 and all(any("quota" in r for r in rs) for rs in reasons), reasons
+
+
+WIDE_WORLD = """
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: fleet}
+spec:
+  sites:
+    - {name: cloud-0, tier: cloud, nodeGroups: [{name: c, count: 2, arch: x86_64, cpu: 64, memory: 256Gi}]}
+    - {name: edge-0, tier: edge, nodeGroups: [{name: e, count: 2, arch: x86_64, cpu: 16, memory: 32Gi,
+        accelerators: [{kind: npu, model: A, count: 1, shareable: true}]}]}
+    - {name: edge-1, tier: edge, nodeGroups: [{name: e, count: 2, arch: x86_64, cpu: 16, memory: 32Gi}]}
+  links:
+    - {between: [edge-0, cloud-0], rttMs: %(core)s, bandwidth: 10Gbps}
+    - {between: [edge-1, cloud-0], rttMs: %(core)s, bandwidth: 10Gbps}
+  populations:
+    - name: cars
+      count: 60
+      sites: car-##
+      nodeGroups: [{name: soc, count: 1, arch: aarch64, cpu: 2, memory: 4Gi%(npu)s}]
+      attach: {to: {names: [edge-0]}, rttMs: uniform(0.3, 4), bandwidth: 1Gbps}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: t}
+spec: {}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: home, tenant: t}
+spec:
+  each: cars
+  components:
+    - {name: a, lifetime: service, resources: {cpu: 500m, memory: 256Mi}, near: {site: "{site}", maxRttMs: 30}}
+    - {name: b, lifetime: service, resources: {cpu: 1, memory: 1Gi}, replicas: 2, near: {site: "{site}", maxRttMs: 8}}
+"""
+
+
+def test_a_wide_bound_goes_home_in_a_batch_when_home_wins(tmp_path):
+    """Services bound near their car within more than its link: in a batch
+    when the car's row beats any other row by the bound, else one by one;
+    the same outcome either way. Cars with and without an NPU the services
+    leave unused, edges with and without one, short and long links, cars
+    filled (the second replica goes to an edge): both outcomes occur."""
+    from suanli.spec.build import load_world
+
+    seen_all = Counter()
+    path = tmp_path / "wide.yaml"
+    for core in (2, 12):
+        for npu in ("", ", accelerators: [{kind: npu, model: O, count: 1, shareable: true}]"):
+            path.write_text(WIDE_WORLD % {"core": core, "npu": npu})
+            alone, none = outcome(load_world([path]), 3, False)
+            together, seen = outcome(load_world([path]), 3, True)
+            assert not none and together == alone, (core, npu)
+            seen_all.update(seen)
+            away = [p for p in json.loads(together)["placements"] if not p["site"].startswith("car")]
+            assert away, "some services did not fit on their car"
+    assert seen_all["wide"] > 0 and seen_all["lost"] > 0, seen_all
 
 
 def test_a_simulation_decides_as_one_by_one(tmp_path):

@@ -468,7 +468,8 @@ class Network:
         sel = np.flatnonzero(self._calive & self._cup)
         ea, eb = self.core_id[self._ca[sel]], self.core_id[self._cb[sel]]
         self._edges = (ea, eb)
-        self._graph = _csr(len(self.core), ea, eb, self._cr[sel], self._cw[sel])
+        self._edge_w = (self._cr[sel], self._cw[sel])
+        self._graph = _csr(len(self.core), ea, eb, *self._edge_w)
 
     def _relabel(self, if_split: bool = False) -> None:
         """Components again; with ``if_split``, only when the core's parts
@@ -818,6 +819,30 @@ class Network:
                 self._keeps.clear()
             hit = self._keeps[id(keep)] = (keep, self._leaf_set, bool(keep[self.leaf].any()))
         return hit[2]
+
+    def core_distance(self, sites: np.ndarray) -> np.ndarray:
+        """float64[S]: for every site, the rtt over the core links up now from
+        its core site (itself, or a leaf's parent) to the nearest core site of
+        ``sites``, a leaf of them counting as its parent (0 there; inf where
+        none is reachable). A path from a leaf to any of ``sites`` other than
+        itself is at least its link's rtt plus this. One Dijkstra from a point
+        joined to all of them at rtt 0."""
+        sites = np.asarray(sites, np.int64)
+        anchors = np.unique(np.where(self.leaf[sites], self.parent[sites], sites))
+        anchors = anchors[anchors >= 0]
+        out = np.full(self.n, np.inf)
+        if not anchors.size:
+            return out
+        m = len(self.core)
+        a = np.concatenate([self._edges[0], np.full(anchors.size, m, np.int64)])
+        b = np.concatenate([self._edges[1], self.core_id[anchors]])
+        rtt = np.concatenate([self._edge_w[0], np.zeros(anchors.size)])
+        bw = np.concatenate([self._edge_w[1], np.full(anchors.size, np.inf)])
+        dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), m, 0.0, np.inf, np.inf)
+        out[self.core] = dist[:m]
+        leaves = np.flatnonzero(self.leaf)
+        out[leaves] = out[self.parent[leaves]]
+        return out
 
     def alone(self, site, max_rtt_ms):
         """Whether ``within(site, max_rtt_ms)`` is exactly ``site`` itself (a

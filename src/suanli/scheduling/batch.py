@@ -1,12 +1,20 @@
-"""Many decisions at once: units whose only possible site is their own device.
+"""Many decisions at once: units that go to their own device.
 
-A service bound ``near`` a device within less than the rtt of the device's
-one link can go nowhere but the device itself (a leaf's neighbourhood below
-its link's rtt is the leaf alone). A million cars' own services are a queue
-of such units, each touching its car's node only. Taken one by one, each
-costs a compiled request, a neighbourhood search and a few dozen small array
-operations; taken together, they are one gather of rows, one pass of checks
-and scores, and ties drawn in queue order.
+Two kinds of unit go nowhere but their own device, when it fits:
+- a service bound ``near`` a device within less than the rtt of the
+  device's one link: its neighbourhood is the device alone;
+- one bound near a device within a wider bound, when the device's row, if
+  it fits, scores above anything any other row could score (the packing
+  score is at most 100, and every other site is at least the device's link
+  away, so its near score is at most that of the link's rtt; a site that
+  could give the devices score is further still, by its distance over the
+  core: ``Network.core_distance``). Its decision needs no other row.
+
+A million cars' own services are a queue of such units, each touching its
+car's node only. Taken one by one, each costs a compiled request, a
+neighbourhood search and a few dozen small array operations; taken together,
+they are one gather of rows, one pass of checks and scores, and ties drawn
+in queue order.
 
 Why this decides as one by one does: a unit of the batch reads only the rows
 of its site. Units on different sites read disjoint rows, so one's placement
@@ -15,10 +23,11 @@ batch name must have one row: each unit then only asks whether that row
 still fits after the earlier units took their share (a running sum). The
 tenant's quota is a running sum over the batch too. Ties on a site with
 several rows are drawn from the generator in queue order, as ``nearby.pick``
-draws them. The first unit that does not fit ends the batch, and is decided
-alone (with its reasons); everything after it waits for the next batch. A
-property test schedules random worlds both ways and compares the outcome
-byte for byte (``tests/test_batch.py``).
+draws them. The first unit that does not fit, or whose own row does not win
+by the bound, ends the batch, and is decided alone (with its reasons);
+everything after it waits for the next batch. A property test schedules
+random worlds both ways and compares the outcome byte for byte
+(``tests/test_batch.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from suanli.scheduling.table import Allocation
 
 ENABLED = True  # False: every unit one by one (the reference)
 MIN, MAX = 8, 4096  # units looked at per batch: doubled while batches fill, cut back after a short one
+MARGIN = 1e-6  # an own row wins when it scores above the others' bound by this (float sums aside)
 
 
 class Batches:
@@ -45,6 +55,7 @@ class Batches:
         self.layer = layer
         self.size = MIN
         self._templates: dict[tuple, Request | None] = {}
+        self._far: dict[tuple, np.ndarray] = {}  # devices-score key -> core_distance from its rows' sites
         self.decided = 0  # units placed in batches (for tests and benchmarks)
 
     def template(self, comp, tenant: str) -> Request | None:
@@ -70,6 +81,7 @@ class Batches:
     def forget(self) -> None:
         """The fleet's network changed: templates read its components."""
         self._templates.clear()
+        self._far.clear()
 
     # ------------------------------------------------------------ one batch
 
@@ -92,7 +104,7 @@ class Batches:
         fleet = state.fleet
         site_index = fleet.site_index
         comp = _alone_kind(first, first.app.vc)
-        if comp is None or not fleet.network.alone(site_index[comp.near.site], comp.near.max_rtt_ms):
+        if comp is None or not _home(fleet.network, site_index[comp.near.site], comp.near.max_rtt_ms):
             return 0, False  # the next unit is not one a batch takes: no batch is started for it
         units, tmpl_of, templates, tmpl_index = [], [], [], {}
         sites, limits = [], []
@@ -136,16 +148,18 @@ class Batches:
         n = len(units)
         intra = network.intra_rtt_ms[sites]
         alone = network.alone(sites, limits)
+        home = _home(network, sites, limits)  # alone, or its own row may win by the bound
         order, start = nearby.site_rows(table)
         known = sites < start.size - 1
         alone &= known
+        home &= known
         safe = np.where(known, sites, 0)
         count = np.where(known, start[safe + 1] - start[safe], 0)
         # a site named again in the batch must have one row (a running sum decides it)
         again = np.zeros(n, bool)
         by_site, head = _by_site(sites)
         again[by_site] = ~head
-        stop = ~alone | (again & (count != 1)) | (count == 0)
+        stop = ~home | ((again | ~alone) & (count != 1)) | (count == 0)
         cut = int(np.argmax(stop)) if stop.any() else n
         if cut == 0:
             return []
@@ -190,6 +204,19 @@ class Batches:
             count, tmpl_of, intra = count[:cut], tmpl_of[:cut], intra[:cut]
         if cut == 0:
             return []
+        wide = ~alone[:cut]
+        if wide.any():  # their own (one) row must win by the bound
+            u = np.flatnonzero(wide)
+            lose = np.zeros(cut, bool)
+            lose[u] = ~self._wins(table, templates, tmpl_of[u], sites[u], rows[np.cumsum(count)[u] - 1],
+                                  before[:, u], intra[u])
+            if lose.any():
+                cut = int(np.argmax(lose))
+                keep = unit_of < cut
+                rows, unit_of, ok = rows[keep], unit_of[keep], ok[keep]
+                count, tmpl_of, intra = count[:cut], tmpl_of[:cut], intra[:cut]
+        if cut == 0:
+            return []
         chosen = np.full(cut, -1, np.int64)
         single = count == 1
         chosen[single] = rows[np.repeat(single, count)]  # a unit's one row: it fits
@@ -199,6 +226,49 @@ class Batches:
         vec_rows = demand[:, :cut]
         table.take_rows(chosen, vec_rows)
         return [Allocation(int(r), templates[k].vec) for r, k in zip(chosen.tolist(), tmpl_of.tolist())]
+
+    def _wins(self, table, templates, tmpl_of, sites, rows, before, intra) -> np.ndarray:
+        """bool[k]: whether each unit's own ``rows`` (one per unit, already
+        known to fit after ``before``, what earlier units of the batch take
+        there) scores above any other row it could go to, by ``MARGIN``."""
+        network = self.layer.state.fleet.network
+        w = scores.WEIGHTS
+        wins = np.zeros(rows.size, bool)
+        link = network.leaf_rtt[sites]
+        for k in np.unique(tmpl_of).tolist():
+            mine = np.flatnonzero(tmpl_of == k)
+            req = templates[k]
+            dims, _, vec = scores.dims_of(req)
+            if dims.size == 0:
+                continue  # its packing score reads the row's use: not taken in a batch
+            r = rows[mine]
+            at = (dims[:, None], r)
+            terms = (table.free[at] - before[dims[:, None], mine] - vec) * table.inverse_capacity()[at]
+            acc = -terms[0]
+            for t in terms[1:]:
+                acc -= t
+            own = (w["fit"] * (100.0 + acc * (100.0 / dims.size)) + w["devices"] * scores.devices(table, req, r)
+                   + w["near"] * _near(intra[mine]))
+            far = self._far_from_devices(table, req)[sites[mine]]
+            other = w["fit"] * 100.0 + np.maximum(w["near"] * _near(link[mine]),
+                                                 w["devices"] * 100.0 + w["near"] * _near(link[mine] + far))
+            wins[mine] = own > other + MARGIN
+        return wins
+
+    def _far_from_devices(self, table, req) -> np.ndarray:
+        """float64[S]: ``Network.core_distance`` from the sites with a row the
+        devices score gives 100 for ``req`` (rows with no accelerator kind it
+        leaves unused)."""
+        network = self.layer.state.fleet.network
+        key = (id(table), table.n, network.version, scores._unused_kinds(req))
+        got = self._far.get(key)
+        if got is None:
+            full = scores.devices(table, req, np.arange(table.n))
+            got = network.core_distance(np.unique(table.site[:table.n][full == 100.0]))
+            if len(self._far) > 64:
+                self._far.clear()
+            self._far[key] = got
+        return got
 
     def _choose(self, table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen) -> None:
         """``nearby.pick`` for the units whose site has several rows (each such
@@ -226,6 +296,18 @@ def _by_site(sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     head = np.ones(sites.size, bool)
     head[1:] = s_sorted[1:] != s_sorted[:-1]
     return by_site, head
+
+
+def _near(rtt: np.ndarray) -> np.ndarray:
+    """``scores.near`` of an rtt."""
+    return 100.0 / (1.0 + rtt / scores._NEAR_RTT_MS)
+
+
+def _home(network, site, limit):
+    """Whether a unit bound near ``site`` within ``limit`` may be one a batch
+    takes: ``site`` is a leaf within its own bound (elementwise)."""
+    out = network.leaf[site] & (network.intra_rtt_ms[site] <= limit)
+    return bool(out) if np.ndim(out) == 0 else out
 
 
 def _alone_kind(unit, vc: str):
