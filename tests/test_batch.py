@@ -101,6 +101,7 @@ def batches(enabled: bool):
             seen["several rows"] += int((start[mine + 1] - start[mine] > 1).sum())
             seen["wide"] += int((~self.layer.state.fleet.network.alone(mine, limits[:k])).sum())
         seen["cut"] += k < len(units)
+        seen["shares"] += sum(bool(a.slots) for a in placed)
         return placed
 
     batch.ENABLED, batch.Batches._decide, batch.Batches._wins = enabled, counted, wins
@@ -229,6 +230,8 @@ spec:
   components:
     - {name: a, lifetime: service, resources: {cpu: 500m, memory: 256Mi}, near: {site: "{site}", maxRttMs: 30}}
     - {name: b, lifetime: service, resources: {cpu: 1, memory: 1Gi}, replicas: 2, near: {site: "{site}", maxRttMs: 8}}
+    - {name: c, lifetime: service, resources: {cpu: 250m, memory: 128Mi, accelerators: [{kind: npu, count: 0.4}]},
+       replicas: 3, near: {site: "{site}", maxRttMs: 30}}
 """
 
 
@@ -237,7 +240,8 @@ def test_a_wide_bound_goes_home_in_a_batch_when_home_wins(tmp_path):
     when the car's row beats any other row by the bound, else one by one;
     the same outcome either way. Cars with and without an NPU the services
     leave unused, edges with and without one, short and long links, cars
-    filled (the second replica goes to an edge): both outcomes occur."""
+    filled (the second replica goes to an edge), shares of the car's NPU
+    (the third share does not fit on it): both outcomes occur."""
     from suanli.spec.build import load_world
 
     seen_all = Counter()
@@ -251,7 +255,7 @@ def test_a_wide_bound_goes_home_in_a_batch_when_home_wins(tmp_path):
             seen_all.update(seen)
             away = [p for p in json.loads(together)["placements"] if not p["site"].startswith("car")]
             assert away, "some services did not fit on their car"
-    assert seen_all["wide"] > 0 and seen_all["lost"] > 0, seen_all
+    assert seen_all["wide"] > 0 and seen_all["lost"] > 0 and seen_all["shares"] > 0, seen_all
 
 
 def test_a_simulation_decides_as_one_by_one(tmp_path):

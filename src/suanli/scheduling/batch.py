@@ -61,14 +61,15 @@ class Batches:
     def template(self, comp, tenant: str) -> Request | None:
         """The request of ``comp`` for ``tenant`` without its near bound and
         without the private-site term (a unit of the batch is on its own
-        site); None when the batch cannot hold it (accelerators, a whole node)."""
+        site); None when the batch cannot hold it (whole devices, several
+        kinds of device, a whole node; a share of one device it holds)."""
         key = (tenant, comp.resources, comp.arch)
         got = self._templates.get(key, False)
         if got is False:
             fleet = self.layer.state.fleet
             req = compile_request(fleet, comp.resources, tenant=self.layer.state.world.tenants[tenant],
                                   arch=comp.arch)
-            if req.accels or req.whole_node:
+            if len(req.accels) > 1 or any(a.whole for a in req.accels) or req.whole_node:
                 got = None
             else:
                 terms = tuple(t for t in req.site_terms if not isinstance(t[1], Private))
@@ -159,7 +160,8 @@ class Batches:
         again = np.zeros(n, bool)
         by_site, head = _by_site(sites)
         again[by_site] = ~head
-        stop = ~home | ((again | ~alone) & (count != 1)) | (count == 0)
+        shares = np.array([bool(t.accels) for t in templates])[np.asarray(tmpl_of, np.int64)]
+        stop = ~home | ((again | ~alone | shares) & (count != 1)) | (count == 0)
         cut = int(np.argmax(stop)) if stop.any() else n
         if cut == 0:
             return []
@@ -195,13 +197,14 @@ class Batches:
                 ok[mine] &= nearby.static_ok(table, t, rows[mine])
         if vcs.default:  # reachable from the VC's hosts
             ok &= network.component[table.site[rows]] == vcs.component
+        slot = self._shares(table, templates, tmpl_of, sites[:cut], rows, count, ok)
         # per unit: its row (one), or the best of its rows with ties drawn in order
         fits = np.bincount(unit_of[ok], minlength=cut)
         if not fits.all():
             cut = int(np.argmin(fits > 0))
             keep = unit_of < cut
             rows, unit_of, ok = rows[keep], unit_of[keep], ok[keep]
-            count, tmpl_of, intra = count[:cut], tmpl_of[:cut], intra[:cut]
+            count, tmpl_of, intra, slot = count[:cut], tmpl_of[:cut], intra[:cut], slot[:cut]
         if cut == 0:
             return []
         wide = ~alone[:cut]
@@ -214,7 +217,7 @@ class Batches:
                 cut = int(np.argmax(lose))
                 keep = unit_of < cut
                 rows, unit_of, ok = rows[keep], unit_of[keep], ok[keep]
-                count, tmpl_of, intra = count[:cut], tmpl_of[:cut], intra[:cut]
+                count, tmpl_of, intra, slot = count[:cut], tmpl_of[:cut], intra[:cut], slot[:cut]
         if cut == 0:
             return []
         chosen = np.full(cut, -1, np.int64)
@@ -223,9 +226,44 @@ class Batches:
         several = np.flatnonzero(~single)
         if several.size:
             self._choose(table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen)
-        vec_rows = demand[:, :cut]
-        table.take_rows(chosen, vec_rows)
-        return [Allocation(int(r), templates[k].vec) for r, k in zip(chosen.tolist(), tmpl_of.tolist())]
+        milli = np.array([t.accels[0].milli if t.accels else 0 for t in templates], np.int64)[tmpl_of]
+        table.take_rows(chosen, demand[:, :cut], slot, milli)
+        return [Allocation(r, templates[k].vec, (d,), (m,)) if d >= 0 else Allocation(r, templates[k].vec)
+                for r, k, d, m in zip(chosen.tolist(), tmpl_of.tolist(), slot.tolist(), milli.tolist())]
+
+    def _shares(self, table, templates, tmpl_of, sites, rows, count, ok) -> np.ndarray:
+        """int64[units]: the device slot each unit with a share of a device
+        takes on its (one) row, -1 for the others. Such a row must have one
+        slot the share may use (``allocation``'s choice is then that slot) and
+        room on it after the batch's earlier units on it took theirs;
+        otherwise its entry in ``ok`` is cleared (the batch ends there)."""
+        n = count.size
+        slot = np.full(n, -1, np.int64)
+        want = np.zeros(n, np.int64)
+        at = np.cumsum(count) - 1  # a unit's row, for those with one
+        for k, t in enumerate(templates):
+            if not t.accels:
+                continue
+            mine = np.flatnonzero(tmpl_of[:n] == k)
+            if not mine.size:
+                continue
+            usable = nearby._usable(table, t.accels[0], rows[at[mine]])
+            one = usable.sum(axis=0) == 1
+            slot[mine] = np.where(one, np.argmax(usable, axis=0), -1)
+            want[mine] = t.accels[0].milli
+            ok[at[mine[~one]]] = False
+        has = np.flatnonzero(slot >= 0)
+        if has.size:  # what earlier units of the batch take from the same slot of the same row
+            key = sites[has] * table.dev_free.shape[0] + slot[has]
+            by_key, head = _by_site(key)
+            taken = np.cumsum(want[has][by_key]) - want[has][by_key]
+            first = np.maximum.accumulate(np.where(head, np.arange(has.size), 0))
+            before = np.zeros(has.size, np.int64)
+            before[by_key] = taken - taken[first]
+            r = rows[at[has]]
+            room = table.dev_free[slot[has], r] - before >= want[has]
+            ok[at[has[~room]]] = False
+        return slot
 
     def _wins(self, table, templates, tmpl_of, sites, rows, before, intra) -> np.ndarray:
         """bool[k]: whether each unit's own ``rows`` (one per unit, already

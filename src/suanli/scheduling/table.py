@@ -248,9 +248,11 @@ class CandidateTable:
         for listener in self.listeners:
             listener(self, a, 1)
 
-    def take_rows(self, rows: np.ndarray, vecs: np.ndarray) -> None:
-        """``take`` of vector ``vecs[:, i]`` (no device shares) on ``rows[i]``,
-        for each i in order, as one operation (rows may repeat)."""
+    def take_rows(self, rows: np.ndarray, vecs: np.ndarray, slots: np.ndarray | None = None,
+                  milli: np.ndarray | None = None) -> None:
+        """``take`` of vector ``vecs[:, i]`` on ``rows[i]`` (and, where
+        ``slots[i] >= 0``, ``milli[i]`` of that device slot), for each i in
+        order, as one operation (rows may repeat)."""
         if self.listeners:
             raise ValueError("take_rows does not tell listeners: take one by one")
         k = rows.size
@@ -261,6 +263,9 @@ class CandidateTable:
         for c in range(self.free.shape[0]):
             if vecs[c].any():
                 np.subtract.at(self.free[c], rows, vecs[c])
+        if slots is not None and (slots >= 0).any():
+            has = slots >= 0
+            np.subtract.at(self.dev_free, (slots[has], rows[has]), milli[has])
         done = 0
         while done < k:  # the change log, in chunks as room is made
             if self._logged == self._log.size:
