@@ -45,36 +45,49 @@ def _shared(table: CandidateTable, key: tuple, make) -> np.ndarray:
     return hit
 
 
-def static_checks(table: CandidateTable, req: Request) -> list[Check]:
-    """Checks on what rows are; the order is the order of explanations."""
-    site, group = table.view("site"), table.view("group")
-    # a mask many requests share (allowed sites, selectors) is made once per table; one of a
-    # request's own (its latency bound, its reachability) is not kept beside them
-    checks: list[Check] = [
-        (reason, _shared(table, ("site", mask.tobytes()), lambda m=mask: m[site]) if isinstance(term, np.ndarray)
-         else mask[site])
-        for (reason, mask), (_, term) in zip(req.site_checks, req.site_terms)]
-    checks += [(reason, _shared(table, ("group", mask.tobytes()), lambda m=mask: m[group]))
+def static_checks(table: CandidateTable, req: Request, at: np.ndarray | None = None, known: int = 0) -> list[Check]:
+    """Checks on what rows are; the order is the order of explanations. With
+    ``at`` (row indices), the same checks as masks over those rows, made from
+    them alone, but the first ``known`` site terms (known to hold there)."""
+    full = at is None
+
+    def col(name: str) -> np.ndarray:
+        a = table.view(name)
+        return a if full else a[..., at]
+
+    def shared(key: tuple, make) -> np.ndarray:
+        return _shared(table, key, make) if full else make()
+
+    site, group = col("site"), col("group")
+    if full:
+        # a mask many requests share (allowed sites, selectors) is made once per table; one of a
+        # request's own (its latency bound, its reachability) is not kept beside them
+        checks: list[Check] = [
+            (reason, _shared(table, ("site", mask.tobytes()), lambda m=mask: m[site]) if isinstance(term, np.ndarray)
+             else mask[site])
+            for (reason, mask), (_, term) in zip(req.site_checks, req.site_terms)]
+    else:
+        checks = [(reason, req.term_ok(term, site)) for reason, term in req.site_terms[known:]]
+    checks += [(reason, shared(("group", mask.tobytes()), lambda m=mask: m[group]))
                for reason, mask in req.group_checks]
     if req.arch is not None:
         arch = req.arch
-        checks.append(("arch mismatch", _shared(table, ("arch", tuple(arch.tolist())),
-                                                lambda: np.isin(table.view("arch"), arch))))
-    cap = table.view("cap")
-    for col, what in ((0, "cpu"), (1, "memory")):
-        if req.vec[col] > 0:
-            checks.append((f"insufficient {what}", cap[col] >= req.vec[col]))
+        checks.append(("arch mismatch", shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
+    cap = col("cap")
+    for c, what in ((0, "cpu"), (1, "memory")):
+        if req.vec[c] > 0:
+            checks.append((f"insufficient {what}", cap[c] >= req.vec[c]))
     for need in req.accels:
-        kind = (table.view("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
+        kind = (col("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
         checks.append((f"no {need.kind_name}", kind))
-        ok = slot_ok(table, need)
+        ok = slot_ok(table, need) if full else nearby._slots(table, need, at)
         if need.models is not None:
             checks.append((f"{need.kind_name} model mismatch", ok.any(axis=0)))
         if need.whole:
-            whole = ok & (table.view("dev_cap") == 1000)
+            whole = ok & (col("dev_cap") == 1000)
             checks.append((f"insufficient {need.kind_name}", whole.sum(axis=0) >= need.count))
         else:
-            share = ok & table.view("dev_shareable") & (table.view("dev_cap") >= need.milli)
+            share = ok & col("dev_shareable") & (col("dev_cap") >= need.milli)
             checks.append((f"{need.kind_name} not shareable", share.any(axis=0)))
     return checks
 
@@ -176,13 +189,16 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
-    _, usable, _, whole = _static(table, req)
-    for need, ok, whole_ok in zip(req.accels, usable, whole):
+    if req.accels and isinstance(at, slice):
+        _, usable, _, whole = _static(table, req)
+        usable = [cols(ok if w is None else w, at) for ok, w in zip(usable, whole)]
+    else:  # a few rows: their usable slots from those rows alone
+        usable = [nearby._usable(table, need, at) for need in req.accels]
+    for need, ok in zip(req.accels, usable):
         if need.whole:
-            n_free = (cols(whole_ok, at) & (dev_free == 1000)).sum(axis=0)
-            checks.append((f"insufficient {need.kind_name}", n_free >= need.count))
+            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free == 1000)).sum(axis=0) >= need.count))
         else:
-            checks.append((f"insufficient {need.kind_name}", (cols(ok, at) & (dev_free >= need.milli)).any(axis=0)))
+            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
         untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
         checks.append(("node in use", untouched))
@@ -256,12 +272,64 @@ def fits_row(table: CandidateTable, req: Request, row: int, extra: Sequence[Chec
 
 
 def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) -> Counter:
-    """Counts per reason: each row is charged to the first check it fails."""
+    """Counts per reason: each row is charged to the first check it fails.
+    A request whose first checks are other devices' sites and its near bound
+    is explained over the rows of the open sites within the bound (from the
+    network's neighbourhood, not a column): every other row fails one of
+    those two first and is only counted (a car's service does not read a
+    million rows to say that they are other cars' or too far)."""
     counts: Counter = Counter()
-    remaining = ~table.view("retired")
-    for reason, mask in [*_static_checks(table, req), *dynamic_checks(table, req), *extra]:
+    near = _near_first(table, req)
+    if near is None:
+        remaining = ~table.view("retired")
+        checks = [*_static_checks(table, req), *dynamic_checks(table, req), *extra]
+    else:
+        at, private_rows, private_reason = near
+        if private_rows:
+            counts[private_reason] += private_rows
+        beyond = table.n - private_rows - at.size
+        if beyond:
+            counts[req.site_terms[1 if private_reason else 0][0]] += beyond
+        remaining = np.ones(at.size, bool)
+        known = 2 if private_reason else 1  # other devices' sites and the bound: they hold at ``at``
+        checks = [*static_checks(table, req, at, known), *_dynamic(table, req, at), *((r, m[at]) for r, m in extra)]
+    for reason, mask in checks:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed
         remaining &= mask
     return counts
+
+
+def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, str] | None:
+    """For ``explain``: when the request's first site terms are other devices'
+    sites (if the fleet has private ones) and then its near bound, and no row
+    is retired: the rows on open sites within the bound (int64, ascending),
+    how many rows are on other devices' sites, and that reason ("" without
+    private sites). None otherwise."""
+    from suanli.scheduling.request import NearBound, Private
+
+    terms = req.site_terms
+    bound = req.near
+    if bound is None or table.n_retired:
+        return None
+    private = terms[0][1] if terms and isinstance(terms[0][1], Private) else None
+    k = 0 if private is None else 1
+    if len(terms) <= k or terms[k][1] is not bound or not isinstance(bound, NearBound):
+        return None
+    order, start = nearby.site_rows(table)
+    per_site = np.diff(start)
+    n_known = per_site.size
+    if private is None:
+        open_sites = None
+        private_rows = 0
+    else:
+        open_sites = nearby.open_sites(private.private)
+        private_rows = nearby.private_rows(table, private.private)
+        if private.near >= 0 and private.near < n_known and private.private[private.near]:
+            private_rows -= int(per_site[private.near])  # the near site is open to it
+    sites, _ = bound.network.within(bound.site, bound.max_rtt_ms, open_sites, keep_self=True)
+    sites = sites[sites < n_known]
+    rows = nearby.runs(order, start[sites], per_site[sites])
+    rows.sort()
+    return rows, private_rows, terms[0][0] if private is not None else ""

@@ -43,6 +43,31 @@ def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
+_OPEN: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(private mask) -> (it, its complement, read-only)
+
+
+def open_sites(private: np.ndarray) -> np.ndarray:
+    """bool[S], read-only: the sites that are not a device's own (``~private``),
+    one array per private mask (so the network keeps what it learns of it)."""
+    got = _OPEN.get(id(private))
+    if got is None or got[0] is not private:
+        if len(_OPEN) > 8:
+            _OPEN.clear()
+        out = ~private
+        out.flags.writeable = False
+        got = _OPEN[id(private)] = (private, out)
+    return got[1]
+
+
+def private_rows(table: CandidateTable, private: np.ndarray) -> int:
+    """How many of the table's rows are on private sites, kept until rows are added."""
+    shared = table.shared()
+    hit = shared.get(("private rows", id(private)))
+    if hit is None:
+        hit = shared[("private rows", id(private))] = int(np.count_nonzero(private[table.view("site")]))
+    return hit
+
+
 def runs(order: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
     """The runs ``order[first[i]:first[i] + count[i]]`` one after another, in one gather."""
     total = int(count.sum())

@@ -132,23 +132,24 @@ class Request:
         """bool[k]: which of ``sites`` pass every site term (but ``skip``, known to hold)."""
         ok = np.ones(len(sites), bool)
         for _, term in self.site_terms:
-            if term is skip:
-                continue
-            if isinstance(term, Private):
-                ok &= term.at(sites)
-            elif isinstance(term, NearBound) and not term.complete:
-                ok &= term.mask()[sites]
-            elif isinstance(term, NearBound):
-                if not term.sites.size:
-                    ok[:] = False
-                    continue
-                at = np.searchsorted(term.sites, sites)
-                ok &= (at < term.sites.size) & (term.sites[np.minimum(at, term.sites.size - 1)] == sites)
-            elif isinstance(term, (int, np.integer)):
-                ok &= self.network.component[sites] == term
-            else:
-                ok &= term[sites]
+            if term is not skip:
+                ok &= self.term_ok(term, sites)
         return ok
+
+    def term_ok(self, term, sites: np.ndarray) -> np.ndarray:
+        """bool[k]: which of ``sites`` pass one of its site terms (read at those sites only)."""
+        if isinstance(term, Private):
+            return term.at(sites)
+        if isinstance(term, NearBound) and not term.complete:
+            return term.mask()[sites]
+        if isinstance(term, NearBound):
+            if not term.sites.size:
+                return np.zeros(len(sites), bool)
+            at = np.searchsorted(term.sites, sites)
+            return (at < term.sites.size) & (term.sites[np.minimum(at, term.sites.size - 1)] == sites)
+        if isinstance(term, (int, np.integer)):
+            return self.network.component[sites] == term
+        return term[sites]
 
     @property
     def plain(self) -> tuple[list[int], bool]:
@@ -229,9 +230,10 @@ def compile_request(
             self_ok = bool(fleet.sites_able_ignoring_private(vec)[near_site]) if not everywhere else True
             bound = NearBound(*network.within(near_site, near_max, None if everywhere else able, self_ok),
                               len(fleet.sites), network, near_site, near_max, complete=everywhere)
-            site_checks.append((f"beyond {near_max:g} ms of {near.site}", bound))
-    if fleet.any_private:  # a device's own sites take only the work bound near them
+    if fleet.any_private:  # a device's own sites take only the work bound near them (a reason before distance)
         site_checks.append(("another device's own site", Private(fleet.site_table.private, near_site)))
+    if bound is not None:
+        site_checks.append((f"beyond {near_max:g} ms of {near.site}", bound))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
         site_checks.append((f"data site {fleet.site_table.names.name(s)} unreachable", int(network.component[s])))

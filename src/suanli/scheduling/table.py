@@ -73,6 +73,7 @@ class CandidateTable:
         self.dev_index = np.full((d, c), -1, np.int16)  # device index on the physical node
         self.enabled = np.zeros(c, bool)
         self.retired = np.zeros(c, bool)  # rows of removed hosts: never candidates again
+        self.n_retired = 0
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
         self._log = np.zeros(8192, np.int64)  # the latest part of the change log: rows touched, in order
@@ -176,6 +177,7 @@ class CandidateTable:
         """Take a row out for good (a removed host); rows are never deleted."""
         self.touch(row)
         self.enabled[row] = False
+        self.n_retired += not self.retired[row]
         self.retired[row] = True
         self.free[:, row] = 0
         self.dev_free[:, row] = 0
