@@ -96,3 +96,32 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
         assert all(sim.pending.parked(sim.tasks[t].unit) for t in waits)
         named += len(waits)
     assert named > 0
+
+
+def test_return_plans_look_only_where_answers_may_change(tmp_path):
+    """Tasks away from home set aside until a row they could move to changes
+    (``returns.ReturnWatch``): the city (800 cars, an hour: autopilot sends
+    infotainment to the edges and back) and the moving-cars scenario (links
+    down, handovers) give the same events with the watch and without, and
+    the watch did set tasks aside."""
+    from test_metrics import MOVING
+
+    from suanli.sim import returns
+
+    moving = tmp_path / "moving.yaml"
+    moving.write_text(MOVING % "true")
+    for path, sizes, until in ((CITY, {"cars": "800"}, 3600.0), (moving, None, 3 * 3600.0)):
+        runs = []
+        for enabled in (False, True):
+            before, returns.ENABLED = returns.ENABLED, enabled
+            try:
+                sim = Simulation(load_world([path], sizes), seed=7, until=until)
+                sim.run()
+            finally:
+                returns.ENABLED = before
+            events = sim.events.take()
+            moves = sum(1 for e in events if e.get("kind") == "migrated")
+            runs.append((json.dumps(events, sort_keys=True), sim.returns.skipped, moves))
+        (alone, none, moves), (watched, skipped, _) = runs
+        assert none == 0 and skipped > 0 and moves > 0, (path.name, skipped, moves)
+        assert watched == alone, path.name

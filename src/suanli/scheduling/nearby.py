@@ -26,6 +26,7 @@ SHARE = 1 / 8  # at most this share of the table's rows: decide over them alone
 KEEP_ROWS = 4096  # a request keeps its rows up to this many; the last larger set is kept for its decision
 _LAST: list = [None, None]  # (request, its entry): the last neighbourhood too large to keep with its request
 TIE = 1e-9  # as live.TIE
+DRAWS = [0]  # ties drawn by ``pick`` so far (a caller can tell whether its pick drew)
 
 
 def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
@@ -213,4 +214,7 @@ def pick(table: CandidateTable, req: Request, rows: np.ndarray, network, rng: np
     value = scores.WEIGHTS["fit"] * scores.fit(table, req, cand) + bonus(table, req, cand, rtt[ok], network)
     best = value.max()
     top = cand[value >= best - TIE]
-    return int(top[rng.integers(top.size)]) if top.size > 1 else int(top[0])
+    if top.size > 1:
+        DRAWS[0] += 1
+        return int(top[rng.integers(top.size)])
+    return int(top[0])

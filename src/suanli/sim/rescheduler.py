@@ -51,17 +51,24 @@ def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
 
 
 def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
+    """Moves closer to their near site for the running tasks away from it that
+    the watch says may have a new answer (``returns.ReturnWatch``), in the
+    order they went away; at most ``limit``."""
     fleet, state = sim.world.fleet, sim.state
     network = fleet.network
+    watch = sim.returns
     moves: list[Move] = []
-    for task, comp in list(sim.near_running.items()):
+    for task in watch.due(t):
         if len(moves) >= limit:
             break
+        comp = sim.near_running[task]
         rec = sim.tasks[task]
         if comp.lifetime != "service" or len(sim.units[rec.unit].unit.tasks) > 1:
+            watch.rest(task)  # it never moves here (until it moves otherwise)
             continue
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
             sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
+            watch.rest(task, until=rec.last_move_at + hysteresis_s)
             continue
         p = state.placements[task]
         vcs = state.vcs[p.vc]
@@ -69,8 +76,12 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         near = fleet.site_index[comp.near.site]
         req = sim.business.request(comp, rec.tenant)
         rows = nearby.candidate_rows(table, req) if req.near is not None else None
+        watched = None
         if rows is not None:  # the rows within its bound, with their rtts: no column over every site
-            row, here, there = _closer_nearby(sim, table, vcs, req, rows, p.alloc.row, near)
+            draws = nearby.DRAWS[0]
+            row, here, there, watched = _closer_nearby(sim, table, vcs, req, rows, p.alloc.row, near)
+            if nearby.DRAWS[0] != draws or comp.anti_affinity is not None or sim.world.tenants[rec.tenant].quota:
+                watched = None  # its answer hangs on more than the rows it could go to
         else:
             to_near = network.rtt_to(near)
             here = to_near[table.site[p.alloc.row]]
@@ -81,20 +92,23 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
                 if mask.any():
                     row = pick(table, req, mask, fleet.network, sim.rng)
                     there = to_near[table.site[row]]
-        if row < 0:
-            continue  # already on its site, or nowhere closer
-        before, after = scores.WEIGHTS["near"] * (100.0 / (1.0 + np.array([here, there]) / scores._NEAR_RTT_MS))
-        state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
-        downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
-        if after - before > downtime + GAIN_MARGIN:
-            moves.append(Move(task, row, float(after - before), downtime))
+        if row >= 0:
+            before, after = scores.WEIGHTS["near"] * (100.0 / (1.0 + np.array([here, there]) / scores._NEAR_RTT_MS))
+            state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
+            downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
+            if after - before > downtime + GAIN_MARGIN:
+                moves.append(Move(task, row, float(after - before), downtime))
+                continue
+        if watched is not None:  # already on its site, nowhere closer, or not worth it: until they change
+            watch.rest(task, table, watched)
     return moves
 
 
-def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -> tuple[int, float, float]:
+def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -> tuple[int, float, float, np.ndarray]:
     """``plan_returns``' choice over the rows within the request's bound:
     (the row ``select.pick`` would choose among those that fit and are closer
-    to the near site than ``at`` is, or -1; the rtt of ``at``; of that row).
+    to the near site than ``at`` is, or -1; the rtt of ``at``; of that row;
+    the closer rows, whose changes could change the answer).
     ``nearby.pick`` is that choice: one row needs no scores and no draw, ties
     are drawn in row order."""
     fleet = sim.world.fleet
@@ -103,10 +117,11 @@ def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -
     here = float(rtt[k]) if k < rows.size and rows[k] == at else \
         float(fleet.network.rtt(int(table.site[at]), near))  # beyond its bound now
     if here <= fleet.site_table.intra_rtt_ms[near]:
-        return -1, here, here  # already on its site
+        return -1, here, here, rows[:0]  # already on its site
     masks = [m for _, m in TaskExtras(sim.business, vcs).checks(req, table)]
-    row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=rows[rtt < here])
-    return (row, here, float(rtt[np.searchsorted(rows, row)])) if row >= 0 else (-1, here, here)
+    closer = rows[rtt < here]
+    row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=closer)
+    return (row, here, float(rtt[np.searchsorted(rows, row)]), closer) if row >= 0 else (-1, here, here, closer)
 
 
 def apply_returns(sim, t: float) -> None:

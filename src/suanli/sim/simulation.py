@@ -45,6 +45,7 @@ from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
                                     running_at, transfer_s, victims)
 from suanli.sim import waiting
+from suanli.sim.returns import ReturnWatch
 from suanli.sim.waiting import WaitQueue
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
@@ -176,6 +177,7 @@ class Simulation:
         self._next_mobility: list[tuple | None] = []
         self.recorder = Recorder(self.state, self._near_violations)
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
+        self.returns = ReturnWatch()  # which of them a return plan looks at again
         self._beyond: set[str] = set()  # those of them now beyond their bound (kept as things change)
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
@@ -410,6 +412,7 @@ class Simulation:
             self.business.release(rec.component, p.host.node)
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
+        self.returns.leave(task)
         self._beyond.discard(task)
         self.migrating.pop(task, None)
         self.disrupted.pop(task, None)
@@ -570,7 +573,12 @@ class Simulation:
         self.state.forget_network()
         if sites is None:
             self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
-        self._recheck_near(sites)
+        checked = self._recheck_near(sites)
+        private = self.world.fleet.site_table.private
+        if sites is None or private is None or not all(private[s] for s in sites):
+            self.returns.wake_all()  # a site others may move to: every answer may change
+        else:  # another device's own site: only the work there or bound to it
+            self.returns.wake(checked)
         if self.rescheduling is not None:
             for uid, reason in broken_units(self, sites).items():
                 self.evict(t, uid, "bound broken", reason=reason)
@@ -996,9 +1004,13 @@ class Simulation:
             return
         site = self.world.fleet.node_site[self.state.placements[task].host.node]
         if site != self.world.fleet.site_index[comp.near.site]:
+            if task not in self.near_running:
+                self.returns.enter(task)
             self.near_running[task] = comp
+            self.returns.wake((task,))  # placed anew: its answer may differ
         else:
             self.near_running.pop(task, None)
+            self.returns.leave(task)
         self._near_status(task)
 
     def _near_status(self, task: str) -> None:
@@ -1014,17 +1026,18 @@ class Simulation:
         else:
             self._beyond.discard(task)
 
-    def _recheck_near(self, sites: set[int] | None) -> None:
+    def _recheck_near(self, sites: set[int] | None) -> list[str]:
         """Paths changed (at ``sites`` only, when given): the running tasks
         away from their near site whose path may have changed are checked
-        again (those bound near one of ``sites`` or placed on one)."""
+        again (those bound near one of ``sites`` or placed on one); returns them."""
         if sites is None:
             tasks = list(self.near_running)
         else:
             tasks = [task for uid in running_at(self, sites) for task in self.units[uid].run.tasks]
+        tasks = [task for task in tasks if task in self.near_running]
         for task in tasks:
-            if task in self.near_running:
-                self._near_status(task)
+            self._near_status(task)
+        return tasks
 
     def _near_violations(self) -> int:
         """Running tasks now farther from their near site than their bound
