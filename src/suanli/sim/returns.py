@@ -22,6 +22,8 @@ from typing import Iterable
 
 import numpy as np
 
+from suanli.sim.watch import RowWatch
+
 ENABLED = True  # False: every task away from home is looked at, at every instant (the reference)
 
 
@@ -29,9 +31,8 @@ class ReturnWatch:
     def __init__(self) -> None:
         self.order: dict[str, int] = {}  # task away from home -> its place (``near_running``'s order)
         self.active: dict[str, None] = {}  # the tasks to look at
-        self.quiet: dict[str, tuple[int, np.ndarray]] = {}  # task -> (id of its table, rows it watches)
-        self._watch: dict[int, dict[int, set[str]]] = {}  # id(table) -> row -> quiet tasks watching it
-        self._read: dict[int, tuple[object, int, int]] = {}  # id(table) -> (table, log read up to, version)
+        self.quiet: dict[str, bool] = {}  # task set aside -> whether it watches rows
+        self._rows = RowWatch()  # the rows the quiet ones watch
         self._later: list[tuple[float, str]] = []  # (time, task): quiet until its hysteresis ends
         self._count = 0
         self.skipped = 0  # looks saved (for tests and benchmarks)
@@ -66,31 +67,15 @@ class ReturnWatch:
         if not ENABLED:
             return
         self.active.pop(task, None)
-        key = id(table)
-        self.quiet[task] = (key, rows if rows is not None else np.zeros(0, np.int64))
+        self.quiet[task] = table is not None
         if until is not None:
             heapq.heappush(self._later, (until, task))
         if table is not None:
-            if key not in self._read:
-                self._read[key] = (table, table.logged, table.version)
-            watch = self._watch.setdefault(key, {})
-            for row in rows.tolist():
-                watch.setdefault(row, set()).add(task)
+            self._rows.add(task, table, rows)
 
     def _unquiet(self, task: str) -> None:
-        got = self.quiet.pop(task, None)
-        if got is None:
-            return
-        key, rows = got
-        watch = self._watch.get(key)
-        if watch is None:
-            return
-        for row in rows.tolist():
-            s = watch.get(row)
-            if s is not None:
-                s.discard(task)
-                if not s:
-                    del watch[row]
+        if self.quiet.pop(task, None) is not None:
+            self._rows.discard(task)
 
     # ------------------------------------------------------------ each plan
 
@@ -100,20 +85,9 @@ class ReturnWatch:
         whose hysteresis is over."""
         while self._later and self._later[0][0] <= t:
             _, task = heapq.heappop(self._later)
-            if task in self.quiet and not len(self.quiet[task][1]):
+            if self.quiet.get(task) is False:  # waiting out its hysteresis (not a row)
                 self.wake((task,))
-        for key, (table, pos, version) in list(self._read.items()):
-            watch = self._watch.get(key)
-            if not watch:
-                del self._read[key]
-                continue
-            rows = table.since(pos) if table.version == version else None
-            if rows is None:  # rows were added, or the log moved on: every watcher looks again
-                self.wake([task for s in list(watch.values()) for task in s])
-            elif rows.size:
-                hit = [s for row in np.unique(rows).tolist() if (s := watch.get(row))]
-                self.wake([task for s in hit for task in list(s)])
-            self._read[key] = (table, table.logged, table.version)
+        self.wake(self._rows.changed())
         self.skipped += len(self.quiet)
         order = self.order
         return sorted(self.active, key=order.__getitem__)

@@ -29,6 +29,7 @@ from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, u
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
 from suanli.output import resources_json
+from suanli.scheduling import nearby
 from suanli.scheduling.filters import feasible, fits_row
 from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.request import compile_request
@@ -46,6 +47,7 @@ from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, re
                                     running_at, transfer_s, victims)
 from suanli.sim import waiting
 from suanli.sim.returns import ReturnWatch
+from suanli.sim.watch import RowWatch
 from suanli.sim.waiting import WaitQueue
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
@@ -170,6 +172,8 @@ class Simulation:
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
+        self._room = RowWatch()  # units parked until a row they could go to changes: their rows
+        self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
@@ -436,7 +440,14 @@ class Simulation:
         return run
 
     def _count_running(self, unit: Unit, step: int) -> None:
-        """Keep the counts of running standings and priorities (``_preempt`` reads their least)."""
+        """Keep the counts of running standings and priorities (``_preempt`` reads their least).
+        Work that starts below what is running, or of another tenant, may be
+        a victim for units parked for room: they look again."""
+        if step > 0 and len(self._room):
+            own = self._own.get(unit.tenant)
+            if (not own or unit.priority < min(own) or not self._levels
+                    or self.business.standing(unit) < min(self._levels)):
+                self._unpark(self._room.items())
         for counts, key in ((self._levels, self.business.standing(unit)),
                             (self._own.setdefault(unit.tenant, Counter()), unit.priority)):
             counts[key] += step
@@ -577,8 +588,10 @@ class Simulation:
         private = self.world.fleet.site_table.private
         if sites is None or private is None or not all(private[s] for s in sites):
             self.returns.wake_all()  # a site others may move to: every answer may change
+            self._unpark(self._room.items())
         else:  # another device's own site: only the work there or bound to it
             self.returns.wake(checked)
+            self._unpark([uid for s in sites for uid in self._room_near.get(s, ())])
         if self.rescheduling is not None:
             for uid, reason in broken_units(self, sites).items():
                 self.evict(t, uid, "bound broken", reason=reason)
@@ -719,6 +732,8 @@ class Simulation:
     # ------------------------------------------------------------ scheduling
 
     def _schedule(self, t: float) -> None:
+        if len(self._room):
+            self._unpark(self._room.changed())
         ready = self.pending.ready()
         if not ready:
             return
@@ -740,6 +755,8 @@ class Simulation:
                     self.pending.park(uid, offline[0])
                     reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
                                        for s in dict.fromkeys(offline)})
+                else:
+                    self._park_for_room(uid)
                 for task in self.units[uid].unit.tasks:
                     self.tasks[task].reasons = reasons
                 continue
@@ -748,6 +765,53 @@ class Simulation:
         units = [u for u, _ in failed if not self.pending.parked(u.seq)]
         if units and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
             self._schedule(t)  # the evicted or moved work may fit elsewhere now
+
+    def _park_for_room(self, uid: int) -> None:
+        """Park a unit that did not fit when only room on the rows within its
+        bound can change that: one task bound near a site, its neighbourhood
+        few rows of a default VC, no quota, anti-affinity or whole devices,
+        and nothing running that it could evict or reclaim from (the
+        preemption and fair-share passes would find no victim). It waits
+        until one of those rows changes, paths near its site change, or such
+        work starts (``_count_running``)."""
+        unit = self.units[uid].unit
+        if not waiting.ENABLED or len(unit.tasks) != 1 or needs_whole_devices(unit):
+            return
+        comp = unit.components[0]
+        tenant = self.world.tenants.get(unit.tenant)
+        vcs = self.state.vcs[unit.app.vc]
+        if (comp.near is None or comp.near.max_rtt_ms is None or comp.anti_affinity is not None
+                or tenant is None or tenant.quota or not vcs.default or not self._outranks_nothing(unit)):
+            return
+        rows = nearby.candidate_rows(vcs.table, self.business.request(comp, unit.tenant, unit.state_site(0)))
+        if rows is None:
+            return
+        self.pending.park(uid, ("room", uid))
+        self._room.add(uid, vcs.table, rows)
+        self._room_near.setdefault(self.world.fleet.site_index[comp.near.site], set()).add(uid)
+
+    def _outranks_nothing(self, unit: Unit) -> bool:
+        """Nothing running is of lower standing, or of lower priority in its
+        tenant, and no other tenant runs work (``_preempt`` and ``_reclaim``
+        would not look for victims for it)."""
+        if self.rescheduling is not None and any(t != unit.tenant for t in self._own):
+            return False
+        if self._levels and self.business.standing(unit) > min(self._levels):
+            return False
+        own = self._own.get(unit.tenant)
+        return not own or unit.priority <= min(own)
+
+    def _unpark(self, uids) -> None:
+        """Parked units (for room) that may fit now: back to the queue's pass."""
+        for uid in list(uids):
+            if uid not in self._room:
+                continue
+            self._room.discard(uid)
+            comp = self.units[uid].unit.components[0]
+            near = self._room_near.get(self.world.fleet.site_index[comp.near.site])
+            if near is not None:
+                near.discard(uid)
+            self.pending.wake(("room", uid))
 
     def _offline_near(self, unit: Unit) -> list[int] | None:
         """The offline devices the unit's members are bound near, when every
