@@ -318,7 +318,7 @@ def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, s
     if len(terms) <= k or terms[k][1] is not bound or not isinstance(bound, NearBound):
         return None
     order, start = nearby.site_rows(table)
-    per_site = np.diff(start)
+    per_site = nearby.site_counts(table)
     n_known = per_site.size
     if private is None:
         open_sites = None

@@ -69,6 +69,16 @@ def private_rows(table: CandidateTable, private: np.ndarray) -> int:
     return hit
 
 
+def site_counts(table: CandidateTable) -> np.ndarray:
+    """int64[S + 1]: how many of the table's rows each site has (``site_rows``'
+    runs' lengths), kept until rows are added."""
+    shared = table.shared()
+    hit = shared.get("site counts")
+    if hit is None:
+        hit = shared["site counts"] = np.diff(site_rows(table)[1])
+    return hit
+
+
 def runs(order: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
     """The runs ``order[first[i]:first[i] + count[i]]`` one after another, in one gather."""
     total = int(count.sum())

@@ -129,6 +129,7 @@ class VCState:
     table: CandidateTable
     hosts: Hosts = field(default_factory=Hosts)
     component: int = -1  # the network component its hosts are in; -1 before the first
+    together: bool = False  # all its hosts were found in ``component`` (not only its latest host)
     group_domain: dict[str, int] = field(default_factory=dict)  # coupled group -> its domain code
     by_node: dict[int, Host] = field(default_factory=dict)  # default VC: the fitted host per node
     by_row: dict[int, Host] = field(default_factory=dict)  # host-table row -> host
@@ -203,10 +204,13 @@ class PlacementState:
             hit = self._component_masks[key] = (None if mask.all() else mask, self.fleet.network)
         return hit[0]
 
-    def forget_network(self) -> None:
+    def forget_network(self, sites: "set[int] | None" = None) -> None:
         """The network changed: cached reachability masks are stale, and each
         VC's component is read again from its hosts. A VC whose hosts a
-        partition split has none until it heals (or until its next host)."""
+        partition split has none until it heals (or until its next host).
+        ``sites``: only these sites' paths changed (devices with one link,
+        which join or split no one else): a default VC whose hosts were
+        together is read at one host and at its hosts on those sites only."""
         self._component_masks.clear()
         component = self.fleet.network.component
         node_site = self.fleet.node_site
@@ -214,13 +218,33 @@ class PlacementState:
             if not vc.hosts:
                 vc.component = -1
                 continue
+            if sites is not None and vc.default and vc.together and vc.component >= 0 and self._together(vc, sites):
+                continue
             if vc.default and len(vc.by_node) == len(vc.hosts):  # a fitted host per node: the nodes are its keys
                 nodes = np.fromiter(vc.by_node, np.int64, len(vc.by_node))
             else:
                 nodes = np.fromiter((h.node for h in vc.hosts), np.int64, len(vc.hosts))
             comps = component[node_site[nodes]]
             first = comps[0]
-            vc.component = int(first) if (comps == first).all() else -1
+            vc.together = bool((comps == first).all())
+            vc.component = int(first) if vc.together else -1
+
+    def _together(self, vc: VCState, sites: "set[int]") -> bool:
+        """For a default VC whose hosts were in one component, after paths
+        changed at ``sites`` only: sets its component from a host elsewhere
+        (their labels may be renumbered, not split) and says whether its hosts
+        on ``sites`` are in it too; False when every host is on ``sites`` (read them all)."""
+        component, node_site = self.fleet.network.component, self.fleet.node_site
+        on = [vc.by_node[int(n)] for s in sites for n in self.fleet.nodes_of(s) if int(n) in vc.by_node]
+        if len(on) == len(vc.hosts):
+            return False
+        mine = {id(h) for h in on}
+        other = next(h for h in vc.hosts if id(h) not in mine)
+        c = int(component[node_site[other.node]])
+        if any(int(component[node_site[h.node]]) != c for h in on):
+            return False
+        vc.component = c
+        return True
 
     def dominant_share(self, tenant: str) -> float:
         """One tenant's weighted dominant share: its largest fraction of any
@@ -258,6 +282,7 @@ class PlacementState:
         self.tenant_used[vc.tenant] += a.vec
         if vc.component < 0:
             vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+            vc.together = len(vc.hosts) == 1
         self._note("hostAdded", host)
         return host
 
@@ -291,6 +316,7 @@ class PlacementState:
                 vc.by_node[a.row] = host
                 if vc.component < 0:
                     vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+                    vc.together = len(vc.hosts) == 1
                 self._note("hostAdded", host)
             host.hold(task, a)
             self.tenant_used[tenant] += a.vec

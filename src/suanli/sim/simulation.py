@@ -172,7 +172,7 @@ class Simulation:
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
-        self._room = RowWatch()  # units parked until a row they could go to changes: their rows
+        self._room = RowWatch(rises_only=True)  # units parked until a row they could go to has more room
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
@@ -581,7 +581,7 @@ class Simulation:
         against the old ones go, and running work whose bound broke moves, or waits."""
         self.business.forget_requests()
         self.global_layer.forget_requests()
-        self.state.forget_network()
+        self.state.forget_network(sites)
         if sites is None:
             self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
         checked = self._recheck_near(sites)
