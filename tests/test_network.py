@@ -211,6 +211,11 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
             if rng.random() < 0.6 or _ == steps - 1:  # else the next change comes first
                 for _w in range(3):
                     site, limit = int(rng.integers(n)), float(rng.choice([0.0, 1.0, 3.0, 7.0, 12.0, 40.0, np.inf]))
+                    cached = site in net._cache and not net._cache[site][2]
+                    targets = np.append(rng.integers(0, n, 6), site)
+                    at = net.rtt_at(site, targets)  # from a Dijkstra when the column is not cached
+                    assert np.array_equal(at, net.rtt_to(site)[targets])
+                    count("rtt_at without its column", not cached)
                     got, val = net.within(site, limit)
                     col = net.rtt_to(site)
                     want = np.flatnonzero(col <= limit)
@@ -244,7 +249,7 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
             "handed over", "re-attached", "within some", "paths changed", "split",
-            "mask of core sites, leaves now kept")
+            "mask of core sites, leaves now kept", "rtt_at without its column")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

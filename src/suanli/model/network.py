@@ -469,6 +469,7 @@ class Network:
         ea, eb = self.core_id[self._ca[sel]], self.core_id[self._cb[sel]]
         self._edges = (ea, eb)
         self._edge_w = (self._cr[sel], self._cw[sel])
+        self.core_version = getattr(self, "core_version", -1) + 1  # the core graph changed
         self._graph = _csr(len(self.core), ea, eb, *self._edge_w)
 
     def _relabel(self, if_split: bool = False) -> None:
@@ -759,6 +760,33 @@ class Network:
                     self._kid_head, self._kid_next, self.leaf_rtt, self.leaf_bw)
         hit[2] = False
 
+    def rtt_at(self, site: int, sites: np.ndarray) -> np.ndarray:
+        """float64[k]: ``rtt_to(site)[sites]``, without the column when it is not
+        cached: one Dijkstra over the core from ``site``, and each of ``sites``
+        read from it as the column would hold it (a leaf one link beyond its
+        parent, ``site`` itself at its intra-site rtt)."""
+        site = int(site)
+        sites = np.asarray(sites, np.int64)
+        hit = self._cache.get(site)
+        if hit is not None and not hit[2]:
+            return hit[0][sites]
+        out = np.full(sites.size, np.inf)
+        seed = self._seed(site)
+        if seed is not None:
+            at, seed_rtt, seed_bw = seed
+            core_rtt, _, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            cid = self.core_id[sites]
+            core = cid >= 0
+            out[core] = core_rtt[cid[core]]
+            leaf = sites[~core]
+            up = self.parent[leaf]
+            hung = up >= 0
+            vals = np.full(leaf.size, np.inf)
+            vals[hung] = core_rtt[self.core_id[up[hung]]] + self.leaf_rtt[leaf[hung]]
+            out[~core] = vals
+        out[sites == site] = self.intra_rtt_ms[site]
+        return out
+
     def rtt_to(self, site: int) -> np.ndarray:
         """float64[S]: the rtt of the lowest-rtt path from every site to ``site``."""
         return self._column(site)[0]
@@ -819,6 +847,10 @@ class Network:
                 self._keeps.clear()
             hit = self._keeps[id(keep)] = (keep, self._leaf_set, bool(keep[self.leaf].any()))
         return hit[2]
+
+    def hubs(self) -> np.ndarray:
+        """int64: the core sites with leaves hung on them, ascending."""
+        return self.core[self._kid_head[self.core] >= 0]
 
     def core_distance(self, sites: np.ndarray) -> np.ndarray:
         """float64[S]: for every site, the rtt over the core links up now from

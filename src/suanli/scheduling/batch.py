@@ -55,7 +55,7 @@ class Batches:
         self.layer = layer
         self.size = MIN
         self._templates: dict[tuple, Request | None] = {}
-        self._far: dict[tuple, np.ndarray] = {}  # devices-score key -> core_distance from its rows' sites
+        self._far: dict[tuple, list] = {}  # (table, devices-score key) -> [its sites, core stamp, core_distance]
         self.decided = 0  # units placed in batches (for tests and benchmarks)
 
     def template(self, comp, tenant: str) -> Request | None:
@@ -81,8 +81,7 @@ class Batches:
 
     def forget(self) -> None:
         """The fleet's network changed: templates read its components."""
-        self._templates.clear()
-        self._far.clear()
+        self._templates.clear()  # (``_far`` is checked against the core at each use)
 
     # ------------------------------------------------------------ one batch
 
@@ -287,26 +286,35 @@ class Batches:
                 acc -= t
             own = (w["fit"] * (100.0 + acc * (100.0 / dims.size)) + w["devices"] * scores.devices(table, req, r)
                    + w["near"] * _near(intra[mine]))
-            far = self._far_from_devices(table, req)[sites[mine]]
+            far = self._far_from_devices(table, req, sites[mine])
             other = w["fit"] * 100.0 + np.maximum(w["near"] * _near(link[mine]),
                                                  w["devices"] * 100.0 + w["near"] * _near(link[mine] + far))
             wins[mine] = own > other + MARGIN
         return wins
 
-    def _far_from_devices(self, table, req) -> np.ndarray:
-        """float64[S]: ``Network.core_distance`` from the sites with a row the
-        devices score gives 100 for ``req`` (rows with no accelerator kind it
-        leaves unused)."""
+    def _far_from_devices(self, table, req, sites: np.ndarray) -> np.ndarray:
+        """float64[k]: for each of ``sites`` (leaves), a lower bound on the rtt
+        from its parent to any site with a row the devices score gives 100
+        for ``req`` (rows with no accelerator kind it leaves unused): the core
+        distance (``Network.core_distance``) to those sites, a leaf among them
+        counting as every core site with leaves. Kept until the core changes."""
         network = self.layer.state.fleet.network
-        key = (id(table), table.n, network.version, scores._unused_kinds(req))
+        key = (id(table), table.n, scores._unused_kinds(req))
         got = self._far.get(key)
         if got is None:
             full = scores.devices(table, req, np.arange(table.n))
-            got = network.core_distance(np.unique(table.site[:table.n][full == 100.0]))
+            got = self._far[key] = [np.unique(table.site[:table.n][full == 100.0]), None, None]
+        devs = got[0]
+        anchors = devs[~network.leaf[devs]]
+        if network.leaf[devs].any():
+            anchors = np.union1d(anchors, network.hubs())
+        stamp = (network.core_version, anchors.tobytes())
+        if got[1] != stamp:
+            got[1], got[2] = stamp, network.core_distance(anchors)
             if len(self._far) > 64:
                 self._far.clear()
-            self._far[key] = got
-        return got
+                self._far[key] = got
+        return got[2][np.where(network.leaf[sites], network.parent[sites], sites)]
 
     def _choose(self, table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen) -> None:
         """``nearby.pick`` for the units whose site has several rows (each such

@@ -141,7 +141,7 @@ class Request:
         if isinstance(term, Private):
             return term.at(sites)
         if isinstance(term, NearBound) and not term.complete:
-            return term.mask()[sites]
+            return term.network.rtt_at(term.site, sites) <= term.max_rtt_ms
         if isinstance(term, NearBound):
             if not term.sites.size:
                 return np.zeros(len(sites), bool)

@@ -63,7 +63,13 @@ class Recorder:
         self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
         # totals now, as views into one vector so that one operation integrates them all
         shapes = {"used": self.capacity.shape, "reserved": self.capacity.shape, "fragmented": (n_kinds,),
-                  "violations": (1,), "site": self.site_capacity.shape}
+                  "violations": (1,)}
+        # per site (a million of them with a population): integrated site by site as they change,
+        # not all at every instant; each one's integral runs up to ``_site_last``
+        self._site_now = np.zeros(self.site_capacity.shape)
+        self._site_area = np.zeros(self.site_capacity.shape)
+        self._site_peak = np.zeros(self.site_capacity.shape)
+        self._site_last = np.zeros(len(fleet.sites))
         size = sum(int(np.prod(v)) for v in shapes.values())
         self._vec = np.zeros(size)
         self._area_vec = np.zeros(size)  # time integrals since the first sample
@@ -120,18 +126,24 @@ class Recorder:
         fleet = self.state.fleet
         nodes = self.state.nodes
         changed = self._changed_nodes()
+        if self._first is None:
+            self._site_last[:] = t
         self._advance(t)
         if changed is None:
             changed = np.arange(fleet.n_nodes)
+        sites = np.unique(fleet.node_site[np.asarray(changed, np.int64)])
+        self._site_area[sites] += self._site_now[sites] * (t - self._site_last[sites])[:, None]
+        self._site_last[sites] = t
         d_stranded = np.zeros(self._stranded.shape[0])
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
                              nodes.dev_kind, nodes.dev_shareable, self._idle, fleet.node_tier, fleet.node_site,
                              self._held, self._used, self._stranded, self._now["used"], self._now["reserved"],
-                             self._now["site"], d_stranded)
+                             self._site_now, d_stranded)
         if d_stranded.any():
             self._add_stranded(d_stranded)
         self._now["violations"][0] = self.near_violations()
         np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
+        self._site_peak[sites] = np.maximum(self._site_peak[sites], self._site_now[sites])
         self._record(t, keep)
 
     def _add_stranded(self, delta: np.ndarray) -> None:
@@ -235,12 +247,12 @@ class Recorder:
             return {}
         stop = max(end, self._last)
         span = stop - self._first
-        now = self._now["site"]
-        area = self._area["site"] + now * (stop - self._last)
+        now = self._site_now
+        area = self._site_area + now * (stop - self._site_last)[:, None]
         out = {}
         keys = self.state.fleet.resource_keys
         table = self.state.fleet.site_table
-        peak = self._peak["site"]
+        peak = self._site_peak
 
         def entry(cap, area_, now_, peak_ratio):
             return {key: {"mean": round(float(area_[r] / span / cap[r]) if span > 0 else float(now_[r] / cap[r]), 6),
