@@ -292,13 +292,33 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
             counts[req.site_terms[1 if private_reason else 0][0]] += beyond
         remaining = np.ones(at.size, bool)
         known = 2 if private_reason else 1  # other devices' sites and the bound: they hold at ``at``
-        checks = [*static_checks(table, req, at, known), *_dynamic(table, req, at), *((r, m[at]) for r, m in extra)]
+        checks = [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at),
+                  *((r, m[at]) for r, m in extra)]
     for reason, mask in checks:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed
         remaining &= mask
     return counts
+
+
+def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int) -> list[Check]:
+    """``static_checks`` at rows ``at``, kept for the requests that ask the same
+    of the same rows (the services of cars around the same edges) when the
+    site terms past ``known`` are reachability labels only."""
+    rest = req.site_terms[known:]
+    if not all(isinstance(term, (int, np.integer)) for _, term in rest):
+        return static_checks(table, req, at, known)
+    nearby._row_checks(table, req)  # sets the request's key for what it asks of rows
+    key = ("checks at", req.cache["rows key"], tuple((r, int(term)) for r, term in rest), at.tobytes())
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is None:
+        if len(shared) > 4096:  # bounded: entries per distinct neighbourhood, not per car
+            for k in [k for k in shared if isinstance(k, tuple) and k[:1] == ("checks at",)]:
+                del shared[k]
+        hit = shared[key] = static_checks(table, req, at, known)
+    return hit
 
 
 def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, str] | None:

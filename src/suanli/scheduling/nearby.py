@@ -146,8 +146,39 @@ def _usable(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:
 
 def static_ok(table: CandidateTable, req: Request, rows: np.ndarray, within: bool = False) -> np.ndarray:
     """bool[k]: ``filters.static_mask`` at ``rows`` (``within``: rows known to
-    be inside the near bound, whose check is then skipped)."""
+    be inside the near bound, whose check is then skipped). The checks on
+    what the rows are (groups, arch, capacity, devices) are kept per row for
+    every request that asks the same of them (a million cars' services ask
+    the same of the edges around them); the site terms are read each time."""
     ok = req.sites_ok(table.site[rows], skip=req.near if within else None)
+    known, value = _row_checks(table, req)
+    new = rows[~known[rows]]
+    if new.size:
+        value[new] = _what_rows_are(table, req, new)
+        known[new] = True
+    return ok & value[rows]
+
+
+def _row_checks(table: CandidateTable, req: Request) -> tuple[np.ndarray, np.ndarray]:
+    """(bool[n] rows checked, bool[n] their answer) of ``_what_rows_are`` for
+    the requests that ask what ``req`` asks, kept until rows are added."""
+    key = req.cache.get("rows key")
+    if key is None:
+        needs = tuple((n.kind, None if n.models is None else tuple(n.models.tolist()), n.whole, n.count, n.milli)
+                      for n in req.accels)
+        key = req.cache["rows key"] = ("what rows are", tuple(req.vec[:2].tolist()), needs,
+                                       None if req.arch is None else tuple(req.arch.tolist()),
+                                       tuple((reason, m.tobytes()) for reason, m in req.group_checks))
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is None:
+        hit = shared[key] = (np.zeros(table.n, bool), np.zeros(table.n, bool))
+    return hit
+
+
+def _what_rows_are(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
+    """bool[k]: the checks of ``static_ok`` on what ``rows`` are (not on their sites)."""
+    ok = np.ones(rows.size, bool)
     group = table.group[rows]
     for _, m in req.group_checks:
         ok &= m[group]
