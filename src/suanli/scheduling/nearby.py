@@ -137,11 +137,22 @@ def _slots(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:
 
 def _usable(table: CandidateTable, need: AccelNeed, rows) -> np.ndarray:
     """bool[D, k]: the slots a need may use (``filters._static``'s rule): for a
-    share, shareable ones; for whole devices, those that hold a whole device."""
-    ok = _slots(table, need, rows)
-    if need.whole:
-        return ok & (table.dev_cap[:, rows] == 1000)
-    return ok & table.dev_shareable[:, rows]
+    share, shareable ones; for whole devices, those that hold a whole device.
+    What a row's slots are does not change: kept per row for every request
+    with the same need, until rows are added."""
+    key = ("usable", need.kind, None if need.models is None else tuple(need.models.tolist()), need.whole)
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is None:
+        hit = shared[key] = (np.zeros(table.n, bool), np.zeros((table.dev_kind.shape[0], table.n), bool))
+    known, value = hit
+    rows = np.asarray(rows)
+    new = rows[~known[rows]]
+    if new.size:
+        ok = _slots(table, need, new)
+        value[:, new] = ok & (table.dev_cap[:, new] == 1000) if need.whole else ok & table.dev_shareable[:, new]
+        known[new] = True
+    return value[:, rows]
 
 
 def static_ok(table: CandidateTable, req: Request, rows: np.ndarray, within: bool = False) -> np.ndarray:
