@@ -106,6 +106,8 @@ class Batches:
         comp = _alone_kind(first, first.app.vc)
         if comp is None or not _home(fleet.network, site_index[comp.near.site], comp.near.max_rtt_ms):
             return 0, False  # the next unit is not one a batch takes: no batch is started for it
+        if not self._fits_home(table, comp, first.app.tenant, site_index[comp.near.site]):
+            return 0, False  # it goes elsewhere (too big for its device, or the device is full): one by one
         units, tmpl_of, templates, tmpl_index = [], [], [], {}
         sites, limits = [], []
         looked = min(self.size, len(queue))
@@ -138,6 +140,18 @@ class Batches:
         full = len(placed) == looked
         self.size = min(MAX, 2 * self.size) if full else max(MIN, 2 * len(placed))
         return len(placed), full
+
+    def _fits_home(self, table, comp, tenant: str, site: int) -> bool:
+        """Whether a row of ``site`` could take ``comp`` now (what it is and what
+        it has free): a batch starting with a unit that cannot is not begun."""
+        t = self.template(comp, tenant)
+        if t is None:
+            return False
+        order, start = nearby.site_rows(table)
+        if site >= start.size - 1:
+            return False
+        rows = order[start[site]:start[site + 1]]
+        return bool((nearby.static_ok(table, t, rows) & nearby.dynamic_ok(table, t, rows)).any())
 
     def _decide(self, units, vcs, sites, limits, tmpl_of, templates) -> list[Allocation]:
         """The allocations of the batch's first units that fit, in queue order,
