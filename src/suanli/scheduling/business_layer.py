@@ -155,6 +155,8 @@ class BusinessLayer:
     occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> tasks per node/site
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
+    _near_keys: dict = field(default_factory=dict)  # near site name -> keys of the requests bound near it
+    _labelled: set = field(default_factory=set)  # keys of requests with a network component in their terms
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
     batches: Batches = field(init=False)
 
@@ -186,11 +188,38 @@ class BusinessLayer:
         taken = self.occupied.setdefault((comp.app, group), self.empty_counts(scope))
         taken[node if scope == "node" else int(self.state.fleet.node_site[node])] += 1
 
-    def forget_requests(self) -> None:
-        """The network changed: requests compiled against it (near, data) are stale."""
-        self._requests.clear()
-        self.anti_of.clear()
-        self.batches.forget()
+    def forget_requests(self, sites: "set[str] | None" = None) -> None:
+        """The network changed: requests compiled against it (near, data) are
+        stale. ``sites``: only paths to these devices' own sites changed (a
+        car handed over): only the requests bound near them go, and those
+        that name a network component (data or state reachability), whose
+        labels may have moved."""
+        if sites is None:
+            self._requests.clear()
+            self.anti_of.clear()
+            self._near_keys.clear()
+            self._labelled.clear()
+            self.batches.forget()
+            return
+        stale = set(self._labelled)
+        for name in sites:
+            stale |= self._near_keys.get(name, set())
+        for key in stale:
+            self._drop_request(key)
+
+    def _drop_request(self, key: tuple) -> None:
+        req = self._requests.pop(key, None)
+        if req is None:
+            return
+        self.anti_of.pop(id(req), None)
+        self._labelled.discard(key)
+        near = key[3]
+        if near is not None:
+            keys = self._near_keys.get(near.site)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._near_keys[near.site]
 
     def request(self, comp: Component, tenant: str, state_site: int = -1) -> Request:
         """The component's compiled request; with ``state_site``, for a task whose
@@ -213,9 +242,12 @@ class BusinessLayer:
                                   arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data),
                                   state_site=fleet.sites[state_site].name if state_site >= 0 else None)
             self._requests[key] = req
+            if comp.near is not None:
+                self._near_keys.setdefault(comp.near.site, set()).add(key)
+            if any(isinstance(term, (int, np.integer)) for _, term in req.site_terms):
+                self._labelled.add(key)
             if len(self._requests) > REQUESTS:  # a million cars' own requests are not all kept
-                _, old = self._requests.popitem(last=False)
-                self.anti_of.pop(id(old), None)
+                self._drop_request(next(iter(self._requests)))
             if comp.anti_affinity is not None:
                 self.anti_of[id(req)] = ((comp.app, comp.anti_affinity[0]), comp.anti_affinity[1])
         return req

@@ -579,14 +579,15 @@ class Simulation:
     def _network_changed(self, t: float, sites: set[int] | None = None) -> None:
         """Paths changed (at ``sites`` only, when given): requests compiled
         against the old ones go, and running work whose bound broke moves, or waits."""
-        self.business.forget_requests()
+        private = self.world.fleet.site_table.private
+        own = sites is not None and private is not None and all(private[s] for s in sites)
+        self.business.forget_requests({self.world.fleet.sites[s].name for s in sites} if own else None)
         self.global_layer.forget_requests()
         self.state.forget_network(sites)
         if sites is None:
             self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
         checked = self._recheck_near(sites)
-        private = self.world.fleet.site_table.private
-        if sites is None or private is None or not all(private[s] for s in sites):
+        if not own:
             self.returns.wake_all()  # a site others may move to: every answer may change
             self._unpark(self._room.items())
         else:  # another device's own site: only the work there or bound to it
@@ -607,10 +608,14 @@ class Simulation:
             return  # already so
         nodes = fleet.nodes_of(site).tolist()
         self.log(t, ev.kind, site=ev.site)
-        links = fleet.network.links_of(site)[:3]
+        network = fleet.network
+        links = network.links_of(site)[:3]
         if going:
             self.offline[site] = links
-            fleet.network.attach(site, [], [], [])
+            if network.leaf[site]:  # its one link goes down: the core stays as it is
+                network.link_down(site, int(links[0][0]))
+            else:
+                network.attach(site, [], [], [])
             for node in nodes:
                 tasks = self.state.set_node_enabled(node, False)
                 self.executor.node_down(node, t)
@@ -619,7 +624,12 @@ class Simulation:
                 self.hosts.node_out(node)
         else:
             links = self.offline.pop(site)
-            fleet.network.attach(site, *links)
+            back = network.leaf[site] and len(links[0]) == 1 and int(network.parent[site]) == int(links[0][0]) \
+                and network.links_of(site)[1][0] == links[1][0] and network.links_of(site)[2][0] == links[2][0]
+            if back:  # the link it had, up again
+                network.link_up(site, int(links[0][0]))
+            else:  # it moved while away, or had several links
+                network.attach(site, *links)
             for node in nodes:
                 self.state.set_node_enabled(node, True)
                 self.hosts.node_back(node)
