@@ -117,6 +117,15 @@ class Hosts:
     def __getitem__(self, i: int) -> Host:
         return list(self._by_id.values())[i]
 
+    def some(self, k: int) -> list[Host]:
+        """Up to ``k`` hosts, the earliest added first (without listing them all)."""
+        out = []
+        for h in self._by_id.values():
+            if len(out) == k:
+                break
+            out.append(h)
+        return out
+
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
@@ -239,7 +248,7 @@ class PlacementState:
         if len(on) == len(vc.hosts):
             return False
         mine = {id(h) for h in on}
-        other = next(h for h in vc.hosts if id(h) not in mine)
+        other = next(h for h in vc.hosts.some(len(on) + 1) if id(h) not in mine)
         c = int(component[node_site[other.node]])
         if any(int(component[node_site[h.node]]) != c for h in on):
             return False
