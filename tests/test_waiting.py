@@ -130,3 +130,23 @@ def test_return_plans_look_only_where_answers_may_change(tmp_path):
         (alone, none, moves), (watched, skipped, _) = runs
         assert none == 0 and skipped > 0 and moves > 0, (path.name, skipped, moves)
         assert watched == alone, path.name
+
+
+def test_a_deleted_application_leaves_no_unit_parked(tmp_path):
+    """The moving-cars scenario with its assist services deleted while some
+    wait for room on the edges: the run goes on (rows freed later wake no
+    unit that is gone), with the same events with parking and without."""
+    from test_metrics import MOVING
+
+    path = tmp_path / "moving.yaml"
+    marker = "  events:\n"
+    path.write_text((MOVING % "true").replace(marker, marker + "    - {at: 100m, kind: delete, app: assist}\n"))
+    runs = []
+    for enabled in (False, True):
+        with parking(enabled) as seen:
+            sim = Simulation(load_world([path]), seed=5, until=3 * 3600.0)
+            sim.run()
+        runs.append((json.dumps(sim.events.take(), sort_keys=True), seen["for room"], sim))
+    (alone, _, _), (parked, room, sim) = runs
+    assert room > 0 and parked == alone
+    assert not sim.pending and not len(sim._room) and not sim._room_site

@@ -174,6 +174,7 @@ class Simulation:
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
         self._room = RowWatch(rises_only=True)  # units parked until a row they could go to has more room
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
+        self._room_site: dict[int, int] = {}  # unit parked so -> its near site
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
@@ -718,6 +719,7 @@ class Simulation:
                     self._end_task(t, task, FINISHED, "finished", reason=why)
             if uid in self.pending:
                 self.pending.discard(uid)
+                self._unpark((uid,))  # no longer watching rows for room
                 for task in us.unit.tasks:
                     rec = self.tasks[task]
                     if rec.status != PENDING:
@@ -798,7 +800,9 @@ class Simulation:
             return
         self.pending.park(uid, ("room", uid))
         self._room.add(uid, vcs.table, rows)
-        self._room_near.setdefault(self.world.fleet.site_index[comp.near.site], set()).add(uid)
+        site = self.world.fleet.site_index[comp.near.site]
+        self._room_near.setdefault(site, set()).add(uid)
+        self._room_site[uid] = site
 
     def _outranks_nothing(self, unit: Unit) -> bool:
         """Nothing running is of lower standing, or of lower priority in its
@@ -812,13 +816,13 @@ class Simulation:
         return not own or unit.priority <= min(own)
 
     def _unpark(self, uids) -> None:
-        """Parked units (for room) that may fit now: back to the queue's pass."""
+        """Parked units (for room) that may fit now: back to the queue's pass
+        (one that left the queue meanwhile, deleted or refused, is only forgotten)."""
         for uid in list(uids):
             if uid not in self._room:
                 continue
             self._room.discard(uid)
-            comp = self.units[uid].unit.components[0]
-            near = self._room_near.get(self.world.fleet.site_index[comp.near.site])
+            near = self._room_near.get(self._room_site.pop(uid))
             if near is not None:
                 near.discard(uid)
             self.pending.wake(("room", uid))
@@ -853,6 +857,7 @@ class Simulation:
                 for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FAILED, "failed", reason=why)
             self.pending.discard(uid)
+            self._unpark((uid,))
             for task in us.unit.tasks:
                 if self.tasks[task].status == PENDING:
                     self._end_task(t, task, FAILED, "failed", reason=why)
