@@ -73,6 +73,10 @@ def test_report_is_byte_identical_and_write_outputs_writes_it(ai_run, tmp_path):
     sim, end, result, doc = ai_run
     paths = write_outputs(sim, end, tmp_path)
     assert paths["report"].read_text(encoding="utf-8") == doc
+    # result.json is written item by item, as the whole object would be dumped
+    text = paths["result"].read_text(encoding="utf-8")
+    assert text == json.dumps(result, separators=(",", ":")) + "\n"
+    assert result["placements"] and result["hosts"]
     # the files alone give the same report
     again = render_report(json.loads(paths["result"].read_text(encoding="utf-8")),
                           [json.loads(line) for line in paths["events"].read_text(encoding="utf-8").splitlines()])

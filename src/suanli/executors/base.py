@@ -11,11 +11,11 @@ order, between instants.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
     """One placement of a unit's tasks, from start until they stop."""
 
@@ -28,7 +28,6 @@ class Run:
     efficiency: float = 1.0
     checkpoint_every_s: float | None = None
     finish_at: float | None = None  # set by the executor for jobs
-    tokens: dict[str, int] = field(default_factory=dict)
     restarts: dict[str, int] | None = None  # task -> times a real executor restarted it in this run
     exited: set[str] | None = None  # job tasks whose process ended well
 

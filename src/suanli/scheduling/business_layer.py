@@ -32,7 +32,7 @@ from suanli.scheduling.table import Allocation, CandidateTable
 REQUESTS = 65_536  # compiled requests kept (each names its constraints: one per car bound near it)
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
     """Tasks placed together, all or nothing."""
 

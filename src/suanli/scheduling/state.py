@@ -81,7 +81,7 @@ class TenantRows(Mapping):
         return len(self._index)
 
 
-@dataclass
+@dataclass(slots=True)
 class Placement:
     task: str
     tenant: str

@@ -741,10 +741,16 @@ def _causes_note(metrics: dict) -> str:
 # ----------------------------------------------------------------- entry point
 
 
+def _count(items) -> int:
+    """A list's length, or the count written in its place (a streamed result)."""
+    return items if isinstance(items, int) else len(items or ())
+
+
 def render_report(result: dict, events: Iterable[dict], count: int | None = None) -> str:
     """The report of a simulated run as one self-contained HTML document.
 
-    ``result`` is the object of ``result.json``; ``events`` the event log
+    ``result`` is the object of ``result.json`` (its hosts and placements
+    may be given as their counts); ``events`` the event log
     (``events.jsonl`` as dicts), or only its moves and incidents
     (``EventLog.notable``: all the report draws one by one) with ``count``
     the length of the whole log. Missing or empty parts are reported as such.
@@ -793,8 +799,8 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
     sub = [f"seed <b>{_esc(result.get('seed'))}</b>", f"simulated <b>{_esc(span)}</b>"]
     if until is not None and end is not None and abs(until - end) > 1e-9:
         sub.append(f"horizon {_esc(duration(until))}")
-    sub.append(f"{len(result.get('hosts') or ()):,} hosts")
-    sub.append(f"{len(result.get('placements') or ()):,} placements at the end")
+    sub.append(f"{_count(result.get('hosts')):,} hosts")
+    sub.append(f"{_count(result.get('placements')):,} placements at the end")
     sub.append(f"{count:,} events")
     n_samples = len(timeline.get("t") or ())
 

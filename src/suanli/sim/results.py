@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from suanli.output import hosts_json, placement_json
 from suanli.sim.events import encode
@@ -18,9 +18,17 @@ from suanli.sim.metrics import summarize
 
 
 def result_json(sim, end: float) -> dict[str, Any]:
+    """The whole ``result.json`` object (in memory: for tests and small runs)."""
+    return {key: (list(value) if key in _STREAMED else value) for key, value in _parts(sim, end)}
+
+
+_STREAMED = ("hosts", "placements")  # the parts that number in millions: written item by item
+
+
+def _parts(sim, end: float) -> Iterator[tuple[str, Any]]:
+    """``result.json``'s fields in order; hosts and placements as iterators."""
     state = sim.state
-    order = {task: i for i, task in enumerate(sim.tasks)}
-    placements = [placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task])]
+    placements = state.placements
     unscheduled = [
         {"task": r.task, "tenant": r.tenant, "vc": sim.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
@@ -28,17 +36,42 @@ def result_json(sim, end: float) -> dict[str, Any]:
         for r in sim.tasks.values() if r.status == "pending"
     ]
     scenario = sim.world.scenario
-    return {
-        "scenario": scenario.metadata.name if scenario is not None else None,
-        "seed": sim.seed,
-        "until_s": sim.until,
-        "end_s": round(end, 6),
-        "hosts": list(hosts_json(state)),
-        "placements": placements,
-        "unscheduled": unscheduled,
-        "metrics": summarize(sim, end),
-        "timeline": sim.recorder.timeline(),
-    }
+    yield "scenario", scenario.metadata.name if scenario is not None else None
+    yield "seed", sim.seed
+    yield "until_s", sim.until
+    yield "end_s", round(end, 6)
+    yield "hosts", hosts_json(state)
+    yield "placements", (placement_json(state, placements[task]) for task in sim.tasks if task in placements)
+    yield "unscheduled", unscheduled
+    yield "metrics", summarize(sim, end)
+    yield "timeline", sim.recorder.timeline()
+
+
+def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
+    """Write ``result.json`` as ``json.dumps(result_json(...))`` would, without
+    holding its millions of hosts and placements (or their text) at once.
+    Returns the object with those two lists replaced by their lengths."""
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    kept: dict[str, Any] = {}
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("{")
+        for i, (key, value) in enumerate(_parts(sim, end)):
+            f.write(("," if i else "") + dumps(key) + ":")
+            if key in _STREAMED:
+                n = 0
+                f.write("[")
+                for item in value:
+                    f.write(("," if n else "") + dumps(item))
+                    n += 1
+                f.write("]")
+                kept[key] = n
+            else:
+                f.write(dumps(value))
+                kept[key] = value
+        f.write("}\n")
+    os.replace(tmp, path)
+    return kept
 
 
 def _write(path: Path, text: str) -> None:
@@ -49,7 +82,6 @@ def _write(path: Path, text: str) -> None:
 
 def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    result = result_json(sim, end)
     paths = {"result": out / "result.json", "events": out / "events.jsonl", "report": out / "report.html"}
     log = sim.events
     if log.path is not None:  # streamed as the run went: complete now
@@ -58,7 +90,7 @@ def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
         log.path = paths["events"]
     else:
         _write(paths["events"], "".join(encode(e) for e in log))
-    _write(paths["result"], json.dumps(result, separators=(",", ":")) + "\n")
+    result = _write_result(paths["result"], sim, end)
     from suanli.sim.report import render_report
 
     _write(paths["report"], render_report(result, log.notable, count=len(log)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 import zlib
+from bisect import bisect_left
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,13 +48,15 @@ from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, re
                                     running_at, transfer_s, victims)
 from suanli.sim import waiting
 from suanli.sim.returns import ReturnWatch
-from suanli.sim.watch import RowWatch
+from suanli.sim.room import RoomWait
 from suanli.sim.waiting import WaitQueue
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
 log = logging.getLogger(__name__)
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+_CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if large else "/small")
+            for short in (False, True) for large in (False, True)}  # one string each, not one per unit
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
 
 
@@ -93,7 +96,7 @@ class TaskRecord:
     reasons: Counter = field(default_factory=lambda: NO_REASONS)
 
 
-@dataclass
+@dataclass(slots=True)
 class UnitState:
     unit: Unit
     klass: str  # short/small, short/large, resident/small, resident/large
@@ -172,7 +175,7 @@ class Simulation:
         self.tasks: dict[str, TaskRecord] = {}
         self.units: dict[int, UnitState] = {}
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
-        self._room = RowWatch(rises_only=True)  # units parked until a row they could go to has more room
+        self._room = RoomWait()  # units parked until a row they could go to has room for them
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
         self.runs: dict[int, int] = {}  # run id -> unit id
@@ -374,8 +377,7 @@ class Simulation:
             unit.seq = uid
             comps = unit.components
             jobs = [c for c in comps if c.lifetime == "job"]
-            klass = ("short" if jobs and len(jobs) == len(comps) else "resident") + (
-                "/large" if len(unit.tasks) > 1 else "/small")
+            klass = _CLASSES[bool(jobs and len(jobs) == len(comps)), len(unit.tasks) > 1]
             lead = jobs[0] if jobs else None
             self.units[uid] = UnitState(unit, klass,
                                         lead.work_s if lead else None, lead.duration_s if lead else None)
@@ -744,26 +746,28 @@ class Simulation:
     # ------------------------------------------------------------ scheduling
 
     def _schedule(self, t: float) -> None:
+        risen: dict = {}
         if len(self._room):
-            self._unpark(self._room.changed())
+            risen, fresh = self._room.due()
+            self._unpark(fresh)
         ready = self.pending.ready()
-        if not ready:
+        if not ready and not risen:
             return
-        units = [self.units[uid].unit for uid in ready]
-        broken: list[tuple[Unit, Exception]] = []
-        failed = self.business.run(units, record=False, broken=broken)
+        tried, failed, broken = self._pass(ready, risen)  # tried: in queue order
         for unit, exc in broken:
             self._refuse(t, unit.app.name, exc)
         if broken:
             failed = [(u, reasons) for u, reasons in failed if u.seq in self.pending]
         still = {u.seq: reasons for u, reasons in failed}
-        for uid in ready:
+        for uid in tried:
             if uid not in self.pending:
                 continue  # refused above
             if uid in still:
                 reasons = still[uid]
-                offline = self._offline_near(self.units[uid].unit)
-                if offline is not None:  # nothing but the device's return can change this
+                if self.pending.parked(uid):  # a parked unit reached for room that did not fit after all
+                    pass
+                elif (offline := self._offline_near(self.units[uid].unit)) is not None:
+                    # nothing but the device's return can change this
                     self.pending.park(uid, offline[0])
                     reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
                                        for s in dict.fromkeys(offline)})
@@ -772,11 +776,60 @@ class Simulation:
                 for task in self.units[uid].unit.tasks:
                     self.tasks[task].reasons = reasons
                 continue
+            self._unpark((uid,), wake=False)
             self.pending.discard(uid)
             self._started(t, uid)
+        if risen:
+            self._room.settle(risen)
         units = [u for u, _ in failed if not self.pending.parked(u.seq)]
         if units and (self._preempt(t, units) or self._reclaim(t, units) or self._defragment(t, units)):
             self._schedule(t)  # the evicted or moved work may fit elsewhere now
+
+    def _pass(self, ready: list[int], risen: dict) -> tuple[list[int], list, list]:
+        """Try the ready units, and the parked ones that rows gained room for,
+        as one pass that tried every waiting unit would: (units tried, in
+        order; those that failed, with reasons; those whose placement raised).
+
+        With one tenant waiting the pass's order is fixed (standing, then
+        priority, then arrival), so the parked units are merged into it
+        (``RoomWait.walk``) and the ready ones are placed in runs between
+        them. With several, the parked units a risen row could hold are
+        made ready and the pass runs as usual."""
+        units = [self.units[uid].unit for uid in ready]
+        tenants = {u.tenant for u in units} | set(self._room.tenants)
+        if risen and len(tenants) > 1:
+            self._unpark(self._room.fitting(risen))
+            ready = self.pending.ready()
+            units = [self.units[uid].unit for uid in ready]
+            risen = {}
+        broken: list = []
+        if not risen:
+            return ready, self.business.run(units, record=False, broken=broken), broken
+        units.sort(key=self._pass_key)
+        keys = [self._pass_key(u) for u in units]
+        walk = self._room.walk(risen)
+        tried, failed, i = [], [], 0
+        parked = self.pending.parked
+
+        def run(batch: list) -> None:
+            tried.extend(u.seq for u in batch)
+            failed.extend(self.business.run(batch, record=False, broken=broken))
+
+        while (key := walk.peek()) is not None:
+            j = bisect_left(keys, key, i)
+            if j > i:
+                run(units[i:j])
+                i = j
+            uid = walk.next(parked)
+            if uid is not None:
+                run([self.units[uid].unit])
+        if i < len(units):
+            run(units[i:])
+        return self.pending.in_order(tried), failed, broken
+
+    def _pass_key(self, unit: Unit) -> tuple:
+        """A unit's place in a pass of one tenant's units (``BusinessLayer.run``'s order)."""
+        return (-self.business.standing(unit), -unit.priority, unit.seq)
 
     def _park_for_room(self, uid: int) -> None:
         """Park a unit that did not fit when only room on the rows within its
@@ -795,11 +848,13 @@ class Simulation:
         if (comp.near is None or comp.near.max_rtt_ms is None or comp.anti_affinity is not None
                 or tenant is None or tenant.quota or not vcs.default or not self._outranks_nothing(unit)):
             return
-        rows = nearby.candidate_rows(vcs.table, self.business.request(comp, unit.tenant, unit.state_site(0)))
+        req = self.business.request(comp, unit.tenant, unit.state_site(0))
+        rows = nearby.candidate_rows(vcs.table, req)
         if rows is None:
             return
+        rows = rows[nearby.static_ok(vcs.table, req, rows, within=True)]  # the rows that could ever hold it
         self.pending.park(uid, ("room", uid))
-        self._room.add(uid, vcs.table, rows)
+        self._room.add(uid, vcs.table, rows, req, self._pass_key(unit), unit.tenant)
         site = self.world.fleet.site_index[comp.near.site]
         self._room_near.setdefault(site, set()).add(uid)
         self._room_site[uid] = site
@@ -815,17 +870,22 @@ class Simulation:
         own = self._own.get(unit.tenant)
         return not own or unit.priority <= min(own)
 
-    def _unpark(self, uids) -> None:
+    def _unpark(self, uids, wake: bool = True) -> None:
         """Parked units (for room) that may fit now: back to the queue's pass
-        (one that left the queue meanwhile, deleted or refused, is only forgotten)."""
+        (one that left the queue meanwhile, deleted or refused, is only forgotten;
+        ``wake=False``: one that was placed)."""
         for uid in list(uids):
             if uid not in self._room:
                 continue
             self._room.discard(uid)
-            near = self._room_near.get(self._room_site.pop(uid))
+            site = self._room_site.pop(uid)
+            near = self._room_near.get(site)
             if near is not None:
                 near.discard(uid)
-            self.pending.wake(("room", uid))
+                if not near:
+                    del self._room_near[site]
+            if wake:
+                self.pending.wake(("room", uid))
 
     def _offline_near(self, unit: Unit) -> list[int] | None:
         """The offline devices the unit's members are bound near, when every

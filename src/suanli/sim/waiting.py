@@ -72,6 +72,11 @@ class WaitQueue:
             self._sorted = True
         return list(self._ready)
 
+    def in_order(self, uids) -> list[int]:
+        """``uids`` (waiting units) in queue order."""
+        ticket = self._ticket
+        return sorted(uids, key=ticket.__getitem__)
+
     def parked(self, uid: int) -> bool:
         return uid in self._parked
 
