@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from suanli.sim import waiting
+from suanli.sim import room as room_wait, waiting
 from suanli.sim.simulation import Simulation
 from suanli.sim.waiting import WaitQueue
 from suanli.spec.build import load_world
@@ -70,7 +70,9 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
     for every car's assist service: they wait for room), with and without
     rescheduling: the same events with parking and without, and units were
     parked, for their device and for room. A task waiting for its offline
-    car says so."""
+    car says so. Parked units were reached when rows gained room (in one
+    tenant's order, and woken together when a second tenant waits too), and
+    walks stopped at rows that could no longer hold their watchers."""
     from test_metrics import MOVING
 
     cases = [(CITY, {"cars": "600"}, 3600.0)]
@@ -78,6 +80,11 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
         moving = tmp_path / f"moving-{resched}.yaml"
         moving.write_text(MOVING % resched)
         cases.append((moving, None, 3 * 3600.0))
+    two = tmp_path / "moving-two-tenants.yaml"  # a second tenant's services near the same cars
+    up = "    - {at: 80m, kind: linkUp, between: [edge-1, cloud-0]}\n"
+    two.write_text(MOVING.replace(up, up + NODE_DOWN_UP) % "false" + SECOND_TENANT)
+    cases.append((two, None, 3 * 3600.0))
+    room_wait.COUNTS.clear()
     named = room = 0
     for path, sizes, until in cases:
         runs = []
@@ -101,6 +108,27 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
         assert all(sim.pending.parked(sim.tasks[t].unit) for t in waits)
         named += len(waits)
     assert named > 0 and room > 0, (named, room)
+    counts = room_wait.COUNTS
+    assert counts["reached"] > 0 and counts["stopped"] > 0 and counts["together"] > 0, counts
+
+
+NODE_DOWN_UP = """    - {at: 100m, kind: nodeDown, node: edge-0/n-0}
+    - {at: 130m, kind: nodeUp, node: edge-0/n-0}
+"""
+SECOND_TENANT = """---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: u}
+spec: {}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: media, tenant: u}
+spec:
+  each: cars
+  components:
+    - {name: m, lifetime: service, resources: {cpu: 6, memory: 2Gi}, near: {site: "{site}", maxRttMs: 8}}
+"""
 
 
 def test_return_plans_look_only_where_answers_may_change(tmp_path):

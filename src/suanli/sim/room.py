@@ -31,6 +31,8 @@ import numpy as np
 
 from suanli.scheduling.nearby import dynamic_ok
 
+COUNTS: Counter = Counter()  # "reached": units a walk offered; "stopped": rows a walk left; "together": units woken with several tenants waiting
+
 
 def _now(table, rows: np.ndarray) -> np.ndarray:
     """float64[k, m]: what ``rows`` have free, their device shares and whether they are in service."""
@@ -199,6 +201,7 @@ class RoomWait:
                 for shape, lst in w.lists.get(row, {}).items():
                     if w.fits(row, shape):
                         out.update((uid, None) for _, uid in lst)
+        COUNTS["together"] += len(out)
         return list(out)
 
     def walk(self, risen: dict[int, list[int]]) -> "Walk":
@@ -239,8 +242,10 @@ class Walk:
             self._push_after(lst, entry, tid, row, shape)
             return None
         if not w.fits(row, shape):
+            COUNTS["stopped"] += 1
             return None  # room only shrinks in a pass: this row holds none of its later watchers of this shape
         self.done.add(uid)
+        COUNTS["reached"] += 1
         self._push_after(lst, entry, tid, row, shape)
         return uid
 
