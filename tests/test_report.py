@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,31 @@ def test_decimate_keeps_peaks_and_the_last_sample():
                                            (None, "–")])
 def test_duration(seconds, text):
     assert duration(seconds) == text
+
+
+def test_result_json_is_written_as_the_whole_object_would_be_dumped(tmp_path, examples):
+    """Hosts and placements are written as text, one by one: the file is
+    ``json.dumps`` of ``result_json`` byte for byte, on worlds with device
+    shares (the city), explicit VC hosts with groups, and a population."""
+    import sys
+
+    from suanli.sim.results import result_json, write_outputs
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_metrics import vc_scenario
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    seen = {"groups": 0, "devices": 0}
+    for i, (path, sizes) in enumerate([(city, {"cars": "200"}), (vc_scenario(tmp_path), None),
+                                       (examples / "ai-hpc-mix.yaml", None)]):
+        sim = Simulation(load_world([str(path)], sizes))
+        end = sim.run()
+        paths = write_outputs(sim, end, tmp_path / str(i))
+        text = paths["result"].read_text(encoding="utf-8")
+        assert text == json.dumps(result_json(sim, end), separators=(",", ":")) + "\n", path
+        got = json.loads(text)
+        seen["groups"] += sum(1 for h in got["hosts"] if h["group"])
+        seen["devices"] += sum(1 for p in got["placements"] if p["devices"])
+    assert seen["groups"] > 0 and seen["devices"] > 0, seen

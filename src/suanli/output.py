@@ -7,7 +7,9 @@ documented in ``docs/outputs.md``.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from json.encoder import encode_basestring_ascii as _string
 from typing import Any, Iterator
 
 import numpy as np
@@ -50,6 +52,59 @@ def placement_json(state: PlacementState, p: Placement) -> dict[str, Any]:
         "resources": resources_json(state, p.alloc.vec),
         "devices": devices_json(state, state.vcs[p.vc].table, p.alloc),
     }
+
+
+class TextOf:
+    """The compact JSON text (``separators=(",", ":")``, ASCII) of placements and
+    hosts, as ``json`` would write ``placement_json`` and ``hosts_json``, made
+    from strings: millions of them without a dict each. Resource vectors and
+    the few names that repeat (tenants, VCs) are encoded once."""
+
+    def __init__(self, state: PlacementState) -> None:
+        self.state = state
+        self.dumps = json.JSONEncoder(separators=(",", ":")).encode
+        self._res: dict[bytes, str] = {}
+        self._names: dict[str, str] = {}
+        fleet = state.fleet
+        self._node_name = fleet.node_name
+        self._site_name = fleet.site_table.names.name
+        self._node_site = fleet.node_site
+
+    def _name(self, s: str) -> str:
+        got = self._names.get(s)
+        if got is None:
+            got = self._names[s] = _string(s)
+        return got
+
+    def _resources(self, vec: np.ndarray) -> str:
+        key = vec.tobytes()
+        got = self._res.get(key)
+        if got is None:
+            got = self._res[key] = self.dumps(resources_json(self.state, vec))
+        return got
+
+    def _where(self, node: int) -> str:
+        return (',"node":' + _string(self._node_name(node))
+                + ',"site":' + _string(self._site_name(int(self._node_site[node]))))
+
+    def placement(self, p: Placement) -> str:
+        a = p.alloc
+        devices = self.dumps(devices_json(self.state, self.state.vcs[p.vc].table, a)) if a.slots else "[]"
+        return ('{"task":' + _string(p.task) + ',"tenant":' + self._name(p.tenant) + ',"vc":' + self._name(p.vc)
+                + ',"host":' + _string(p.host.name) + self._where(p.host.node)
+                + ',"resources":' + self._resources(a.vec) + ',"devices":' + devices + "}")
+
+    def hosts(self) -> Iterator[str]:
+        state = self.state
+        for vc in state.vcs.values():
+            vc_text = self._name(vc.name)
+            for h in vc.hosts:
+                a = h.node_alloc
+                devices = self.dumps(devices_json(state, state.nodes, a)) if a.slots else "[]"
+                group = "null" if h.group is None else self._name(h.group)
+                yield ('{"vc":' + vc_text + ',"host":' + _string(h.name) + ',"group":' + group
+                       + self._where(h.node) + ',"resources":' + self._resources(a.vec)
+                       + ',"devices":' + devices + "}")
 
 
 def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:

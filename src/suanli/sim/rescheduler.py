@@ -156,7 +156,7 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     sim.business.acquire(rec.component, p.host.node)
     sim.track_near(task)
     rec.moved_from, rec.stopped_at = old.host.node, t
-    sim.disrupted[task] = None
+    sim.disrupted.add(task, rec.component)
     sim.log(t, "placed", task=task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason=reason)
     sim.log_move(t, rec, p.host.node, cause=cause)
     sim.executor.move(sim.units[rec.unit].run, task, t)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from suanli.output import hosts_json, placement_json
+from suanli.output import TextOf, hosts_json, placement_json
 from suanli.sim.events import encode
 from suanli.sim.metrics import summarize
 
@@ -49,9 +49,14 @@ def _parts(sim, end: float) -> Iterator[tuple[str, Any]]:
 
 def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
     """Write ``result.json`` as ``json.dumps(result_json(...))`` would, without
-    holding its millions of hosts and placements (or their text) at once.
-    Returns the object with those two lists replaced by their lengths."""
+    holding its millions of hosts and placements (or their text) at once:
+    those are written line by line as text (``TextOf``). Returns the object
+    with those two lists replaced by their lengths."""
     dumps = json.JSONEncoder(separators=(",", ":")).encode
+    text = TextOf(sim.state)
+    placements = sim.state.placements
+    texts = {"hosts": text.hosts(),
+             "placements": (text.placement(placements[task]) for task in sim.tasks if task in placements)}
     kept: dict[str, Any] = {}
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -61,8 +66,8 @@ def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
             if key in _STREAMED:
                 n = 0
                 f.write("[")
-                for item in value:
-                    f.write(("," if n else "") + dumps(item))
+                for item in texts[key]:
+                    f.write(("," if n else "") + item)
                     n += 1
                 f.write("]")
                 kept[key] = n

@@ -29,7 +29,7 @@ from typing import Hashable
 
 import numpy as np
 
-from suanli.scheduling.nearby import dynamic_ok
+from suanli.scheduling.nearby import dynamic_ok, site_rows
 
 COUNTS: Counter = Counter()  # "reached": units a walk offered; "stopped": rows a walk left; "together": units woken with several tenants waiting
 
@@ -46,21 +46,29 @@ def shape_of(req) -> tuple:
 
 
 class _Table:
-    """The watch on one table: rows -> shape -> watchers sorted by pass order, and ``seen``."""
+    """The watch on one table: sites -> shape -> watchers sorted by pass order,
+    and per watched row what it had free when last looked at (``seen``)."""
 
-    __slots__ = ("table", "pos", "version", "lists", "slot", "seen", "free_slots", "reqs", "units")
+    __slots__ = ("table", "pos", "version", "lists", "slot", "seen", "free_slots", "reqs", "units", "count")
 
     def __init__(self, table) -> None:
         self.table, self.pos, self.version = table, table.logged, table.version
         self.units: set[int] = set()
         self.lists: dict[int, dict[tuple, list]] = {}
+        self.count = np.zeros(table.n, np.int32)  # row -> units watching it
         self.slot = np.full(table.n, -1, np.int64)  # row -> its line of ``seen``
         self.seen = np.zeros((0, 0))
         self.free_slots: list[int] = []
         self.reqs: dict[tuple, object] = {}  # shape -> a request of that shape
 
-    def remember(self, rows: np.ndarray, lower_only: bool) -> None:
-        """``seen`` at ``rows`` := what they have free now (``lower_only``: at most that)."""
+    def grow(self) -> None:
+        n = self.table.n
+        if self.slot.size < n:
+            self.slot = np.concatenate([self.slot, np.full(n - self.slot.size, -1, np.int64)])
+            self.count = np.concatenate([self.count, np.zeros(n - self.count.size, np.int32)])
+
+    def watch(self, rows: np.ndarray) -> None:
+        """Count a watcher on ``rows``; ``seen`` there := at most what they have free now."""
         if rows.size == 0:
             return
         now = _now(self.table, rows)
@@ -77,28 +85,39 @@ class _Table:
             for row in new.tolist():
                 self.slot[row] = self.free_slots.pop()
         at = self.slot[rows]
-        fresh = np.isin(rows, new) if new.size else np.zeros(rows.size, bool)
-        if lower_only:
-            now = np.where(fresh[:, None], now, np.minimum(self.seen[at], now))
-        self.seen[at] = now
+        fresh = self.count[rows] == 0
+        self.seen[at] = np.where(fresh[:, None], now, np.minimum(self.seen[at], now))
+        self.count[rows] += 1
 
-    def forget_row(self, row: int) -> None:
-        self.free_slots.append(int(self.slot[row]))
-        self.slot[row] = -1
+    def unwatch(self, rows: np.ndarray) -> None:
+        self.count[rows] -= 1
+        for row in rows[self.count[rows] == 0].tolist():
+            self.free_slots.append(int(self.slot[row]))
+            self.slot[row] = -1
 
-    def risen(self, rows: np.ndarray) -> list[int]:
+    def remember(self, rows: np.ndarray) -> None:
+        """``seen`` at watched ``rows`` := what they have free now."""
+        rows = rows[self.slot[rows] >= 0]
+        if rows.size:
+            self.seen[self.slot[rows]] = _now(self.table, rows)
+
+    def risen(self, rows: np.ndarray) -> np.ndarray:
         """Of watched ``rows``, those with more of something free than ``seen``;
         the others are remembered as they are now (they only lost room)."""
         if rows.size == 0:
-            return []
+            return rows
         now = _now(self.table, rows)
         at = self.slot[rows]
         up = (now > self.seen[at]).any(axis=1)
         self.seen[at[~up]] = now[~up]
-        return rows[up].tolist()
+        return rows[up]
 
-    def fits(self, row: int, shape: tuple) -> bool:
-        return bool(dynamic_ok(self.table, self.reqs[shape], np.array([row]))[0])
+    def fits(self, site: int, shape: tuple) -> bool:
+        """Could a watched row of ``site`` hold a request of ``shape`` now?"""
+        order, start = site_rows(self.table)
+        rows = order[start[site]:start[site + 1]]
+        rows = rows[self.count[rows] > 0]
+        return bool(rows.size) and bool(dynamic_ok(self.table, self.reqs[shape], rows).any())
 
 
 class RoomWait:
@@ -106,7 +125,7 @@ class RoomWait:
 
     def __init__(self) -> None:
         self._tables: dict[int, _Table] = {}
-        self._of: dict[int, tuple[int, np.ndarray, tuple, tuple]] = {}  # uid -> (table id, rows, shape, entry)
+        self._of: dict[int, tuple[int, np.ndarray, list[int], tuple, tuple]] = {}  # uid -> (table, rows, sites, shape, entry)
         self.tenants: Counter = Counter()  # tenant -> units parked
         self._tenant: dict[int, Hashable] = {}
 
@@ -125,16 +144,17 @@ class RoomWait:
         w = self._tables.get(tid)
         if w is None:
             w = self._tables[tid] = _Table(table)
-        elif w.slot.size < table.n:  # rows were added: its units are tried afresh at the next ``due``
-            w.slot = np.concatenate([w.slot, np.full(table.n - w.slot.size, -1, np.int64)])
+        else:
+            w.grow()  # rows were added: its units are tried afresh at the next ``due``
         shape = shape_of(req)
         w.reqs.setdefault(shape, req)
         entry = (key, uid)
-        for row in rows.tolist():
-            insort(w.lists.setdefault(row, {}).setdefault(shape, []), entry)
-        w.remember(rows, lower_only=True)
-        self._of[uid] = (tid, rows, shape, entry)
+        sites = np.unique(table.site[rows]).tolist()
+        for site in sites:
+            insort(w.lists.setdefault(site, {}).setdefault(shape, []), entry)
+        w.watch(rows)
         w.units.add(uid)
+        self._of[uid] = (tid, rows, sites, shape, entry)
         self.tenants[tenant] += 1
         self._tenant[uid] = tenant
 
@@ -142,29 +162,28 @@ class RoomWait:
         got = self._of.pop(uid, None)
         if got is None:
             return
-        tid, rows, shape, entry = got
+        tid, rows, sites, shape, entry = got
         tenant = self._tenant.pop(uid)
         self.tenants[tenant] -= 1
         if not self.tenants[tenant]:
             del self.tenants[tenant]
         w = self._tables[tid]
         w.units.discard(uid)
-        for row in rows.tolist():
-            by_shape = w.lists[row]
+        for site in sites:
+            by_shape = w.lists[site]
             lst = by_shape[shape]
-            i = bisect_right(lst, entry) - 1
-            del lst[i]
+            del lst[bisect_right(lst, entry) - 1]
             if not lst:
                 del by_shape[shape]
                 if not by_shape:
-                    del w.lists[row]
-                    w.forget_row(row)
+                    del w.lists[site]
+        w.unwatch(rows)
         if not w.units:
             del self._tables[tid]
 
     def due(self) -> tuple[dict[int, list[int]], list[int]]:
-        """Read what changed since the last call: (table id -> its risen rows,
-        units whose table gained rows, to be tried afresh)."""
+        """Read what changed since the last call: (table id -> the sites of its
+        risen rows, units whose table gained rows, to be tried afresh)."""
         risen: dict[int, list[int]] = {}
         fresh: list[int] = []
         for tid, w in list(self._tables.items()):
@@ -173,33 +192,35 @@ class RoomWait:
                 fresh += sorted(w.units)
                 continue
             logged = table.since(w.pos)
-            rows = np.fromiter(w.lists, np.int64, len(w.lists)) if logged is None else np.unique(logged)
-            if logged is not None and rows.size:
-                rows = rows[w.slot[rows] >= 0]
+            if logged is None:
+                rows = np.flatnonzero(w.count > 0)
+            else:
+                rows = np.unique(logged)
+                rows = rows[w.count[rows] > 0]
             w.pos = table.logged
             up = w.risen(rows)
-            if up:
-                risen[tid] = up
+            if up.size:
+                risen[tid] = np.unique(table.site[up]).tolist()
         return risen, fresh
 
     def settle(self, risen: dict[int, list[int]]) -> None:
-        """After a pass: the risen rows are remembered as they are now (every
-        parked watcher was found not to fit them at its turn)."""
-        for tid, rows in risen.items():
+        """After a pass: the watched rows of risen sites are remembered as they
+        are now (every parked watcher was found not to fit them at its turn)."""
+        for tid, sites in risen.items():
             w = self._tables.get(tid)
             if w is None:
                 continue
-            rows = np.asarray(rows, np.int64)
-            w.remember(rows[w.slot[rows] >= 0], lower_only=False)
+            order, start = site_rows(w.table)
+            w.remember(np.concatenate([order[start[s]:start[s + 1]] for s in sites]))
 
     def fitting(self, risen: dict[int, list[int]]) -> list[int]:
-        """Every watcher of a risen row that the row could hold now, in no order."""
+        """Every watcher of a risen site that the site could hold now, in no order."""
         out: dict[int, None] = {}
-        for tid, rows in risen.items():
+        for tid, sites in risen.items():
             w = self._tables[tid]
-            for row in rows:
-                for shape, lst in w.lists.get(row, {}).items():
-                    if w.fits(row, shape):
+            for site in sites:
+                for shape, lst in w.lists.get(site, {}).items():
+                    if w.fits(site, shape):
                         out.update((uid, None) for _, uid in lst)
         COUNTS["together"] += len(out)
         return list(out)
@@ -209,19 +230,19 @@ class RoomWait:
 
 
 class Walk:
-    """The watchers of risen rows in pass order (``peek``/``next``), each
-    offered once and only while the row it was reached through could still
+    """The watchers of risen sites in pass order (``peek``/``next``), each
+    offered once and only while the site it was reached through could still
     hold it (``next`` checks that at the unit's turn)."""
 
     def __init__(self, room: RoomWait, risen: dict[int, list[int]]) -> None:
         self.room = room
         self.heap: list = []
         self.done: set[int] = set()
-        for tid, rows in risen.items():
+        for tid, sites in risen.items():
             w = room._tables[tid]
-            for row in rows:
-                for shape, lst in w.lists.get(row, {}).items():
-                    self.heap.append((lst[0], tid, row, shape))
+            for site in sites:
+                for shape, lst in w.lists.get(site, {}).items():
+                    self.heap.append((lst[0], tid, site, shape))
         heapq.heapify(self.heap)
 
     def peek(self) -> tuple | None:
@@ -230,28 +251,28 @@ class Walk:
 
     def next(self, wanted) -> int | None:
         """The next watcher to try now, or None when the one at the head was not
-        (already tried, no longer parked (``wanted`` says), or the row cannot
-        hold it any more: then none after it on that row either)."""
-        entry, tid, row, shape = heapq.heappop(self.heap)
+        (already tried, no longer parked (``wanted`` says), or the site cannot
+        hold it any more: then none after it there either)."""
+        entry, tid, site, shape = heapq.heappop(self.heap)
         uid = entry[1]
         w = self.room._tables.get(tid)
         if w is None:
             return None
-        lst = w.lists.get(row, {}).get(shape)
+        lst = w.lists.get(site, {}).get(shape)
         if uid in self.done or uid not in self.room or not wanted(uid):
-            self._push_after(lst, entry, tid, row, shape)
+            self._push_after(lst, entry, tid, site, shape)
             return None
-        if not w.fits(row, shape):
+        if not w.fits(site, shape):
             COUNTS["stopped"] += 1
-            return None  # room only shrinks in a pass: this row holds none of its later watchers of this shape
+            return None  # room only shrinks in a pass: this site holds none of its later watchers of this shape
         self.done.add(uid)
         COUNTS["reached"] += 1
-        self._push_after(lst, entry, tid, row, shape)
+        self._push_after(lst, entry, tid, site, shape)
         return uid
 
-    def _push_after(self, lst, entry, tid, row, shape) -> None:
+    def _push_after(self, lst, entry, tid, site, shape) -> None:
         if not lst:
             return
         i = bisect_right(lst, entry)
         if i < len(lst):
-            heapq.heappush(self.heap, (lst[i], tid, row, shape))
+            heapq.heappush(self.heap, (lst[i], tid, site, shape))

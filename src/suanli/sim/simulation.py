@@ -96,6 +96,38 @@ class TaskRecord:
     reasons: Counter = field(default_factory=lambda: NO_REASONS)
 
 
+class Disrupted:
+    """The tasks stopped to move, until they run again, counted per component
+    (disruption budgets read the counts at every voluntary move)."""
+
+    __slots__ = ("_key", "counts")
+
+    def __init__(self) -> None:
+        self._key: dict[str, tuple[str, str]] = {}
+        self.counts: Counter = Counter()  # (app, component) -> tasks of it moving
+
+    def add(self, task: str, comp: Component) -> None:
+        if task not in self._key:
+            key = self._key[task] = (comp.app, comp.name)
+            self.counts[key] += 1
+
+    def discard(self, task: str) -> None:
+        key = self._key.pop(task, None)
+        if key is not None:
+            self.counts[key] -= 1
+            if not self.counts[key]:
+                del self.counts[key]
+
+    def __contains__(self, task: object) -> bool:
+        return task in self._key
+
+    def __len__(self) -> int:
+        return len(self._key)
+
+    def __iter__(self):
+        return iter(self._key)
+
+
 @dataclass(slots=True)
 class UnitState:
     unit: Unit
@@ -207,7 +239,7 @@ class Simulation:
         self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
         self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
         self.hosts = HostKeeper(self)
-        self.disrupted: dict[str, None] = {}  # tasks stopped to move, until they run again
+        self.disrupted = Disrupted()  # tasks stopped to move, until they run again
         self.lost_nodes: set[str] = set()  # nodes an executor reported gone (cordoned or drained ones too)
         if executor is not None:  # a real one: made last, it may look at all of the above
             self.executor = executor(self)
@@ -422,7 +454,7 @@ class Simulation:
         self.returns.leave(task)
         self._beyond.discard(task)
         self.migrating.pop(task, None)
-        self.disrupted.pop(task, None)
+        self.disrupted.discard(task)
         rec.status, rec.ended_at = status, t
         self.log(t, kind, task=task, **where, **extra)
 
@@ -1029,7 +1061,7 @@ class Simulation:
             held.append(int(fleet.node_site[node]) if rec.component.lifetime == "service" and rec.component.stateful else -1)
             extra = {"by": by.tasks[0]} if by is not None else {}
             self._end_task(t, task, PENDING, "preempted", cause=cause, **extra, **why)
-            self.disrupted[task] = None
+            self.disrupted.add(task, rec.component)
         if any(s >= 0 for s in held):
             by_task = dict(zip(run.tasks, held))
             unit.state_sites = tuple(by_task.get(task, -1) for task in unit.tasks)
@@ -1055,7 +1087,7 @@ class Simulation:
         if self.migrating.get(ev.task) != ev.move:
             return  # the task stopped again before its state arrived
         del self.migrating[ev.task]
-        self.disrupted.pop(ev.task, None)
+        self.disrupted.discard(ev.task)
         p = self.state.placements[ev.task]
         self.log(t, "started", task=ev.task, **self.where(p.host.node))
 
@@ -1093,7 +1125,7 @@ class Simulation:
             if rec.moved_from is not None:
                 self.log_move(t, rec, p.host.node)  # started when its state arrives
             else:
-                self.disrupted.pop(task, None)
+                self.disrupted.discard(task)
                 self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
 
@@ -1118,7 +1150,7 @@ class Simulation:
                 return False
         if not self.disrupted:
             return True
-        moving = Counter((c.app, c.name) for c in (self.tasks[t].component for t in self.disrupted))
+        moving = self.disrupted.counts
         members = Counter((c.app, c.name) for c in unit.components)
         for comp in dict.fromkeys(unit.components):
             key = (comp.app, comp.name)
