@@ -353,6 +353,7 @@ class Network:
         callers want ``build`` or ``from_arrays``."""
         n = len(intra_rtt_ms)
         self.n = n
+        self.labelled = 0  # counts the changes of ``component``: what is kept from it is keyed on this
         self.intra_rtt_ms = np.asarray(intra_rtt_ms, float)
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
         rtt, bw = np.asarray(rtt, float), np.asarray(bw, float)
@@ -479,6 +480,7 @@ class Network:
         if if_split and np.array_equal(root, self._core_root):
             return
         self._core_root = root
+        self.labelled += 1
         self.component, self._first = _labels(self.leaf, self.parent, self._link_up, self.core_id, root)
 
     def _add_kid(self, s: int, p: int) -> None:
@@ -655,6 +657,7 @@ class Network:
             return
         if was_up and self._first[old] != s and self._first[new] < s:
             self.component[s] = new  # no part gains or loses its lowest site: no label moves
+            self.labelled += 1
         else:
             self._relabel()
 

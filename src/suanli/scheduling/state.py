@@ -204,13 +204,14 @@ class PlacementState:
     def component_mask(self, table: CandidateTable, component: int) -> np.ndarray | None:
         """bool[N]: rows whose site is in network component ``component``; None when
         that is every row (cached)."""
-        key = (id(table), table.version, table.n, component, id(self.fleet.network))
+        network = self.fleet.network
+        key = (id(table), table.version, table.n, component, id(network), network.labelled)
         hit = self._component_masks.get(key)
         if hit is None:
             if len(self._component_masks) > 64:
                 self._component_masks.clear()
-            mask = self.fleet.network.component[table.view("site")] == component
-            hit = self._component_masks[key] = (None if mask.all() else mask, self.fleet.network)
+            mask = network.component[table.view("site")] == component
+            hit = self._component_masks[key] = (None if mask.all() else mask, network)
         return hit[0]
 
     def forget_network(self, sites: "set[int] | None" = None) -> None:
@@ -219,8 +220,9 @@ class PlacementState:
         partition split has none until it heals (or until its next host).
         ``sites``: only these sites' paths changed (devices with one link,
         which join or split no one else): a default VC whose hosts were
-        together is read at one host and at its hosts on those sites only."""
-        self._component_masks.clear()
+        together is read at one host and at its hosts on those sites only.
+        (Reachability masks are keyed on the labels' changes: those of a
+        device handed over within its part stay.)"""
         component = self.fleet.network.component
         node_site = self.fleet.node_site
         for vc in self.vcs.values():
