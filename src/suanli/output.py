@@ -64,6 +64,8 @@ class TextOf:
         self.state = state
         self.dumps = json.JSONEncoder(separators=(",", ":")).encode
         self._res: dict[bytes, str] = {}
+        self._dev: dict[tuple, str] = {}
+        self._last: tuple[int, str] = (-1, "")
         self._names: dict[str, str] = {}
         fleet = state.fleet
         self._node_name = fleet.node_name
@@ -83,13 +85,30 @@ class TextOf:
             got = self._res[key] = self.dumps(resources_json(self.state, vec))
         return got
 
+    def _devices(self, table: CandidateTable, a: Allocation) -> str:
+        if not a.slots:
+            return "[]"
+        if len(a.slots) > 1:
+            return self.dumps(devices_json(self.state, table, a))
+        slot, row = a.slots[0], a.row  # one device share: its text depends on four numbers
+        key = (int(table.dev_kind[slot, row]), int(table.dev_model[slot, row]), int(table.dev_index[slot, row]),
+               int(a.milli[0]))
+        got = self._dev.get(key)
+        if got is None:
+            got = self._dev[key] = self.dumps(devices_json(self.state, table, a))
+        return got
+
     def _where(self, node: int) -> str:
-        return (',"node":' + _string(self._node_name(node))
+        if node == self._last[0]:  # a device's tasks are written one after another
+            return self._last[1]
+        text = (',"node":' + _string(self._node_name(node))
                 + ',"site":' + _string(self._site_name(int(self._node_site[node]))))
+        self._last = (node, text)
+        return text
 
     def placement(self, p: Placement) -> str:
         a = p.alloc
-        devices = self.dumps(devices_json(self.state, self.state.vcs[p.vc].table, a)) if a.slots else "[]"
+        devices = self._devices(self.state.vcs[p.vc].table, a)
         return ('{"task":' + _string(p.task) + ',"tenant":' + self._name(p.tenant) + ',"vc":' + self._name(p.vc)
                 + ',"host":' + _string(p.host.name) + self._where(p.host.node)
                 + ',"resources":' + self._resources(a.vec) + ',"devices":' + devices + "}")
@@ -99,8 +118,8 @@ class TextOf:
         for vc in state.vcs.values():
             vc_text = self._name(vc.name)
             for h in vc.hosts:
-                a = h.node_alloc
-                devices = self.dumps(devices_json(state, state.nodes, a)) if a.slots else "[]"
+                a = h.peek_alloc()
+                devices = self._devices(state.nodes, a)
                 group = "null" if h.group is None else self._name(h.group)
                 yield ('{"vc":' + vc_text + ',"host":' + _string(h.name) + ',"group":' + group
                        + self._where(h.node) + ',"resources":' + self._resources(a.vec)

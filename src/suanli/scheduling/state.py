@@ -43,6 +43,10 @@ class Host:
             self._alloc = _sum(self._none, self.held.values())
         return self._alloc
 
+    def peek_alloc(self) -> Allocation:
+        """``node_alloc`` without keeping the sum (a one-time read of a million hosts)."""
+        return self._alloc if self._alloc is not None else _sum(self._none, self.held.values())
+
     def hold(self, task: str, a: Allocation) -> None:
         """A fitted host: ``task`` takes ``a`` on its node."""
         self.held[task] = a
