@@ -11,6 +11,7 @@ names, capacities, paths and components.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -392,3 +393,26 @@ def test_private_sites_take_only_work_bound_near_them(tmp_path):
     assert sum(s.startswith("car-") for t, s in where[False].items() if t.startswith("batch/")) > 0
     assert not [t for t, s in where[True].items() if t.startswith("batch/") and s.startswith("car-")]
     assert all(where[True][f"info.car-{k:02d}/music/0"] == f"car-{k:02d}" for k in range(20))
+
+
+def test_ndjson_text_is_the_encoding_of_its_objects(examples):
+    """``schedule -o ndjson`` writes hosts and placements as text: the same
+    bytes as encoding each object of ``outcome_lines``, on the shared
+    examples (explicit VC hosts with groups, device shares) and the city."""
+    from suanli.output import outcome_lines, outcome_text_lines
+    from suanli.scheduling.static import schedule
+    from suanli.spec.build import load_world
+
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    kinds = Counter()
+    static = [examples / name for name in ("city-fleet.yaml", "tenants.yaml", "static-heterogeneous.yaml")]
+    for paths, sizes in [(static, None), ([examples / "ai-hpc-mix.yaml"], None), ([city], {"cars": "50"})]:
+        outcome = schedule(load_world([str(p) for p in paths], sizes), 0, None)
+        want = [encode(line) + "\n" for line in outcome_lines(outcome)]
+        assert list(outcome_text_lines(outcome)) == want, paths
+        for line in outcome_lines(outcome):
+            kinds[line["kind"]] += 1
+            kinds["group"] += bool(line.get("group")) and line["kind"] == "host"
+            kinds["devices"] += bool(line.get("devices"))
+    assert kinds["host"] and kinds["placement"] and kinds["group"] and kinds["devices"], kinds

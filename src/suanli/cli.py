@@ -102,7 +102,7 @@ def schedule(
     population: Optional[List[str]] = POPULATION,
 ) -> None:
     """Place every application once, through both layers, and print the outcome."""
-    from suanli.output import metrics_json, outcome_json, outcome_lines
+    from suanli.output import metrics_json, outcome_json, outcome_text_lines
     from suanli.scheduling.static import schedule as run_schedule
     from suanli.spec.build import load_world
 
@@ -113,10 +113,7 @@ def schedule(
     with _settled_memory():
         outcome = run_schedule(world, seed, policy.value if policy else None)
     if output is ScheduleOutput.ndjson:
-        encode = json.JSONEncoder(separators=(",", ":")).encode
-        write = sys.stdout.write
-        for line in outcome_lines(outcome):
-            write(encode(line) + "\n")
+        sys.stdout.writelines(outcome_text_lines(outcome))
         return
     console = Console(highlight=False)
     if not console.is_terminal:

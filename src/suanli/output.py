@@ -172,11 +172,32 @@ def outcome_lines(outcome: Outcome) -> Iterator[dict[str, Any]]:
                 yield {"kind": kinds[key], **item}
 
 
-def _parts(outcome: Outcome) -> list[tuple[str, Any]]:
-    """(key, iterator of items) in output order; the metrics as a function."""
+def outcome_text_lines(outcome: Outcome) -> Iterator[str]:
+    """``outcome_lines`` as the compact JSON text of each line (with its
+    newline): hosts and placements made as text (``TextOf``), the same bytes."""
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    text = TextOf(outcome.state)
+    heads = {"hosts": '{"kind":"host",', "placements": '{"kind":"placement",'}
+    for key, items in _parts(outcome, text):
+        if key in heads:
+            head = heads[key]
+            for item in items:
+                yield head + item[1:] + "\n"
+        elif key == "metrics":
+            yield encode({"kind": "metrics", **items()}) + "\n"
+        else:
+            kind = {"unscheduled": "unscheduled", "unplaced_hosts": "unplacedHosts"}[key]
+            for item in items:
+                yield encode({"kind": kind, **item}) + "\n"
+
+
+def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, Any]]:
+    """(key, iterator of items) in output order; the metrics as a function
+    (with ``text``: hosts and placements as their JSON text)."""
     state = outcome.state
     order = _task_order(state)
-    placements = (placement_json(state, p) for p in sorted(state.placements.values(), key=lambda p: order[p.task]))
+    placed = sorted(state.placements.values(), key=lambda p: order[p.task])
+    placements = (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     unscheduled = (
         {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": _sorted_reasons(u.reasons)}
         for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
@@ -185,7 +206,7 @@ def _parts(outcome: Outcome) -> list[tuple[str, Any]]:
         {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": _sorted_reasons(u.reasons)}
         for u in outcome.unplaced_hosts
     )
-    return [("hosts", hosts_json(state)), ("placements", placements), ("unscheduled", unscheduled),
+    return [("hosts", hosts_json(state) if text is None else text.hosts()), ("placements", placements), ("unscheduled", unscheduled),
             ("unplaced_hosts", unplaced), ("metrics", lambda: metrics_json(outcome))]
 
 
