@@ -48,7 +48,7 @@ def placement_json(state: PlacementState, p: Placement) -> dict[str, Any]:
         "vc": p.vc,
         "host": p.host.name,
         "node": fleet.node_name(p.host.node),
-        "site": fleet.site_of(p.host.node).name,
+        "site": fleet.site_name_of(p.host.node),
         "resources": resources_json(state, p.alloc.vec),
         "devices": devices_json(state, state.vcs[p.vc].table, p.alloc),
     }
@@ -134,7 +134,7 @@ def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:
             "host": h.name,
             "group": h.group,
             "node": fleet.node_name(h.node),
-            "site": fleet.site_of(h.node).name,
+            "site": fleet.site_name_of(h.node),
             "resources": resources_json(state, h.node_alloc.vec),
             "devices": devices_json(state, state.nodes, h.node_alloc),
         }

@@ -258,5 +258,9 @@ class Fleet:
     def site_of(self, node: int) -> Site:
         return self.sites[int(self.node_site[node])]
 
+    def site_name_of(self, node: int) -> str:
+        """``site_of(node).name`` without making the ``Site``."""
+        return self.site_table.names.name(int(self.node_site[node]))
+
     def total_capacity(self) -> np.ndarray:
         return self.node_capacity.sum(axis=0)

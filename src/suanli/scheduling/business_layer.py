@@ -240,7 +240,7 @@ class BusinessLayer:
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
             req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
                                   arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data),
-                                  state_site=fleet.sites[state_site].name if state_site >= 0 else None)
+                                  state_site=fleet.site_table.names.name(state_site) if state_site >= 0 else None)
             self._requests[key] = req
             if comp.near is not None:
                 self._near_keys.setdefault(comp.near.site, set()).add(key)

@@ -633,7 +633,8 @@ class Simulation:
         against the old ones go, and running work whose bound broke moves, or waits."""
         private = self.world.fleet.site_table.private
         own = sites is not None and private is not None and all(private[s] for s in sites)
-        self.business.forget_requests({self.world.fleet.sites[s].name for s in sites} if own else None)
+        name = self.world.fleet.site_table.names.name
+        self.business.forget_requests({name(s) for s in sites} if own else None)
         self.global_layer.forget_requests()
         self.state.forget_network(sites)
         if sites is None:
@@ -1237,7 +1238,7 @@ class Simulation:
         names = self._names.get(node)
         if names is None:
             fleet = self.world.fleet
-            names = self._names[node] = (fleet.node_name(node), fleet.site_of(node).name)
+            names = self._names[node] = (fleet.node_name(node), fleet.site_name_of(node))
         return {"node": names[0], "site": names[1]}
 
     def log(self, t: float, kind: str, **fields: Any) -> None:
