@@ -10,14 +10,14 @@ when last looked at (``seen``); a row whose free capacity rose above that is
 
 When rows rise, the parked units that could use them are tried in the order
 the pass would have tried them, merged with the units that are ready: per
-risen row and per shape of request (what the dynamic checks read), the
-row's watchers are kept sorted by that order, and the pass walks them as a
-merge. Within a pass rows only lose room, so once a risen row cannot hold a
-shape, none of its later watchers of that shape is looked at: freeing one
-share of a device wakes the one unit that takes it, not every unit waiting
-near it. A unit the walk reaches is tried only when that row still holds its
-shape at its turn, which is exactly when the pass that tries every waiting
-unit would place it there or somewhere better; the others would fail.
+site and per shape of request (what the dynamic checks read), a site's
+watchers are kept sorted by that order, and the pass walks the risen sites'
+lists as a merge. Within a pass rows only lose room, so once no watched row
+of a site can hold a shape, none of its later watchers of that shape is
+looked at: freeing one share of a device wakes the one unit that takes it,
+not every unit waiting near it. A unit the walk reaches is tried at its turn
+only while a watched row of that site can hold its shape; a unit the walk
+passes over would have failed in the pass that tries every waiting unit.
 """
 
 from __future__ import annotations
