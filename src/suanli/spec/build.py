@@ -181,21 +181,24 @@ def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fle
 
 
 _COMPONENT_FIELDS = tuple(f.name for f in dataclasses.fields(Component))
+_PER_SITE = ("app", "near", "data_source", "data_sink")  # the fields ``_for_site`` sets anew
+_SLOTS = tuple((getattr(Component, name).__set__, getattr(Component, name).__get__) for name in _COMPONENT_FIELDS
+               if name not in _PER_SITE)  # each slot's own setter and getter: no frozen check, no lookup by name
+_SET_PER_SITE = tuple(getattr(Component, name).__set__ for name in _PER_SITE)
 
 
 def _for_site(c: Component, app: str, site: str) -> Component:
     """A component of an ``each`` application's prototype, for ``app`` on ``site``
-    (``dataclasses.replace`` without its checks, field by field: a million
+    (``dataclasses.replace`` without its checks, slot by slot: a million
     cars' components are copied here)."""
     each = schema.EACH_SITE
-    changed = {"app": app,
-               "near": c.near if c.near is None or c.near.site != each else Near(site, c.near.max_rtt_ms),
-               "data_source": site if c.data_source == each else c.data_source,
-               "data_sink": site if c.data_sink == each else c.data_sink}
+    near = c.near if c.near is None or c.near.site != each else Near(site, c.near.max_rtt_ms)
     out = object.__new__(Component)
-    put = object.__setattr__
-    for name in _COMPONENT_FIELDS:
-        put(out, name, changed[name] if name in changed else getattr(c, name))
+    for put, get in _SLOTS:
+        put(out, get(c))
+    for put, value in zip(_SET_PER_SITE, (app, near, site if c.data_source == each else c.data_source,
+                                          site if c.data_sink == each else c.data_sink)):
+        put(out, value)
     return out
 
 
