@@ -25,10 +25,12 @@ def result_json(sim, end: float) -> dict[str, Any]:
 _STREAMED = ("hosts", "placements")  # the parts that number in millions: written item by item
 
 
-def _parts(sim, end: float) -> Iterator[tuple[str, Any]]:
-    """``result.json``'s fields in order; hosts and placements as iterators."""
+def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, Any]]:
+    """``result.json``'s fields in order; hosts and placements as iterators
+    (with ``text``: of their JSON text)."""
     state = sim.state
     placements = state.placements
+    placed = (placements[task] for task in sim.tasks if task in placements)
     unscheduled = [
         {"task": r.task, "tenant": r.tenant, "vc": sim.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
@@ -40,8 +42,8 @@ def _parts(sim, end: float) -> Iterator[tuple[str, Any]]:
     yield "seed", sim.seed
     yield "until_s", sim.until
     yield "end_s", round(end, 6)
-    yield "hosts", hosts_json(state)
-    yield "placements", (placement_json(state, placements[task]) for task in sim.tasks if task in placements)
+    yield "hosts", hosts_json(state) if text is None else text.hosts()
+    yield "placements", (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     yield "unscheduled", unscheduled
     yield "metrics", summarize(sim, end)
     yield "timeline", sim.recorder.timeline()
@@ -53,20 +55,16 @@ def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
     those are written line by line as text (``TextOf``). Returns the object
     with those two lists replaced by their lengths."""
     dumps = json.JSONEncoder(separators=(",", ":")).encode
-    text = TextOf(sim.state)
-    placements = sim.state.placements
-    texts = {"hosts": text.hosts(),
-             "placements": (text.placement(placements[task]) for task in sim.tasks if task in placements)}
     kept: dict[str, Any] = {}
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("{")
-        for i, (key, value) in enumerate(_parts(sim, end)):
+        for i, (key, value) in enumerate(_parts(sim, end, TextOf(sim.state))):
             f.write(("," if i else "") + dumps(key) + ":")
             if key in _STREAMED:
                 n = 0
                 f.write("[")
-                for item in texts[key]:
+                for item in value:
                     f.write(("," if n else "") + item)
                     n += 1
                 f.write("]")

@@ -814,15 +814,14 @@ class Simulation:
                 continue  # refused above
             if uid in still:
                 reasons = still[uid]
-                if self.pending.parked(uid):  # a parked unit reached for room that did not fit after all
-                    pass
-                elif (offline := self._offline_near(self.units[uid].unit)) is not None:
-                    # nothing but the device's return can change this
-                    self.pending.park(uid, offline[0])
-                    reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
-                                       for s in dict.fromkeys(offline)})
-                else:
-                    self._park_for_room(uid)
+                if not self.pending.parked(uid):  # (a parked unit reached for room that did not fit stays so)
+                    offline = self._offline_near(self.units[uid].unit)
+                    if offline is not None:  # nothing but the device's return can change this
+                        self.pending.park(uid, offline[0])
+                        reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
+                                           for s in dict.fromkeys(offline)})
+                    else:
+                        self._park_for_room(uid)
                 for task in self.units[uid].unit.tasks:
                     self.tasks[task].reasons = reasons
                 continue
@@ -855,8 +854,8 @@ class Simulation:
         broken: list = []
         if not risen:
             return ready, self.business.run(units, record=False, broken=broken), broken
-        units.sort(key=self._pass_key)
-        keys = [self._pass_key(u) for u in units]
+        keyed = sorted(((self._pass_key(u), u) for u in units), key=lambda ku: ku[0])
+        keys, units = [k for k, _ in keyed], [u for _, u in keyed]
         walk = self._room.walk(risen)
         tried, failed, i = [], [], 0
         parked = self.pending.parked
