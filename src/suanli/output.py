@@ -69,8 +69,7 @@ class TextOf:
         self._names: dict[str, str] = {}
         fleet = state.fleet
         self._node_name = fleet.node_name
-        self._site_name = fleet.site_table.names.name
-        self._node_site = fleet.node_site
+        self._site_name_of = fleet.site_name_of
 
     def _name(self, s: str) -> str:
         got = self._names.get(s)
@@ -102,7 +101,7 @@ class TextOf:
         if node == self._last[0]:  # a device's tasks are written one after another
             return self._last[1]
         text = (',"node":' + _string(self._node_name(node))
-                + ',"site":' + _string(self._site_name(int(self._node_site[node]))))
+                + ',"site":' + _string(self._site_name_of(node)))
         self._last = (node, text)
         return text
 
@@ -162,14 +161,16 @@ def outcome_lines(outcome: Outcome) -> Iterator[dict[str, Any]]:
     host, placement, unscheduled task and unplaced host group as ``outcome_json``
     lists them, then the metrics; made one at a time, for worlds whose JSON
     array of a million placements would itself be the problem."""
-    kinds = {"hosts": "host", "placements": "placement", "unscheduled": "unscheduled",
-             "unplaced_hosts": "unplacedHosts"}
     for key, items in _parts(outcome):
         if key == "metrics":
             yield {"kind": "metrics", **items()}
         else:
             for item in items:
-                yield {"kind": kinds[key], **item}
+                yield {"kind": _KINDS[key], **item}
+
+
+_KINDS = {"hosts": "host", "placements": "placement", "unscheduled": "unscheduled",
+          "unplaced_hosts": "unplacedHosts"}  # each part's ``kind`` in NDJSON
 
 
 def outcome_text_lines(outcome: Outcome) -> Iterator[str]:
@@ -177,18 +178,16 @@ def outcome_text_lines(outcome: Outcome) -> Iterator[str]:
     newline): hosts and placements made as text (``TextOf``), the same bytes."""
     encode = json.JSONEncoder(separators=(",", ":")).encode
     text = TextOf(outcome.state)
-    heads = {"hosts": '{"kind":"host",', "placements": '{"kind":"placement",'}
     for key, items in _parts(outcome, text):
-        if key in heads:
-            head = heads[key]
+        if key in ("hosts", "placements"):  # their text, with the kind put first
+            head = '{"kind":' + _string(_KINDS[key]) + ","
             for item in items:
                 yield head + item[1:] + "\n"
         elif key == "metrics":
             yield encode({"kind": "metrics", **items()}) + "\n"
         else:
-            kind = {"unscheduled": "unscheduled", "unplaced_hosts": "unplacedHosts"}[key]
             for item in items:
-                yield encode({"kind": kind, **item}) + "\n"
+                yield encode({"kind": _KINDS[key], **item}) + "\n"
 
 
 def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, Any]]:
