@@ -294,10 +294,10 @@ def test_an_application_that_cannot_be_scheduled_fails_alone_and_the_rest_goes_o
         dataclasses.replace(c, app="poison", resources=Resources(10**30, 1)) for c in template.components))
     sim = Simulation(dataclasses.replace(world, apps=(poison, *world.apps)))
     sim.run()
-    assert sim.tasks["poison/c/0"].status == "failed"
+    assert sim.view.tasks["poison/c/0"].status == "failed"
     [failed] = [e for e in sim.events if e["kind"] == "failed"]
     assert failed["task"] == "poison/c/0" and failed["reason"].startswith("cannot be scheduled: OverflowError")
-    assert sim.tasks["fine/c/0"].status == "running"
+    assert sim.view.tasks["fine/c/0"].status == "running"
     placed = {e["task"]: e["t"] for e in sim.events if e["kind"] == "placed"}
     assert placed == {"fine/c/0": 0, "later/c/0": 600}  # later instants were scheduled as usual
 

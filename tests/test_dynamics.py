@@ -106,7 +106,7 @@ def test_a_host_with_nowhere_to_go_waits_for_room(tmp_path):
     # no spare node: the host stays (out of service) and is back in service at 20m
     assert len(host_events(sim, "hostAdded")) == 2 and not host_events(sim, "hostRemoved")
     assert len(sim.state.vcs["v"].hosts) == 2
-    assert sim.tasks["w/c/0"].status == "running"
+    assert sim.view.tasks["w/c/0"].status == "running"
 
 
 def test_a_drain_moves_work_off_in_waves_within_the_disruption_budget(tmp_path):
@@ -211,8 +211,8 @@ def test_defragmentation_moves_a_share_to_another_node_when_it_must(tmp_path):
 def test_no_defragmentation_of_work_that_may_not_be_disturbed(tmp_path):
     sim, _ = simulate(_sharing_world(tmp_path, preemptible=False))
     assert not [e for e in sim.events if e["kind"] == "migrated"]
-    assert sim.tasks["whole/w/0"].status == "pending"
-    assert "insufficient gpu" in sim.tasks["whole/w/0"].reasons
+    assert sim.view.tasks["whole/w/0"].status == "pending"
+    assert "insufficient gpu" in sim.view.tasks["whole/w/0"].reasons
 
 
 def test_plan_shows_the_defragmentation_it_would_make(tmp_path):

@@ -57,7 +57,7 @@ class Reference:
         sim = self.sim
         fleet, state = sim.world.fleet, sim.state
         count = 0
-        for task, rec in sim.tasks.items():
+        for task, rec in sim.view.tasks.items():
             comp, p = rec.component, state.placements.get(task)
             if p is None or comp is None or comp.near is None or comp.near.max_rtt_ms is None:
                 continue

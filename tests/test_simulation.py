@@ -41,14 +41,14 @@ def ai_mix(examples):
 def test_every_generated_job_finishes_or_waits_with_a_reason(ai_mix):
     sim, end = ai_mix
     assert end == 3 * 3600
-    generated = [r for r in sim.tasks.values() if r.task.split("/")[0].rsplit("-", 1)[0] in ("finetune", "mpi", "batch")]
+    generated = [r for r in sim.view.tasks.values() if r.task.split("/")[0].rsplit("-", 1)[0] in ("finetune", "mpi", "batch")]
     assert len(generated) > 900
     for r in generated:
         assert r.status in ("finished", "pending", "running"), r
         if r.status == "pending":
             assert r.reasons and all(v > 0 for v in r.reasons.values())
         if r.status == "running":  # still inside its run time when the scenario ends
-            assert sim.units[r.unit].run.finish_at > end
+            assert sim.view.units[r.unit].run.finish_at > end
 
 
 def test_the_failed_nodes_tasks_are_placed_again(ai_mix):
@@ -59,13 +59,13 @@ def test_the_failed_nodes_tasks_are_placed_again(ai_mix):
     for e in lost:
         later = [x for x in events[e["task"]] if x["t"] >= e["t"] and x["kind"] == "placed"]
         assert later, f"{e['task']} was not placed again"
-        assert sim.tasks[e["task"]].status in ("running", "finished")
+        assert sim.view.tasks[e["task"]].status in ("running", "finished")
 
 
 def test_llm_train_finishes_when_its_work_and_parallelism_imply(ai_mix):
     sim, _ = ai_mix
     events = by_task(sim.events)
-    members = [t for t in sim.tasks if t.startswith("llm-train/trainer/")]
+    members = [t for t in sim.view.tasks if t.startswith("llm-train/trainer/")]
     started = [e for t in members for e in events[t] if e["kind"] == "started"]
     finished = [e for t in members for e in events[t] if e["kind"] == "finished"]
     p = len(started)
@@ -78,7 +78,7 @@ def test_autodrive_runs_infotainment_on_the_car(examples):
     sim, end = simulate(examples / "autodrive.yaml")
     assert end == 3600
     placed = {e["task"]: e for e in sim.events if e["kind"] == "placed" and e["t"] < 600}
-    info = [t for t in sim.tasks if t.startswith("infotainment/")]
+    info = [t for t in sim.view.tasks if t.startswith("infotainment/")]
     assert set(placed) == set(info) and {placed[t]["site"] for t in info} == {"car-1"}
     deleted = [e for e in sim.events if e.get("reason") == "deleted"]
     assert deleted and all(e["t"] == 2400 for e in deleted)
@@ -166,7 +166,7 @@ def test_a_tiny_scenario_runs_in_real_time(tmp_path):
     sim = Simulation(load_world([str(path)]), clock=WallClock())
     end = sim.run()
     assert end == pytest.approx(0.1)
-    assert sim.tasks["w/j/0"].status == "finished"
+    assert sim.view.tasks["w/j/0"].status == "finished"
     assert sim.loop.now() >= 0.1  # the wall clock really waited
 
 
@@ -211,7 +211,7 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
     times = [e["t"] for e in sim.events]
     assert times == sorted(times) and all(t <= end for t in times)
     log = by_task(sim.events)
-    assert set(log) == set(sim.tasks)
+    assert set(log) == set(sim.view.tasks)
     for task, ev in log.items():
         kinds = [e["kind"] for e in ev]
         assert kinds[0] == "submitted" and kinds.count("submitted") == 1
@@ -221,7 +221,7 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
                 assert before in ("placed", "migrated")
             if after == "migrated":
                 assert before == "placed"
-        status = sim.tasks[task].status
+        status = sim.view.tasks[task].status
         last = kinds[-1]
         # a migrated task whose state is still on its way holds its place: it runs
         expected = {"started": "running", "migrated": "running", "finished": "finished",
@@ -248,7 +248,7 @@ def test_device_busy_takes_its_capacity_moving_what_stands_in_the_way(tmp_path):
     # the 6-core service had to go (the 1-core one alone would not have made room); it comes back at 15m
     moved = [e for e in sim.events if e["kind"] == "preempted"]
     assert [(e["task"], e["t"], e["cause"]) for e in moved] == [("w/s/0", 600, "capacity claimed")]
-    assert sim.tasks["w/m/0"].status == "running" and sim.tasks["w/s/0"].status == "running"
+    assert sim.view.tasks["w/m/0"].status == "running" and sim.view.tasks["w/s/0"].status == "running"
     freed = next(e for e in sim.events if e["kind"] == "deviceFree")
     assert freed["t"] == 15 * 60 and freed["freed"] == claimed["claimed"]
     back = [e for e in sim.events if e.get("task") == "w/s/0" and e["kind"] == "placed"]
@@ -263,7 +263,7 @@ def test_device_busy_reports_what_even_evictions_cannot_free(tmp_path):
     claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
     assert claimed["claimed"]["cpu_milli"] == 6000 and claimed["short"] == {"cpu_milli": 6000}
     assert not [e for e in sim.events if e["kind"] == "preempted"]  # evicting would not make 12 cores fit
-    assert sim.tasks["w/s/0"].status == "running"
+    assert sim.view.tasks["w/s/0"].status == "running"
 
 
 # ---------------------------------------------------------------- traces
@@ -372,11 +372,11 @@ def test_an_swf_log_replays(tmp_path):
     path = tmp_path / "swf.yaml"
     path.write_text(yaml.safe_dump_all([fleet, tenant(), scenario], sort_keys=False))
     sim, end = simulate(path)
-    status = {t: r.status for t, r in sim.tasks.items()}
+    status = {t: r.status for t, r in sim.view.tasks.items()}
     assert sum(1 for t in status if t.startswith("swf-1/")) == 4 and sum(1 for t in status if t.startswith("swf-3/")) == 6
     assert status["swf-4/rank/0"] == "failed"
     assert all(s == "finished" for t, s in status.items() if not t.startswith("swf-4/"))
-    ends = {t.split("/")[0]: sim.tasks[t].ended_at for t in status}
+    ends = {t.split("/")[0]: sim.view.tasks[t].ended_at for t in status}
     assert ends["swf-2"] == 10  # zero run time: finished on arrival
     assert ends["swf-1"] == 600
     assert ends["swf-3"] == 600 + 300  # 8 cores: waited for job 1's 4 to free up
@@ -455,12 +455,12 @@ def test_autopilot_preempts_infotainment_on_the_car(examples):
     info = [e for e in ev if e.get("task", "").startswith("infotainment/")]
     assert not [e for e in info if e["kind"] in ("lost", "finished", "failed")]
     for e in [e for e in info if e["kind"] == "migrated"]:
-        comp = sim.tasks[e["task"]].component
+        comp = sim.view.tasks[e["task"]].component
         assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0) and e["downtime_s"] >= 0
     # the game (most state) stays; what moved to the edge stayed within its near bound
     assert not [e for e in info if e["task"] == "infotainment/game/0" and e["kind"] == "preempted"]
     for e in [e for e in info if e["kind"] == "placed" and e["t"] >= 600]:
-        comp = sim.tasks[e["task"]].component
+        comp = sim.view.tasks[e["task"]].component
         rtt = sim.world.fleet.network.rtt(sim.world.fleet.site_index[e["site"]],
                                           sim.world.fleet.site_index["car-1"])
         assert rtt <= comp.near.max_rtt_ms
@@ -482,8 +482,8 @@ def test_preemption_evicts_a_gang_whole_or_not_at_all(tmp_path):
     sim, _ = simulate(path)
     preempted = sorted(e["task"] for e in sim.events if e["kind"] == "preempted")
     assert preempted == ["low/g/0", "low/g/1"]  # evicting one member would strand the other
-    assert sim.tasks["high/h/0"].status == "running"
-    assert [sim.tasks[t].status for t in preempted] == ["pending", "pending"]
+    assert sim.view.tasks["high/h/0"].status == "running"
+    assert [sim.view.tasks[t].status for t in preempted] == ["pending", "pending"]
     assert not [t for t in sim.state.placements if t.startswith("low/")]
 
 
@@ -507,7 +507,7 @@ def test_preemption_takes_the_cheapest_victims(tmp_path):
 
 def test_infotainment_comes_home_after_autopilot_without_flapping(examples):
     sim, _ = simulate(examples / "autodrive.yaml")
-    info = [t for t in sim.tasks if t.startswith("infotainment/")]
+    info = [t for t in sim.view.tasks if t.startswith("infotainment/")]
     site_at = {}
     moves = defaultdict(int)
     for e in sim.events:
@@ -518,7 +518,7 @@ def test_infotainment_comes_home_after_autopilot_without_flapping(examples):
     for task in info:
         t, where = site_at[task]
         assert where == "car-1" and t <= 2400 + 300, (task, t, where)
-        assert sim.tasks[task].status == "running"
+        assert sim.view.tasks[task].status == "running"
     assert max(moves.values()) <= 2
 
 
@@ -544,9 +544,9 @@ def test_a_broken_link_moves_or_stops_what_it_breaks_and_the_report_says_so(exam
     for task in ("infotainment/movie/0", "infotainment/music/0", "infotainment/game/0"):
         last = [e for e in sim.events if e.get("task") == task and e["kind"] == "placed"][-1]
         assert last["site"] == "car-1" and last["t"] <= 2400
-        assert sim.tasks[task].status == "running"
+        assert sim.view.tasks[task].status == "running"
     for e in [e for e in sim.events if e["kind"] == "migrated" and e["task"].startswith("infotainment/")]:
-        comp = sim.tasks[e["task"]].component
+        comp = sim.view.tasks[e["task"]].component
         assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0)
 
 
@@ -571,8 +571,8 @@ def test_a_stopped_stateful_service_waits_for_a_path_its_state_can_take(tmp_path
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     sim, _ = simulate(path, until=20 * 60)
-    assert sim.tasks["low/s/0"].status == "pending"
-    assert "state at a unreachable" in sim.tasks["low/s/0"].reasons
+    assert sim.view.tasks["low/s/0"].status == "pending"
+    assert "state at a unreachable" in sim.view.tasks["low/s/0"].reasons
     sim, _ = simulate(path)
     ev = [e for e in sim.events if e.get("task") == "low/s/0"]
     assert [(e["kind"], e.get("site")) for e in ev if e["kind"] in ("placed", "preempted")] == [
@@ -668,7 +668,7 @@ def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive
     sim, _ = simulate(path)
     fleet, ev = sim.world.fleet, sim.events
     a, d = arrive * 60, delete * 60
-    info = [t for t in sim.tasks if t.startswith("infotainment/")]
+    info = [t for t in sim.view.tasks if t.startswith("infotainment/")]
     placed = defaultdict(list)
     for e in ev:
         if e["kind"] == "placed":
@@ -676,10 +676,10 @@ def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive
     for task in info:
         assert placed[task][0]["site"] == "car-1" and placed[task][0]["t"] < a
         assert placed[task][-1]["site"] == "car-1" and placed[task][-1]["t"] <= d + 300
-        assert sim.tasks[task].status == "running"
+        assert sim.view.tasks[task].status == "running"
         for e in placed[task]:
             rtt = fleet.network.rtt(fleet.site_index[e["site"]], fleet.site_index["car-1"])
-            assert rtt <= sim.tasks[task].component.near.max_rtt_ms
+            assert rtt <= sim.view.tasks[task].component.near.max_rtt_ms
     for task in ("autopilot/perception/0", "autopilot/control/0"):
         assert placed[task][0]["site"] == "car-1" and a <= placed[task][0]["t"] <= a + 60
     assert not [e for e in ev if e.get("task") in info and e["kind"] in ("lost", "finished", "failed")]
@@ -687,5 +687,5 @@ def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive
     assert max(moves.values()) <= 2
     for e in ev:
         if e["kind"] == "migrated" and e["task"] in info:
-            comp = sim.tasks[e["task"]].component
+            comp = sim.view.tasks[e["task"]].component
             assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0) and e["downtime_s"] >= 0

@@ -49,8 +49,8 @@ def test_without_ceilings_a_higher_priority_never_preempts_another_tenant(tmp_pa
     if high <= low:
         return
     sim = run(late_arrival(tmp_path, [tenant("alpha"), tenant("beta")], low, high))
-    assert sim.tasks["low/c/0"].status == "running" and not preempted(sim, "low/c/0")
-    assert sim.tasks["high/c/0"].status == "pending"
+    assert sim.view.tasks["low/c/0"].status == "running" and not preempted(sim, "low/c/0")
+    assert sim.view.tasks["high/c/0"].status == "pending"
 
 
 @FAST
@@ -69,7 +69,7 @@ def test_without_ceilings_a_higher_priority_is_not_placed_before_another_tenant(
 def test_the_same_priorities_do_order_and_preempt_within_one_tenant(tmp_path):
     sim = run(late_arrival(tmp_path, [tenant("alpha")], 0, 10**9, high_tenant="alpha"))
     assert [e["cause"] for e in preempted(sim, "low/c/0")] == ["priority"]
-    assert sim.tasks["high/c/0"].status == "running" and sim.tasks["low/c/0"].status == "pending"
+    assert sim.view.tasks["high/c/0"].status == "running" and sim.view.tasks["low/c/0"].status == "pending"
 
 
 def test_a_ceiling_granted_makes_the_same_request_jump_ahead(tmp_path):
@@ -83,7 +83,7 @@ def test_a_ceiling_granted_makes_the_same_request_jump_ahead(tmp_path):
 
 def test_negative_priorities_order_a_tenants_own_work_but_do_not_give_way_to_others(tmp_path):
     sim = run(late_arrival(tmp_path, [tenant("alpha"), tenant("beta", maxPriority=100)], -50, 0))
-    assert sim.tasks["low/c/0"].status == "running" and not preempted(sim, "low/c/0")
+    assert sim.view.tasks["low/c/0"].status == "running" and not preempted(sim, "low/c/0")
 
 
 # ------------------------------------------------------------------ ceilings set by the admin
@@ -100,7 +100,7 @@ def test_within_the_ceilings_a_higher_priority_preempts_another_tenant(tmp_path)
     sim = run(path)
     [e] = preempted(sim, "victim/c/0")
     assert e["cause"] == "priority" and e["by"] == "urgent/c/0" and e["t"] == 600
-    assert sim.tasks["urgent/c/0"].status == "running" and sim.tasks["victim/c/0"].status == "pending"
+    assert sim.view.tasks["urgent/c/0"].status == "running" and sim.view.tasks["victim/c/0"].status == "pending"
 
 
 def test_equal_standing_does_not_preempt_across_tenants(tmp_path):
@@ -111,7 +111,7 @@ def test_equal_standing_does_not_preempt_across_tenants(tmp_path):
     path = scenario(tmp_path, ONE_NODE, apps, CEILINGS,
                     arrivals=[{"at": 0, "app": "victim"}, {"at": "10m", "app": "peer"}])
     sim = run(path)
-    assert not preempted(sim, "victim/c/0") and sim.tasks["peer/c/0"].status == "pending"
+    assert not preempted(sim, "victim/c/0") and sim.view.tasks["peer/c/0"].status == "pending"
 
 
 @pytest.mark.parametrize("where", ["application", "component", "generator"])
@@ -171,10 +171,10 @@ def test_fair_share_reclaims_from_a_tenant_whose_priority_has_no_ceiling(tmp_pat
     sim = run(reclaim_world(tmp_path, None))
     causes = [e["cause"] for e in sim.events if e["kind"] == "preempted"]
     assert causes == ["fair share"]
-    assert sim.tasks["share/c/0"].status == "running"
+    assert sim.view.tasks["share/c/0"].status == "running"
 
 
 def test_fair_share_leaves_work_whose_standing_the_admin_granted(tmp_path):
     sim = run(reclaim_world(tmp_path, 10**9))
     assert not [e for e in sim.events if e["kind"] == "preempted"]
-    assert sim.tasks["share/c/0"].status == "pending"
+    assert sim.view.tasks["share/c/0"].status == "pending"

@@ -92,7 +92,7 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
             with parking(enabled) as seen:
                 sim = Simulation(load_world([path], sizes), seed=5, until=until)
                 sim.run()
-            pending = {r.task: dict(r.reasons) for r in sim.tasks.values() if r.status == "pending"}
+            pending = {r.task: dict(r.reasons) for r in sim.view.tasks.values() if r.status == "pending"}
             runs.append((json.dumps(sim.events.take(), sort_keys=True), seen["parked"], pending, sim))
             room += seen["for room"]
         (alone, none, before, _), (parked, used, after, sim) = runs
@@ -105,7 +105,7 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
             (why,) = reasons
             assert why == f"near site {task.split('/')[0].split('.')[1]} is offline", why
             assert why.split()[2] in offline
-        assert all(sim.pending.parked(sim.tasks[t].unit) for t in waits)
+        assert all(sim.pending.parked(sim.view.tasks[t].unit) for t in waits)
         named += len(waits)
     assert named > 0 and room > 0, (named, room)
     counts = room_wait.COUNTS

@@ -366,10 +366,7 @@ _register_server_commands()
 
 
 def _counts(sim) -> str:
-    from collections import Counter
-
-    c = Counter(r.status for r in sim.tasks.values())
-    return ", ".join(f"{c.get(k, 0)} {k}" for k in ("finished", "running", "pending", "failed"))
+    return ", ".join(f"{n} {k}" for k, n in sim.view.counts().items())
 
 
 class _progress:

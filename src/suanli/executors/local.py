@@ -45,7 +45,7 @@ from suanli.executors.confine import Confinement
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
                                     await_checkpoint, copy_tree, folder_size, give, launch, make_dir, open_log,
-                                    origin_wall, process_env, safe, task_command, user_switch)
+                                    origin_wall, process_env, safe, speed_of, task_command, user_switch)
 
 if TYPE_CHECKING:
     from suanli.sim.simulation import Simulation
@@ -70,8 +70,7 @@ class LocalExecutor:
         ``isolate_tenants`` (a control plane's tenants): then each task runs in
         its own folder, as its tenant's user where this process may switch
         users, and the work directory's folders are private."""
-        self.sim = sim
-        self.loop = sim.loop
+        self.view, self.loop = sim.view, sim.loop  # what it reads, and where it reports
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
         self.cwd = None if isolate_tenants else Path(cwd or sim.world.base_dir).resolve()
@@ -93,7 +92,7 @@ class LocalExecutor:
         users = (f"one per tenant, from uid {FIRST_UID} ({USERS_FILE})" if self.users
                  else f"the executor's (uid {os.geteuid()}): {why_not}")
         self.post("executor", executor="local", work_dir=str(self.work), confinement=how, users=users,
-                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(sim))
+                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(self.loop))
 
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))
@@ -132,11 +131,11 @@ class LocalExecutor:
     def start(self, run: Run, now: float) -> None:
         run.started_at = now
         for task in run.tasks:
-            self._spawn(launch(self.sim, run, task))
+            self._spawn(launch(self.view, run, task, speed_of(self.loop)))
 
     def restart(self, run: Run, task: str, now: float) -> None:
         if task not in self.procs:  # not started again meanwhile (by a move)
-            self._spawn(launch(self.sim, run, task))
+            self._spawn(launch(self.view, run, task, speed_of(self.loop)))
 
     def stop(self, run: Run, now: float) -> None:
         keep_progress(run, now)
@@ -144,14 +143,14 @@ class LocalExecutor:
 
     def move(self, run: Run, task: str, now: float) -> None:
         self._end([task], keep_state=True)
-        self._spawn(launch(self.sim, run, task))
+        self._spawn(launch(self.view, run, task, speed_of(self.loop)))
 
     def release(self, run: Run, now: float) -> None:
         self._end(run.tasks, keep_state=False)
 
     def node_down(self, node: int, now: float) -> None:
         """The node's processes are killed without warning and its folder is lost."""
-        name = self.sim.world.fleet.node_name(node)
+        name = self.view.world.fleet.node_name(node)
         self.lost_nodes.add(name)
         doomed = [p for p in self.procs.values() if p.launch.node == name]
         for p in doomed:

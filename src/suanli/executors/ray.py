@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
-                                    await_checkpoint, give, launch, make_dir, open_log, origin_wall, pack,
+                                    await_checkpoint, give, launch, make_dir, open_log, origin_wall, pack, speed_of,
                                     process_env, safe, task_command, unpack, user_switch)
 from suanli.spec.problems import Problem, SpecError
 
@@ -354,7 +354,7 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.affinity = NodeAffinitySchedulingStrategy
-        self.sim, self.loop, self.cluster, self.ray = sim, sim.loop, cluster, cluster.ray
+        self.view, self.loop, self.cluster, self.ray = sim.view, sim.loop, cluster, cluster.ray
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
         make_dir(self.work / "logs", PRIVATE if isolate_tenants else None)
@@ -382,7 +382,7 @@ class RayExecutor:
                  "setpriv; elsewhere the Ray node's user" if self.users else "the Ray workers' user")
         self.post("executor", executor="ray", address=cluster.address, work_dir=str(self.work),
                   ray_nodes=len(set(self.ray_node.values())), fleet_nodes_served=len(self.ray_node), users=users,
-                  cwd=self.cwd or "each task's own folder", origin_wall=origin_wall(sim))
+                  cwd=self.cwd or "each task's own folder", origin_wall=origin_wall(self.loop))
         for name in missing:
             self.loop.post(NodeLost(name, f"no live Ray node labelled {LABEL}={name} or its site"))
         self._threads = [threading.Thread(target=self._watch, name="suanli-ray-watch", daemon=True),
@@ -413,7 +413,7 @@ class RayExecutor:
     def start(self, run: Run, now: float) -> None:
         run.started_at = now
         for task in run.tasks:
-            self._launch(launch(self.sim, run, task))
+            self._launch(launch(self.view, run, task, speed_of(self.loop)))
 
     def restart(self, run: Run, task: str, now: float) -> None:
         h = self.handles.get(task)
@@ -432,7 +432,7 @@ class RayExecutor:
 
     def move(self, run: Run, task: str, now: float) -> None:
         self._end([task], save=True)
-        self._launch(launch(self.sim, run, task))
+        self._launch(launch(self.view, run, task, speed_of(self.loop)))
 
     def release(self, run: Run, now: float) -> None:
         self._end(run.tasks, save=False)
@@ -443,7 +443,7 @@ class RayExecutor:
         """What runs on the node is gone: its actors are killed (the node may
         still answer, when the scheduler was told so by a scenario); stateful
         tasks keep only their last checkpoint."""
-        name = self.sim.world.fleet.node_name(node)
+        name = self.view.world.fleet.node_name(node)
         for h in [h for h in self.handles.values() if h.launch.node == name]:
             h.stopping = True
             with self._lock:

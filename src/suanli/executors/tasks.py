@@ -38,7 +38,8 @@ from suanli.executors.confine import wrap
 from suanli.executors.sim import runtime
 
 if TYPE_CHECKING:
-    from suanli.sim.simulation import Simulation
+    from suanli.engine.loop import EventLoop
+    from suanli.sim.ledger import LedgerView
 
 CHECKPOINT_MARK = ".checkpointed"  # a task touches it in its state directory when a checkpoint is written
 USERS_FILE = "users.json"  # in the work directory: tenant -> the uid its tasks run as
@@ -69,13 +70,13 @@ def safe(task: str) -> str:
     return quote(task, safe="")
 
 
-def launch(sim: "Simulation", run: Run, task: str) -> Launch:
-    """How ``task`` of ``run`` starts where the scheduler placed it."""
-    rec = sim.tasks[task]
+def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launch:
+    """How ``task`` of ``run`` starts where the scheduler placed it (``speed``:
+    scheduler seconds per real second)."""
+    rec = view.tasks[task]
     comp = rec.component
-    node = sim.state.placements[task].host.node
-    fleet = sim.world.fleet
-    speed = getattr(sim.loop.clock, "speed", 1.0)
+    node = view.node_of(task)
+    fleet = view.world.fleet
     spec = comp.run
     if spec is not None:
         command, env, grace = spec.command, dict(spec.env), spec.stop_grace_s
@@ -99,9 +100,14 @@ def launch(sim: "Simulation", run: Run, task: str) -> Launch:
                   comp.resources.mem_mib, comp.stateful, every, grace, spec is None)
 
 
-def origin_wall(sim: "Simulation") -> float:
+def speed_of(loop: "EventLoop") -> float:
+    """Scheduler seconds per real second of the loop's clock."""
+    return getattr(loop.clock, "speed", 1.0)
+
+
+def origin_wall(loop: "EventLoop") -> float:
     """The wall time (seconds since the epoch) of the scheduler's time 0."""
-    return round(time.time() - sim.loop.now() / getattr(sim.loop.clock, "speed", 1.0), 6)
+    return round(time.time() - loop.now() / speed_of(loop), 6)
 
 
 def process_env(env: dict[str, str], state_dir: Path, home: Path, cpu_milli: int) -> dict[str, str]:

@@ -382,8 +382,8 @@ class Controller:
         sim, out = self.sim, []
         now = time.time()
         for uid in sim.pending:
-            for task in sim.units[uid].unit.tasks:
-                rec = sim.tasks[task]
+            for task in sim.view.units[uid].unit.tasks:
+                rec = sim.view.tasks[task]
                 if rec.status != "pending" or not rec.reasons or self._reasons.get(task) == id(rec.reasons):
                     continue
                 self._reasons[task] = id(rec.reasons)

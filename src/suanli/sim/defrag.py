@@ -69,7 +69,7 @@ def plan_defrag(sim, unit: Unit) -> list[tuple[str, Allocation]] | None:
 
 
 def _cost(sim, plan) -> tuple:
-    return (len(plan), sum(sim.tasks[t].component.state_mib for t, _ in plan if sim.tasks[t].component.stateful))
+    return (len(plan), sum(sim.view.tasks[t].component.state_mib for t, _ in plan if sim.view.tasks[t].component.stateful))
 
 
 def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
@@ -89,9 +89,9 @@ def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
     plan: list[tuple[str, Allocation]] = []
     try:
         for task in sorted(occupants, key=lambda t: -sum(state.placements[t].alloc.milli)):
-            rec = sim.tasks[task]
+            rec = sim.view.tasks[task]
             a = state.placements[task].alloc
-            us = sim.units[rec.unit]
+            us = sim.view.units[rec.unit]
             if (len(us.unit.tasks) != 1 or not rec.component.preemptible or us.run is None
                     or len(a.slots) != 1 or a.milli[0] >= 1000 or not sim.may_disturb(rec.unit, len(plan))):
                 return None

@@ -84,8 +84,8 @@ class HostKeeper:
         sim = self.sim
         for node in list(self.draining):
             tasks = sorted(self.state.tasks_on_node.get(node, ()))
-            for uid in dict.fromkeys(sim.tasks[task].unit for task in tasks):
-                if sim.units[uid].run is not None and sim.may_disturb(uid):
+            for uid in dict.fromkeys(sim.view.tasks[task].unit for task in tasks):
+                if sim.view.units[uid].run is not None and sim.may_disturb(uid):
                     sim.evict(t, uid, "drain", reason=f"node {self.state.fleet.node_name(node)} drained")
 
     # ------------------------------------------------------------ scale-down

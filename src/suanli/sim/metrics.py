@@ -329,12 +329,12 @@ def jain(values: Iterable[float]) -> float:
 
 
 def summarize(sim, end: float) -> dict[str, Any]:
-    status = Counter(r.status for r in sim.tasks.values())
+    status = sim.view.counts()
     waits: dict[str, list[float]] = defaultdict(list)
     tenant_waits: dict[str, list[float]] = defaultdict(list)
     completion: dict[str, list[float]] = defaultdict(list)
     tenant_completion: dict[str, list[float]] = defaultdict(list)
-    for rec in sim.tasks.values():
+    for rec in sim.view.tasks.values():
         klass = rec.klass
         if not klass:
             continue
@@ -345,16 +345,15 @@ def summarize(sim, end: float) -> dict[str, Any]:
             completion[klass].append(rec.ended_at - rec.submitted_at)
             tenant_completion[rec.tenant].append(rec.ended_at - rec.submitted_at)
     reasons: Counter = Counter()
-    for rec in sim.tasks.values():
-        if rec.status == "pending":
-            reasons.update(rec.reasons.keys())
+    for rec in sim.view.pending():
+        reasons.update(rec.reasons.keys())
     state = sim.state
     weighted = state.share_by_tenant()
     log = sim.events
     kinds = log.kinds
     return {
         "end_s": round(end, 6),
-        "tasks": {"submitted": len(sim.tasks), **{k: status.get(k, 0) for k in ("finished", "running", "pending", "failed")}},
+        "tasks": {"submitted": len(sim.view), **status},
         "queueing_delay_s": {k: percentiles(v) for k, v in sorted(waits.items())},
         "completion_time_s": {k: percentiles(v) for k, v in sorted(completion.items())},
         "queueing_delay_by_tenant_s": {k: percentiles(v) for k, v in sorted(tenant_waits.items())},

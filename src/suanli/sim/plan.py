@@ -21,7 +21,7 @@ from suanli.sim.rescheduler import plan_returns, victims
 def dry_run(sim, at: float) -> dict[str, Any]:
     fleet = sim.world.fleet
     running = Counter(fleet.site_of(p.host.node).name for p in sim.state.placements.values())
-    pending = [r for r in sim.tasks.values() if r.status == "pending"]
+    pending = list(sim.view.pending())
     moves: list[dict[str, Any]] = []
     # shown even when the scenario turns rescheduling off: this is what it would do
     policy = sim.policy
@@ -31,7 +31,7 @@ def dry_run(sim, at: float) -> dict[str, Any]:
         moves.append({"kind": "return", "task": mv.task, "from": fleet.node_name(p.host.node),
                       "to": fleet.node_name(int(table.node[mv.to_row])),
                       "gain": round(mv.gain, 3), "cost_downtime_s": round(mv.downtime_s, 6)})
-    waiting = sorted({sim.units[r.unit].unit.seq: sim.units[r.unit].unit for r in pending if r.unit >= 0}.items())
+    waiting = sorted({sim.view.units[r.unit].unit.seq: sim.view.units[r.unit].unit for r in pending if r.unit >= 0}.items())
     standing = sim.business.standing
     for _, unit in sorted(waiting, key=lambda kv: (-standing(kv[1]), -kv[1].priority, kv[0])):
         gather = plan_defrag(sim, unit) if needs_whole_devices(unit) else None
@@ -43,7 +43,7 @@ def dry_run(sim, at: float) -> dict[str, Any]:
         plan = plan_preemption(sim.business, unit, victims(sim, unit))
         if plan:
             moves.append({"kind": "preempt", "for": unit.tasks, "priority": unit.priority,
-                          "evict": [t for v in plan for t in sim.units[v.key].run.tasks],
+                          "evict": [t for v in plan for t in sim.view.units[v.key].run.tasks],
                           "cost": {"units": len(plan), "max_priority": max(v.priority for v in plan),
                                    "state_mib": sum(v.state_mib for v in plan)}})
     return {

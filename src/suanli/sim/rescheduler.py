@@ -62,8 +62,8 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
         if len(moves) >= limit:
             break
         comp = sim.near_running[task]
-        rec = sim.tasks[task]
-        if comp.lifetime != "service" or len(sim.units[rec.unit].unit.tasks) > 1:
+        rec = sim.view.tasks[task]
+        if comp.lifetime != "service" or len(sim.view.units[rec.unit].unit.tasks) > 1:
             watch.rest(task)  # it never moves here (until it moves otherwise)
             continue
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
@@ -132,11 +132,11 @@ def apply_returns(sim, t: float) -> None:
     if not sim.near_running or room <= 0:
         return
     for move in plan_returns(sim, t, policy.hysteresis, room):
-        if sim.may_disturb(sim.tasks[move.task].unit):
+        if sim.may_disturb(sim.view.tasks[move.task].unit):
             _move(sim, t, move)
 
 def _move(sim, t: float, move: Move) -> None:
-    rec = sim.tasks[move.task]
+    rec = sim.view.tasks[move.task]
     vcs = sim.state.vcs[sim.state.placements[move.task].vc]
     a = allocation(vcs.table, sim.business.request(rec.component, rec.tenant), move.to_row)
     relocate(sim, t, move.task, a, "return", "closer to its near site")
@@ -146,7 +146,7 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     """Move a running task to allocation ``a`` on its VC's table (another row,
     or other devices of the same row): its run goes on, it is placed again
     there and its state travels (``migrated``; started when it arrives)."""
-    rec = sim.tasks[task]
+    rec = sim.view.tasks[task]
     old = sim.state.placements[task]
     vcs = sim.state.vcs[old.vc]
     sim.state.remove_placement(task)
@@ -155,11 +155,11 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     p = sim.state.add_placement(task, rec.tenant, vcs, a)
     sim.business.acquire(rec.component, p.host.node)
     sim.track_near(task)
-    rec.moved_from, rec.stopped_at = old.host.node, t
+    sim.ledger.stopped_to_move(rec, old.host.node, t)
     sim.disrupted.add(task, rec.component)
     sim.log(t, "placed", task=task, **sim.where(p.host.node), host=p.host.name, vc=p.vc, reason=reason)
     sim.log_move(t, rec, p.host.node, cause=cause)
-    sim.executor.move(sim.units[rec.unit].run, task, t)
+    sim.executor.move(sim.view.units[rec.unit].run, task, t)
 
 
 def outranks(sim, unit: Unit, other: Unit) -> bool:
@@ -188,16 +188,16 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
                                          for r, rows in zip(reqs, near)]))
         useful = np.zeros(table.n, bool)
         useful[rows] = True
-        on = {sim.tasks[task].unit for row in rows.tolist() for task in sim.state.tasks_on_node.get(row, ())}
-        candidates = sorted((u for u in on if u in sim.running), key=sim.running_seq.__getitem__)
+        on = {sim.view.tasks[task].unit for row in rows.tolist() for task in sim.state.tasks_on_node.get(row, ())}
+        candidates = sim.view.in_start_order(on)
     else:
         useful = np.zeros(table.n, bool)
         for r in reqs:
             useful |= static_mask(table, r)
-        candidates = sim.running
+        candidates = sim.view.running()
     out = []
     for uid in candidates:
-        us = sim.units[uid]
+        us = sim.view.units[uid]
         comps = us.unit.components
         if not all(c.preemptible for c in comps):
             continue
@@ -215,7 +215,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             p = sim.state.placements[task]
             if sim.state.vcs[p.vc].table is not table:
                 break
-            held.append((sim.tasks[task].component, p.alloc))
+            held.append((sim.view.tasks[task].component, p.alloc))
         else:
             if held and any(useful[a.row] for _, a in held):
                 state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
@@ -255,11 +255,11 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
     fleet = sim.world.fleet
     component = fleet.network.component
     out: dict[int, str] = {}
-    for uid in running_at(sim, changed) if changed is not None else sim.running:
-        us = sim.units[uid]
+    for uid in running_at(sim, changed) if changed is not None else sim.view.running():
+        us = sim.view.units[uid]
         sites = []
         for task in us.run.tasks:
-            rec, p = sim.tasks[task], state.placements[task]
+            rec, p = sim.view.tasks[task], state.placements[task]
             table = state.vcs[p.vc].table
             row = p.alloc.row
             sites.append(int(table.site[row]))
@@ -278,11 +278,11 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
 
 def running_at(sim, sites: set[int]) -> list[int]:
     """The running units placed on ``sites`` or bound (near, data) to one, in
-    the order of ``sim.running``: from the node and bound indexes, not a scan."""
+    the order they started: from the node and bound indexes, not a scan."""
     fleet, state = sim.world.fleet, sim.state
     found: set[int] = set()
     for s in sites:
-        found.update(sim.bound_to.get(fleet.site_table.names.name(s), ()))
+        found.update(sim.view.bound_near(fleet.site_table.names.name(s)))
         for node in fleet.nodes_of(s).tolist():
-            found.update(sim.tasks[task].unit for task in state.tasks_on_node.get(node, ()))
-    return sorted((u for u in found if u in sim.running), key=sim.running_seq.__getitem__)
+            found.update(sim.view.tasks[task].unit for task in state.tasks_on_node.get(node, ()))
+    return sim.view.in_start_order(found)

@@ -30,12 +30,12 @@ def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, A
     (with ``text``: of their JSON text)."""
     state = sim.state
     placements = state.placements
-    placed = (placements[task] for task in sim.tasks if task in placements)
+    placed = (placements[task] for task in sim.view.tasks if task in placements)
     unscheduled = [
-        {"task": r.task, "tenant": r.tenant, "vc": sim.units[r.unit].unit.app.vc,
+        {"task": r.task, "tenant": r.tenant, "vc": sim.view.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
          "reasons": {k: int(v) for k, v in sorted(r.reasons.items(), key=lambda kv: (-kv[1], kv[0]))}}
-        for r in sim.tasks.values() if r.status == "pending"
+        for r in sim.view.pending()
     ]
     scenario = sim.world.scenario
     yield "scenario", scenario.metadata.name if scenario is not None else None

@@ -15,7 +15,7 @@ import zlib
 from bisect import bisect_left
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -42,6 +42,7 @@ from suanli.spec.schema import NodeDownEvent, NodeUpEvent, ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.hosts import HostKeeper
+from suanli.sim.ledger import FAILED, FINISHED, PENDING, RUNNING, Ledger, LedgerView, TaskRecord
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
@@ -54,10 +55,6 @@ from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_ar
 
 log = logging.getLogger(__name__)
 
-PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
-_CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if large else "/small")
-            for short in (False, True) for large in (False, True)}  # one string each, not one per unit
-NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
 
 
 # A run allocates and drops many small objects (events, allocations, records)
@@ -85,24 +82,6 @@ def fewer_collections():
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
-
-
-@dataclass(slots=True)
-class TaskRecord:
-    task: str
-    tenant: str
-    component: Component | None  # None: a trace record that never became work
-    unit: int  # -1 with no component
-    status: str = PENDING
-    submitted_at: float = 0.0
-    first_placed_at: float | None = None
-    ended_at: float | None = None
-    moved_from: int | None = None  # the node a preempted service left; its next start is a move
-    stopped_at: float | None = None
-    last_move_at: float | None = None
-    klass: str = ""  # the unit's workload class ("" for a record that never became work)
-    job: bool = False  # a job (it finishes) rather than a service
-    reasons: Counter = field(default_factory=lambda: NO_REASONS)
 
 
 class Disrupted:
@@ -135,15 +114,6 @@ class Disrupted:
 
     def __iter__(self):
         return iter(self._key)
-
-
-@dataclass(slots=True)
-class UnitState:
-    unit: Unit
-    klass: str  # short/small, short/large, resident/small, resident/large
-    remaining_work_s: float | None
-    remaining_s: float | None
-    run: Run | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +183,13 @@ class Simulation:
         self.events = EventLog(events_to)  # in memory, or streamed to ``events_to``
         self._names: dict[int, tuple[str, str]] = {}  # node -> its name and its site's, for events
         self._stamp: tuple[float | None, float] = (None, 0.0)  # an instant's time and its rounding, for events
-        self.tasks: dict[str, TaskRecord] = {}
-        self.units: dict[int, UnitState] = {}
+        self.ledger = Ledger()  # the records of tasks and units: they change through its transitions only
+        self.view = LedgerView(self.ledger, self.state.placements, world)  # what code outside reads
+        self._tasks, self._units = self.ledger.tasks, self.ledger.units  # read here, changed by the ledger
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
         self._room = RoomWait()  # units parked until a row they could go to has room for them
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
-        self.runs: dict[int, int] = {}  # run id -> unit id
-        self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
         self._mobility: list[Iterator] = []  # mobility streams (handovers, offline spells)
         self._next_mobility: list[tuple | None] = []
@@ -230,12 +199,7 @@ class Simulation:
         self._beyond: set[str] = set()  # those of them now beyond their bound (kept as things change)
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
         self._next: list[Arrival | None] = []
-        self.units_by_app: dict[str, list[int]] = {}
-        self._unit_ids = 0
-        self._run_ids = 0
         self._levels: Counter = Counter()  # standings of the running units, counted
-        self.running_seq: dict[int, int] = {}  # unit -> when it entered ``running`` (its order there)
-        self.bound_to: dict[str, set[int]] = {}  # site name -> units that ran bound near it or to its data
         self._own: dict[str, Counter] = {}  # per tenant, the priorities of its running units, counted
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
@@ -258,7 +222,7 @@ class Simulation:
 
     def run(self) -> float:
         with fewer_collections():
-            self._frozen_at = len(self.tasks)
+            self._frozen_at = len(self._tasks)
             try:
                 self.start()
                 end = self.loop.run(self._handle, self.until)
@@ -352,7 +316,7 @@ class Simulation:
 
     def _arrive(self, t: float, arrival: Arrival) -> None:
         if arrival.app is None:  # a record that cannot become work: counted, as failed
-            self.tasks[arrival.skipped] = TaskRecord(arrival.skipped, arrival.tenant, None, -1, FAILED, t, ended_at=t)
+            self.ledger.record_ended(arrival.skipped, arrival.tenant, FAILED, t)
             self.log(t, "submitted", task=arrival.skipped, tenant=arrival.tenant)
             self.log(t, "failed", task=arrival.skipped, reason=arrival.reason)
             return
@@ -400,9 +364,9 @@ class Simulation:
         self.hosts.after(t)
         self.flush_hosts(t)
         self.recorder.sample(t)
-        if self._frozen_at >= 0 and len(self.tasks) >= self._frozen_at + FREEZE_EVERY:
+        if self._frozen_at >= 0 and len(self._tasks) >= self._frozen_at + FREEZE_EVERY:
             gc.freeze()  # what this instant added lives on (see ``FREEZE_EVERY``)
-            self._frozen_at = len(self.tasks)
+            self._frozen_at = len(self._tasks)
         if self.on_instant is not None:
             self.on_instant(t)
 
@@ -415,43 +379,32 @@ class Simulation:
             self.log(t, "failed", app=app.name, tenant=app.tenant, reason=cannot_schedule(exc))
             log.warning("application %s of tenant %s: %s", app.name, app.tenant, cannot_schedule(exc))
             return
+        ledger = self.ledger
         for unit in units:
             if ended and all(task in ended for task in unit.tasks):
                 for task, comp in zip(unit.tasks, unit.components):
-                    self.tasks[task] = TaskRecord(task, app.tenant, None, -1, ended[task], t, ended_at=t,
-                                                  job=comp.lifetime == "job")
+                    ledger.record_ended(task, app.tenant, ended[task], t, comp.lifetime == "job")
                 continue
-            uid = self._unit_ids
-            self._unit_ids += 1
-            unit.seq = uid
-            comps = unit.components
-            jobs = [c for c in comps if c.lifetime == "job"]
-            klass = _CLASSES[bool(jobs and len(jobs) == len(comps)), len(unit.tasks) > 1]
-            lead = jobs[0] if jobs else None
-            self.units[uid] = UnitState(unit, klass,
-                                        lead.work_s if lead else None, lead.duration_s if lead else None)
-            self.units_by_app.setdefault(app.name, []).append(uid)
-            for task, comp in zip(unit.tasks, comps):
-                self.tasks[task] = TaskRecord(task, app.tenant, comp, uid, submitted_at=t, klass=klass,
-                                              job=comp.lifetime == "job")
+            uid = ledger.submit(unit, t)
+            for task in unit.tasks:
                 self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending.add(uid)
 
     def _current(self, run_id: int) -> int | None:
         """The unit whose run ``run_id`` is; None when that run has stopped (an
         executor's report about it is stale)."""
-        uid = self.runs.get(run_id)
+        uid = self.ledger.runs.get(run_id)
         if uid is None:
             return None
-        run = self.units[uid].run
+        run = self._units[uid].run
         return uid if run is not None and run.run_id == run_id else None
 
     def _finished(self, t: float, run_id: int) -> None:
         uid = self._current(run_id)
         if uid is None:
             return  # the run was stopped earlier: a stale finish
-        us = self.units[uid]
-        jobs = [task for task in us.run.tasks if self.tasks[task].component.lifetime == "job"]
+        us = self._units[uid]
+        jobs = [task for task in us.run.tasks if self._tasks[task].component.lifetime == "job"]
         for task in jobs:
             self._end_task(t, task, FINISHED, "finished")
         if len(jobs) == len(us.run.tasks):
@@ -460,7 +413,7 @@ class Simulation:
             us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
 
     def _end_task(self, t: float, task: str, status: str, kind: str, **extra: Any) -> None:
-        rec = self.tasks[task]
+        rec = self._tasks[task]
         p = self.state.placements.get(task)
         where = {}
         if p is not None:
@@ -472,23 +425,21 @@ class Simulation:
         self._beyond.discard(task)
         self.migrating.pop(task, None)
         self.disrupted.discard(task)
-        rec.status, rec.ended_at = status, t
+        self.ledger.ended(rec, status, t)
         self.log(t, kind, task=task, **where, **extra)
 
     def _close_run(self, uid: int, stop_at: float | None = None) -> Run:
         """Take a unit's run off the books. With ``stop_at`` the executor stops it
         early and the progress it kept is what the unit's next run starts from."""
-        us = self.units[uid]
+        us = self._units[uid]
         run = us.run
         if stop_at is not None:
             self.executor.stop(run, stop_at)
             us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
         else:
             self.executor.release(run, self.now)
-        self.runs.pop(run.run_id, None)
-        if self.running.pop(uid, 0) is None:
+        if self.ledger.close(uid)[1]:
             self._count_running(us.unit, -1)
-        us.run = None
         return run
 
     def _count_running(self, unit: Unit, step: int) -> None:
@@ -510,7 +461,7 @@ class Simulation:
 
     def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
         """Stop a unit's run (a member was lost) and queue it again, whole."""
-        if self.units[uid].run is None:
+        if self._units[uid].run is None:
             return
         run = self._close_run(uid, stop_at=t)
         for task in run.tasks:
@@ -529,13 +480,13 @@ class Simulation:
         uid = self._current(ev.run_id)
         if uid is None:
             return  # a run stopped meanwhile
-        run = self.units[uid].run
-        rec = self.tasks[ev.task]
+        run = self._units[uid].run
+        rec = self._tasks[ev.task]
         comp = rec.component
         self.log(t, "exited", task=ev.task, code=ev.code, **self.where(self.state.placements[ev.task].host.node))
         if ev.code == 0 and rec.job:
             run.exited = (run.exited or set()) | {ev.task}
-            if all(task in run.exited for task in run.tasks if self.tasks[task].job):
+            if all(task in run.exited for task in run.tasks if self._tasks[task].job):
                 self._finished(t, ev.run_id)
             return
         policy = comp.run.restart if comp.run is not None else ("always" if not rec.job else "never")
@@ -550,7 +501,7 @@ class Simulation:
         status = FINISHED if ev.code == 0 else FAILED
         why = f"exit status {ev.code}" + (f" after {done} restarts" if done else "")
         for task in self._close_run(uid).tasks:
-            if self.tasks[task].status == RUNNING:
+            if self._tasks[task].status == RUNNING:
                 self._end_task(t, task, status if task == ev.task else FAILED, status if task == ev.task else "failed",
                                reason=why if task == ev.task else f"{ev.task} ended: {why}")
 
@@ -562,7 +513,7 @@ class Simulation:
         uid = self._current(ev.run_id)
         if uid is None:
             return
-        self.executor.restart(self.units[uid].run, ev.task, t)
+        self.executor.restart(self._units[uid].run, ev.task, t)
 
     def _node_lost(self, t: float, ev: NodeLost) -> None:
         """The executor says a node's machine is gone: as ``nodeDown``, with its reason."""
@@ -599,7 +550,7 @@ class Simulation:
                 return  # what runs there stays, hosts included
             if ev.kind == "nodeDown":
                 self.executor.node_down(node, t)
-                for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
+                for uid in dict.fromkeys(self._tasks[task].unit for task in tasks):
                     self._stop_unit(t, uid, node)
             else:
                 self.hosts.draining[node] = None  # its work moves off in waves (hosts.before)
@@ -672,7 +623,7 @@ class Simulation:
             for node in nodes:
                 tasks = self.state.set_node_enabled(node, False)
                 self.executor.node_down(node, t)
-                for uid in dict.fromkeys(self.tasks[task].unit for task in tasks):
+                for uid in dict.fromkeys(self._tasks[task].unit for task in tasks):
                     self._stop_unit(t, uid, node)
                 self.hosts.node_out(node)
         else:
@@ -725,14 +676,14 @@ class Simulation:
         units = {}
         for task in self.state.tasks_on_node.get(row, ()):
             p = self.state.placements[task]
-            uid = self.tasks[task].unit
-            if self.state.vcs[p.vc].default and self.units[uid].run is not None:
-                units[uid] = self.units[uid].unit
+            uid = self._tasks[task].unit
+            if self.state.vcs[p.vc].default and self._units[uid].run is not None:
+                units[uid] = self._units[uid].unit
         standing = self.business.standing  # the claim is no tenant's: tenants count by standing
         cost = {uid: (standing(u), u.priority, sum(c.state_mib for c in set(u.components) if c.stateful),
                       len(u.tasks), uid)
                 for uid, u in units.items()}
-        held = {uid: [self.state.placements[task].alloc for task in self.units[uid].run.tasks
+        held = {uid: [self.state.placements[task].alloc for task in self._units[uid].run.tasks
                       if self.state.placements[task].host.node == row] for uid in units}
         chosen = []
         with_all = [a for uid in units for a in held[uid]]
@@ -764,8 +715,8 @@ class Simulation:
         """The application is deleted (or its trace says it left): its running
         tasks stop, finished; those never placed fail."""
         self.log(t, why, app=app)
-        for uid in self.units_by_app.get(app, ()):
-            us = self.units[uid]
+        for uid in self.ledger.by_app.get(app, ()):
+            us = self._units[uid]
             if us.run is not None:
                 for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FINISHED, "finished", reason=why)
@@ -773,7 +724,7 @@ class Simulation:
                 self.pending.discard(uid)
                 self._unpark((uid,))  # no longer watching rows for room
                 for task in us.unit.tasks:
-                    rec = self.tasks[task]
+                    rec = self._tasks[task]
                     if rec.status != PENDING:
                         continue
                     if rec.first_placed_at is None:
@@ -786,12 +737,7 @@ class Simulation:
         """Drop what a deleted application's units held once all of them have ended:
         its records stay, with their times, status and class, but not its work
         (a long trace would otherwise keep every pod it ever replayed)."""
-        uids = self.units_by_app.get(app, ())
-        if any(self.units[uid].run is not None or uid in self.pending for uid in uids):
-            return
-        for uid in self.units_by_app.pop(app, ()):
-            for task in self.units.pop(uid).unit.tasks:
-                self.tasks[task].component = None
+        self.ledger.forget(app, self.pending)
 
     # ------------------------------------------------------------ scheduling
 
@@ -815,15 +761,15 @@ class Simulation:
             if uid in still:
                 reasons = still[uid]
                 if not self.pending.parked(uid):  # (a parked unit reached for room that did not fit stays so)
-                    offline = self._offline_near(self.units[uid].unit)
+                    offline = self._offline_near(self._units[uid].unit)
                     if offline is not None:  # nothing but the device's return can change this
                         self.pending.park(uid, offline[0])
                         reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
                                            for s in dict.fromkeys(offline)})
                     else:
                         self._park_for_room(uid)
-                for task in self.units[uid].unit.tasks:
-                    self.tasks[task].reasons = reasons
+                for task in self._units[uid].unit.tasks:
+                    self.ledger.waits(self._tasks[task], reasons)
                 continue
             self._unpark((uid,), wake=False)
             self.pending.discard(uid)
@@ -844,12 +790,12 @@ class Simulation:
         (``RoomWait.walk``) and the ready ones are placed in runs between
         them. With several, the parked units a risen row could hold are
         made ready and the pass runs as usual."""
-        units = [self.units[uid].unit for uid in ready]
+        units = [self._units[uid].unit for uid in ready]
         tenants = {u.tenant for u in units} | set(self._room.tenants)
         if risen and len(tenants) > 1:
             self._unpark(self._room.fitting(risen))
             ready = self.pending.ready()
-            units = [self.units[uid].unit for uid in ready]
+            units = [self._units[uid].unit for uid in ready]
             risen = {}
         broken: list = []
         if not risen:
@@ -871,7 +817,7 @@ class Simulation:
                 i = j
             uid = walk.next(parked)
             if uid is not None:
-                run([self.units[uid].unit])
+                run([self._units[uid].unit])
         if i < len(units):
             run(units[i:])
         return self.pending.in_order(tried), failed, broken
@@ -888,7 +834,7 @@ class Simulation:
         preemption and fair-share passes would find no victim). It waits
         until one of those rows changes, paths near its site change, or such
         work starts (``_count_running``)."""
-        unit = self.units[uid].unit
+        unit = self._units[uid].unit
         if not waiting.ENABLED or len(unit.tasks) != 1 or needs_whole_devices(unit):
             return
         comp = unit.components[0]
@@ -957,18 +903,18 @@ class Simulation:
         arithmetic cannot hold): its tasks fail with the reason, any of its
         running work stops; every other application goes on."""
         why = cannot_schedule(exc)
-        uids = self.units_by_app.get(app, ())
-        tenant = self.units[uids[0]].unit.tenant if uids else "?"
+        uids = self.ledger.by_app.get(app, ())
+        tenant = self._units[uids[0]].unit.tenant if uids else "?"
         log.warning("application %s of tenant %s: %s", app, tenant, why)
         for uid in uids:
-            us = self.units[uid]
+            us = self._units[uid]
             if us.run is not None:
                 for task in self._close_run(uid).tasks:
                     self._end_task(t, task, FAILED, "failed", reason=why)
             self.pending.discard(uid)
             self._unpark((uid,))
             for task in us.unit.tasks:
-                if self.tasks[task].status == PENDING:
+                if self._tasks[task].status == PENDING:
                     self._end_task(t, task, FAILED, "failed", reason=why)
         self._forget(app)
 
@@ -1067,14 +1013,14 @@ class Simulation:
         next start is a migration, and a stateful one may go only where its
         state can follow. Jobs resume from their last checkpoint."""
         run = self._close_run(uid, stop_at=t)
-        unit = self.units[uid].unit
+        unit = self._units[uid].unit
         fleet = self.world.fleet
         held = []
         for task in run.tasks:
-            rec = self.tasks[task]
+            rec = self._tasks[task]
             node = self.state.placements[task].host.node
             if rec.component.lifetime == "service":
-                rec.moved_from, rec.stopped_at = node, t
+                self.ledger.stopped_to_move(rec, node, t)
             held.append(int(fleet.node_site[node]) if rec.component.lifetime == "service" and rec.component.stateful else -1)
             extra = {"by": by.tasks[0]} if by is not None else {}
             self._end_task(t, task, PENDING, "preempted", cause=cause, **extra, **why)
@@ -1094,8 +1040,7 @@ class Simulation:
         downtime = (t - rec.stopped_at) + transfer
         self.log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
                   to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6), **cause)
-        rec.moved_from = rec.stopped_at = None
-        rec.last_move_at = t
+        self.ledger.moved(rec, t)
         self._moves += 1
         self.migrating[rec.task] = self._moves
         self.loop.schedule(t + transfer, MoveDone(rec.task, self._moves))
@@ -1109,34 +1054,23 @@ class Simulation:
         self.log(t, "started", task=ev.task, **self.where(p.host.node))
 
     def _started(self, t: float, uid: int) -> None:
-        us = self.units[uid]
+        us = self._units[uid]
         us.unit.state_sites = ()
         placed = [task for task in us.unit.tasks if task in self.state.placements]
         for task in us.unit.tasks[len(placed):]:  # an elastic gang placed below its size
             self._end_task(t, task, FAILED, "failed",
                            reason=f"elastic gang placed with {len(placed)} of {len(us.unit.tasks)} members")
         lead = us.unit.components[0]
-        self._run_ids += 1
-        run = Run(self._run_ids, tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
+        ledger = self.ledger
+        run = Run(ledger.next_run_id(), tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
-        us.run = run
-        self.runs[run.run_id] = uid
-        if uid not in self.running:
+        if ledger.start(uid, run):
             self._count_running(us.unit, +1)
-            self.running_seq[uid] = self._run_ids  # the running dict's order, for lookups that skip the scan
-            for comp in dict.fromkeys(us.unit.components):
-                for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
-                    if name is not None:
-                        self.bound_to.setdefault(name, set()).add(uid)
-        self.running[uid] = None
         for task in placed:
-            rec = self.tasks[task]
+            rec = self._tasks[task]
             p = self.state.placements[task]
-            rec.status = RUNNING
+            ledger.placed(rec, t)
             self.track_near(task)
-            if rec.first_placed_at is None:
-                rec.first_placed_at = t
-            rec.reasons = NO_REASONS
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if rec.moved_from is not None:
@@ -1156,12 +1090,12 @@ class Simulation:
         states in flight) are under way; a service moved less than
         ``hysteresis`` ago stays (no flapping between mechanisms)."""
         policy = self.policy
-        unit = self.units[uid].unit
+        unit = self._units[uid].unit
         services = sum(1 for c in unit.components if c.lifetime == "service")  # jobs requeue, not migrate
         if len(self.migrating) + moves + services > policy.max_concurrent_migrations:
             return False
         for task in unit.tasks:
-            last = self.tasks[task].last_move_at
+            last = self._tasks[task].last_move_at
             if last is not None and self.now - last < policy.hysteresis:
                 self.wake_at(last + policy.hysteresis)  # look again when it may move
                 return False
@@ -1187,7 +1121,7 @@ class Simulation:
     def track_near(self, task: str) -> None:
         """Keep ``near_running`` to the running tasks placed away from their
         ``near`` site: only they can move closer, or be beyond their bound."""
-        comp = self.tasks[task].component
+        comp = self._tasks[task].component
         if comp.near is None:
             return
         site = self.world.fleet.node_site[self.state.placements[task].host.node]
@@ -1221,7 +1155,7 @@ class Simulation:
         if sites is None:
             tasks = list(self.near_running)
         else:
-            tasks = [task for uid in running_at(self, sites) for task in self.units[uid].run.tasks]
+            tasks = [task for uid in running_at(self, sites) for task in self._units[uid].run.tasks]
         tasks = [task for task in tasks if task in self.near_running]
         for task in tasks:
             self._near_status(task)

@@ -1,0 +1,92 @@
+"""The task ledger keeps its indexes together through every transition, and
+what it hands out is read only."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from suanli.sim.ledger import RUNNING
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+
+
+def check(sim: Simulation, seen: Counter) -> None:
+    """Every index of the ledger agrees with the records, and the records with the placements."""
+    ledger, view = sim.ledger, sim.view
+    tasks, units = ledger.tasks, ledger.units
+    counts = Counter(r.status for r in tasks.values())
+    assert view.counts() == {s: counts.get(s, 0) for s in ("finished", "running", "pending", "failed")}
+    assert sum(view.counts().values()) == len(view) == len(tasks)
+    with_run = {uid for uid, us in units.items() if us.run is not None}
+    assert set(ledger.running) == with_run
+    assert ledger.runs == {units[uid].run.run_id: uid for uid in with_run}
+    order = [ledger.running_seq[uid] for uid in ledger.running]
+    assert order == sorted(order)  # the running dict is in start order
+    assert list(view.running()) == view.in_start_order(reversed(list(ledger.running)))
+    on = {task for task, rec in tasks.items() if rec.status == RUNNING}
+    assert on == set(sim.state.placements)
+    for app, uids in ledger.by_app.items():
+        assert all(units[uid].unit.app.name == app for uid in uids)
+    assert {uid for uids in ledger.by_app.values() for uid in uids} == set(units)
+    for uid, us in units.items():
+        assert all(tasks[task].unit == uid for task in us.unit.tasks)
+        if us.run is not None:
+            for comp in us.unit.components:
+                if comp.near is not None:
+                    assert uid in view.bound_near(comp.near.site)
+    seen["instants"] += 1
+    seen["running"] += counts["running"] > 0
+    seen["pending"] += counts["pending"] > 0
+    seen["units"] = max(seen["units"], len(units))
+    seen["forgotten"] += len(units) < seen["units"]
+
+
+def moving_with_churn(tmp_path: Path) -> Path:
+    """The moving-cars scenario with a second tenant, an edge node down and
+    up, and the assist services deleted while some wait for room."""
+    from test_metrics import MOVING
+    from test_waiting import NODE_DOWN_UP, SECOND_TENANT
+
+    up = "    - {at: 80m, kind: linkUp, between: [edge-1, cloud-0]}\n"
+    text = MOVING.replace(up, up + NODE_DOWN_UP) % "true" + SECOND_TENANT
+    marker = "  events:\n"
+    path = tmp_path / "churn.yaml"
+    path.write_text(text.replace(marker, marker + "    - {at: 150m, kind: delete, app: assist}\n"))
+    return path
+
+
+@pytest.mark.parametrize("case", ["ai-hpc-mix", "churn"])
+def test_the_ledger_keeps_its_indexes_together(case, tmp_path):
+    """At every instant of a run with jobs that finish, gangs, tasks lost, preemptions,
+    migrations, a node down and up, and a deleted application, the ledger's
+    counts equal a count over its records, its running units are those with
+    a run, in start order, running tasks are those placed, and units bound
+    near a site are found from it."""
+    path = EXAMPLES / "ai-hpc-mix.yaml" if case == "ai-hpc-mix" else moving_with_churn(tmp_path)
+    seen: Counter = Counter()
+    sim = Simulation(load_world([path]), seed=5, until=None if case == "ai-hpc-mix" else 3 * 3600.0,
+                     on_instant=lambda t: check(sim, seen))
+    sim.run()
+    kinds = sim.events.kinds
+    assert seen["instants"] > 10 and seen["running"] and seen["pending"], seen
+    if case == "ai-hpc-mix":
+        assert kinds["finished"] > 0 and kinds["lost"] > 0, kinds
+    else:
+        assert kinds["migrated"] > 0 and kinds["preempted"] > 0 and kinds["deleted"] > 0 and kinds["lost"] > 0, kinds
+        assert seen["forgotten"] > 0  # the deleted application's units were dropped
+
+
+def test_what_the_ledger_hands_out_is_read_only():
+    sim = Simulation(load_world([EXAMPLES / "ai-hpc-mix.yaml"]), seed=5, until=60.0)
+    sim.run()
+    view = sim.view
+    assert len(view.tasks) > 0
+    task = next(iter(view.tasks))
+    with pytest.raises(TypeError):
+        view.tasks[task] = None  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del view.units[next(iter(view.units))]  # type: ignore[attr-defined]
+    assert not hasattr(view, "placed") and not hasattr(view, "start") and not hasattr(view, "ended")
