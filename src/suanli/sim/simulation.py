@@ -446,18 +446,21 @@ class Simulation:
         """Keep the counts of running standings and priorities (``_preempt`` reads their least).
         Work that starts below what is running, or of another tenant, may be
         a victim for units parked for room: they look again."""
+        standing, priority, tenant = self.business.standing(unit), unit.priority, unit.tenant
+        levels, own = self._levels, self._own.get(tenant)
         if step > 0 and len(self._room):
-            own = self._own.get(unit.tenant)
-            if (not own or unit.priority < min(own) or not self._levels
-                    or self.business.standing(unit) < min(self._levels)):
+            if not own or priority < min(own) or not levels or standing < min(levels):
                 self._unpark(self._room.items())
-        for counts, key in ((self._levels, self.business.standing(unit)),
-                            (self._own.setdefault(unit.tenant, Counter()), unit.priority)):
-            counts[key] += step
-            if counts[key] <= 0:
-                del counts[key]
-        if not self._own[unit.tenant]:
-            del self._own[unit.tenant]
+        if own is None:
+            own = self._own[tenant] = Counter()
+        for counts, key in ((levels, standing), (own, priority)):
+            n = counts[key] + step
+            if n > 0:
+                counts[key] = n
+            else:
+                counts.pop(key, None)
+        if not own:
+            del self._own[tenant]
 
     def _stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
         """Stop a unit's run (a member was lost) and queue it again, whole."""
@@ -1124,16 +1127,16 @@ class Simulation:
         comp = self._tasks[task].component
         if comp.near is None:
             return
-        site = self.world.fleet.node_site[self.state.placements[task].host.node]
-        if site != self.world.fleet.site_index[comp.near.site]:
+        if self._names_of(self.state.placements[task].host.node)[1] != comp.near.site:  # names are unique
             if task not in self.near_running:
                 self.returns.enter(task)
             self.near_running[task] = comp
             self.returns.wake((task,))  # placed anew: its answer may differ
-        else:
+            self._near_status(task)
+        else:  # at home: no site index parsed from its name
             self.near_running.pop(task, None)
             self.returns.leave(task)
-        self._near_status(task)
+            self._beyond.discard(task)
 
     def _near_status(self, task: str) -> None:
         """Whether ``task`` (running away from its near site) is now beyond its bound."""
@@ -1167,11 +1170,16 @@ class Simulation:
         start, move and end, and as paths change, not counted at each instant."""
         return len(self._beyond)
 
-    def where(self, node: int) -> dict[str, str]:
+    def _names_of(self, node: int) -> tuple[str, str]:
+        """The node's name and its site's (kept per node once made)."""
         names = self._names.get(node)
         if names is None:
             fleet = self.world.fleet
             names = self._names[node] = (fleet.node_name(node), fleet.site_name_of(node))
+        return names
+
+    def where(self, node: int) -> dict[str, str]:
+        names = self._names_of(node)
         return {"node": names[0], "site": names[1]}
 
     def log(self, t: float, kind: str, **fields: Any) -> None:
