@@ -60,6 +60,12 @@ class Unit:
     def tenant(self) -> str:
         return self.app.tenant
 
+    def distinct_components(self) -> list[Component]:
+        """Its components once each, in order (replicas share one object: told
+        apart by identity, not by hashing every field)."""
+        comps = self.components
+        return comps if len(comps) == 1 else list({id(c): c for c in comps}.values())
+
 
 @dataclass
 class Unscheduled:

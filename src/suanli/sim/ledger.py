@@ -131,7 +131,7 @@ class Ledger:
         new = uid not in self.running
         if new:
             self.running_seq[uid] = run.run_id  # the running dict's order, for lookups that skip the scan
-            for comp in dict.fromkeys(us.unit.components):
+            for comp in us.unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
                         self.bound_to.setdefault(name, set()).add(uid)

@@ -181,7 +181,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
-    reqs = [sim.business.request(comp, unit.tenant) for comp in dict.fromkeys(unit.components)]
+    reqs = [sim.business.request(comp, unit.tenant) for comp in unit.distinct_components()]
     near = [nearby.candidate_rows(table, r) for r in reqs] if table is sim.state.nodes else [None]
     if all(rows is not None for rows in near):  # bound near a few sites: the units on their rows only
         rows = np.unique(np.concatenate([rows[nearby.static_ok(table, r, rows, within=True)]

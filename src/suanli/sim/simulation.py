@@ -1106,7 +1106,7 @@ class Simulation:
             return True
         moving = self.disrupted.counts
         members = Counter((c.app, c.name) for c in unit.components)
-        for comp in dict.fromkeys(unit.components):
+        for comp in unit.distinct_components():
             key = (comp.app, comp.name)
             limit = 0 if comp.gang else policy.budget(comp.size)
             if moving[key] + (0 if comp.gang else members[key]) > limit:
