@@ -209,6 +209,9 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                 else:
                     count("re-attached")
             if rng.random() < 0.6 or _ == steps - 1:  # else the next change comes first
+                count("leaf patches pending when read",
+                      any(e[3] - net._patched < len(net._patches) for e in net._cache.values()))
+                count("leaf patches made in every column at once", net._patched > 0)
                 for _w in range(3):
                     site, limit = int(rng.integers(n)), float(rng.choice([0.0, 1.0, 3.0, 7.0, 12.0, 40.0, np.inf]))
                     cached = site in net._cache and not net._cache[site][2]
@@ -249,7 +252,18 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
             "handed over", "re-attached", "within some", "paths changed", "split",
-            "mask of core sites, leaves now kept", "rtt_at without its column")
+            "mask of core sites, leaves now kept", "rtt_at without its column", "leaf patches pending when read")
+    assert all(seen.get(k, 0) >= 20 for k in need), seen
+
+
+def test_leaf_patches_noted_many_at_a_time_match_floyd_warshall(monkeypatch):
+    """As above, with every cached column caught up after every two leaf
+    patches (a million cars' hour does so after 4,096)."""
+    from suanli.model import network
+
+    monkeypatch.setattr(network, "PATCHES_KEPT", 2)
+    seen = _run_changes(seed=13, exact=True, worlds=100, steps=20)
+    need = ("leaf patches pending when read", "leaf patches made in every column at once", "handed over")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

@@ -25,8 +25,9 @@ and a site is a leaf or core by all its links, so taking a link down or up
 never moves a site between the two:
 
 - ``link_down``/``link_up`` of a leaf's link changes that leaf alone: its
-  entry in each cached column is set from its parent's, and components are
-  labelled again (one compiled O(sites) pass);
+  entry in each cached column is set from its parent's (noted at once, made
+  when the column is next read: the leaves changed since, together, as one
+  gather), and components are labelled again (one compiled O(sites) pass);
 - of a link between core sites, the core's CSR is rebuilt (O(core links)).
   A cached column the link cannot change (down: no lowest path to either end
   runs over it; up: it shortens neither end's) is kept as it is; another is
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
 _NO_KEEP = np.zeros(1, np.bool_)  # ``within`` without a mask
 CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096 of 8,000
+PATCHES_KEPT = 4096  # leaf patches noted before every cached column is caught up at once
 
 
 @njit(cache=True, nogil=True)
@@ -395,9 +397,11 @@ class Network:
         self.core_id[self.core] = np.arange(len(self.core))
         self._build_graph()
         self._relabel()
-        self._cache: OrderedDict[int, list] = OrderedDict()  # site -> [rtt, bandwidth, stale]
+        self._cache: OrderedDict[int, list] = OrderedDict()  # site -> [rtt, bandwidth, stale, patched up to]
         self._cache_bytes = cache_bytes
         self._cached = 0  # bytes in the cache
+        self._patches: list[int] = []  # leaves whose link or parent changed, in order (``_patch_leaf``)
+        self._patched = 0  # how many patches were dropped from the front of that list
         self.version = 0
         self._leaf_set = 0  # bumps when a site becomes a leaf or stops being one
         self._keeps: dict[int, tuple] = {}  # id(keep) -> (keep, _leaf_set, whether it keeps any leaf)
@@ -593,16 +597,36 @@ class Network:
 
     def _patch_leaf(self, s: int) -> None:
         """Leaf ``s``'s link or parent changed: its entry in each cached
-        column follows its parent's (the sums of ``_fill``); its own column goes."""
-        p = int(self.parent[s])
-        lr, lb = self.leaf_rtt[s], self.leaf_bw[s]
-        for dest, entry in self._cache.items():
-            if dest == s:
-                continue
-            col_rtt, col_bw = entry[0].base, entry[1].base
-            pr, pb = (0.0, np.inf) if p == dest else (col_rtt[p], col_bw[p])
-            col_rtt[s], col_bw[s] = pr + lr, min(pb, lb)
+        column is to follow its parent's (the sums of ``_fill``), which
+        ``_catch_up`` does when the column is next read; its own column goes.
+        (A device handed over costs O(1) here, not O(cached columns).)"""
         self._forget(s)
+        self._patches.append(s)
+        if len(self._patches) >= PATCHES_KEPT:  # every column caught up, and the list starts again
+            for dest, entry in self._cache.items():
+                self._catch_up(dest, entry)
+            self._patched += len(self._patches)
+            self._patches.clear()
+
+    def _catch_up(self, dest: int, entry: list) -> None:
+        """Make the leaf patches noted since ``entry`` was last caught up: each
+        such leaf's value from its parent's as it is now, all at once (the
+        values do not depend on the order the changes came in)."""
+        done = entry[3] - self._patched
+        if done >= len(self._patches):
+            return
+        entry[3] = self._patched + len(self._patches)
+        leaves = np.unique(np.asarray(self._patches[done:], np.int64))
+        leaves = leaves[self.leaf[leaves] & (leaves != dest)]  # a leaf since joined the core is _mend's
+        if leaves.size == 0:
+            return
+        p = self.parent[leaves]
+        col_rtt, col_bw = entry[0].base, entry[1].base
+        at_dest = p == dest
+        pr, pb = col_rtt[p], col_bw[p]
+        pr[at_dest], pb[at_dest] = 0.0, np.inf
+        col_rtt[leaves] = pr + self.leaf_rtt[leaves]
+        col_bw[leaves] = np.minimum(pb, self.leaf_bw[leaves])
 
     def _forget(self, site: int) -> None:
         hit = self._cache.pop(site, None)
@@ -728,9 +752,10 @@ class Network:
             self._cache.move_to_end(site)
             if hit[2]:
                 self._mend(site, hit)
+            self._catch_up(site, hit)
             return hit[0], hit[1]
         rtt, bw = self._compute(site)
-        hit = self._cache[site] = [_frozen(rtt), _frozen(bw), False]
+        hit = self._cache[site] = [_frozen(rtt), _frozen(bw), False, self._patched + len(self._patches)]
         self._cached += rtt.nbytes + bw.nbytes
         while self._cached > self._cache_bytes and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
@@ -772,6 +797,7 @@ class Network:
         sites = np.asarray(sites, np.int64)
         hit = self._cache.get(site)
         if hit is not None and not hit[2]:
+            self._catch_up(site, hit)
             return hit[0][sites]
         out = np.full(sites.size, np.inf)
         seed = self._seed(site)
