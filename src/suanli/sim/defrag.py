@@ -69,7 +69,8 @@ def plan_defrag(sim, unit: Unit) -> list[tuple[str, Allocation]] | None:
 
 
 def _cost(sim, plan) -> tuple:
-    return (len(plan), sum(sim.view.tasks[t].component.state_mib for t, _ in plan if sim.view.tasks[t].component.stateful))
+    tasks = sim.view.tasks
+    return (len(plan), sum(tasks[t].component.state_mib for t, _ in plan if tasks[t].component.stateful))
 
 
 def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
