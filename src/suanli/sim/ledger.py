@@ -181,17 +181,16 @@ class Ledger:
 
     # ------------------------------------------------------------ deletes
 
-    def forget(self, app: str, waiting: Container[int]) -> bool:
+    def forget(self, app: str, waiting: Container[int]) -> None:
         """Drop what a deleted application's units hold once all of them have
         ended (none has a run, none is in ``waiting``): its records stay, with
-        their times, status and class, but not its work. True when it was dropped."""
+        their times, status and class, but not its work."""
         uids = self.by_app.get(app, ())
         if any(self.units[uid].run is not None or uid in waiting for uid in uids):
-            return False
+            return
         for uid in self.by_app.pop(app, ()):
             for task in self.units.pop(uid).unit.tasks:
                 self.tasks[task].component = None
-        return True
 
 
 class LedgerView:
@@ -211,15 +210,6 @@ class LedgerView:
         """The node a placed task is on."""
         return self._placements[task].host.node
 
-    def unit_of(self, task: str) -> UnitState:
-        return self._ledger.units[self._ledger.tasks[task].unit]
-
-    def run_of(self, uid: int) -> Run | None:
-        return self._ledger.units[uid].run
-
-    def is_running(self, uid: int) -> bool:
-        return uid in self._ledger.running
-
     def running(self) -> Iterator[int]:
         """The running units, in the order they started."""
         return iter(self._ledger.running)
@@ -232,9 +222,6 @@ class LedgerView:
     def bound_near(self, site: str) -> frozenset[int] | set[int]:
         """Units that ran bound near ``site`` or to its data (running or not)."""
         return self._ledger.bound_to.get(site, frozenset())
-
-    def units_of(self, app: str) -> tuple[int, ...]:
-        return tuple(self._ledger.by_app.get(app, ()))
 
     def counts(self) -> dict[str, int]:
         """Tasks by status, every status named (kept by the transitions, not counted)."""

@@ -218,7 +218,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             held.append((sim.view.tasks[task].component, p.alloc))
         else:
             if held and any(useful[a.row] for _, a in held):
-                state = sum(c.state_mib for c in dict.fromkeys(comps) if c.stateful)
+                state = sum(c.state_mib for c in us.unit.distinct_components() if c.stateful)
                 rank = -share[us.unit.tenant] if fair else 0.0  # the tenant furthest above gives first
                 theirs = standing(us.unit)
                 level = (theirs, us.unit.priority if other == unit.tenant else theirs)

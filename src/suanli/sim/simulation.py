@@ -683,7 +683,7 @@ class Simulation:
             if self.state.vcs[p.vc].default and self._units[uid].run is not None:
                 units[uid] = self._units[uid].unit
         standing = self.business.standing  # the claim is no tenant's: tenants count by standing
-        cost = {uid: (standing(u), u.priority, sum(c.state_mib for c in set(u.components) if c.stateful),
+        cost = {uid: (standing(u), u.priority, sum(c.state_mib for c in u.distinct_components() if c.stateful),
                       len(u.tasks), uid)
                 for uid, u in units.items()}
         held = {uid: [self.state.placements[task].alloc for task in self._units[uid].run.tasks
