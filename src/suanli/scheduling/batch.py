@@ -134,8 +134,7 @@ class Batches:
                               np.array(tmpl_of, np.int64), templates)
         for _ in range(len(placed)):
             queue.popleft()
-        for unit, a in zip(units, placed):
-            state.add_placement(unit.tasks[0], unit.app.tenant, vcs, a)
+        state.add_placements([u.tasks[0] for u in units[:len(placed)]], first.app.tenant, vcs, placed)
         self.decided += len(placed)
         full = len(placed) == looked
         self.size = min(MAX, 2 * self.size) if full else max(MIN, 2 * len(placed))

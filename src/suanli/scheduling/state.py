@@ -8,7 +8,7 @@ and the records stay consistent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -325,22 +325,59 @@ class PlacementState:
         if vc.default:
             host = vc.by_node.get(a.row)
             if host is None:
-                host = Host(vc.name, vc.new_name(None), None, a.row,
-                            Allocation(a.row, np.zeros_like(a.vec)), -1, held={})
-                vc.hosts.append(host)
-                vc.by_node[a.row] = host
-                if vc.component < 0:
-                    vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
-                    vc.together = len(vc.hosts) == 1
-                self._note("hostAdded", host)
-            host.hold(task, a)
-            self.tenant_used[tenant] += a.vec
+                host = self._fitted_host(vc, a)
+            host.held[task] = a
+            host._alloc = None
+            self.used[self.tenant_index[tenant]] += a.vec
         else:
             host = vc.by_row[a.row]
-        p = Placement(task, tenant, vc.name, host, a)
-        self.placements[task] = p
-        self.tasks_on_node.setdefault(host.node, set()).add(task)
+        p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
+        on = self.tasks_on_node.get(host.node)
+        if on is None:
+            on = self.tasks_on_node[host.node] = set()
+        on.add(task)
         return p
+
+    def add_placements(self, tasks: Sequence[str], tenant: str, vc: VCState, allocs: Sequence[Allocation]) -> None:
+        """``add_placement`` of each task in turn, one tenant's, with its usage
+        added once (a batch of a million devices' services)."""
+        if not vc.default or not tasks:
+            for task, a in zip(tasks, allocs):
+                self.add_placement(task, tenant, vc, a)
+            return
+        by_node, placements, on_node, name = vc.by_node, self.placements, self.tasks_on_node, vc.name
+        for task, a in zip(tasks, allocs):
+            host = by_node.get(a.row)
+            if host is None:
+                host = self._fitted_host(vc, a)
+            host.held[task] = a
+            host._alloc = None
+            placements[task] = Placement(task, tenant, name, host, a)
+            on = on_node.get(host.node)
+            if on is None:
+                on = on_node[host.node] = set()
+            on.add(task)
+        vecs: dict[int, list] = {}  # the batch's vectors are few, shared by many allocations: added by count
+        for a in allocs:
+            hit = vecs.get(id(a.vec))
+            if hit is None:
+                vecs[id(a.vec)] = [a.vec, 1]
+            else:
+                hit[1] += 1
+        used = self.used[self.tenant_index[tenant]]
+        for vec, count in vecs.values():
+            used += vec * count
+
+    def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
+        """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
+        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, held={})
+        vc.hosts.append(host)
+        vc.by_node[a.row] = host
+        if vc.component < 0:
+            vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
+            vc.together = len(vc.hosts) == 1
+        self._note("hostAdded", host)
+        return host
 
     def remove_placement(self, task: str) -> Placement:
         """A task stops (finished, deleted, lost, evicted): give back what it held."""
@@ -372,6 +409,18 @@ class PlacementState:
                 if h.node == node and h.row >= 0:
                     vc.table.set_enabled(h.row, enabled)
         return sorted(self.tasks_on_node.get(node, ()))
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _zeros(r: int) -> np.ndarray:
+    """A read-only int64[r] of zeros, one per length: what a fitted host holds with no task."""
+    z = _ZEROS.get(r)
+    if z is None:
+        z = _ZEROS[r] = np.zeros(r, np.int64)
+        z.setflags(write=False)
+    return z
 
 
 def _sum(none: Allocation, allocs) -> Allocation:
