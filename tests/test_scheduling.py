@@ -225,3 +225,44 @@ def test_same_seed_same_result_and_seed_changes_ties(tmp_path):
     assert schedule_json(path, seed=1) == schedule_json(path, seed=1)
     nodes = {schedule_json(path, seed=s)["placements"][0]["node"] for s in range(8)}
     assert len(nodes) > 1  # equal candidates: the seeded tie-break spreads choices
+
+
+# ---------------------------------------------------------------- gangs against their tenant's quota
+
+
+def _gang_world(tmp_path, nodes, quota_gpus, size, least, coupling):
+    g = node_group("h100", count=nodes, cpu=64, memory="512Gi", accelerators=[gpu(8, "H100")], fabrics={"ib": "ib-1"})
+    gang = {"size": size} if least is None else {"size": size, "minSize": least}
+    comp = component("w", lifetime="job", cpu=8, memory="64Gi", accelerators=[{"kind": "gpu", "count": 8}],
+                     gang=gang, **({"coupling": coupling} if coupling else {}))
+    return world(tmp_path, sites=[site("cloud-a", groups=[g])], tenants=[tenant(quota={"gpu": quota_gpus})],
+                 apps=[app("train", components=[comp])])
+
+
+def test_gangs_are_sized_by_their_tenants_quota(tmp_path):
+    """A gang of 8-GPU members against a GPU quota: an elastic gang is placed at
+    the largest size that capacity, its minimum and the quota all allow; a gang
+    the quota cannot hold is reported with the quota's gap, not the fabric's."""
+    cases = [(nodes, q, size, least, coupling)
+             for nodes, q, size, least in [(10, 40, 8, 2), (10, 8, 8, 2), (10, 40, 8, None), (5, 400, 8, 2),
+                                           (10, 64, 8, None), (3, 40, 8, 2), (10, 4, 4, 1), (10, 20, 6, 3), (10, 24, 6, 2)]
+             for coupling in ("ib", None)]
+    shrunk = by_quota = 0
+    for i, (nodes, q, size, least, coupling) in enumerate(cases):
+        (tmp_path / str(i)).mkdir()
+        r = schedule_json(_gang_world(tmp_path / str(i), nodes, q, size, least, coupling))
+        by_cap, by_q = min(size, nodes), q // 8
+        expect = min(by_cap, by_q)
+        if expect < (size if least is None else least):
+            expect = 0
+        assert len(r["placements"]) == expect, (nodes, q, size, least, coupling, r["unscheduled"][:1])
+        left = [u["reasons"] for u in r["unscheduled"]]
+        assert len(left) == size - expect
+        if by_q < by_cap and left:  # the quota binds: named, with the gap for the whole gang (or its minimum)
+            need = size if expect else (size if least is None else least)
+            gap = need * 8 - q
+            assert all(f"tenant t quota for gpu: {gap} more needed" in reasons for reasons in left), left
+            assert not any("fit in one" in k for reasons in left for k in reasons), left
+            by_quota += 1
+            shrunk += 0 < expect < size
+    assert by_quota >= 6 and shrunk >= 3  # the cases exercise the quota bound, shrinking and refusing

@@ -348,6 +348,14 @@ def format_duration(seconds: float) -> str:
     return "".join(out)
 
 
+def format_amount(column: int, value: int) -> str:
+    """A canonical amount of resource ``column`` (0 cpu millicores, 1 memory
+    MiB, 2.. accelerator milli-devices) as a user writes it: 16, 0.5, 64Gi, 512Mi, 8."""
+    if column == 1:
+        return f"{value // 1024}Gi" if value % 1024 == 0 and value else f"{value}Mi"
+    return f"{value / 1000:g}"
+
+
 # ------------------------------------------------------------------ spreads
 
 

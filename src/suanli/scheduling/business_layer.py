@@ -123,6 +123,9 @@ class TaskExtras(Extras):
                 out.append((f"anti-affinity {key[1]} ({scope})", taken[where] == 0))
         return out
 
+    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+        return self.quota.most(req, count) if self.quota else (count, None)
+
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
         if self.layer.anti_of.get(id(req)) is not None:
             return 0  # the next copy makes its node (and site) taken for the group
@@ -373,7 +376,8 @@ class BusinessLayer:
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
         if placed < len(unit.tasks) and record:  # an elastic gang below its full size: the rest is reported
-            why = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
+            why = Counter({result.short: 1} if result.short else {})  # the bound that stopped it first
+            why[f"elastic gang placed with {placed} of {len(unit.tasks)} members"] += 1
             self._record(unit, unit.tasks[placed:], why)
         return None
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from suanli.model.quantities import format_amount
 from suanli.model.work import HostGroup, VirtualCluster
 from suanli.scheduling.domains import combine_domains, coupling_domain, couplings_domain
 from suanli.scheduling.filters import Check
@@ -64,6 +65,25 @@ class QuotaAndReach(Extras):
         vec = req.plain[0]
         fit = min((left[d] // v for d, v in enumerate(vec) if v > 0), default=k + 1)
         return max(0, min(k, fit - 1))
+
+    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+        """Copies of ``req`` the tenant's quota leaves room for, of ``count``;
+        when fewer, the quota's gap for all ``count``: "tenant t quota for gpu: 24 more needed"."""
+        if not self.limited or req.whole_node:
+            return count, None
+        left = self.state.quota_left(self.vc.tenant) - self.pending
+        vec = req.vec
+        cols = np.flatnonzero(vec > 0)
+        if not cols.size:
+            return count, None
+        fits = left[cols] // vec[cols]
+        most = int(max(0, min(count, fits.min())))
+        if most == count:
+            return count, None
+        col = int(cols[np.argmin(fits)])
+        gap = int(count * vec[col] - left[col])
+        name = self.state.fleet.resources[col]
+        return most, f"tenant {self.vc.tenant} quota for {name}: {format_amount(col, gap)} more needed"
 
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
         if self.limited:

@@ -166,6 +166,12 @@ class Extras:
         another right after one that was, these constraints would let through."""
         return k
 
+    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+        """How many of ``count`` copies of ``req`` these constraints let
+        through in all, and when fewer, the bound that stops the rest (its
+        reason, quantified)."""
+        return count, None
+
     def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
         pass
 
@@ -180,6 +186,7 @@ class Extras:
 class GroupResult:
     allocations: list[Allocation] = field(default_factory=list)
     reasons: Counter = field(default_factory=Counter)
+    short: str | None = None  # placed below its size: the bound that stopped the rest, when not capacity
 
     @property
     def ok(self) -> bool:
@@ -202,6 +209,15 @@ def place_group(
     """Place all members (or, with ``min_members``, as many as fit, at least that many)
     inside one domain (``domain[row]`` codes, -1 for none; None: anywhere)."""
     extras = extras or Extras()
+    short = None
+    if len(members) > 1 and all(m is members[0] for m in members):
+        # the group's size as its other bounds (the tenant's quota) allow, before any row is tried
+        least = len(members) if min_members is None else min_members
+        most, why = extras.most(members[0], len(members))
+        if most < least:
+            return GroupResult(reasons=Counter({extras.most(members[0], least)[1]: 1}))
+        if most < len(members):
+            members, short = list(members)[:most], why
     if domain is None and min_members is not None:
         domain = np.zeros(table.n, np.int64)  # one domain: everything
         domain_name = domain_name or "placement"
@@ -211,7 +227,7 @@ def place_group(
         done = _fill_or_undo(table, members, network, rng, extras, txn, None, restrict, policy)
         if isinstance(done, list):
             extras.commit()
-            return GroupResult(allocations=done)
+            return GroupResult(allocations=done, short=short)
         # explain with the earlier members still held: that is what left no room
         extra = extras.checks(done, table)
         if restrict is not None:
@@ -259,7 +275,7 @@ def place_group(
         done = _fill_or_undo(table, list(members)[:target], network, rng, extras, txn, inside, restrict, policy)
         if isinstance(done, list):
             extras.commit()
-            return GroupResult(allocations=done)
+            return GroupResult(allocations=done, short=short if len(done) == want else None)
         txn.rollback()
         extras.undo()
         last = Counter({f"members do not all fit in one {domain_name}": 1})
