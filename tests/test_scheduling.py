@@ -160,7 +160,7 @@ def test_allowed_sites_and_quota(tmp_path):
                             apps=[app(components=comps)]))
     assert {p["site"] for p in r["placements"]} == {"edge-1"}
     assert len(r["placements"]) == 2  # 2 x 8 cores within the 20-core quota; the third would exceed it
-    assert r["unscheduled"][0]["reasons"] == {"site not allowed for tenant": 4, "tenant t quota": 1}
+    assert r["unscheduled"][0]["reasons"] == {"site not allowed for tenant": 4, "tenant t quota for cpu: 4 more needed": 1}
 
 
 def test_fixed_host_group_with_selectors_and_coupling(tmp_path):

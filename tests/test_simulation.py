@@ -603,6 +603,30 @@ def test_plan_shows_the_moves_without_making_them(examples, tmp_path):
     assert plan["running_by_site"]["edge-1"] == 2  # nothing was moved
 
 
+def test_plan_names_the_quota_a_task_waits_on_as_simulate_does(tmp_path):
+    """A task held back by its tenant's quota: the plan lists every reason the
+    task has, the quota's gap among them, as the simulation's results do."""
+    from builders import scenario
+    from suanli.sim.plan import dry_run
+    from suanli.sim.results import result_json
+
+    sites = [site("cloud-1", groups=[node_group(count=3, cpu=16), node_group("arm", count=4, cpu=16, arch="aarch64")]),
+             site("other", groups=[node_group(count=6, cpu=16)]),
+             *(site(f"edge-{i}", tier="edge", groups=[node_group(count=3, cpu=4)]) for i in range(8))]
+    apps = [app(f"a{i}", components=[component(cpu=8, platform={"arch": ["x86_64"]})]) for i in range(3)]
+    path = scenario(tmp_path, sites=sites, apps=apps,
+                    tenants=[tenant(quota={"cpu": 20}, allowedSites=["cloud-*", "edge-*"])])
+    sim, end = simulate(path, until=600)
+    plan = dry_run(sim, end)
+    waiting = {p["task"]: p["reasons"] for p in plan["pending"]}
+    assert list(waiting) == ["a2/c/0"]  # two of 8 cores within 20; the third would exceed the quota
+    reasons = waiting["a2/c/0"]
+    assert reasons["tenant t quota for cpu: 4 more needed"] == 2  # the nodes with room, but for the quota
+    assert reasons["insufficient cpu"] == 25  # the edges' nodes and the node the two others fill
+    assert len(reasons) == 4 and min(reasons.values()) == 2  # the quota has the fewest nodes of four reasons
+    assert {u["task"]: u["reasons"] for u in result_json(sim, end)["unscheduled"]} == waiting
+
+
 def test_fair_share_reclaim_moves_shares_toward_the_weights(tmp_path):
     job = {"components": [{"name": "w", "resources": {"cpu": 8, "memory": "8Gi"}, "duration": "2h"}]}
     gens = [{"name": "jb", "tenant": "b", "rate": "1/30s", "until": "2h", "template": job},

@@ -45,11 +45,10 @@ class QuotaAndReach(Extras):
         out: list[Check] = []
         if self.limited:
             left = self.state.quota_left(self.vc.tenant) - self.pending
-            reason = f"tenant {self.vc.tenant} quota"
             if req.whole_node:  # the need is the row's whole capacity: check per row
-                out.append((reason, (table.view("cap") <= left[:, None]).all(axis=0)))
+                out.append((f"tenant {self.vc.tenant} quota", (table.view("cap") <= left[:, None]).all(axis=0)))
             elif not (req.vec <= left).all():
-                out.append((reason, np.zeros(table.n, bool)))
+                out.append((self.most(req, 1)[1], np.zeros(table.n, bool)))
         if self.component >= 0:
             mask = self.state.component_mask(table, self.component)
             if mask is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from suanli.output import sorted_reasons
 from suanli.scheduling.preempt import plan_preemption
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.rescheduler import plan_returns, victims
@@ -49,6 +50,6 @@ def dry_run(sim, at: float) -> dict[str, Any]:
     return {
         "at_s": at,
         "running_by_site": dict(sorted(running.items())),
-        "pending": [{"task": r.task, "reasons": dict(r.reasons.most_common(3))} for r in pending],
+        "pending": [{"task": r.task, "reasons": sorted_reasons(r.reasons)} for r in pending],  # as simulate shows them
         "moves": moves,
     }

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from suanli.output import TextOf, hosts_json, placement_json
+from suanli.output import TextOf, hosts_json, placement_json, sorted_reasons
 from suanli.sim.events import encode
 from suanli.sim.metrics import summarize
 
@@ -34,7 +34,7 @@ def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, A
     unscheduled = [
         {"task": r.task, "tenant": r.tenant, "vc": sim.view.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
-         "reasons": {k: int(v) for k, v in sorted(r.reasons.items(), key=lambda kv: (-kv[1], kv[0]))}}
+         "reasons": sorted_reasons(r.reasons)}
         for r in sim.view.pending()
     ]
     scenario = sim.world.scenario
