@@ -854,3 +854,54 @@ def test_simulate_with_an_out_path_that_is_a_file_says_so(tmp_path):
     taken.write_text("not a directory\n")
     code, out, err = run_cli("simulate", examples / "autodrive.yaml", "--out", taken)
     assert code == 2 and "--out" in err and "cannot make directory" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- warnings: valid, but nothing can match
+
+WARNED = [
+    (edit(APP, "          - kind: gpu\n", "          - kind: gpu\n            model: H-100\n"),
+     "spec.components[0].resources.accelerators[0].model", "no node has a gpu of model 'H-100'", "A100"),
+    (edit(APP, "          - kind: gpu\n", "          - kind: npu\n"),
+     "spec.components[0].resources.accelerators[0].kind", "no node has a device of kind 'npu'", "gpu"),
+    (edit(APP, "      duration: 10m\n", "      duration: 10m\n      platform: {arch: [riscv64, loongarch64]}\n"),
+     "spec.components[0].platform.arch", "no node has arch 'riscv64' or 'loongarch64'", "x86_64"),
+    (edit(VC, "      resources: {cpu: 4, memory: 8Gi}\n",
+          "      resources: {cpu: 4, memory: 8Gi, accelerators: [{kind: gpu, model: [H100, H200]}]}\n"),
+     "spec.hostGroups[0].resources.accelerators[0].model", "no node has a gpu of model 'H100' or 'H200'", "A100"),
+    (edit(VC, "      resources: {cpu: 4, memory: 8Gi}\n",
+          "      resources: {cpu: 4, memory: 8Gi}\n      sites: {tier: [device], labels: {zone: z1}}\n"),
+     "spec.hostGroups[0].sites", "no site has tier 'device' and labels {'zone': 'z1'}", None),
+    (edit(SCENARIO, "      template: {components: [{name: task, duration: 1m}]}\n",
+          "      template: {components: [{name: task, duration: 1m, platform: {arch: [arm64]}}]}\n"),
+     "spec.generators[0].template.components[0].platform.arch", "no node has arch 'arm64'", "x86_64"),
+]
+
+
+@pytest.mark.parametrize(("text", "path", "message", "known"), WARNED)
+def test_a_demand_nothing_can_meet_is_a_warning_and_an_error_when_strict(tmp_path, base, text, path, message, known):
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(text)
+    files = [base, odd]
+    if "kind: Scenario" in text:
+        files.insert(1, tmp_path / "app.yaml")
+        files[1].write_text(APP)
+    code, out, err = run_cli("validate", *files)
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1, err
+    line = expected_line(text)
+    assert warned[0].startswith(f"warning: {odd}:{line}: document 0 (") and f": {path}: {message}" in warned[0], warned
+    assert known is None or known in warned[0]  # what the fleet has, to correct it by
+    assert "(1 warning)" in " ".join(out.split())
+    code, out, err = run_cli("validate", "--strict", *files)
+    assert code == 2 and len(error_lines(err)) == 1 and f": {path}: {message}" in error_lines(err)[0], err
+    assert "Traceback" not in out + err
+
+
+def test_a_valid_world_has_no_warnings(tmp_path, base):
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("---\n".join([APP, VC, edit(VC, "acme-vc", "acme-vc2").replace(
+        "      resources: {cpu: 4, memory: 8Gi}\n",
+        "      resources: {cpu: 4, memory: 8Gi}\n      sites: {tier: [edge]}\n")]))
+    code, out, err = run_cli("validate", "--strict", base, ok)
+    assert code == 0 and "warning" not in err, err

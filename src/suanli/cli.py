@@ -52,7 +52,14 @@ def _fail(exc: SpecError, what: str = "nothing was scheduled") -> None:
     raise typer.Exit(2)
 
 
+def _warn(warnings) -> None:
+    """A load's warnings (valid, but nothing in the fleet can match them), one line each."""
+    for w in warnings:
+        err.print(f"[yellow]warning[/yellow]: {escape(str(w))}", markup=True, soft_wrap=True)
+
+
 FILES = typer.Argument(..., help="YAML files (several documents each); Scenario includes are followed.")
+STRICT = typer.Option(False, "--strict", help="Treat warnings (a demand nothing in the fleet can meet) as errors.")
 POPULATION = typer.Option(None, "--population", metavar="NAME=COUNT",
                           help="A population's size in place of its document's (repeatable): cars=1000000.")
 
@@ -72,14 +79,15 @@ def _sizes(values: Optional[List[str]]) -> dict[str, str]:
 
 
 @app.command()
-def validate(files: List[Path] = FILES, population: Optional[List[str]] = POPULATION) -> None:
+def validate(files: List[Path] = FILES, population: Optional[List[str]] = POPULATION, strict: bool = STRICT) -> None:
     """Check documents only: schema, quantities and references."""
     from suanli.spec.loader import load_documents
 
     try:
-        docs = load_documents(files, populations=_sizes(population))
+        docs = load_documents(files, populations=_sizes(population), strict=strict)
     except SpecError as exc:
         _fail(exc, "the documents are not valid")
+    _warn(docs.warnings)
     counts = {
         "fleets": len(docs.fleets),
         "tenants": len(docs.tenants),
@@ -88,7 +96,8 @@ def validate(files: List[Path] = FILES, population: Optional[List[str]] = POPULA
         "scenarios": len(docs.scenarios),
     }
     summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    Console(highlight=False).print(f"ok: {len(docs.files)} file(s), {summary or 'no documents'}")
+    warned = f" ({len(docs.warnings)} warning{'s' if len(docs.warnings) != 1 else ''})" if docs.warnings else ""
+    Console(highlight=False).print(f"ok: {len(docs.files)} file(s), {summary or 'no documents'}{warned}")
 
 
 @app.command()
@@ -100,6 +109,7 @@ def schedule(
     seed: Optional[int] = typer.Option(None, "--seed", help="Tie-break seed (default: the Scenario's, else 0)."),
     policy: Optional[PolicyName] = POLICY,
     population: Optional[List[str]] = POPULATION,
+    strict: bool = STRICT,
 ) -> None:
     """Place every application once, through both layers, and print the outcome."""
     from suanli.output import metrics_json, outcome_json, outcome_text_lines
@@ -107,9 +117,10 @@ def schedule(
     from suanli.spec.build import load_world
 
     try:
-        world = load_world(files, _sizes(population))
+        world = load_world(files, _sizes(population), strict)
     except SpecError as exc:
         _fail(exc)
+    _warn(world.warnings)
     with _settled_memory():
         outcome = run_schedule(world, seed, policy.value if policy else None)
     if output is ScheduleOutput.ndjson:
@@ -152,7 +163,7 @@ def _settled_memory():
 
 
 def _scenario_world(scenario: Path, command: str, option: str, value: Optional[str],
-                    population: Optional[List[str]] = None):
+                    population: Optional[List[str]] = None, strict: bool = False):
     """The world of a scenario file and a time option in seconds; exits 2 with
     one message per problem."""
     from suanli.model.quantities import QuantityError, parse_duration_s
@@ -160,7 +171,7 @@ def _scenario_world(scenario: Path, command: str, option: str, value: Optional[s
     from suanli.spec.problems import Problem
 
     try:
-        world = load_world([scenario], _sizes(population))
+        world = load_world([scenario], _sizes(population), strict)
         if world.scenario is None:
             raise SpecError([Problem(str(scenario), f"no Scenario document in this file; {command} needs one")])
         try:
@@ -169,6 +180,7 @@ def _scenario_world(scenario: Path, command: str, option: str, value: Optional[s
             raise SpecError([Problem(option, str(exc))]) from None
     except SpecError as exc:
         _fail(exc, {"simulate": "nothing was simulated", "run": "nothing was run"}.get(command, "nothing was planned"))
+    _warn(world.warnings)
     return world, seconds
 
 
@@ -180,12 +192,13 @@ def simulate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
     policy: Optional[PolicyName] = POLICY,
     population: Optional[List[str]] = POPULATION,
+    strict: bool = STRICT,
 ) -> None:
     """Run a scenario in the digital twin and write its results and report."""
     from suanli.sim.results import write_outputs
     from suanli.sim.simulation import Simulation
 
-    world, until_s = _scenario_world(scenario, "simulate", "--until", until, population)
+    world, until_s = _scenario_world(scenario, "simulate", "--until", until, population, strict)
     console = Console(highlight=False, stderr=True)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -220,6 +233,7 @@ def run_live(
     speed: float = typer.Option(1.0, "--speed", help="Scenario seconds per wall second."),
     confine: bool = typer.Option(True, "--confine/--no-confine", help="Hold local tasks to their slice with "
                                  "control groups where the machine allows."),
+    strict: bool = STRICT,
 ) -> None:
     """Run a scenario for real: the twin's scheduler on the wall clock, its tasks as real processes."""
     from suanli.engine.clock import WallClock
@@ -228,7 +242,7 @@ def run_live(
     from suanli.sim.simulation import Simulation
     from suanli.spec.problems import Problem
 
-    world, until_s = _scenario_world(scenario, "run", "--until", until)
+    world, until_s = _scenario_world(scenario, "run", "--until", until, strict=strict)
     try:
         if executor not in ("local", "ray"):
             raise SpecError([Problem("--executor", f"{executor!r} is not an executor that runs tasks: local or ray")])
@@ -269,12 +283,13 @@ def plan(
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
     policy: Optional[PolicyName] = POLICY,
+    strict: bool = STRICT,
 ) -> None:
     """Dry run: the state at time --at and the moves the rescheduler would make next."""
     from suanli.sim.plan import dry_run
     from suanli.sim.simulation import Simulation
 
-    world, at_s = _scenario_world(scenario, "plan", "--at", at)
+    world, at_s = _scenario_world(scenario, "plan", "--at", at, strict=strict)
     sim = Simulation(world, seed=seed, until=at_s, policy=policy.value if policy else None)
     end = sim.run()
     result = dry_run(sim, end)

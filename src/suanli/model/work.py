@@ -166,6 +166,7 @@ class World:
     seed: int = 0
     scenario: object | None = None  # the Scenario spec, for the simulator
     base_dir: str = "."  # where the scenario's relative paths (traces) start
+    warnings: tuple = ()  # the load's warnings (spec Problems): demands nothing in the fleet meets
 
 
 def default_vc_name(tenant: str) -> str:

@@ -79,8 +79,8 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
     priorities): what was read, and its problems (none: it may be scheduled)."""
     found = validate_document(display, document)
     problems = [p for p in found if isinstance(p, Problem)]
-    if not problems:
-        problems = check_application(found[0], world)
+    if not problems:  # warnings (a demand no node meets) do not refuse it: the fleet may change
+        problems = [p for p in check_application(found[0], world) if not p.warning]
     if not problems and found[0].doc.spec.each is not None:  # a million applications is not one request
         problems = [problem_at(found[0].src, ("spec", "each"), "each is read from files (suanli schedule, "
                                "simulate); through the API, apply one application per site")]

@@ -31,10 +31,12 @@ from suanli.spec.loader import Documents, load_documents, problem_at
 from suanli.spec.problems import Problem, SpecError
 
 
-def load_world(paths: Sequence[str | os.PathLike[str]], populations: Mapping[str, str] | None = None) -> World:
+def load_world(paths: Sequence[str | os.PathLike[str]], populations: Mapping[str, str] | None = None,
+               strict: bool = False) -> World:
     """Load files and build the world; raise SpecError with every problem.
-    ``populations``: sizes in place of the documents' (``--population``)."""
-    docs = load_documents(paths, populations=populations)
+    ``populations``: sizes in place of the documents' (``--population``);
+    ``strict``: warnings are problems too (the world's ``warnings`` otherwise)."""
+    docs = load_documents(paths, populations=populations, strict=strict)
     trace_nodes = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
     if not docs.fleets and not trace_nodes:
         files = ", ".join(docs.files) or "(none)"
@@ -309,4 +311,4 @@ def build_world(docs: Documents) -> World:
         vcs[default_vc_name(name)] = VirtualCluster(default_vc_name(name), name, (), default=True)
     scenario = docs.scenarios[0].doc if docs.scenarios else None
     seed = scenario.spec.seed if scenario is not None else 0
-    return World(fleet, tenants, vcs, apps, seed, scenario, scenario_dir(docs))
+    return World(fleet, tenants, vcs, apps, seed, scenario, scenario_dir(docs), tuple(docs.warnings))

@@ -55,6 +55,7 @@ class Documents:
     applications: list[Loaded] = field(default_factory=list)
     scenarios: list[Loaded] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # valid, but nothing in the fleet can match them
 
     _BY_KIND = {
         "Fleet": "fleets",
@@ -73,8 +74,10 @@ class Documents:
 
 
 def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool = True,
-                   populations: Mapping[str, str] | None = None) -> Documents:
+                   populations: Mapping[str, str] | None = None, strict: bool = False) -> Documents:
     """Load, validate and cross-check; raise SpecError listing every problem.
+    Warnings (a demand that nothing in the fleet meets) are kept in
+    ``docs.warnings``; with ``strict`` they are problems too.
     ``populations``: NAME -> COUNT as written on a command line (``--population
     cars=1000000``), the size of a population in place of its document's."""
     docs = Documents()
@@ -122,7 +125,9 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
     if check_refs:
         from suanli.spec.refs import check_references
 
-        problems.extend(check_references(docs))
+        found = check_references(docs)
+        problems.extend(p for p in found if strict or not p.warning)
+        docs.warnings = _in_file_order([p for p in found if p.warning and not strict], docs.files)
         if problems:
             raise SpecError(_in_file_order(problems, docs.files))
     return docs

@@ -18,6 +18,7 @@ class Problem:
     document: int | None = None  # index of the document in its file, from 0
     label: str = ""  # "Fleet city"
     line: int | None = None
+    warning: bool = False  # valid, but nothing in the fleet can match it (an error with --strict)
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"

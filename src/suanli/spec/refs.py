@@ -6,6 +6,7 @@ link that no document defines) is a problem at the field that holds it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Iterator, Mapping
@@ -31,6 +32,12 @@ def check_references(docs: Documents) -> list[Problem]:
     nodes = _NodeNames()
     kinds: set[str] = set()
     problems += _fleet_size(docs)
+    traced = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
+    hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators))
+                   for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
+                   for g in owner.node_groups), known=bool(docs.fleets) and not traced)
+    facts = [(s.tier, s.region, s.labels) for fl in docs.fleets for s in fl.doc.spec.sites]
+    facts += [(p.tier, p.region, p.labels) for fl in docs.fleets for p in fl.doc.spec.populations]
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -87,14 +94,17 @@ def check_references(docs: Documents) -> list[Problem]:
             for j, pattern in enumerate(g.sites.names or []):
                 if not sites.any_match(pattern):
                     problems.append(problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
+            problems += hw.demand(vc, ("spec", "hostGroups", i), g.resources, g.platform)
+            if hw.known:
+                problems += _selector_meets_nothing(vc, ("spec", "hostGroups", i, "sites"), g.sites, facts)
 
     apps = {a.name: a.doc.spec.each for a in docs.applications}  # name -> its population, if made per site
     for app in docs.applications:
-        problems += _check_app(app, app.doc.metadata.tenant, app.doc.spec, ("spec",), tenants, vcs, sites)
+        problems += _check_app(app, app.doc.metadata.tenant, app.doc.spec, ("spec",), tenants, vcs, sites, hw)
 
     populations = {p.name: p for fl in docs.fleets for p in fl.doc.spec.populations}
     for sc in docs.scenarios:
-        problems += _check_scenario(sc, tenants, vcs, sites, nodes, links, apps)
+        problems += _check_scenario(sc, tenants, vcs, sites, nodes, links, apps, hw)
         problems += _check_mobility(sc, populations, sites)
     return problems
 
@@ -109,12 +119,13 @@ def check_application(app: Loaded, world) -> list[Problem]:
     vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default and vc.tenant == tenant}
     sites = KnownSites.of(world.fleet)
     tenants = {name: t.max_priority for name, t in world.tenants.items()}
-    return _check_app(app, tenant, app.doc.spec, ("spec",), tenants, vcs, sites)
+    return _check_app(app, tenant, app.doc.spec, ("spec",), tenants, vcs, sites, Hardware.of_fleet(world.fleet))
 
 
 def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str, int | None], vcs,
-               sites) -> list[Problem]:
-    """``tenants``: each tenant's maxPriority (None: no ceiling of its own)."""
+               sites, hw: Hardware | None = None) -> list[Problem]:
+    """``tenants``: each tenant's maxPriority (None: no ceiling of its own).
+    ``hw``: the fleet's hardware, to warn about demands no node meets."""
     out: list[Problem] = []
     if tenant not in tenants:
         where = ("metadata", "tenant") if base == ("spec",) else base[:-1] + ("tenant",)
@@ -137,6 +148,8 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
                                                          f"{_few(sites.populations)}"))
     for i, comp in enumerate(spec.components):
         here = base + ("components", i)
+        if hw is not None:
+            out += hw.demand(src, here, comp.resources, comp.platform)
         refs = [(("near", "site"), comp.near.site if comp.near is not None else None)]
         if comp.data is not None:
             refs += [(("data", key), getattr(comp.data, key)) for key in ("source", "sink")]
@@ -211,6 +224,21 @@ def _check_attach(fl: Loaded, here: tuple, pop, sites: "KnownSites") -> list[Pro
     return out
 
 
+def _selector_meets_nothing(src: Loaded, loc: tuple, sel, facts) -> list[Problem]:
+    """A warning when no site (listed, or of a population) has the tier,
+    region and labels a selector asks for (its name globs are checked apart)."""
+    if not (sel.tier or sel.regions or sel.labels):
+        return []
+    for tier, region, labels in facts:
+        if ((not sel.tier or tier in sel.tier) and (not sel.regions or region is None or region in sel.regions)
+                and all(labels.get(k) == v for k, v in sel.labels.items())):
+            return []
+    asked = [f"tier {_either(sel.tier)}"] if sel.tier else []
+    asked += [f"region {_either(sel.regions)}"] if sel.regions else []
+    asked += [f"labels {dict(sel.labels)}"] if sel.labels else []
+    return [_warning(src, loc, f"no site has {' and '.join(asked)}; nothing can be selected")]
+
+
 def _selects(sel, name: str, sites: "KnownSites") -> bool:
     """Whether a selector picks the listed site ``name`` (by the site's own labels)."""
     return selects(sel, name, *sites.info(name))
@@ -222,6 +250,52 @@ def _may_meet(x: str, y: str) -> bool:
     if len(x) != len(y):
         return False
     return all(a == b or (a == "#" and b.isdigit()) or (b == "#" and a.isdigit()) for a, b in zip(x, y))
+
+
+class Hardware:
+    """What the fleet's nodes are (archs, device kinds and their models), to
+    warn about a demand that no node can meet. ``known`` is False when nodes
+    come from a trace, whose hardware is seen only when it is read."""
+
+    def __init__(self, groups=(), known: bool = True) -> None:
+        self.archs: set[str] = set()
+        self.models: dict[str, set[str]] = {}  # kind -> models
+        self.known = known
+        for arch, devices in groups:
+            self.archs.add(arch)
+            for kind, model in devices:
+                self.models.setdefault(kind, set()).add(model)
+
+    @staticmethod
+    def of_fleet(fleet) -> "Hardware":
+        return Hardware((g.arch, ((d.kind, d.model) for d in g.devices)) for g in fleet.groups)
+
+    def demand(self, src: Loaded, here: tuple, resources, platform) -> list[Problem]:
+        """Warnings for a demand (a component's or a host group's) that no node meets."""
+        if not self.known:
+            return []
+        out = []
+        if platform is not None and not self.archs.intersection(platform.arch):
+            out.append(_warning(src, here + ("platform", "arch"), f"no node has arch {_either(platform.arch)}; "
+                                                                   f"archs in the fleet: {_few(self.archs)}"))
+        for j, acc in enumerate(resources.accelerators):
+            at = here + ("resources", "accelerators", j)
+            models = self.models.get(acc.kind)
+            if models is None:
+                out.append(_warning(src, at + ("kind",), f"no node has a device of kind {acc.kind!r}; "
+                                                         f"kinds in the fleet: {_few(self.models) or 'none'}"))
+            elif acc.model and not models.intersection(acc.model):
+                out.append(_warning(src, at + ("model",), f"no node has a {acc.kind} of model {_either(acc.model)}; "
+                                                          f"{acc.kind} models in the fleet: {_few(models)}"))
+        return out
+
+
+def _either(names) -> str:
+    return " or ".join(repr(n) for n in names)
+
+
+def _warning(src: Loaded, loc: tuple, message: str) -> Problem:
+    return dataclasses.replace(problem_at(src.src, loc, message), warning=True)
 
 
 class KnownSites:
@@ -293,7 +367,7 @@ class KnownSites:
         return len(self.names)
 
 
-def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list[Problem]:
+def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps, hw: Hardware | None = None) -> list[Problem]:
     out: list[Problem] = []
     spec = sc.doc.spec
     arrived: set[str] = set()
@@ -310,7 +384,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps) -> list
         arrived.add(arr.app)
     for i, gen in enumerate(spec.generators):
         here = ("spec", "generators", i)
-        out += _check_app(sc, gen.tenant, gen.template, here + ("template",), tenants, vcs, sites)
+        out += _check_app(sc, gen.tenant, gen.template, here + ("template",), tenants, vcs, sites, hw)
     base = os.path.dirname(sc.src.file)
     for i, tr in enumerate(spec.traces):
         here = ("spec", "traces", i)
