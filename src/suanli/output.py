@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from suanli.model.fleet import TIERS
+from suanli.scheduling.reasons import why_json
 from suanli.scheduling.state import Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
@@ -198,7 +199,7 @@ def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, An
     placed = sorted(state.placements.values(), key=lambda p: order[p.task])
     placements = (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     unscheduled = (
-        {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": sorted_reasons(u.reasons)}
+        {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": sorted_reasons(u.reasons), "why": why_json(u.reasons)}
         for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
     )
     unplaced = (

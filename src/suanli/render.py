@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from suanli.scheduling.reasons import Binding
+
 
 class OutputFormat(str, Enum):
     """``-o``: a table for people, JSON for programs."""
@@ -79,13 +81,27 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
         t.add_column("task")
         t.add_column("why", overflow="fold")
         for u in unscheduled[:MAX_ROWS]:
-            t.add_row(u["task"], ", ".join(f"{n} {r}" for r, n in u["reasons"].items()))
+            t.add_row(u["task"], why_text(u.get("why")) or ", ".join(f"{n} {r}" for r, n in u["reasons"].items()))
         console.print(t)
     for u in result.get("unplaced_hosts", []):
         why = ", ".join(f"{n} {r}" for r, n in u["reasons"].items())
         console.print(f"[yellow]host group {u['vc']}/{u['group']}: {u['missing']} hosts not placed[/yellow] ({why})")
 
     print_summary(result["metrics"], console)
+
+
+def why_text(why: list[dict[str, Any]] | None) -> str:
+    """A task's ``why`` list as one line: the binding constraint first, in
+    figures, then the other reasons with their node counts."""
+    if not why:
+        return ""
+    parts = []
+    for w in why:
+        if w.get("binding"):
+            parts.append(Binding.from_json(w).text())
+        else:
+            parts.append(f"{w['count']} {w['reason']}")
+    return "; ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if len(parts) > 1 else "")
 
 
 def print_summary(m: dict[str, Any], console: Console) -> None:

@@ -23,6 +23,7 @@ from suanli.scheduling.domains import combine_domains, couplings_domain, levels_
 from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
+from suanli.scheduling.reasons import bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.state import PlacementState, VCState
@@ -376,8 +377,8 @@ class BusinessLayer:
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
         if placed < len(unit.tasks) and record:  # an elastic gang below its full size: the rest is reported
-            why = Counter({result.short: 1} if result.short else {})  # the bound that stopped it first
-            why[f"elastic gang placed with {placed} of {len(unit.tasks)} members"] += 1
+            size = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
+            why = bound(result.short, "tenant quota", size) if result.short else size  # the bound that stopped it
             self._record(unit, unit.tasks[placed:], why)
         return None
 

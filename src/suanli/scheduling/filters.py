@@ -14,10 +14,19 @@ from typing import Sequence
 import numpy as np
 
 from suanli.scheduling import nearby
+from suanli.scheduling.reasons import Binding, Reasons
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
 
 Check = tuple[str, np.ndarray]  # (reason, bool[N])
+
+
+def _needs_reasons(need: AccelNeed) -> tuple[str, str, str, str]:
+    """The reasons of one accelerator need's checks, each implied by the one
+    before it failing: no such kind; no such model; too few (whole devices) or
+    none shareable with room (a share); too few free now."""
+    k = need.kind_name
+    return f"no {k}", f"{k} model mismatch", f"insufficient {k}", f"{k} not shareable"
 
 
 def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
@@ -78,17 +87,18 @@ def static_checks(table: CandidateTable, req: Request, at: np.ndarray | None = N
         if req.vec[c] > 0:
             checks.append((f"insufficient {what}", cap[c] >= req.vec[c]))
     for need in req.accels:
+        no_kind, no_model, too_few, not_shareable = _needs_reasons(need)
         kind = (col("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
-        checks.append((f"no {need.kind_name}", kind))
+        checks.append((no_kind, kind))
         ok = slot_ok(table, need) if full else nearby._slots(table, need, at)
         if need.models is not None:
-            checks.append((f"{need.kind_name} model mismatch", ok.any(axis=0)))
+            checks.append((no_model, ok.any(axis=0)))
         if need.whole:
             whole = ok & (col("dev_cap") == 1000)
-            checks.append((f"insufficient {need.kind_name}", whole.sum(axis=0) >= need.count))
+            checks.append((too_few, whole.sum(axis=0) >= need.count))
         else:
             share = ok & col("dev_shareable") & (col("dev_cap") >= need.milli)
-            checks.append((f"{need.kind_name} not shareable", share.any(axis=0)))
+            checks.append((not_shareable, share.any(axis=0)))
     return checks
 
 
@@ -189,20 +199,36 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
         if req.vec[col] > 0:
             checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
-    if req.accels and isinstance(at, slice):
-        _, usable, _, whole = _static(table, req)
-        usable = [cols(ok if w is None else w, at) for ok, w in zip(usable, whole)]
-    else:  # a few rows: their usable slots from those rows alone
-        usable = [nearby._usable(table, need, at) for need in req.accels]
-    for need, ok in zip(req.accels, usable):
+    for need, ok in zip(req.accels, _usable_at(table, req, at)):
+        too_few = _needs_reasons(need)[2]
         if need.whole:
-            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free == 1000)).sum(axis=0) >= need.count))
+            checks.append((too_few, (ok & (dev_free == 1000)).sum(axis=0) >= need.count))
         else:
-            checks.append((f"insufficient {need.kind_name}", (ok & (dev_free >= need.milli)).any(axis=0)))
+            checks.append((too_few, (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
         untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
         checks.append(("node in use", untouched))
     return checks
+
+
+def _any_model_fits(table: CandidateTable, need: AccelNeed, at) -> np.ndarray:
+    """bool over rows ``at``: the need would fit there now if any model of its kind would do."""
+    kind = cols(table.dev_kind, at) == need.kind
+    dev_cap, dev_free = cols(table.dev_cap, at), cols(table.dev_free, at)
+    if need.whole:
+        whole = kind & (dev_cap == 1000)
+        return ((whole.sum(axis=0) >= need.count) & ((whole & (dev_free == 1000)).sum(axis=0) >= need.count))
+    share = kind & cols(table.dev_shareable, at) & (dev_cap >= need.milli)
+    return (share & (dev_free >= need.milli)).any(axis=0)
+
+
+def _usable_at(table: CandidateTable, req: Request, at) -> list[np.ndarray]:
+    """Per need of ``req``: bool[D, k], the device slots of rows ``at`` it may use
+    (for whole devices only those that hold a whole device)."""
+    if req.accels and isinstance(at, slice):
+        _, usable, _, whole = _static(table, req)
+        return [cols(ok if w is None else w, at) for ok, w in zip(usable, whole)]
+    return [nearby._usable(table, need, at) for need in req.accels]  # a few rows: from those rows alone
 
 
 def dynamic_checks(table: CandidateTable, req: Request) -> list[Check]:
@@ -278,8 +304,9 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     network's neighbourhood, not a column): every other row fails one of
     those two first and is only counted (a car's service does not read a
     million rows to say that they are other cars' or too far)."""
-    counts: Counter = Counter()
+    counts = Reasons()
     near = _near_first(table, req)
+    at: slice | np.ndarray = slice(0, table.n)
     if near is None:
         remaining = ~table.view("retired")
         checks = [*_static_checks(table, req), *dynamic_checks(table, req), *extra]
@@ -294,12 +321,60 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
         known = 2 if private_reason else 1  # other devices' sites and the bound: they hold at ``at``
         checks = [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at),
                   *((r, m[at]) for r, m in extra)]
+    rows = remaining.copy()
     for reason, mask in checks:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed
         remaining &= mask
+    counts.binding = _binding(table, req, checks, rows, at)
     return counts
+
+
+def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at) -> Binding | None:
+    """The check that some of ``rows`` fail and nothing else (the most such
+    rows; the earlier check among equals), with the best of those rows'
+    figures when it is a resource's; None when every row fails two or more."""
+    passes: dict[str, np.ndarray] = {}  # a reason's checks together (capacity and free of one resource are one)
+    for reason, mask in checks:
+        prev = passes.get(reason)
+        passes[reason] = mask if prev is None else prev & mask
+    for need in req.accels:
+        no_kind, no_model, too_few, not_shareable = _needs_reasons(need)
+        if no_model in passes:  # with any model of the kind: are there enough (free) devices?
+            either = ~passes[no_model] & _any_model_fits(table, need, at)
+            for later in (too_few, not_shareable):
+                if later in passes:
+                    passes[later] = passes[later] | either
+        if no_kind in passes:  # without the kind, its model and count are no obstacle of their own
+            for later in (no_model, too_few, not_shareable):
+                if later in passes:
+                    passes[later] = passes[later] | ~passes[no_kind]
+    fails = np.zeros(rows.size, np.int16)
+    for ok in passes.values():
+        fails += ~ok
+    single = rows & (fails == 1)
+    if not single.any():
+        return None
+    best, most = "", 0
+    for reason, ok in passes.items():
+        n = int(np.count_nonzero(single & ~ok))
+        if n > most:
+            best, most = reason, n
+    only = single & ~passes[best]
+    free = cols(table.free, at)
+    for col, what in ((0, "cpu"), (1, "memory")):
+        if req.vec[col] > 0 and best == f"insufficient {what}":
+            return Binding(best, most, what, col, int(req.vec[col]), int(free[col][only].max()))
+    for need, ok in zip(req.accels, _usable_at(table, req, at)):
+        if best == f"insufficient {need.kind_name}":
+            dev_free = cols(table.dev_free, at)[:, only]
+            if need.whole:
+                have = int((ok[:, only] & (dev_free == 1000)).sum(axis=0).max()) * 1000
+                return Binding(best, most, need.kind_name, 2 + need.kind, need.count * 1000, have)
+            have = int(np.where(ok[:, only], dev_free, 0).max())
+            return Binding(best, most, need.kind_name, 2 + need.kind, need.milli, have)
+    return Binding(best, most)
 
 
 def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int) -> list[Check]:

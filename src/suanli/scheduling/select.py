@@ -18,6 +18,7 @@ import numpy as np
 from suanli.model.network import Network
 from suanli.scheduling import live, nearby, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
+from suanli.scheduling.reasons import bound
 from suanli.scheduling.request import Request
 from suanli.scheduling.table import Allocation, CandidateTable, Transaction, cols
 
@@ -215,7 +216,7 @@ def place_group(
         least = len(members) if min_members is None else min_members
         most, why = extras.most(members[0], len(members))
         if most < least:
-            return GroupResult(reasons=Counter({extras.most(members[0], least)[1]: 1}))
+            return GroupResult(reasons=bound(extras.most(members[0], least)[1], "tenant quota"))
         if most < len(members):
             members, short = list(members)[:most], why
     if domain is None and min_members is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from suanli.output import sorted_reasons
 from suanli.scheduling.preempt import plan_preemption
+from suanli.scheduling.reasons import why_json
 from suanli.sim.defrag import needs_whole_devices, plan_defrag
 from suanli.sim.rescheduler import plan_returns, victims
 
@@ -50,6 +51,7 @@ def dry_run(sim, at: float) -> dict[str, Any]:
     return {
         "at_s": at,
         "running_by_site": dict(sorted(running.items())),
-        "pending": [{"task": r.task, "reasons": sorted_reasons(r.reasons)} for r in pending],  # as simulate shows them
+        "pending": [{"task": r.task, "reasons": sorted_reasons(r.reasons), "why": why_json(r.reasons)}  # as simulate shows them
+                    for r in pending],
         "moves": moves,
     }

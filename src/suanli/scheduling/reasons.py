@@ -1,0 +1,103 @@
+"""Why work waits, as data.
+
+``explain`` charges each row to the first check it fails, so the counts say
+where the fleet's rows went, not what stops the task: a GPU model that no
+node has shows as "58 site not allowed" before "5 gpu model mismatch". The
+binding constraint is the one whose relaxation alone would let the task fit:
+the check that some rows fail and nothing else. ``Reasons`` keeps the counts
+(the ``reasons`` map of every output) and, beside them, that constraint with
+its figures; outputs list it first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from suanli.model.quantities import format_amount
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """The check that, relaxed alone, lets the task fit on ``nodes`` rows."""
+
+    reason: str  # its key among the counts
+    nodes: int  # rows that fail this check and no other (0: a bound on the whole unit, such as a quota)
+    resource: str | None = None  # for a capacity check: cpu, memory or an accelerator kind
+    column: int = -1  # that resource's column (canonical units below)
+    requested: int | None = None
+    free: int | None = None  # the most that one of those rows has free
+    layer: str = "business"
+
+    @property
+    def gap(self) -> int | None:
+        """How much more of the resource the best of those rows would need."""
+        return None if self.requested is None or self.free is None else self.requested - self.free
+
+    def text(self) -> str:
+        """One line: "insufficient cpu: 16 requested, 12 free at best (4 more needed) on 3 nodes"."""
+        if not self.nodes:  # a bound on the whole unit (a quota), not on nodes
+            return self.reason
+        if self.gap is None:
+            return f"{self.reason} (the only obstacle on {self.nodes} node{'s' if self.nodes != 1 else ''})"
+        c = self.column
+        return (f"{self.reason}: {format_amount(c, self.requested)} requested, {format_amount(c, self.free)} free "
+                f"at best ({format_amount(c, self.gap)} more needed) on {self.nodes} node{'s' if self.nodes != 1 else ''}")
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Binding":
+        """The binding constraint of a ``why`` entry (as outputs wrote it)."""
+        resource = d.get("resource")
+        column = -1 if resource is None else {"cpu": 0, "memory": 1}.get(resource, 2)  # formats alike past 1
+        return Binding(d["reason"], d["nodes"], d.get("resource"), column, d.get("requested"), d.get("free"),
+                       d.get("layer", "business"))
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reason": self.reason, "layer": self.layer, "nodes": self.nodes}
+        if self.resource is not None:
+            out.update(resource=self.resource, requested=self.requested, free=self.free, gap=self.gap)
+        return out
+
+
+class Reasons(Counter):
+    """Rows (or units) per reason, and the binding constraint when there is one."""
+
+    binding: Binding | None = None
+
+
+def bound(reason: str, layer: str, also: Counter | None = None) -> Reasons:
+    """Reasons whose binding constraint is a bound on the whole unit (``reason``,
+    decided at ``layer``), with ``also``'s counts after it."""
+    out = Reasons({reason: 1})
+    if also:
+        out.update(also)
+    out.binding = Binding(reason, 0, layer=layer)
+    return out
+
+
+def binding_of(reasons: Counter) -> Binding | None:
+    return reasons.binding if isinstance(reasons, Reasons) else None
+
+
+def why_json(reasons: Counter) -> list[dict[str, Any]]:
+    """A task's reasons, the binding constraint first (marked, with its
+    figures), then the others by rows, then by name."""
+    b = binding_of(reasons)
+    out = []
+    if b is not None:
+        out.append({**b.json(), "binding": True, "count": int(reasons.get(b.reason, 0))})
+    for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        if b is None or reason != b.reason:
+            out.append({"reason": reason, "count": int(n), "binding": False})
+    return out
+
+
+def first_reason(reasons: Counter) -> str:
+    """The one line to show first: the binding constraint, else the reason of the most rows."""
+    b = binding_of(reasons)
+    if b is not None:
+        return b.text()
+    if not reasons:
+        return ""
+    return min(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[0]

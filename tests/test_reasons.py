@@ -1,0 +1,119 @@
+"""The binding constraint of an unscheduled task: the reason listed first,
+whose relaxation alone lets the task fit, with its figures.
+
+Random small worlds (nodes of a few shapes, some already filled by a
+higher-priority tenant, a tenant with allowed sites and a quota) and one task
+that asks for cpu, maybe GPUs of a model, maybe an arch. Whenever the task is
+not placed and a binding constraint is named, the documents are changed in
+that one respect (the request lowered to what the best node has free, the
+model or arch dropped, the sites or quota opened) and the task must then be
+placed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from builders import app, component, gpu, node_group, site, tenant, world
+from conftest import schedule_json
+
+TALLY: Counter = Counter()
+
+
+@st.composite
+def worlds(draw):
+    sites = []
+    for i in range(draw(st.integers(1, 3))):
+        groups = []
+        for j in range(draw(st.integers(1, 2))):
+            accels = [gpu(draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from(["A100", "H100"])), shareable=False)] \
+                if draw(st.booleans()) else []
+            groups.append(node_group(f"g{j}", count=draw(st.integers(1, 3)), cpu=draw(st.sampled_from([4, 8, 16, 32])),
+                                     arch=draw(st.sampled_from(["x86_64", "aarch64"])), accelerators=accels))
+        sites.append(site(f"s{i}", groups=groups))
+    fill = draw(st.lists(st.sampled_from([2, 4, 8]), max_size=4))
+    names = [s["name"] for s in sites]
+    allowed = draw(st.sampled_from([None, names[:1], names[1:] or None]))
+    has_gpus = any(g.get("accelerators") for s in sites for g in s["nodeGroups"])
+    quota = draw(st.sampled_from([None, {"cpu": 4}, {"cpu": 12}, {"cpu": 64}, *([{"gpu": 2}] if has_gpus else [])]))
+    task = {"cpu": draw(st.sampled_from([2, 4, 8, 16, 24]))}
+    if draw(st.booleans()):
+        task["gpus"] = draw(st.sampled_from([1, 2, 4]))
+        task["model"] = draw(st.sampled_from([None, "A100", "H100", "V100"]))
+    task["arch"] = draw(st.sampled_from([None, "aarch64", "x86_64"]))
+    return sites, fill, allowed, quota, task
+
+
+def docs(sites, fill, allowed, quota, task, tmp_path):
+    spec = {}
+    if allowed is not None:
+        spec["allowedSites"] = allowed
+    if quota is not None:
+        spec["quota"] = quota
+    tenants = [tenant("t", **spec), tenant("f")]
+    fillers = [app(f"fill{k}", tenant="f", priority=100, preemptible=False, components=[component(cpu=c)])
+               for k, c in enumerate(fill)]
+    extra = {}
+    if task.get("arch"):
+        extra["platform"] = {"arch": [task["arch"]]}
+    accels = []
+    if task.get("gpus"):
+        accels = [{"kind": "gpu", "count": task["gpus"], **({"model": task["model"]} if task.get("model") else {})}]
+    comp = component("w", cpu=task["cpu"], accelerators=accels, **extra)
+    return world(tmp_path, sites=sites, tenants=tenants, apps=[*fillers, app("task", tenant="t", components=[comp])])
+
+
+def relaxed(binding: dict, allowed, quota, task):
+    """The one change that the binding constraint says would let the task fit."""
+    allowed, quota, task = allowed, dict(quota or {}) or None, dict(task)
+    resource, reason = binding.get("resource"), binding["reason"]
+    if resource == "cpu":
+        task["cpu"] = binding["free"] / 1000
+    elif resource == "gpu":
+        task["gpus"] = binding["free"] // 1000
+    elif reason == "gpu model mismatch":
+        task["model"] = None
+    elif reason == "no gpu":
+        task.pop("gpus")
+    elif reason == "arch mismatch":
+        task["arch"] = None
+    elif reason == "site not allowed for tenant":
+        allowed = None
+    elif reason.startswith("tenant t quota"):
+        quota = None
+    else:
+        raise AssertionError(f"a binding constraint with no known relaxation: {binding}")
+    return allowed, quota, task
+
+
+@given(worlds())
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_first_reason_is_one_whose_relaxation_lets_the_task_fit(tmp_path_factory, case):
+    sites, fill, allowed, quota, task = case
+    tmp = tmp_path_factory.mktemp("w")
+    r = schedule_json(docs(sites, fill, allowed, quota, task, tmp))
+    left = [u for u in r["unscheduled"] if u["task"] == "task/w/0"]
+    if not left:
+        TALLY["placed at once"] += 1
+        return
+    why = left[0]["why"]
+    assert sum(w["count"] for w in why) == sum(left[0]["reasons"].values())  # the same counts, reordered
+    first = why[0]
+    if not first["binding"]:
+        TALLY["no single obstacle"] += 1
+        return
+    assert all(not w["binding"] for w in why[1:])
+    if first.get("resource") is not None:
+        assert first["gap"] == first["requested"] - first["free"] > 0
+    TALLY[f"binding: {first.get('resource') or first['reason'].split(':')[0]}"] += 1
+    again = tmp_path_factory.mktemp("w")
+    r2 = schedule_json(docs(sites, fill, *relaxed(first, allowed, quota, task), again))
+    assert any(p["task"] == "task/w/0" for p in r2["placements"]), (first, r2["unscheduled"])
+
+
+def test_the_generated_cases_name_binding_constraints_of_several_kinds():
+    kinds = [k for k in TALLY if k.startswith("binding: ")]
+    assert TALLY["placed at once"] > 0 and sum(TALLY[k] for k in kinds) >= 20 and len(kinds) >= 5, TALLY
+    assert any("quota" in k for k in kinds) and TALLY["binding: cpu"] > 0, TALLY
