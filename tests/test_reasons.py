@@ -75,8 +75,6 @@ def relaxed(binding: dict, allowed, quota, task):
         task["gpus"] = binding["free"] // 1000
     elif reason == "gpu model mismatch":
         task["model"] = None
-    elif reason == "no gpu":
-        task.pop("gpus")
     elif reason == "arch mismatch":
         task["arch"] = None
     elif reason == "site not allowed for tenant":

@@ -334,7 +334,9 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
 def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at) -> Binding | None:
     """The check that some of ``rows`` fail and nothing else (the most such
     rows; the earlier check among equals), with the best of those rows'
-    figures when it is a resource's; None when every row fails two or more."""
+    figures when it is a resource's; None when every row fails two or more.
+    Rows without an accelerator kind the request needs are left out: the
+    relaxation they offer is not to need it."""
     passes: dict[str, np.ndarray] = {}  # a reason's checks together (capacity and free of one resource are one)
     for reason, mask in checks:
         prev = passes.get(reason)
@@ -346,10 +348,8 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
             for later in (too_few, not_shareable):
                 if later in passes:
                     passes[later] = passes[later] | either
-        if no_kind in passes:  # without the kind, its model and count are no obstacle of their own
-            for later in (no_model, too_few, not_shareable):
-                if later in passes:
-                    passes[later] = passes[later] | ~passes[no_kind]
+        if no_kind in passes:  # a node without the kind is no candidate: dropping the need is no relaxation
+            rows = rows & passes.pop(no_kind)
     fails = np.zeros(rows.size, np.int16)
     for ok in passes.values():
         fails += ~ok

@@ -128,6 +128,7 @@ class TaskOut(BaseModel):
     vc: str | None = None
     host: str | None = None
     reasons: dict[str, int] | None = None
+    why: list[dict[str, Any]] | None = None  # the reasons in reading order, the binding constraint first
     placements: int = 0
     submitted_at: str
     started_at: str | None = None
@@ -282,7 +283,7 @@ def token_ttl_s(ttl: str | None) -> float | None:
 
 def task_out(row: TaskRow) -> dict[str, Any]:
     return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
-            "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons,
+            "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons, "why": row.why,
             "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
             "ended_at": iso(row.ended_at)}
 

@@ -297,7 +297,10 @@ def register(app: typer.Typer) -> None:
             if t.get(key) is not None:
                 out.print(f"{key + ':':14}{escape(str(t[key]))}")
         if t.get("reasons"):
-            out.print("waiting:      " + escape(", ".join(f"{n} {why}" for why, n in t["reasons"].items())))
+            from suanli.render import why_text
+
+            out.print("waiting:      " + escape(why_text(t.get("why"))
+                                                or ", ".join(f"{n} {why}" for why, n in t["reasons"].items())))
         out.print("history:")
         for e in t["history"]:
             rest = {k: v for k, v in e.items() if k not in ("t", "kind", "task", "tenant")}

@@ -39,6 +39,7 @@ from suanli.spec import schema
 from suanli.spec.build import build_application
 from suanli.spec.loader import problem_at, validate_document
 from suanli.spec.problems import Problem
+from suanli.scheduling.reasons import why_json
 from suanli.spec.refs import check_application
 
 log = logging.getLogger("suanli.server")
@@ -168,7 +169,7 @@ class Controller:
         for app, rows, why in refused:
             log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
             self._mark([r for r in rows if r.status not in ENDED], "failed",
-                       {"status": "failed", "ended_at": now, "reasons": None},
+                       {"status": "failed", "ended_at": now, "reasons": None, "why": None},
                        f"not scheduled after the control plane restarted: {why}", now)
 
     def _rebuild(self, app: AppRow) -> Application:
@@ -355,7 +356,7 @@ class Controller:
             kind, at = e["kind"], self.wall(e["t"])
             f = fields.setdefault(task, {})
             if kind == "placed":
-                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), reasons=None)
+                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), reasons=None, why=None)
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
                 f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
@@ -388,7 +389,8 @@ class Controller:
                     continue
                 self._reasons[task] = id(rec.reasons)
                 tenant, name = split(task)
-                out.append((tenant, name, {"reasons": dict(rec.reasons), "updated_at": now}))
+                out.append((tenant, name, {"reasons": dict(rec.reasons), "why": why_json(rec.reasons),
+                                            "updated_at": now}))
         return out
 
 

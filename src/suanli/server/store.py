@@ -82,6 +82,7 @@ class TaskRow(Base):
     node: Mapped[str | None] = mapped_column(String(300))
     site: Mapped[str | None] = mapped_column(String(128))
     reasons: Mapped[dict | None] = mapped_column(JSON)  # why it waits: filter -> nodes it removed
+    why: Mapped[list | None] = mapped_column(JSON)  # the same in reading order, the binding constraint first
     placements: Mapped[int] = mapped_column(Integer, default=0)  # times it was placed
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
