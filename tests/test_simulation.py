@@ -255,6 +255,26 @@ def test_device_busy_takes_its_capacity_moving_what_stands_in_the_way(tmp_path):
     assert [e["t"] for e in back] == [0, 900]
 
 
+def test_device_busy_evicts_no_more_than_the_claim_needs(tmp_path):
+    """Cheapest first until the claim fits, then each evicted unit that the
+    claim fits without is kept: the 1-core service, cheapest but not needed
+    once the 4-core one goes, stays where it runs (evicted, it would only come
+    back to the node it left). The one that moves waits until the claim ends."""
+    comps = [component("a", cpu=1, priority=0), component("b", cpu=4, priority=1), component("c", cpu=2, priority=2)]
+    busy = {"at": "10m", "kind": "deviceBusy", "node": "s/n-0", "duration": "5m", "resources": {"cpu": 4}}
+    path = _scenario_world(tmp_path, comps, events=[busy], groups=[node_group(count=1, cpu=8)], until="30m")
+    sim, _ = simulate(path)
+    first = {e["task"]: e["node"] for e in sim.events if e["kind"] == "placed" and e["t"] == 0}
+    assert len(first) == 3, first  # 7 of the node's 8 cores
+    moved = [(e["task"], e["cause"]) for e in sim.events if e["kind"] == "preempted"]
+    assert moved == [("w/b/0", "capacity claimed")], moved
+    assert not [e for e in sim.events if e["kind"] == "migrated" and e["t"] == 600]  # nothing came straight back
+    claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
+    assert claimed["claimed"]["cpu_milli"] == 4000 and "short" not in claimed
+    back = [e["t"] for e in sim.events if e.get("task") == "w/b/0" and e["kind"] == "placed"]
+    assert back == [0, 900] and sim.view.tasks["w/a/0"].status == "running"
+
+
 def test_device_busy_reports_what_even_evictions_cannot_free(tmp_path):
     svc = component("s", cpu=2)
     busy = {"at": "10m", "kind": "deviceBusy", "node": "s/n-0", "resources": {"cpu": 12}}

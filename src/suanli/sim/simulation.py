@@ -674,7 +674,8 @@ class Simulation:
     def _make_room(self, t: float, req, row: int) -> None:
         """Evict running units on ``row`` (default VCs: they hold node capacity
         directly), cheapest first, only as many as the claim needs, and only
-        if together they make it fit."""
+        if together they make it fit. The set is minimal: a unit the claim
+        fits without stays (evicted, it would come back to the node it left)."""
         nodes = self.state.nodes
         units = {}
         for task in self.state.tasks_on_node.get(row, ()):
@@ -703,6 +704,14 @@ class Simulation:
                 nodes.give(a)
             if fits_row(nodes, req, row):
                 break
+        for uid in sorted(chosen[:-1], key=cost.get, reverse=True):  # then keep what it fits without, dearest first
+            for a in held[uid]:
+                nodes.take(a)
+            if fits_row(nodes, req, row):
+                chosen.remove(uid)  # evicted, it would only come back to this node
+            else:
+                for a in held[uid]:
+                    nodes.give(a)
         for uid in chosen:
             for a in held[uid]:
                 nodes.take(a)
