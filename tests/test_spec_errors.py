@@ -905,3 +905,37 @@ def test_a_valid_world_has_no_warnings(tmp_path, base):
         "      resources: {cpu: 4, memory: 8Gi}\n      sites: {tier: [edge]}\n")]))
     code, out, err = run_cli("validate", "--strict", base, ok)
     assert code == 0 and "warning" not in err, err
+
+
+def test_one_pass_reports_the_documents_problems_and_the_references_of_the_valid_ones(tmp_path, base):
+    """A document that is not valid does not hold back the reference checks of
+    the others; a reference to what a broken document would define is not
+    reported (it may be only an echo)."""
+    twice = edit(APP, "    - name: work\n", "    - name: work\n      replicas: 1\n    - name: work  # again\n",
+                 at="name: work  # again")
+    dangling = edit(VC, "metadata: {name: acme-vc, tenant: acme}", "metadata: {name: acme-vc, tenant: nobody}")
+    echo = edit(APP, "metadata: {name: job, tenant: acme}", "metadata: {name: job2, tenant: third}")
+    bad_tenant = edit(TENANT, "  weight: 2\n", "  weight: heavy\n")
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("---\n".join([twice, dangling, echo, bad_tenant]))
+    code, out, err = run_cli("validate", base, odd)
+    assert code == 2 and "Traceback" not in out + err
+    lines = error_lines(err)
+    assert any("(Application job)" in line and "spec.components" in line for line in lines), err
+    assert any("(VirtualCluster acme-vc): metadata.tenant: no tenant named 'nobody'" in line for line in lines), err
+    assert any("(Tenant third): spec.weight" in line for line in lines), err
+    assert not any("(Application job2)" in line for line in lines), err  # its tenant's document is the broken one
+
+
+def test_an_unreadable_include_does_not_hold_back_other_problems_nor_make_echoes(tmp_path, base):
+    scenario = edit(SCENARIO, "  until: 1h\n", "  include: [missing.yaml]\n  until: 1h\n")
+    twice = edit(APP, "metadata: {name: job, tenant: acme}", "metadata: {name: job, tenant: whoever}")
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("---\n".join([scenario, edit(TENANT, "  weight: 2\n", "  weight: -1\n")]))
+    apps = tmp_path / "apps.yaml"
+    apps.write_text(twice)
+    code, out, err = run_cli("validate", base, apps, odd)
+    lines = error_lines(err)
+    assert code == 2 and any("cannot read included file 'missing.yaml'" in line for line in lines), err
+    assert any("(Tenant third): spec.weight" in line for line in lines), err
+    assert not any("no tenant named 'whoever'" in line for line in lines), err  # the missing file may define it

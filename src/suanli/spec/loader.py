@@ -82,6 +82,7 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
     cars=1000000``), the size of a population in place of its document's."""
     docs = Documents()
     problems: list[Problem] = []
+    unread = False
     seen: set[Path] = set()
     queue: list[tuple[str, tuple[Problem, str] | None]] = [(os.fspath(p), None) for p in paths]
     while queue:
@@ -94,6 +95,7 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
             text = real.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            unread = True  # what it defines is not known: no reference is sure to be missing
             if origin is not None:
                 where, written = origin
                 looked = "" if display == written else f" (looked for {display!r})"
@@ -119,6 +121,12 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
                     where = problem_at(loaded_or_problem.src, ("spec", "include", i), "")
                     queue.append((os.path.normpath(os.path.join(base, inc)), (where, inc)))
     if problems:
+        if check_refs:  # the references among the documents that are valid too, all in one report
+            from suanli.spec.refs import check_references
+
+            unsure = {"*"} if unread else _unsure(problems)
+            problems += [p for p in check_references(docs)
+                         if not p.warning and p.refers not in unsure and not (p.refers and "*" in unsure)]
         raise SpecError(_in_file_order(problems, docs.files))
     if populations:
         _resize(docs, populations)
@@ -131,6 +139,20 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
         if problems:
             raise SpecError(_in_file_order(problems, docs.files))
     return docs
+
+
+def _unsure(problems: list[Problem]) -> set[str]:
+    """The documents that these problems leave out ("Tenant t"; "Fleet" for
+    any Fleet document, whose sites are many): a reference to one of them
+    may be missing only because it is not valid. An unreadable file, or a
+    document whose kind and name are not known, leaves out anything ("*")."""
+    out = set()
+    for p in problems:
+        kind, _, name = p.label.partition(" ")
+        if kind not in Documents._BY_KIND or not name:
+            return {"*"}
+        out.add("Fleet" if kind == "Fleet" else p.label)
+    return out
 
 
 def _in_file_order(problems: list[Problem], files: list[str]) -> list[Problem]:

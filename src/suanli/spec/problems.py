@@ -19,6 +19,7 @@ class Problem:
     label: str = ""  # "Fleet city"
     line: int | None = None
     warning: bool = False  # valid, but nothing in the fleet can match it (an error with --strict)
+    refers: str = ""  # the kind of document a reference problem depends on (Fleet, Tenant, ...), if one
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"

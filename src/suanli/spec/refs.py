@@ -77,10 +77,10 @@ def check_references(docs: Documents) -> list[Problem]:
         for key in (t.doc.spec.quota or {}):
             if key not in ("cpu", "memory") and key not in kinds and docs.fleets:
                 known = ", ".join(["cpu", "memory", *sorted(kinds)])
-                problems.append(problem_at(t.src, ("spec", "quota", key), f"no accelerator of kind {key!r} in the fleet; quota keys are {known}"))
+                problems.append(_about('Fleet', problem_at(t.src, ("spec", "quota", key), f"no accelerator of kind {key!r} in the fleet; quota keys are {known}")))
         for i, pattern in enumerate(t.doc.spec.allowed_sites):
             if docs.fleets and not sites.any_match(pattern):
-                problems.append(problem_at(t.src, ("spec", "allowedSites", i), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
+                problems.append(_about('Fleet', problem_at(t.src, ("spec", "allowedSites", i), f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
 
     vcs: dict[str, str] = {}
     for vc in docs.virtual_clusters:
@@ -93,7 +93,7 @@ def check_references(docs: Documents) -> list[Problem]:
                 problems.append(_missing(vc, ("spec", "hostGroups", i, "near", "site"), "site", g.near.site, sites))
             for j, pattern in enumerate(g.sites.names or []):
                 if not sites.any_match(pattern):
-                    problems.append(problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
+                    problems.append(_about('Fleet', problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
             problems += hw.demand(vc, ("spec", "hostGroups", i), g.resources, g.platform)
             if hw.known:
                 problems += _selector_meets_nothing(vc, ("spec", "hostGroups", i, "sites"), g.sites, facts)
@@ -144,8 +144,8 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
                                                          "it belongs in an Application document"))
         each = None
     elif each is not None and each not in sites.populations:
-        out.append(problem_at(src.src, base + ("each",), f"no population named {each!r}; known: "
-                                                         f"{_few(sites.populations)}"))
+        out.append(_about('Fleet', problem_at(src.src, base + ("each",), f"no population named {each!r}; known: "
+                                                         f"{_few(sites.populations)}")))
     for i, comp in enumerate(spec.components):
         here = base + ("components", i)
         if hw is not None:
@@ -169,12 +169,12 @@ def _priorities_within(src: Loaded, tenant: str, ceiling: int | None, spec, base
         return []
     out = []
     if spec.priority > ceiling:
-        out.append(problem_at(src.src, base + ("priority",),
-                              f"priority {spec.priority} is above tenant {tenant}'s maxPriority {ceiling}"))
+        out.append(_about(f"Tenant {tenant}", problem_at(src.src, base + ("priority",),
+                              f"priority {spec.priority} is above tenant {tenant}'s maxPriority {ceiling}")))
     for i, comp in enumerate(spec.components):
         if comp.priority is not None and comp.priority > ceiling:
-            out.append(problem_at(src.src, base + ("components", i, "priority"),
-                                  f"priority {comp.priority} is above tenant {tenant}'s maxPriority {ceiling}"))
+            out.append(_about(f"Tenant {tenant}", problem_at(src.src, base + ("components", i, "priority"),
+                                  f"priority {comp.priority} is above tenant {tenant}'s maxPriority {ceiling}")))
     return out
 
 
@@ -295,7 +295,7 @@ def _either(names) -> str:
 
 
 def _warning(src: Loaded, loc: tuple, message: str) -> Problem:
-    return dataclasses.replace(problem_at(src.src, loc, message), warning=True)
+    return dataclasses.replace(problem_at(src.src, loc, message), warning=True, refers="Fleet")
 
 
 class KnownSites:
@@ -401,14 +401,14 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps, hw: Har
         if ev.kind == "delete" and ev.app not in apps:
             out.append(_missing(sc, here + ("app",), "application", ev.app, apps))
         elif ev.kind in ("nodeDown", "nodeUp", "nodeDrain", "nodeCordon") and ev.node not in nodes:
-            out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
+            out.append(_about('Fleet', problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}")))
         elif ev.kind in ("linkDown", "linkUp"):
             for j, end in enumerate(ev.between):
                 if end not in sites:
                     out.append(_missing(sc, here + ("between", j), "site", end, sites))
             drawn = any(e in sites and e not in sites.listed_names() for e in ev.between)  # checked once drawn
             if all(e in sites for e in ev.between) and not drawn and frozenset(ev.between) not in links:
-                out.append(problem_at(sc.src, here + ("between",), f"no link between {ev.between[0]!r} and {ev.between[1]!r}"))
+                out.append(_about('Fleet', problem_at(sc.src, here + ("between",), f"no link between {ev.between[0]!r} and {ev.between[1]!r}")))
         elif ev.kind in ("handover", "deviceOffline", "deviceOnline"):
             if ev.site not in sites:
                 out.append(_missing(sc, here + ("site",), "site", ev.site, sites))
@@ -421,7 +421,7 @@ def _check_scenario(sc: Loaded, tenants, vcs, sites, nodes, links, apps, hw: Har
             if ev.site is not None and ev.site not in sites:
                 out.append(_missing(sc, here + ("site",), "site", ev.site, sites))
             if ev.node is not None and ev.node not in nodes:
-                out.append(problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}"))
+                out.append(_about('Fleet', problem_at(sc.src, here + ("node",), f"no node {ev.node!r}; nodes are named SITE/GROUP-INDEX, e.g. {nodes.examples()}")))
     return out
 
 
@@ -432,8 +432,8 @@ def _check_mobility(sc: Loaded, populations: dict, sites: "KnownSites") -> list[
         here = ("spec", "mobility", i)
         pop = populations.get(mob.population)
         if pop is None:
-            out.append(problem_at(sc.src, here + ("population",), f"no population named {mob.population!r}; "
-                                                                 f"known: {_few(populations)}"))
+            out.append(_about('Fleet', problem_at(sc.src, here + ("population",), f"no population named {mob.population!r}; "
+                                                                 f"known: {_few(populations)}")))
             continue
         if mob.handovers is None:
             continue
@@ -491,8 +491,20 @@ def _unique(items: list[Loaded], what: str) -> Iterator[Problem]:
             seen[it.name] = it
 
 
+_REFERS = {"site": "Fleet", "tenant": "Tenant", "virtual cluster": "VirtualCluster", "application": "Application"}
+
+
 def _missing(src: Loaded, loc: tuple, what: str, name: str, known) -> Problem:
-    return problem_at(src.src, loc, f"no {what} named {name!r}; known: {_few(known)}")
+    kind = _REFERS.get(what, "")
+    return _about(kind if kind == "Fleet" else f"{kind} {name}",
+                  problem_at(src.src, loc, f"no {what} named {name!r}; known: {_few(known)}"))
+
+
+def _about(document: str, problem: Problem) -> Problem:
+    """``problem`` depends on ``document`` ("Tenant t"; "Fleet": what the
+    Fleet documents define): it may be only an echo of another problem when
+    that document is not valid."""
+    return dataclasses.replace(problem, refers=document)
 
 
 def _few(names, n: int = 8) -> str:
