@@ -266,3 +266,55 @@ def test_gangs_are_sized_by_their_tenants_quota(tmp_path):
             by_quota += 1
             shrunk += 0 < expect < size
     assert by_quota >= 6 and shrunk >= 3  # the cases exercise the quota bound, shrinking and refusing
+
+
+# ---------------------------------------------------------------- near as a preference, sites of a component
+
+
+def _car_drone_edge(tmp_path, comps):
+    sites = [site("car-03", tier="device", groups=[node_group("soc", cpu=4, memory="8Gi", arch="aarch64")]),
+             site("drone-1", tier="device", groups=[node_group("soc", cpu=4, memory="8Gi", arch="aarch64")]),
+             site("edge-1", tier="edge", groups=[node_group(count=2, cpu=16)])]
+    links = [link("car-03", "edge-1", rtt=8), link("drone-1", "car-03", rtt=23)]
+    return world(tmp_path, sites=sites, links=links, apps=[app("media", components=comps)])
+
+
+def test_near_without_a_bound_prefers_the_nearer_place_over_a_fuller_one(tmp_path):
+    """The car is full; the drone 23 ms away has exactly the room left (the
+    best packing), the edge 8 ms away is nearly empty: the edge wins."""
+    comps = [component("fill", cpu=4, near={"site": "car-03", "maxRttMs": 0.2}),
+             component("dfill", cpu=3, memory="6Gi", near={"site": "drone-1", "maxRttMs": 0.2}),
+             component("m", cpu=1, near={"site": "car-03"})]
+    where = _where(schedule_json(_car_drone_edge(tmp_path, comps)))
+    assert where["media/fill/0"]["site"] == "car-03" and where["media/dfill/0"]["site"] == "drone-1"
+    assert where["media/m/0"]["site"] == "edge-1"
+
+
+def test_a_components_sites_selector_limits_where_its_tasks_go(tmp_path):
+    comps = [component("d", cpu=1, sites={"tier": ["device"]}, replicas=2),
+             component("e", cpu=1, sites={"names": ["edge-*"]}),
+             component("x", cpu=8, sites={"tier": ["device"]})]
+    r = schedule_json(_car_drone_edge(tmp_path, comps))
+    where = _where(r)
+    assert {where[f"media/d/{i}"]["site"] for i in range(2)} <= {"car-03", "drone-1"}
+    assert where["media/e/0"]["site"] == "edge-1"
+    left = {u["task"]: u for u in r["unscheduled"]}
+    assert set(left) == {"media/x/0"}  # 8 cores: only the edge has them, and it is not a device
+    assert left["media/x/0"]["reasons"]["tier not selected"] == 2
+
+
+def test_a_components_selector_that_nothing_matches_is_reported(tmp_path):
+    from suanli.spec.problems import SpecError
+    from suanli.spec.build import load_world
+
+    comps = [component("d", cpu=1, sites={"tier": ["cloud"]}), component("n", cpu=1, sites={"names": ["core-*"]})]
+    path = _car_drone_edge(tmp_path, comps)
+    try:
+        load_world([path])
+        raise AssertionError("a names pattern that matches no site must be an error")
+    except SpecError as exc:
+        assert [(p.path, p.warning) for p in exc.problems] == [("spec.components[1].sites.names[0]", False)], exc
+    comps = [component("d", cpu=1, sites={"tier": ["cloud"]})]
+    world_ = load_world([_car_drone_edge(tmp_path, comps)])
+    assert [(p.path, "no site has tier 'cloud'" in p.message) for p in world_.warnings] == \
+        [("spec.components[0].sites", True)]

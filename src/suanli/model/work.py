@@ -134,6 +134,7 @@ class Component:
     affinity: tuple[str, str] | None = None  # (group, scope)
     anti_affinity: tuple[str, str] | None = None  # (group, scope)
     run: RunCommand | None = None  # None: real executors hold the slice with a stand-in
+    selector: "Selector | None" = None  # the sites its tasks may use (tier, names, regions, labels)
 
     def task_name(self, index: int) -> str:
         return f"{self.app}/{self.name}/{index}"

@@ -358,8 +358,8 @@ def _by_site(sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _near(rtt: np.ndarray) -> np.ndarray:
-    """``scores.near`` of an rtt."""
-    return 100.0 / (1.0 + rtt / scores._NEAR_RTT_MS)
+    """``scores.near`` of an rtt (a batch's units are bounded)."""
+    return scores.near_of(rtt, True)
 
 
 def _home(network, site, limit):
@@ -379,7 +379,7 @@ def _alone_kind(unit, vc: str):
         return None
     comp = unit.components[0]
     near = comp.near
-    if (near is None or near.max_rtt_ms is None or comp.anti_affinity is not None
+    if (near is None or near.max_rtt_ms is None or comp.anti_affinity is not None or comp.selector is not None
             or comp.data_source is not None or comp.data_sink is not None):
         return None
     return comp

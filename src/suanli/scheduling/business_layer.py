@@ -241,7 +241,7 @@ class BusinessLayer:
         Anti-affinity keeps the application in the key: its groups are its own."""
         data = (comp.data_source, comp.data_sink)
         anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
-        key = (tenant, comp.resources, comp.arch, comp.near, data, state_site, anti)
+        key = (tenant, comp.resources, comp.arch, comp.near, data, state_site, anti, _selector_key(comp.selector))
         req = self._requests.get(key)
         if req is not None:
             self._requests.move_to_end(key)
@@ -249,7 +249,7 @@ class BusinessLayer:
             fleet = self.state.fleet
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
             req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
-                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data),
+                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data), selector=comp.selector,
                                   state_site=fleet.site_table.names.name(state_site) if state_site >= 0 else None)
             self._requests[key] = req
             if comp.near is not None:
@@ -420,6 +420,11 @@ class BusinessLayer:
         return grown, reasons
 
 
+def _selector_key(sel) -> tuple | None:
+    """A component's site selector as a key (its labels are a mapping)."""
+    return None if sel is None else (sel.tiers, sel.names, sel.regions, tuple(sorted(sel.labels.items())))
+
+
 def _tenant_heap(queues: dict[str, deque], share: dict[str, float]) -> tuple[list, dict[str, int]]:
     """A heap of the waiting tenants keyed (share, seq of its next unit, place
     in ``queues``): popping it gives the tenant ``min`` over ``queues`` would
@@ -437,7 +442,7 @@ def unit_shape(unit: Unit) -> tuple:
     the application in the key: its groups are the application's own."""
     members = tuple(
         (c.resources, c.arch, c.near, c.data_source, c.data_sink,
-         (c.app, c.anti_affinity) if c.anti_affinity else None)
+         (c.app, c.anti_affinity) if c.anti_affinity else None, _selector_key(c.selector))
         for c in unit.components
     )
     return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members, unit.state_sites)

@@ -242,7 +242,7 @@ def bonus(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray
     counts (default: when the request names a near site)."""
     b = scores.WEIGHTS["devices"] * scores.devices(table, req, rows)
     if req.near_site >= 0 if near is None else near:
-        b += scores.WEIGHTS["near"] * (100.0 / (1.0 + rtt / scores._NEAR_RTT_MS))
+        b += scores.WEIGHTS["near"] * scores.near_of(rtt, req.near_max_ms is not None)
     if req.data_sites:
         b += scores.WEIGHTS["data"] * scores.data(table, req, rows, network)
     return b

@@ -18,6 +18,14 @@ from suanli.scheduling.table import CandidateTable, cols
 # remaining ties.
 WEIGHTS = {"fit": 1.0, "devices": 2.0, "near": 4.0, "data": 1.0}
 _NEAR_RTT_MS = 2.0  # the rtt at which the near score halves: on the site scores ~90, one hop away ~20
+# A near site without a bound is a preference only: nearer wins unless two
+# places are about as near. Each doubling of (1 + rtt / 2 ms) costs 25 points,
+# 100 once weighted, the whole range of the packing score; so packing decides
+# only among places within a factor of about 1.3 of each other (8 ms against
+# 10 ms), and 8 ms beats 23 ms however full the farther node is. Scores fall to
+# 0 at 1 s.
+_PREF_POINTS = 25.0
+_PREF_FAR_MS = 1000.0
 _DATA_RTT_MS = 10.0  # the rtt at which the data score halves
 
 
@@ -80,10 +88,20 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
-    """Lower rtt to the near site is better, steeply: being on the site itself
-    outweighs the devices score, being one hop away does not."""
+    """Lower rtt to the near site is better (``near_of``)."""
     rtt = _rtt(network, req.near_site, table.site[rows])
-    return 100.0 / (1.0 + rtt / _NEAR_RTT_MS)
+    return near_of(rtt, req.near_max_ms is not None)
+
+
+def near_of(rtt: np.ndarray, bounded: bool) -> np.ndarray:
+    """The near score of an rtt. Within a bound, steeply: being on the site
+    itself outweighs the devices score, being one hop away does not, and
+    packing weighs against nearness inside the bound. Without a bound (a
+    preference only), by the rtt's ratio: see ``_PREF_POINTS``."""
+    if bounded:
+        return 100.0 / (1.0 + rtt / _NEAR_RTT_MS)
+    far = np.log2(1.0 + _PREF_FAR_MS / _NEAR_RTT_MS)
+    return _PREF_POINTS * np.maximum(far - np.log2(1.0 + np.asarray(rtt, np.float64) / _NEAR_RTT_MS), 0.0)
 
 
 def data(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
@@ -117,7 +135,7 @@ def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
     requests that leave the same kinds unused and name the same near and data
     sites (one shared vector stays in cache where one per request would not);
     ``total`` adds the packing score, the only one that moves."""
-    key = ("bonus", _unused_kinds(req), req.near_site, req.data_sites)
+    key = ("bonus", _unused_kinds(req), req.near_site, req.near_max_ms is not None, req.data_sites)
     shared = table.shared()
     hit = shared.get(key)
     if hit is None or hit[0] is not network or hit[2] != network.version:

@@ -93,7 +93,8 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
                     row = pick(table, req, mask, fleet.network, sim.rng)
                     there = to_near[table.site[row]]
         if row >= 0:
-            before, after = scores.WEIGHTS["near"] * (100.0 / (1.0 + np.array([here, there]) / scores._NEAR_RTT_MS))
+            before, after = scores.WEIGHTS["near"] * scores.near_of(np.array([here, there]),
+                                                                    comp.near.max_rtt_ms is not None)
             state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
             downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
             if after - before > downtime + GAIN_MARGIN:

@@ -156,6 +156,11 @@ def resources_of(spec: schema.ResourcesSpec) -> Resources:
     return Resources(spec.cpu, spec.memory, accels, spec.whole)
 
 
+def selector_of(sel: schema.SelectorSpec) -> Selector:
+    return Selector(tuple(sel.tier) if sel.tier else None, tuple(sel.names) if sel.names else None,
+                    tuple(sel.regions) if sel.regions else None, dict(sel.labels))
+
+
 def _near(spec: schema.NearSpec | None, site: str | None = None) -> Near | None:
     return None if spec is None else Near(_site(spec.site, site), spec.max_rtt_ms)
 
@@ -234,6 +239,7 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
                 affinity=(c.affinity.group, c.affinity.scope) if c.affinity else None,
                 anti_affinity=(c.anti_affinity.group, c.anti_affinity.scope) if c.anti_affinity else None,
                 run=_run(c),
+                selector=selector_of(c.sites) if c.sites is not None else None,
             )
         )
     vc = spec.virtual_cluster or default_vc_name(tenant)
@@ -294,12 +300,7 @@ def build_world(docs: Documents) -> World:
                     min=g.min or 0,
                     max=g.max,
                     coupling=g.coupling,
-                    selector=Selector(
-                        tuple(sel.tier) if sel.tier else None,
-                        tuple(sel.names) if sel.names else None,
-                        tuple(sel.regions) if sel.regions else None,
-                        dict(sel.labels),
-                    ),
+                    selector=selector_of(sel),
                     near=_near(g.near),
                     arch=tuple(g.platform.arch) if g.platform else None,
                 )

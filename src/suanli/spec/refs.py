@@ -38,6 +38,7 @@ def check_references(docs: Documents) -> list[Problem]:
                    for g in owner.node_groups), known=bool(docs.fleets) and not traced)
     facts = [(s.tier, s.region, s.labels) for fl in docs.fleets for s in fl.doc.spec.sites]
     facts += [(p.tier, p.region, p.labels) for fl in docs.fleets for p in fl.doc.spec.populations]
+    hw.facts = facts
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -150,6 +151,12 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
         here = base + ("components", i)
         if hw is not None:
             out += hw.demand(src, here, comp.resources, comp.platform)
+            if comp.sites is not None and hw.known and hw.facts is not None:
+                out += _selector_meets_nothing(src, here + ("sites",), comp.sites, hw.facts)
+        for j, pattern in enumerate((comp.sites.names or []) if comp.sites is not None else []):
+            if not sites.any_match(pattern):
+                out.append(_about("Fleet", problem_at(src.src, here + ("sites", "names", j),
+                                                      f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
         refs = [(("near", "site"), comp.near.site if comp.near is not None else None)]
         if comp.data is not None:
             refs += [(("data", key), getattr(comp.data, key)) for key in ("source", "sink")]
@@ -257,10 +264,11 @@ class Hardware:
     warn about a demand that no node can meet. ``known`` is False when nodes
     come from a trace, whose hardware is seen only when it is read."""
 
-    def __init__(self, groups=(), known: bool = True) -> None:
+    def __init__(self, groups=(), known: bool = True, facts=None) -> None:
         self.archs: set[str] = set()
         self.models: dict[str, set[str]] = {}  # kind -> models
         self.known = known
+        self.facts = facts  # (tier, region, labels) of each listed site and population; None: not checked
         for arch, devices in groups:
             self.archs.add(arch)
             for kind, model in devices:

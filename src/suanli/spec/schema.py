@@ -469,6 +469,7 @@ class ComponentSpec(Base):
     platform: PlatformSpec | None = None
     data: DataSpec | None = None
     near: NearSpec | None = None
+    sites: SelectorSpec | None = None  # where its tasks may go: tier, names, regions, labels (as a host group's)
     affinity: AffinitySpec | None = None
     anti_affinity: AntiAffinitySpec | None = None
     priority: bounded(int, q.PRIORITY) | None = None
