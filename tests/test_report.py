@@ -187,3 +187,19 @@ def test_result_json_is_written_as_the_whole_object_would_be_dumped(tmp_path, ex
         seen["groups"] += sum(1 for h in got["hosts"] if h["group"])
         seen["devices"] += sum(1 for p in got["placements"] if p["devices"])
     assert seen["groups"] > 0 and seen["devices"] > 0, seen
+
+
+def test_a_pending_tasks_binding_constraint_is_shown_first_in_figures():
+    from suanli.sim.report import _pending_table
+
+    why = [{"reason": "insufficient cpu", "layer": "business", "nodes": 3, "resource": "cpu", "requested": 16000,
+            "free": 12000, "gap": 4000, "binding": True, "count": 3},
+           {"reason": "site not allowed for tenant", "count": 58, "binding": False},
+           {"reason": "arch mismatch", "count": 9, "binding": False},
+           {"reason": "no gpu", "count": 2, "binding": False}]
+    u = {"task": "a/c/0", "tenant": "t", "vc": "t/default", "since_s": 0,
+         "reasons": {"site not allowed for tenant": 58, "arch mismatch": 9, "insufficient cpu": 3, "no gpu": 2}, "why": why}
+    html = _pending_table([u], 60.0, {})
+    first = html.index("insufficient cpu: 16 requested, 12 free at best (4 more needed) on 3 nodes")
+    assert first < html.index("site not allowed for tenant ×58") < html.index("arch mismatch ×9")
+    assert "no gpu" not in html and "+1 more" in html

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from suanli.scheduling.reasons import Binding
 from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
 
 __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
@@ -623,6 +624,23 @@ def _table(head: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> s
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _reasons_read_first(u: dict) -> list[str]:
+    """A pending task's reasons as chips: the binding constraint first, in
+    figures (``why``), then the others by nodes ruled out."""
+    why = u.get("why")
+    if not why:
+        reasons = u.get("reasons") or {}
+        items = sorted(reasons.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
+        return [f'<span class="reason">{_esc(r)} ×{_esc(n)}</span>' for r, n in items]
+    out = []
+    for w in why:
+        if w.get("binding"):
+            out.append(f'<span class="reason"><b>{_esc(Binding.from_json(w).text())}</b></span>')
+        else:
+            out.append(f'<span class="reason">{_esc(w.get("reason"))} ×{_esc(w.get("count"))}</span>')
+    return out
+
+
 def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
     if not unscheduled:
         return _empty("Nothing was pending when the run ended.")
@@ -634,9 +652,8 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
             f'<span class="chip">{_esc(r)} <b>{_esc(n)}</b></span>' for r, n in top) + "</div>")
     rows = []
     for u in unscheduled[:PENDING_ROWS]:
-        reasons = u.get("reasons") or {}
-        items = sorted(reasons.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
-        shown = "".join(f'<span class="reason">{_esc(r)} ×{_esc(n)}</span>' for r, n in items[:3])
+        items = _reasons_read_first(u)
+        shown = "".join(items[:3])
         if len(items) > 3:
             shown += f'<span class="more">+{len(items) - 3} more</span>'
         since = _num(u.get("since_s"))
@@ -644,7 +661,7 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
                      _esc(duration(since)) if since is not None else "–",
                      _esc(duration(end - since)) if since is not None else "–", shown or "–"])
     table = _table([("task", False), ("tenant", False), ("vc", False), ("submitted at", True),
-                    ("waiting", True), ("top reasons (nodes ruled out)", False)], rows)
+                    ("waiting", True), ("why (what binds first, then nodes ruled out)", False)], rows)
     more = ""
     if len(unscheduled) > PENDING_ROWS:
         more = (f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks '
