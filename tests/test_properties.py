@@ -260,9 +260,10 @@ def components(draw, k: int, sites: list[dict], kinds: list[str]) -> dict:
     else:
         c["lifetime"] = "service"
     if one_in(draw, 3):
-        size = draw(st.integers(1, 4))
+        elastic = one_in(draw, 2)
+        size = draw(st.integers(2, 10) if elastic else st.integers(1, 4))  # elastic: often past what fits
         c["gang"] = {"size": size}
-        if one_in(draw, 2):
+        if elastic:
             c["gang"]["minSize"] = draw(st.integers(1, size))
         if one_in(draw, 2):
             c["coupling"] = draw(st.sampled_from(COUPLINGS))
@@ -417,10 +418,23 @@ class Run:
     facts: "Facts"
 
 
+EXERCISED: Counter = Counter()  # what the generated worlds made happen, over every property's runs
+
+
 def run(docs: list[dict], seed: int) -> Run:
     note(f"seed: {seed}")
     world = load(docs)
     out = outcome_json(schedule(world, seed))
+    reasons = [k for u in out["unscheduled"] for k in u["reasons"]]
+    EXERCISED["runs"] += 1
+    EXERCISED["something placed"] += bool(out["placements"])
+    EXERCISED["a quota held work back"] += any("quota" in k for k in reasons)
+    EXERCISED["an elastic gang placed below its size"] += any(k.startswith("elastic gang placed") for k in reasons)
+    EXERCISED["a binding constraint named"] += any(w.get("binding") for u in out["unscheduled"] for w in u["why"])
+    grouped = {c.app for a in world.apps for c in a.components if c.affinity is not None}
+    EXERCISED["an affinity group placed"] += any(p["task"].split("/")[0] in grouped for p in out["placements"])
+    gangs = {f"{c.app}/{c.name}/" for a in world.apps for c in a.components if c.gang}
+    EXERCISED["a gang placed"] += any(p["task"].startswith(tuple(gangs)) for p in out["placements"]) if gangs else 0
     return Run(world, out, Facts(world))
 
 
@@ -1183,3 +1197,16 @@ def test_couplings_hold_when_fabric_domains_cross(case):
         return
     check_gangs(r)
     check_coupled_host_groups(r)
+
+
+def test_the_generated_worlds_exercise_what_the_properties_are_about():
+    """Runs after the properties above: a meaningful share of their worlds
+    place work, hold work back at a quota, shrink an elastic gang, place
+    gangs and affinity groups, and name a binding constraint."""
+    n = EXERCISED["runs"]
+    print(dict(EXERCISED))
+    assert n >= 100, EXERCISED
+    assert EXERCISED["something placed"] >= 0.5 * n, EXERCISED
+    for what in ("a quota held work back", "a gang placed", "an affinity group placed", "a binding constraint named"):
+        assert EXERCISED[what] >= 0.05 * n, (what, EXERCISED)
+    assert EXERCISED["an elastic gang placed below its size"] >= 0.01 * n, EXERCISED
