@@ -26,6 +26,7 @@ from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
 from suanli.scheduling.reasons import bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
+from suanli.scheduling.statement import Statement
 from suanli.scheduling.state import PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -111,7 +112,6 @@ class TaskExtras(Extras):
     def __init__(self, layer: "BusinessLayer", vc: VCState) -> None:
         self.layer, self.vc = layer, vc
         self.quota = QuotaAndReach(layer.state, vc) if vc.default else None
-        self.tentative: list[tuple[tuple, int]] = []
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         out = self.quota.checks(req, table) if self.quota else []
@@ -132,28 +132,16 @@ class TaskExtras(Extras):
             return 0  # the next copy makes its node (and site) taken for the group
         return self.quota.copies(req, table, row, k) if self.quota else k
 
-    def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
+    def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         if self.quota:
-            self.quota.note(req, table, a)
+            self.quota.note(req, table, a, stmt)
         anti = self.layer.anti_of.get(id(req))
         if anti is not None:
             key, scope = anti
             where = int(table.node[a.row] if scope == "node" else table.site[a.row])
             taken = self.layer.occupied.setdefault(key, self.layer.empty_counts(scope))
             taken[where] += 1
-            self.tentative.append((key, where))
-
-    def undo(self) -> None:
-        if self.quota:
-            self.quota.undo()
-        for key, where in self.tentative:
-            self.layer.occupied[key][where] -= 1
-        self.tentative.clear()
-
-    def commit(self) -> None:
-        if self.quota:
-            self.quota.commit()
-        self.tentative.clear()
+            stmt.did(lambda: taken.__setitem__(where, taken[where] - 1))
 
 
 @dataclass
@@ -354,15 +342,16 @@ class BusinessLayer:
         reqs = self.unit_requests(unit)
         result = self.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
         if not result.ok and not vcs.default:
-            grown, grow_reasons = self._grow(unit, vc_model, reqs)
-            if grown is not None:
-                try:
+            growth = Statement()  # hosts grown for the unit stand only if it is then placed on them
+            try:
+                grow_reasons = self._grow(unit, vc_model, reqs, growth)
+                if growth.taken:
                     result = self.attempt(unit, vcs, reqs, allow_fewer=False)
-                except Exception:
-                    self.global_layer.shrink(vc_model, grown)  # hosts grown for a unit that cannot be placed
-                    raise
-                if not result.ok:
-                    self.global_layer.shrink(vc_model, grown)
+            finally:
+                if result.ok:
+                    growth.commit()
+                else:
+                    growth.discard()
             if not result.ok:
                 result = self.attempt(unit, vcs, reqs, allow_fewer=True)
             if not result.ok:
@@ -393,31 +382,36 @@ class BusinessLayer:
             name = f"{unit.affinity_scope} (affinity)" if not name else f"{name} and {unit.affinity_scope}"
         return domain, name
 
-    def attempt(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool):
-        """Place the unit on its VC's current hosts only (no growth); committed when it fits."""
+    def attempt(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool,
+                stmt: Statement | None = None):
+        """Place the unit on its VC's current hosts only (no growth); committed
+        when it fits (into ``stmt``, the caller's tentative work, when given)."""
         table = vcs.table
         domain, name = self._domain(unit, table)
         return place_group(table, reqs, self.network, self.rng, domain=domain, domain_name=name,
                            min_members=unit.min_members if allow_fewer else None,
-                           extras=TaskExtras(self, vcs), policy=self.policy)
+                           extras=TaskExtras(self, vcs), policy=self.policy, stmt=stmt)
 
-    def _grow(self, unit: Unit, vc_model, reqs: list[Request]):
-        """Grow elastic groups for each distinct request of the unit; all or nothing."""
+    def _grow(self, unit: Unit, vc_model, reqs: list[Request], stmt: Statement) -> Counter:
+        """Grow elastic groups for each distinct request of the unit, all or
+        nothing: the hosts are recorded in ``stmt`` (``taken`` counts them), and
+        none when one request cannot grow; returns the reasons then."""
         counts: dict[int, tuple[Request, int]] = {}
         for r in reqs:
             counts[id(r)] = (r, counts.get(id(r), (r, 0))[1] + 1)
         levels = unit.couplings
         if unit.affinity_scope in ("site", "node", "fabric") and not levels:
             levels = ("ethernet",)  # new hosts of a co-located group stay on one LAN
-        grown = []
-        reasons: Counter = Counter()
+        grown = Statement(stmt)
         for r, n in counts.values():
             hosts, why = self.global_layer.grow(vc_model, r, n, levels)
             if not hosts:
-                self.global_layer.shrink(vc_model, grown)
-                return None, why or Counter({"no elastic host group": 1})
-            grown += hosts
-        return grown, reasons
+                grown.discard()
+                return why or Counter({"no elastic host group": 1})
+            grown.did(lambda hosts=hosts: self.global_layer.shrink(vc_model, hosts))
+            grown.taken += len(hosts)
+        grown.commit()
+        return Counter()
 
 
 def _selector_key(sel) -> tuple | None:

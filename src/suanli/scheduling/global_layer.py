@@ -20,6 +20,7 @@ from suanli.scheduling.domains import combine_domains, coupling_domain, coupling
 from suanli.scheduling.filters import Check
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
+from suanli.scheduling.statement import Statement
 from suanli.scheduling.state import Host, PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -40,6 +41,7 @@ class QuotaAndReach(Extras):
         self.component = vc.component
         self.limited = bool(state.world.tenants[vc.tenant].quota)  # without a quota there is nothing to check
         self.pending = np.zeros_like(state.total) if self.limited else None  # tentative usage, read with a quota
+        self._stmt: Statement | None = None  # the statement its tentative figures belong to
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         out: list[Check] = []
@@ -84,20 +86,22 @@ class QuotaAndReach(Extras):
         name = self.state.fleet.resources[col]
         return most, f"tenant {self.vc.tenant} quota for {name}: {format_amount(col, gap)} more needed"
 
-    def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
+    def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
+        if self._stmt is not stmt:  # the first member of this try: its tentative figures go with it
+            self._stmt = stmt
+            stmt.did(self._reset)
+            stmt.at_commit(self._reset)
         if self.limited:
             self.pending += a.vec
         if self.component < 0:
             self.component = int(self.state.fleet.network.component[table.site[a.row]])
 
-    def undo(self) -> None:
+    def _reset(self) -> None:
+        """Nothing tentative any more: committed (now in the tenant's usage and the VC's hosts) or undone."""
         if self.limited:
             self.pending[:] = 0
         self.component = self.vc.component
-
-    def commit(self) -> None:
-        if self.limited:
-            self.pending[:] = 0
+        self._stmt = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from suanli.model.work import Component
 from suanli.scheduling.business_layer import BusinessLayer, Unit
+from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 
 
@@ -39,52 +40,54 @@ class Victim:
 
 
 def plan_preemption(layer: BusinessLayer, unit: Unit, candidates: list[Victim]) -> list[Victim] | None:
-    """The victims to evict for ``unit`` to fit, or None when evicting cannot help."""
+    """The victims to evict for ``unit`` to fit, or None when evicting cannot help.
+    A probe: every candidate leaves, then each, dearest first, comes back if
+    the unit still fits without it; the table is left as it was."""
     vcs = layer.state.vcs[unit.app.vc]
     table = vcs.table
     if not candidates:
         return None
-    for v in candidates:
-        _release(layer, v, table)
-    if not fits_now(layer, unit):
+    with Statement() as probe:
         for v in candidates:
-            _restore(layer, v, table)
-        return None
-    evicted = []
-    for v in sorted(candidates, key=Victim.cost, reverse=True):
-        _restore(layer, v, table)
+            _release(layer, v, table, probe)
         if not fits_now(layer, unit):
-            _release(layer, v, table)
+            return None
+        evicted = []
+        for v in sorted(candidates, key=Victim.cost, reverse=True):
+            with Statement(probe) as back:
+                _restore(layer, v, table, back)
+                if fits_now(layer, unit):
+                    back.commit()  # it stays: the unit fits with it
+                    continue
             evicted.append(v)
-    for v in evicted:  # leave the table as it was: the caller evicts for real
-        _restore(layer, v, table)
     return sorted(evicted, key=Victim.cost)
 
 
-def _release(layer: BusinessLayer, v: Victim, table) -> None:
+def _release(layer: BusinessLayer, v: Victim, table, stmt: Statement) -> None:
+    """As if victim ``v`` had left ``table`` (recorded in ``stmt``)."""
     for comp, a in v.held:
-        table.give(a)
-        layer.release(comp, int(table.node[a.row]))
+        stmt.give(table, (a,))
+        node = int(table.node[a.row])
+        layer.release(comp, node)
+        stmt.did(lambda comp=comp, node=node: layer.acquire(comp, node))
         if table is layer.state.nodes:
-            layer.state.tenant_used[v.tenant] -= a.vec
+            layer.state.charge(v.tenant, -a.vec, stmt)
 
 
-def _restore(layer: BusinessLayer, v: Victim, table) -> None:
+def _restore(layer: BusinessLayer, v: Victim, table, stmt: Statement) -> None:
+    """Victim ``v`` back where it was (recorded in ``stmt``)."""
     for comp, a in v.held:
-        table.take(a)
-        layer.acquire(comp, int(table.node[a.row]))
+        stmt.take(table, (a,))
+        node = int(table.node[a.row])
+        layer.acquire(comp, node)
+        stmt.did(lambda comp=comp, node=node: layer.release(comp, node))
         if table is layer.state.nodes:
-            layer.state.tenant_used[v.tenant] += a.vec
+            layer.state.charge(v.tenant, a.vec, stmt)
 
 
 def fits_now(layer: BusinessLayer, unit: Unit) -> bool:
-    """Would the unit fit now? Placed tentatively, then everything given back."""
+    """Would the unit fit now? Placed tentatively, then everything undone."""
     vcs = layer.state.vcs[unit.app.vc]
     reqs = layer.unit_requests(unit)
-    result = layer.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
-    if not result.ok:
-        return False
-    for comp, a in zip(unit.components, result.allocations):
-        vcs.table.give(a)
-        layer.release(comp, int(vcs.table.node[a.row]))
-    return True
+    with Statement() as probe:
+        return layer.attempt(unit, vcs, reqs, allow_fewer=vcs.default, stmt=probe).ok

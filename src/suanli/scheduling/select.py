@@ -4,7 +4,7 @@
 ``place_group`` places several members (a gang, an affinity group, a set of
 hosts) all-or-nothing inside one domain: it ranks domains by the room they
 have (computed for all rows at once), then reserves members one by one inside
-a ``Transaction`` and rolls back if the domain cannot take them all.
+a ``Statement`` and discards it if the domain cannot take them all.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from suanli.scheduling import live, nearby, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
 from suanli.scheduling.reasons import bound
 from suanli.scheduling.request import Request
-from suanli.scheduling.table import Allocation, CandidateTable, Transaction, cols
+from suanli.scheduling.statement import Statement
+from suanli.scheduling.table import Allocation, CandidateTable, cols
 
 RUNS = True  # place runs of identical members a row at a time (False: one by one, the reference)
 MAX_DOMAIN_TRIES = 8  # domains are ranked by room; beyond a few, more tries rarely succeed
@@ -156,7 +157,8 @@ class Extras:
     """Constraints that change as members are placed (anti-affinity, quota...).
 
     The default has none; layers subclass it. ``checks`` is called before each
-    member, ``note`` after its tentative placement, ``undo`` on rollback.
+    member, ``note`` after its tentative placement: it records in the
+    statement how to undo what it counted.
     """
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
@@ -173,13 +175,7 @@ class Extras:
         reason, quantified)."""
         return count, None
 
-    def note(self, req: Request, table: CandidateTable, a: Allocation) -> None:
-        pass
-
-    def undo(self) -> None:
-        pass
-
-    def commit(self) -> None:
+    def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         pass
 
 
@@ -206,9 +202,12 @@ def place_group(
     extras: Extras | None = None,
     restrict: np.ndarray | None = None,
     policy=None,
+    stmt: Statement | None = None,
 ) -> GroupResult:
     """Place all members (or, with ``min_members``, as many as fit, at least that many)
-    inside one domain (``domain[row]`` codes, -1 for none; None: anywhere)."""
+    inside one domain (``domain[row]`` codes, -1 for none; None: anywhere).
+    What it takes is committed into ``stmt`` when given (the caller's
+    tentative work), else it stands; a failed try leaves nothing behind."""
     extras = extras or Extras()
     short = None
     if len(members) > 1 and all(m is members[0] for m in members):
@@ -224,10 +223,10 @@ def place_group(
         domain_name = domain_name or "placement"
     if domain is None:
         # no domain to choose: fill member by member, explain the first that fails
-        txn = Transaction(table)
-        done = _fill_or_undo(table, members, network, rng, extras, txn, None, restrict, policy)
+        st = Statement(stmt)
+        done = _fill_or_undo(table, members, network, rng, extras, st, None, restrict, policy)
         if isinstance(done, list):
-            extras.commit()
+            st.commit()
             return GroupResult(allocations=done, short=short)
         # explain with the earlier members still held: that is what left no room
         extra = extras.checks(done, table)
@@ -235,9 +234,8 @@ def place_group(
             extra = [*extra, ("outside the allowed rows", restrict)]
         reasons = explain(table, done, extra)
         if len(members) > 1:
-            reasons[f"room for {len(txn.done)} of {len(members)} members"] += 1
-        txn.rollback()
-        extras.undo()
+            reasons[f"room for {st.taken} of {len(members)} members"] += 1
+        st.discard()
         return GroupResult(reasons=reasons)
     distinct: dict[int, tuple[Request, int]] = {}
     for r in members:
@@ -272,13 +270,12 @@ def place_group(
     last = Counter()
     for d, target in order[:MAX_DOMAIN_TRIES]:
         inside = None if d is None else (domain == d)
-        txn = Transaction(table)
-        done = _fill_or_undo(table, list(members)[:target], network, rng, extras, txn, inside, restrict, policy)
+        st = Statement(stmt)
+        done = _fill_or_undo(table, list(members)[:target], network, rng, extras, st, inside, restrict, policy)
         if isinstance(done, list):
-            extras.commit()
+            st.commit()
             return GroupResult(allocations=done, short=short if len(done) == want else None)
-        txn.rollback()
-        extras.undo()
+        st.discard()
         last = Counter({f"members do not all fit in one {domain_name}": 1})
     return GroupResult(reasons=last)
 
@@ -328,18 +325,17 @@ def _partition(domain: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return uniq, index
 
 
-def _fill_or_undo(table, members, network, rng, extras: Extras, txn: Transaction, inside, restrict, policy):
+def _fill_or_undo(table, members, network, rng, extras: Extras, st: Statement, inside, restrict, policy):
     """``_fill``; if it raises, what it reserved is given back first, so an
     error leaves the table as it found it."""
     try:
-        return _fill(table, members, network, rng, extras, txn, inside, restrict, policy)
+        return _fill(table, members, network, rng, extras, st, inside, restrict, policy)
     except Exception:
-        txn.rollback()
-        extras.undo()
+        st.discard()
         raise
 
 
-def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
+def _fill(table, members, network, rng, extras: Extras, st: Statement,
           inside: np.ndarray | None, restrict: np.ndarray | None, policy=None) -> list[Allocation] | Request:
     """Place members one by one; return their allocations, or the member that failed.
     ``policy`` (a placement policy plugin) chooses row and devices; None: the default scores.
@@ -409,9 +405,9 @@ def _fill(table, members, network, rng, extras: Extras, txn: Transaction,
             allocs = [a]
         else:
             allocs = [allocation(table, r, row)] if k == 1 else allocations(table, r, row, k)
-        txn.take_all(allocs)
+        st.take(table, allocs)
         for a in allocs:
-            extras.note(r, table, a)
+            extras.note(r, table, a, st)
         done += allocs
         i += len(allocs)
         if ranked is not None:

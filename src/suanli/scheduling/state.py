@@ -202,6 +202,13 @@ class PlacementState:
             vec[col] = value
         return vec
 
+    def charge(self, tenant: str, vec: np.ndarray, stmt) -> None:
+        """Add ``vec`` (negative: give back) to the tenant's usage tentatively,
+        recorded in statement ``stmt``."""
+        row = self.used[self.tenant_index[tenant]]
+        row += vec
+        stmt.did(lambda: row.__isub__(vec))
+
     def quota_left(self, tenant: str) -> np.ndarray:
         return self.quota[tenant] - self.tenant_used[tenant]
 

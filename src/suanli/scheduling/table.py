@@ -6,8 +6,8 @@ updated in place when an allocation commits (``take``/``give``); it is never
 rebuilt per decision. Every change of what a row has free (or whether it is
 in service) goes through ``touch``, which appends the row to a change log:
 views kept per request (``live.py``) recompute only the rows changed since
-they last looked. A ``Transaction`` records allocations so a gang or an
-affinity group can be committed whole or rolled back whole.
+they last looked. Tentative work (a gang, an affinity group, a probe) goes
+through a ``Statement`` (``statement.py``), committed whole or undone whole.
 """
 
 from __future__ import annotations
@@ -318,24 +318,3 @@ class CandidateTable:
             col[s] += m
         for listener in self.listeners:
             listener(self, a, -1)
-
-
-@dataclass
-class Transaction:
-    """Allocations made tentatively; ``rollback`` gives them all back."""
-
-    table: CandidateTable
-    done: list[Allocation] = field(default_factory=list)
-
-    def take(self, a: Allocation) -> None:
-        self.table.take(a)
-        self.done.append(a)
-
-    def take_all(self, allocs: list[Allocation]) -> None:
-        self.table.take_all(allocs)
-        self.done += allocs
-
-    def rollback(self) -> None:
-        for a in reversed(self.done):
-            self.table.give(a)
-        self.done.clear()

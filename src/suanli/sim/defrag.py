@@ -26,6 +26,7 @@ from suanli.scheduling.business_layer import TaskExtras, Unit
 from suanli.scheduling.filters import feasible, static_mask, usable_slots
 from suanli.scheduling.preempt import fits_now
 from suanli.scheduling.select import allocation, pick
+from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 
 MAX_ROWS = 8  # candidate rows tried per waiting unit
@@ -86,9 +87,8 @@ def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
     local = table.dev_free[:, row].astype(np.int64)
     for s in targets:
         local[s] = -1  # kept empty
-    done: list[tuple[Allocation, Allocation]] = []
     plan: list[tuple[str, Allocation]] = []
-    try:
+    with Statement() as probe:  # the moves made tentatively, to see the unit fit; all undone
         for task in sorted(occupants, key=lambda t: -sum(state.placements[t].alloc.milli)):
             rec = sim.view.tasks[task]
             a = state.placements[task].alloc
@@ -108,26 +108,18 @@ def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
                 new = _elsewhere(sim, vcs, rec, treq, a)
                 if new is None:
                     return None
-            table.give(a)
-            table.take(new)
-            done.append((a, new))
+            probe.give(table, (a,))
+            probe.take(table, (new,))
             plan.append((task, new))
         return plan if fits_now(sim.business, unit) else None
-    finally:
-        for a, new in reversed(done):
-            table.give(new)
-            table.take(a)
 
 
 def _elsewhere(sim, vcs, rec, treq, a: Allocation) -> Allocation | None:
     state, table = sim.state, vcs.table
-    if vcs.default:  # it already counts against its tenant's quota: do not count it twice
-        state.tenant_used[rec.tenant] -= a.vec
-    try:
+    with Statement() as probe:
+        if vcs.default:  # it already counts against its tenant's quota: do not count it twice
+            state.charge(rec.tenant, -a.vec, probe)
         mask = feasible(table, treq, TaskExtras(sim.business, vcs).checks(treq, table))
-    finally:
-        if vcs.default:
-            state.tenant_used[rec.tenant] += a.vec
     mask[a.row] = False
     row = pick(table, treq, mask, state.fleet.network, sim.rng)
     return allocation(table, treq, row) if row >= 0 else None

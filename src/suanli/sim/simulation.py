@@ -36,6 +36,7 @@ from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
+from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import NodeDownEvent, NodeUpEvent, ReschedulingPolicy
@@ -689,32 +690,23 @@ class Simulation:
                 for uid, u in units.items()}
         held = {uid: [self.state.placements[task].alloc for task in self._units[uid].run.tasks
                       if self.state.placements[task].host.node == row] for uid in units}
+        with Statement() as probe:  # as if they had left: all undone before the real evictions
+            probe.give(nodes, [a for uid in units for a in held[uid]])
+            if not fits_row(nodes, req, row):
+                return
         chosen = []
-        with_all = [a for uid in units for a in held[uid]]
-        for a in with_all:
-            nodes.give(a)
-        enough = fits_row(nodes, req, row)
-        for a in with_all:
-            nodes.take(a)
-        if not enough:
-            return
-        for uid in sorted(units, key=cost.get):  # cheapest first, until it fits
-            chosen.append(uid)
-            for a in held[uid]:
-                nodes.give(a)
-            if fits_row(nodes, req, row):
-                break
-        for uid in sorted(chosen[:-1], key=cost.get, reverse=True):  # then keep what it fits without, dearest first
-            for a in held[uid]:
-                nodes.take(a)
-            if fits_row(nodes, req, row):
-                chosen.remove(uid)  # evicted, it would only come back to this node
-            else:
-                for a in held[uid]:
-                    nodes.give(a)
-        for uid in chosen:
-            for a in held[uid]:
-                nodes.take(a)
+        with Statement() as probe:
+            for uid in sorted(units, key=cost.get):  # cheapest first, until it fits
+                chosen.append(uid)
+                probe.give(nodes, held[uid])
+                if fits_row(nodes, req, row):
+                    break
+            for uid in sorted(chosen[:-1], key=cost.get, reverse=True):  # then keep what it fits without, dearest first
+                with Statement(probe) as back:
+                    back.take(nodes, held[uid])
+                    if fits_row(nodes, req, row):
+                        back.commit()
+                        chosen.remove(uid)  # evicted, it would only come back to this node
         for uid in chosen:
             self.evict(t, uid, "capacity claimed", reason=f"deviceBusy on {self.world.fleet.node_name(row)}")
 
