@@ -72,7 +72,8 @@ def test_an_elastic_gang_takes_the_largest_size_every_bound_allows(tmp_path_fact
     left = [u for u in r["unscheduled"] if u["task"].startswith("g/m/")]
     assert len(left) == size - want
     if left and quota_binds:  # the quota binds: named first, with its gap
-        assert left[0]["why"][0]["binding"] and "quota for gpu" in left[0]["why"][0]["reason"], left[0]
+        first = left[0]["why"][0]
+        assert first["binding"] and first["code"] == "quota" and first["layer"] == "tenant quota", left[0]
         TALLY["quota binds"] += 1
     TALLY["shrunk" if 0 < want < size else "whole" if want == size else "refused"] += 1
 

@@ -134,7 +134,7 @@ def test_a_task_that_cannot_fit_says_why_it_waits(live):
     assert task["status"] == "pending"
     assert sum(task["reasons"].values()) > 0
     first = task["why"][0]  # the binding constraint first, in figures: no node has 64 GPUs
-    assert first["binding"] and first["resource"] == "gpu" and first["requested"] == 64000
+    assert first["binding"] and first["code"] == "capacity" and first["resource"] == "gpu" and first["requested"] == 64000
     assert first["gap"] == 64000 - first["free"] > 0 and first["nodes"] > 0
 
 

@@ -23,7 +23,7 @@ from suanli.scheduling.domains import combine_domains, couplings_domain, levels_
 from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
-from suanli.scheduling.reasons import bound
+from suanli.scheduling.reasons import Why, bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
@@ -121,7 +121,7 @@ class TaskExtras(Extras):
             taken = self.layer.occupied.get(key)
             if taken is not None:
                 where = table.view("node") if scope == "node" else table.view("site")
-                out.append((f"anti-affinity {key[1]} ({scope})", taken[where] == 0))
+                out.append((Why(f"anti-affinity {key[1]} ({scope})", "anti-affinity"), taken[where] == 0))
         return out
 
     def most(self, req: Request, count: int) -> tuple[int, str | None]:
@@ -356,7 +356,7 @@ class BusinessLayer:
                 result = self.attempt(unit, vcs, reqs, allow_fewer=True)
             if not result.ok:
                 if not vcs.hosts:
-                    result.reasons[f"virtual cluster {vcs.name} has no hosts"] += 1
+                    result.reasons[Why(f"virtual cluster {vcs.name} has no hosts", "hosts")] += 1
                 result.reasons.update(grow_reasons)
         if not result.ok:
             if record:
@@ -366,7 +366,7 @@ class BusinessLayer:
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
         if placed < len(unit.tasks) and record:  # an elastic gang below its full size: the rest is reported
-            size = Counter({f"elastic gang placed with {placed} of {len(unit.tasks)} members": 1})
+            size = Counter({Why(f"elastic gang placed with {placed} of {len(unit.tasks)} members", "elastic"): 1})
             why = bound(result.short, "tenant quota", size) if result.short else size  # the bound that stopped it
             self._record(unit, unit.tasks[placed:], why)
         return None
@@ -407,7 +407,7 @@ class BusinessLayer:
             hosts, why = self.global_layer.grow(vc_model, r, n, levels)
             if not hosts:
                 grown.discard()
-                return why or Counter({"no elastic host group": 1})
+                return why or Counter({Why("no elastic host group", "growth"): 1})
             grown.did(lambda hosts=hosts: self.global_layer.shrink(vc_model, hosts))
             grown.taken += len(hosts)
         grown.commit()

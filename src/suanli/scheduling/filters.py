@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from suanli.scheduling import nearby
-from suanli.scheduling.reasons import Binding, Reasons
+from suanli.scheduling.reasons import Binding, Reasons, Why, code_of
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
 
@@ -26,7 +26,8 @@ def _needs_reasons(need: AccelNeed) -> tuple[str, str, str, str]:
     before it failing: no such kind; no such model; too few (whole devices) or
     none shareable with room (a share); too few free now."""
     k = need.kind_name
-    return f"no {k}", f"{k} model mismatch", f"insufficient {k}", f"{k} not shareable"
+    return (Why(f"no {k}", "kind"), Why(f"{k} model mismatch", "model"), Why(f"insufficient {k}", "capacity", k),
+            Why(f"{k} not shareable", "shareable"))
 
 
 def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
@@ -81,11 +82,11 @@ def static_checks(table: CandidateTable, req: Request, at: np.ndarray | None = N
                for reason, mask in req.group_checks]
     if req.arch is not None:
         arch = req.arch
-        checks.append(("arch mismatch", shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
+        checks.append((Why("arch mismatch", "arch"), shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
     cap = col("cap")
     for c, what in ((0, "cpu"), (1, "memory")):
         if req.vec[c] > 0:
-            checks.append((f"insufficient {what}", cap[c] >= req.vec[c]))
+            checks.append((Why(f"insufficient {what}", "capacity", what), cap[c] >= req.vec[c]))
     for need in req.accels:
         no_kind, no_model, too_few, not_shareable = _needs_reasons(need)
         kind = (col("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
@@ -194,10 +195,10 @@ def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict, list], row: int)
 def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
     """The dynamic checks on rows ``at`` (a slice or row indices), masks over those rows."""
     free = cols(table.free, at)
-    checks: list[Check] = [("node unavailable", table.enabled[at])]
+    checks: list[Check] = [(Why("node unavailable", "unavailable"), table.enabled[at])]
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
-            checks.append((f"insufficient {what}", free[col] >= req.vec[col]))
+            checks.append((Why(f"insufficient {what}", "capacity", what), free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
         too_few = _needs_reasons(need)[2]
@@ -207,7 +208,7 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
             checks.append((too_few, (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
         untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
-        checks.append(("node in use", untouched))
+        checks.append((Why("node in use", "in-use"), untouched))
     return checks
 
 
@@ -374,7 +375,7 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
                 return Binding(best, most, need.kind_name, 2 + need.kind, need.count * 1000, have)
             have = int(np.where(ok[:, only], dev_free, 0).max())
             return Binding(best, most, need.kind_name, 2 + need.kind, need.milli, have)
-    return Binding(best, most)
+    return Binding(best, most, layer="tenant quota" if code_of(best) == "quota" else "business")
 
 
 def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int) -> list[Check]:

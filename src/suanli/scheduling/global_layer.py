@@ -18,6 +18,7 @@ from suanli.model.quantities import format_amount
 from suanli.model.work import HostGroup, VirtualCluster
 from suanli.scheduling.domains import combine_domains, coupling_domain, couplings_domain
 from suanli.scheduling.filters import Check
+from suanli.scheduling.reasons import Why
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
@@ -48,13 +49,13 @@ class QuotaAndReach(Extras):
         if self.limited:
             left = self.state.quota_left(self.vc.tenant) - self.pending
             if req.whole_node:  # the need is the row's whole capacity: check per row
-                out.append((f"tenant {self.vc.tenant} quota", (table.view("cap") <= left[:, None]).all(axis=0)))
+                out.append((Why(f"tenant {self.vc.tenant} quota", "quota"), (table.view("cap") <= left[:, None]).all(axis=0)))
             elif not (req.vec <= left).all():
                 out.append((self.most(req, 1)[1], np.zeros(table.n, bool)))
         if self.component >= 0:
             mask = self.state.component_mask(table, self.component)
             if mask is not None:
-                out.append(("unreachable from the virtual cluster's hosts", mask))
+                out.append((Why("unreachable from the virtual cluster's hosts", "reach"), mask))
         return out
 
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
@@ -84,7 +85,7 @@ class QuotaAndReach(Extras):
         col = int(cols[np.argmin(fits)])
         gap = int(count * vec[col] - left[col])
         name = self.state.fleet.resources[col]
-        return most, f"tenant {self.vc.tenant} quota for {name}: {format_amount(col, gap)} more needed"
+        return most, Why(f"tenant {self.vc.tenant} quota for {name}: {format_amount(col, gap)} more needed", "quota", name)
 
     def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         if self._stmt is not stmt:  # the first member of this try: its tentative figures go with it

@@ -18,6 +18,35 @@ from typing import Any
 from suanli.model.quantities import format_amount
 
 
+class Why(str):
+    """A reason's text with its code, as the check that gives it names it:
+    the key of the counts (a string, as outputs show it) that also says what
+    kind of constraint it is, without reading its words.
+
+    Codes: ``site`` (the tenant's allowed sites), ``selector`` (a component's
+    or host group's tier, names, regions, labels), ``private`` (another
+    device's own site), ``near`` (beyond the latency bound), ``reach`` (data,
+    state or the VC's hosts unreachable), ``arch``, ``kind`` (no such
+    accelerator), ``model``, ``shareable``, ``capacity`` (too little of a
+    resource, with ``resource``), ``unavailable`` (a node out of service),
+    ``in-use`` (a whole node already used), ``anti-affinity``, ``quota``;
+    for a unit: ``domain`` (no coupling or affinity domain holds it),
+    ``elastic`` (members an elastic gang did without), ``hosts`` and
+    ``growth`` (an explicit VC without hosts, or that could not grow)."""
+
+    def __new__(cls, text: str, code: str, resource: str | None = None) -> "Why":
+        out = super().__new__(cls, text)
+        out.code, out.resource = code, resource
+        return out
+
+    def __reduce__(self):
+        return Why, (str(self), self.code, self.resource)
+
+
+def code_of(reason: str) -> str | None:
+    return reason.code if isinstance(reason, Why) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
     """The check that, relaxed alone, lets the task fit on ``nodes`` rows."""
@@ -50,11 +79,13 @@ class Binding:
         """The binding constraint of a ``why`` entry (as outputs wrote it)."""
         resource = d.get("resource")
         column = -1 if resource is None else {"cpu": 0, "memory": 1}.get(resource, 2)  # formats alike past 1
-        return Binding(d["reason"], d["nodes"], d.get("resource"), column, d.get("requested"), d.get("free"),
+        reason = Why(d["reason"], d["code"], resource) if d.get("code") else d["reason"]
+        return Binding(reason, d["nodes"], resource, column, d.get("requested"), d.get("free"),
                        d.get("layer", "business"))
 
     def json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason, "layer": self.layer, "nodes": self.nodes}
+        out: dict[str, Any] = {"reason": str(self.reason), "code": code_of(self.reason), "layer": self.layer,
+                               "nodes": self.nodes}
         if self.resource is not None:
             out.update(resource=self.resource, requested=self.requested, free=self.free, gap=self.gap)
         return out
@@ -89,7 +120,7 @@ def why_json(reasons: Counter) -> list[dict[str, Any]]:
         out.append({**b.json(), "binding": True, "count": int(reasons.get(b.reason, 0))})
     for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
         if b is None or reason != b.reason:
-            out.append({"reason": reason, "count": int(n), "binding": False})
+            out.append({"reason": str(reason), "code": code_of(reason), "count": int(n), "binding": False})
     return out
 
 

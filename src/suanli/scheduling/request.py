@@ -20,6 +20,7 @@ import numpy as np
 from suanli.model.fleet import TIERS, Fleet
 from suanli.model.work import Near, Resources, Selector, Tenant
 from suanli.model.globs import glob_regex
+from suanli.scheduling.reasons import Why
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -206,21 +207,21 @@ def compile_request(
     site_checks: list[tuple[str, np.ndarray]] = []
     group_checks: list[tuple[str, np.ndarray]] = []
     if tenant is not None and tuple(tenant.allowed_sites) != ("*",):
-        site_checks.append(("site not allowed for tenant", site_mask(fleet, tenant.allowed_sites)))
+        site_checks.append((Why("site not allowed for tenant", "site"), site_mask(fleet, tenant.allowed_sites)))
     if selector is not None:
         if selector.tiers:
             tiers = [TIERS.index(t) for t in selector.tiers]
-            site_checks.append(("tier not selected", np.isin(fleet.site_table.tier, tiers)))
+            site_checks.append((Why("tier not selected", "selector"), np.isin(fleet.site_table.tier, tiers)))
         if selector.names:
-            site_checks.append(("site not selected", site_mask(fleet, selector.names)))
+            site_checks.append((Why("site not selected", "selector"), site_mask(fleet, selector.names)))
         if selector.regions:
             table = fleet.site_table
             codes = [i for i, r in enumerate(table.regions) if r in selector.regions]
-            site_checks.append(("region not selected", np.isin(table.region, codes)))
+            site_checks.append((Why("region not selected", "selector"), np.isin(table.region, codes)))
         if selector.labels:
             labels = [{**fleet.sites[g.site].labels, **g.labels} for g in fleet.groups]  # group labels win
             ok = np.array([all(lb.get(k) == v for k, v in selector.labels.items()) for lb in labels], bool)
-            group_checks.append(("labels not matched", ok))
+            group_checks.append((Why("labels not matched", "selector"), ok))
     near_site, near_max, bound = -1, None, None
     network = fleet.network
     if near is not None:
@@ -231,15 +232,15 @@ def compile_request(
             bound = NearBound(*network.within(near_site, near_max, None if everywhere else able, self_ok),
                               len(fleet.sites), network, near_site, near_max, complete=everywhere)
     if fleet.any_private:  # a device's own sites take only the work bound near them (a reason before distance)
-        site_checks.append(("another device's own site", Private(fleet.site_table.private, near_site)))
+        site_checks.append((Why("another device's own site", "private"), Private(fleet.site_table.private, near_site)))
     if bound is not None:
-        site_checks.append((f"beyond {near_max:g} ms of {near.site}", bound))
+        site_checks.append((Why(f"beyond {near_max:g} ms of {near.site}", "near"), bound))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
-        site_checks.append((f"data site {fleet.site_table.names.name(s)} unreachable", int(network.component[s])))
+        site_checks.append((Why(f"data site {fleet.site_table.names.name(s)} unreachable", "reach"), int(network.component[s])))
     if state_site is not None:
         s = fleet.site_index[state_site]
-        site_checks.append((f"state at {state_site} unreachable", int(network.component[s])))
+        site_checks.append((Why(f"state at {state_site} unreachable", "reach"), int(network.component[s])))
         data_idx += (s,)
     arch_codes = None
     if arch is not None:

@@ -18,7 +18,7 @@ import numpy as np
 from suanli.model.network import Network
 from suanli.scheduling import live, nearby, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
-from suanli.scheduling.reasons import bound
+from suanli.scheduling.reasons import Why, bound
 from suanli.scheduling.request import Request
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation, CandidateTable, cols
@@ -234,7 +234,7 @@ def place_group(
             extra = [*extra, ("outside the allowed rows", restrict)]
         reasons = explain(table, done, extra)
         if len(members) > 1:
-            reasons[f"room for {st.taken} of {len(members)} members"] += 1
+            reasons[Why(f"room for {st.taken} of {len(members)} members", "domain")] += 1
         st.discard()
         return GroupResult(reasons=reasons)
     distinct: dict[int, tuple[Request, int]] = {}
@@ -263,10 +263,10 @@ def place_group(
         if not order:
             n_dom = len(np.unique(domain[domain >= 0]))
             if n_dom == 0:  # no candidate is in any domain of this kind at all
-                return GroupResult(reasons=Counter({f"not in any {domain_name}": int(table.n)}))
+                return GroupResult(reasons=Counter({Why(f"not in any {domain_name}", "domain"): int(table.n)}))
             if domain_name == "placement":
-                return GroupResult(reasons=Counter({f"room for fewer than {least} members": 1}))
-            return GroupResult(reasons=Counter({f"no {domain_name} with room for {least} members": n_dom}))
+                return GroupResult(reasons=Counter({Why(f"room for fewer than {least} members", "domain"): 1}))
+            return GroupResult(reasons=Counter({Why(f"no {domain_name} with room for {least} members", "domain"): n_dom}))
     last = Counter()
     for d, target in order[:MAX_DOMAIN_TRIES]:
         inside = None if d is None else (domain == d)
@@ -276,7 +276,7 @@ def place_group(
             st.commit()
             return GroupResult(allocations=done, short=short if len(done) == want else None)
         st.discard()
-        last = Counter({f"members do not all fit in one {domain_name}": 1})
+        last = Counter({Why(f"members do not all fit in one {domain_name}", "domain"): 1})
     return GroupResult(reasons=last)
 
 
