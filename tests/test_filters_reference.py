@@ -24,7 +24,8 @@ from suanli.scheduling import filters
 from suanli.scheduling.filters import explain, feasible
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, room, room_row
-from suanli.scheduling.table import Allocation, CandidateTable, Transaction
+from suanli.scheduling.statement import Statement
+from suanli.scheduling.table import Allocation, CandidateTable
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -405,7 +406,7 @@ def test_room_copies_can_be_allocated_one_after_another(data):
         k = int(copies[row])
         if k >= 64:
             continue
-        txn = Transaction(table)
+        txn = Statement()
         for i in range(k):
             assert feasible(table, req)[row], f"row {row}: copy {i + 1} of {k} does not fit"
             a = allocation(table, req, row)
@@ -421,13 +422,13 @@ def test_room_copies_can_be_allocated_one_after_another(data):
                         assert len({s for s, _ in mine}) == need.milli // 1000
                     else:
                         assert [m for _, m in mine] == [need.milli]
-            txn.take(a)
+            txn.take(table, [a])
             assert all(res(table, "free", row, c) >= 0 for c in range(n_resources(table))) and all(
                 dev(table, "dev_free", row, s) >= 0 for s in slots_of(table, row))
         empty = not any(res(table, "cap", row, c) for c in range(n_resources(table))) and not any(dev(table, "dev_cap", row, s) for s in slots_of(table, row))
         if not (kw["res"].whole and empty):  # taking all of an empty row takes nothing
             assert not feasible(table, req)[row], f"row {row}: fits more than its room of {k}"
-        txn.rollback()
+        txn.discard()
 
 
 @SETTINGS
