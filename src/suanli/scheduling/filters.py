@@ -362,20 +362,22 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
         n = int(np.count_nonzero(single & ~ok))
         if n > most:
             best, most = reason, n
+    code = code_of(best)
+    if code != "capacity":
+        return Binding(best, most, layer="tenant quota" if code == "quota" else "business")
     only = single & ~passes[best]
-    free = cols(table.free, at)
     for col, what in ((0, "cpu"), (1, "memory")):
-        if req.vec[col] > 0 and best == f"insufficient {what}":
-            return Binding(best, most, what, col, int(req.vec[col]), int(free[col][only].max()))
+        if best.resource == what:
+            return Binding(best, most, what, col, int(req.vec[col]), int(cols(table.free, at)[col][only].max()))
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
-        if best == f"insufficient {need.kind_name}":
+        if best.resource == need.kind_name:
             dev_free = cols(table.dev_free, at)[:, only]
             if need.whole:
                 have = int((ok[:, only] & (dev_free == 1000)).sum(axis=0).max()) * 1000
                 return Binding(best, most, need.kind_name, 2 + need.kind, need.count * 1000, have)
             have = int(np.where(ok[:, only], dev_free, 0).max())
             return Binding(best, most, need.kind_name, 2 + need.kind, need.milli, have)
-    return Binding(best, most, layer="tenant quota" if code_of(best) == "quota" else "business")
+    return Binding(best, most)
 
 
 def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int) -> list[Check]:

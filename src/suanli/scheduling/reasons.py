@@ -122,13 +122,3 @@ def why_json(reasons: Counter) -> list[dict[str, Any]]:
         if b is None or reason != b.reason:
             out.append({"reason": str(reason), "code": code_of(reason), "count": int(n), "binding": False})
     return out
-
-
-def first_reason(reasons: Counter) -> str:
-    """The one line to show first: the binding constraint, else the reason of the most rows."""
-    b = binding_of(reasons)
-    if b is not None:
-        return b.text()
-    if not reasons:
-        return ""
-    return min(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[0]

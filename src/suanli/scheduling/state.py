@@ -330,20 +330,9 @@ class PlacementState:
     def add_placement(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
         """Record a task placed with allocation ``a`` on the VC's table (already taken)."""
         if vc.default:
-            host = vc.by_node.get(a.row)
-            if host is None:
-                host = self._fitted_host(vc, a)
-            host.held[task] = a
-            host._alloc = None
             self.used[self.tenant_index[tenant]] += a.vec
-        else:
-            host = vc.by_row[a.row]
-        p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
-        on = self.tasks_on_node.get(host.node)
-        if on is None:
-            on = self.tasks_on_node[host.node] = set()
-        on.add(task)
-        return p
+            return self._place_fitted(task, tenant, vc, a)
+        return self._record(task, tenant, vc, vc.by_row[a.row], a)
 
     def add_placements(self, tasks: Sequence[str], tenant: str, vc: VCState, allocs: Sequence[Allocation]) -> None:
         """``add_placement`` of each task in turn, one tenant's, with its usage
@@ -352,18 +341,8 @@ class PlacementState:
             for task, a in zip(tasks, allocs):
                 self.add_placement(task, tenant, vc, a)
             return
-        by_node, placements, on_node, name = vc.by_node, self.placements, self.tasks_on_node, vc.name
         for task, a in zip(tasks, allocs):
-            host = by_node.get(a.row)
-            if host is None:
-                host = self._fitted_host(vc, a)
-            host.held[task] = a
-            host._alloc = None
-            placements[task] = Placement(task, tenant, name, host, a)
-            on = on_node.get(host.node)
-            if on is None:
-                on = on_node[host.node] = set()
-            on.add(task)
+            self._place_fitted(task, tenant, vc, a)
         vecs: dict[int, list] = {}  # the batch's vectors are few, shared by many allocations: added by count
         for a in allocs:
             hit = vecs.get(id(a.vec))
@@ -374,6 +353,23 @@ class PlacementState:
         used = self.used[self.tenant_index[tenant]]
         for vec, count in vecs.values():
             used += vec * count
+
+    def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
+        """A default VC's task on its node's fitted host (made when it is the
+        node's first), its usage not counted here."""
+        host = vc.by_node.get(a.row)
+        if host is None:
+            host = self._fitted_host(vc, a)
+        host.hold(task, a)
+        return self._record(task, tenant, vc, host, a)
+
+    def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> Placement:
+        p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
+        on = self.tasks_on_node.get(host.node)
+        if on is None:
+            on = self.tasks_on_node[host.node] = set()
+        on.add(task)
+        return p
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""

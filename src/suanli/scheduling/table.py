@@ -13,7 +13,7 @@ through a ``Statement`` (``statement.py``), committed whole or undone whole.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -33,12 +33,11 @@ def check_references(docs: Documents) -> list[Problem]:
     kinds: set[str] = set()
     problems += _fleet_size(docs)
     traced = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
-    hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators))
-                   for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
-                   for g in owner.node_groups), known=bool(docs.fleets) and not traced)
     facts = [(s.tier, s.region, s.labels) for fl in docs.fleets for s in fl.doc.spec.sites]
     facts += [(p.tier, p.region, p.labels) for fl in docs.fleets for p in fl.doc.spec.populations]
-    hw.facts = facts
+    hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators))
+                   for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
+                   for g in owner.node_groups), known=bool(docs.fleets) and not traced, facts=facts)
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -81,7 +80,7 @@ def check_references(docs: Documents) -> list[Problem]:
                 problems.append(_about('Fleet', problem_at(t.src, ("spec", "quota", key), f"no accelerator of kind {key!r} in the fleet; quota keys are {known}")))
         for i, pattern in enumerate(t.doc.spec.allowed_sites):
             if docs.fleets and not sites.any_match(pattern):
-                problems.append(_about('Fleet', problem_at(t.src, ("spec", "allowedSites", i), f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
+                problems.append(_no_site_matches(t, ("spec", "allowedSites", i), pattern, sites))
 
     vcs: dict[str, str] = {}
     for vc in docs.virtual_clusters:
@@ -92,12 +91,8 @@ def check_references(docs: Documents) -> list[Problem]:
         for i, g in enumerate(vc.doc.spec.host_groups):
             if g.near is not None and g.near.site not in sites:
                 problems.append(_missing(vc, ("spec", "hostGroups", i, "near", "site"), "site", g.near.site, sites))
-            for j, pattern in enumerate(g.sites.names or []):
-                if not sites.any_match(pattern):
-                    problems.append(_about('Fleet', problem_at(vc.src, ("spec", "hostGroups", i, "sites", "names", j), f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
+            problems += _selector_problems(vc, ("spec", "hostGroups", i, "sites"), g.sites, sites, hw)
             problems += hw.demand(vc, ("spec", "hostGroups", i), g.resources, g.platform)
-            if hw.known:
-                problems += _selector_meets_nothing(vc, ("spec", "hostGroups", i, "sites"), g.sites, facts)
 
     apps = {a.name: a.doc.spec.each for a in docs.applications}  # name -> its population, if made per site
     for app in docs.applications:
@@ -151,12 +146,8 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
         here = base + ("components", i)
         if hw is not None:
             out += hw.demand(src, here, comp.resources, comp.platform)
-            if comp.sites is not None and hw.known and hw.facts is not None:
-                out += _selector_meets_nothing(src, here + ("sites",), comp.sites, hw.facts)
-        for j, pattern in enumerate((comp.sites.names or []) if comp.sites is not None else []):
-            if not sites.any_match(pattern):
-                out.append(_about("Fleet", problem_at(src.src, here + ("sites", "names", j),
-                                                      f"pattern {pattern!r} matches no site; sites are {_few(sites)}")))
+        if comp.sites is not None:
+            out += _selector_problems(src, here + ("sites",), comp.sites, sites, hw)
         refs = [(("near", "site"), comp.near.site if comp.near is not None else None)]
         if comp.data is not None:
             refs += [(("data", key), getattr(comp.data, key)) for key in ("source", "sink")]
@@ -228,6 +219,20 @@ def _check_attach(fl: Loaded, here: tuple, pop, sites: "KnownSites") -> list[Pro
     if sum(weight) <= 0 or sum(1 for w in weight if w > 0) < at.homes:
         out.append(problem_at(fl.src, here + ("attach", "weights"),
                               f"the weights leave fewer than {at.homes} site(s) to attach to"))
+    return out
+
+
+def _no_site_matches(src: Loaded, loc: tuple, pattern: str, sites: "KnownSites") -> Problem:
+    return _about("Fleet", problem_at(src.src, loc, f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
+
+
+def _selector_problems(src: Loaded, loc: tuple, sel, sites: "KnownSites", hw: "Hardware | None") -> list[Problem]:
+    """A site selector's name globs that match no site (errors), and a tier,
+    region and labels that no site has (a warning, when the fleet is known)."""
+    out = [_no_site_matches(src, loc + ("names", j), pattern, sites)
+           for j, pattern in enumerate(sel.names or []) if not sites.any_match(pattern)]
+    if hw is not None and hw.known and hw.facts is not None:
+        out += _selector_meets_nothing(src, loc, sel, hw.facts)
     return out
 
 
