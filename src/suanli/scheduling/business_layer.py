@@ -345,7 +345,7 @@ class BusinessLayer:
             growth = Statement()  # hosts grown for the unit stand only if it is then placed on them
             try:
                 grow_reasons = self._grow(unit, vc_model, reqs, growth)
-                if growth.taken:
+                if not grow_reasons:  # grown
                     result = self.attempt(unit, vcs, reqs, allow_fewer=False)
             finally:
                 if result.ok:
@@ -394,8 +394,8 @@ class BusinessLayer:
 
     def _grow(self, unit: Unit, vc_model, reqs: list[Request], stmt: Statement) -> Counter:
         """Grow elastic groups for each distinct request of the unit, all or
-        nothing: the hosts are recorded in ``stmt`` (``taken`` counts them), and
-        none when one request cannot grow; returns the reasons then."""
+        nothing: the hosts are recorded in ``stmt``, none when one request
+        cannot grow; returns the reasons then (none: grown)."""
         counts: dict[int, tuple[Request, int]] = {}
         for r in reqs:
             counts[id(r)] = (r, counts.get(id(r), (r, 0))[1] + 1)
@@ -409,7 +409,6 @@ class BusinessLayer:
                 grown.discard()
                 return why or Counter({Why("no elastic host group", "growth"): 1})
             grown.did(lambda hosts=hosts: self.global_layer.shrink(vc_model, hosts))
-            grown.taken += len(hosts)
         grown.commit()
         return Counter()
 
