@@ -81,7 +81,7 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
         t.add_column("task")
         t.add_column("why", overflow="fold")
         for u in unscheduled[:MAX_ROWS]:
-            t.add_row(u["task"], why_text(u.get("why")) or ", ".join(f"{n} {r}" for r, n in u["reasons"].items()))
+            t.add_row(u["task"], why_text(u.get("why"), u["reasons"]))
         console.print(t)
     for u in result.get("unplaced_hosts", []):
         why = ", ".join(f"{n} {r}" for r, n in u["reasons"].items())
@@ -90,11 +90,12 @@ def print_outcome(result: dict[str, Any], console: Console) -> None:
     print_summary(result["metrics"], console)
 
 
-def why_text(why: list[dict[str, Any]] | None) -> str:
+def why_text(why: list[dict[str, Any]] | None, reasons: dict[str, int]) -> str:
     """A task's ``why`` list as one line: the binding constraint first, in
-    figures, then the other reasons with their node counts."""
+    figures, then the other reasons with their node counts (without ``why``,
+    an older record: its ``reasons`` map)."""
     if not why:
-        return ""
+        return ", ".join(f"{n} {r}" for r, n in reasons.items())
     parts = []
     for w in why:
         if w.get("binding"):

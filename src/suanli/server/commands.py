@@ -299,8 +299,7 @@ def register(app: typer.Typer) -> None:
         if t.get("reasons"):
             from suanli.render import why_text
 
-            out.print("waiting:      " + escape(why_text(t.get("why"))
-                                                or ", ".join(f"{n} {why}" for why, n in t["reasons"].items())))
+            out.print("waiting:      " + escape(why_text(t.get("why"), t["reasons"])))
         out.print("history:")
         for e in t["history"]:
             rest = {k: v for k, v in e.items() if k not in ("t", "kind", "task", "tenant")}
