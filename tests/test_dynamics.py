@@ -129,6 +129,30 @@ def test_a_drain_moves_work_off_in_waves_within_the_disruption_budget(tmp_path):
     assert all(sim.world.fleet.node_name(p.host.node) == "s/n-1" for p in sim.state.placements.values())
 
 
+def test_a_drain_moves_stateless_replicas_one_wave_at_a_time(tmp_path):
+    """Stateless replicas carry no state, but each is moving until it serves
+    again (the policy's restartTime): under a budget of 25% of 4 replicas the
+    drain moves one, waits until it runs again, then the next."""
+    web = component("web", replicas=4, cpu=1)
+    path = scenario(tmp_path, [site("s", groups=[node_group(count=2, cpu=8)])],
+                    [app("w", components=[web], priority=1)],
+                    events=[{"at": "10m", "kind": "nodeDrain", "node": "s/n-0"}],
+                    policy={"disruptionBudget": "25%", "restartTime": "30s"})
+    sim, _ = simulate(path, until=9 * 60)
+    on = Counter(sim.world.fleet.node_name(p.host.node) for p in sim.state.placements.values())
+    busiest = on.most_common(1)[0][0]
+    path.write_text(path.read_text().replace("node: s/n-0", f"node: {busiest}"))
+    sim, _ = simulate(path)
+    drained = [e for e in sim.events if e["kind"] == "preempted"]
+    moved = [e for e in sim.events if e["kind"] == "migrated"]
+    assert len(drained) == on[busiest] >= 2 and all(e["cause"] == "drain" for e in drained)
+    assert [e["t"] for e in drained] == [600 + 30 * i for i in range(len(drained))]  # one at a time
+    assert all(e["bytes"] == 0 and e["downtime_s"] == 30 for e in moved)
+    started = {e["task"]: e["t"] for e in sim.events if e["kind"] == "started" and e["t"] >= 600}
+    for a, b in zip(drained, drained[1:]):
+        assert b["t"] == started[a["task"]]
+
+
 def test_the_disruption_budget_limits_return_moves(tmp_path):
     """Four replicas pushed off their near site come back at most two at a time."""
     svc = component("s", replicas=4, cpu=2, state={"kind": "stateful", "size": "8Gi"}, near={"site": "car"})

@@ -599,9 +599,9 @@ def test_a_stopped_stateful_service_waits_for_a_path_its_state_can_take(tmp_path
         ("placed", "a"), ("preempted", "a"), ("placed", "b")]
     moved = next(e for e in ev if e["kind"] == "migrated")
     assert moved["t"] == 1800 and moved["from"] == "a/n-0" and moved["to"] == "b/n-0"
-    assert moved["bytes"] == 2**30 and moved["downtime_s"] == pytest.approx(1200 + 2**30 * 8 / 1e9 + 0.005)
+    assert moved["bytes"] == 2**30 and moved["downtime_s"] == pytest.approx(1200 + 2**30 * 8 / 1e9 + 0.005 + 5)
     started = [e for e in ev if e["kind"] == "started"][-1]
-    assert started["t"] == pytest.approx(1800 + 2**30 * 8 / 1e9 + 0.005)  # once its state has arrived
+    assert started["t"] == pytest.approx(1800 + 2**30 * 8 / 1e9 + 0.005 + 5)  # once its state has arrived and it restarted
 
 
 def test_plan_shows_the_moves_without_making_them(examples, tmp_path):
@@ -690,7 +690,7 @@ def test_the_game_moves_with_its_state_when_the_edge_has_room_for_it(examples, t
     game = [e for e in sim.events if e.get("task") == "infotainment/game/0"]
     moves = [e for e in game if e["kind"] == "migrated"]
     assert [(e["from"], e["to"]) for e in moves] == [("car-1/soc-0", "edge-1/npu-0"), ("edge-1/npu-0", "car-1/soc-0")]
-    transfer = 512 * 2**20 * 8 / 200e6 + 0.008
+    transfer = 512 * 2**20 * 8 / 200e6 + 0.008 + 5  # the state over the link, then the restart (restartTime)
     assert all(e["bytes"] == 512 * 2**20 and e["downtime_s"] == pytest.approx(transfer) for e in moves)
     assert 600 <= moves[0]["t"] <= 660 and 2400 <= moves[1]["t"] <= 2700
     started = [e["t"] for e in game if e["kind"] == "started"]

@@ -96,7 +96,7 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
             before, after = scores.WEIGHTS["near"] * scores.near_of(np.array([here, there]),
                                                                     comp.near.max_rtt_ms is not None)
             state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
-            downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes)
+            downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes) + sim.policy.restart_time
             if after - before > downtime + GAIN_MARGIN:
                 moves.append(Move(task, row, float(after - before), downtime))
                 continue

@@ -207,7 +207,7 @@ class Simulation:
         self._frozen_at = -1  # in ``run``: task records when what it holds was last set aside from collection
         self._reclaimed_at: float | None = None
         self._defragged_at: float | None = None
-        self.migrating: dict[str, int] = {}  # tasks whose state is on its way -> their move
+        self.migrating: dict[str, tuple[int, float]] = {}  # tasks moving, until they serve again -> (move, when)
         self._moves = 0
         self.now = 0.0
         self._wakes: set[float] = set()
@@ -1036,21 +1036,22 @@ class Simulation:
 
     def log_move(self, t: float, rec: TaskRecord, to: int, **cause: Any) -> None:
         """A moved service: stopped, its state travels over the path, restored.
-        It is placed now and ``started`` when its state has arrived; until then
-        it is a migration in flight."""
+        It is placed now and ``started`` when its state has arrived and it has
+        restarted (the policy's ``restartTime``); until then it is a migration
+        in flight, stateless or not."""
         fleet = self.world.fleet
         state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
-        transfer = transfer_s(fleet, rec.moved_from, to, state_bytes)
-        downtime = (t - rec.stopped_at) + transfer
+        ready = transfer_s(fleet, rec.moved_from, to, state_bytes) + self.policy.restart_time
+        downtime = (t - rec.stopped_at) + ready
         self.log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
                   to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6), **cause)
         self.ledger.moved(rec, t)
         self._moves += 1
-        self.migrating[rec.task] = self._moves
-        self.loop.schedule(t + transfer, MoveDone(rec.task, self._moves))
+        self.migrating[rec.task] = (self._moves, t + ready)
+        self.loop.schedule(t + ready, MoveDone(rec.task, self._moves))
 
     def _move_done(self, t: float, ev: "MoveDone") -> None:
-        if self.migrating.get(ev.task) != ev.move:
+        if self.migrating.get(ev.task, (None,))[0] != ev.move:
             return  # the task stopped again before its state arrived
         del self.migrating[ev.task]
         self.disrupted.discard(ev.task)

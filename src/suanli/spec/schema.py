@@ -736,6 +736,10 @@ class ReschedulingPolicy(Base):
     # at most this many of a component's replicas disturbed at once by voluntary
     # moves (returns, reclaim, defragmentation, drains); at least one
     disruption_budget: DisruptionBudget = "25%"
+    # a moved service serves again this long after it is placed (and its state,
+    # if any, has arrived): process start and readiness. Until then it counts
+    # as moving against its component's disruption budget.
+    restart_time: DurationS = 5.0
 
     def budget(self, replicas: int) -> int:
         b = self.disruption_budget
