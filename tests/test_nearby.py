@@ -74,6 +74,8 @@ def _same_decisions(case):
 def test_neighbourhood_decisions_equal_the_flat_search():
     TALLY.clear()
     _same_decisions()
-    # not vacuous: most worlds had decisions over neighbourhoods, and placements
-    assert TALLY["with neighbourhood decisions"] >= TALLY["cases"] // 2, TALLY
-    assert TALLY["placements"] > TALLY["cases"], TALLY
+    # not vacuous: many worlds had decisions over neighbourhoods, and placements.
+    # (Over 25 runs of 50 cases: 19 to 45 worlds with such decisions, 30 to 191
+    # placements; the bounds sit below that spread so that no run fails by chance.)
+    assert TALLY["with neighbourhood decisions"] >= TALLY["cases"] // 4, TALLY
+    assert TALLY["placements"] >= TALLY["cases"] // 4, TALLY
