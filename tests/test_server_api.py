@@ -8,6 +8,8 @@ city-services).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import os
 import time
@@ -276,6 +278,27 @@ def test_a_drained_node_is_left_by_its_work(live):
                       what="the task to move off")
     assert moved["placements"] == 2
     assert "preempted" in [e["kind"] for e in live.client.get("/v1/tasks/web/c/0", headers=live.a).json()["history"]]
+
+
+def test_a_drain_moves_stateless_replicas_in_waves_within_the_budget(live):
+    """Four stateless replicas of one node: under the default budget (25%,
+    one replica) each moves only once the one before serves again, as in
+    ``simulate`` (restartTime: 5 s of scheduler time)."""
+    submit(live, live.a, app_doc("web", 4))
+    tasks = live.wait(lambda: (t := live.tasks(live.a)) and all(x["status"] == "running" for x in t) and t)
+    node = Counter(t["node"] for t in tasks).most_common(1)[0][0]
+    on = [t["task"] for t in tasks if t["node"] == node]
+    assert len(on) >= 2
+    live.client.post(f"/v1/nodes/{node}/drain", headers=live.admin)
+    live.wait(lambda: all(t["node"] != node and t["status"] == "running" for t in live.tasks(live.a)),
+              what="the replicas to move off")
+    history = {task: live.client.get(f"/v1/tasks/{task}", headers=live.a).json()["history"] for task in on}
+    stops = sorted((e["t"], task) for task, h in history.items() for e in h if e["kind"] == "preempted")
+    starts = {task: e["t"] for task, h in history.items() for e in h if e["kind"] == "started"}
+    # (event times are the wall clock's; the controller's runs 100 times faster)
+    assert len(stops) == len(on) and stops[-1][0] - stops[0][0] >= 5 / 100 * (len(on) - 1) - 1e-6
+    for (_, a), (t, _) in zip(stops, stops[1:]):
+        assert t >= starts[a]  # the next wave only once the previous replica runs again
 
 
 def test_tenants_and_virtual_clusters(live):

@@ -617,9 +617,10 @@ def test_plan_shows_the_moves_without_making_them(examples, tmp_path):
     out = subprocess.run([sys.executable, "-m", "suanli.cli", "plan", str(path), "--at", "41m", "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
     plan = json.loads(out)
-    returns = {m["task"]: m for m in plan["moves"] if m["kind"] == "return"}
+    returns = {m["move"][0]["task"]: m for m in plan["moves"] if m["kind"] == "return"}
     assert set(returns) == {"infotainment/movie/0", "infotainment/music/0"}
-    assert all(m["from"].startswith("edge-1/") and m["to"] == "car-1/soc-0" and m["gain"] > 0 for m in returns.values())
+    assert all(m["move"][0]["from"].startswith("edge-1/") and m["move"][0]["to"] == "car-1/soc-0" and m["gain"] > 0
+               and m["held"] is None and m["cost"]["downtime_s"] >= 5 for m in returns.values())
     assert plan["running_by_site"]["edge-1"] == 2  # nothing was moved
 
 

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from suanli.render import OutputFormat, ScheduleOutput
+from suanli.render import MAX_ROWS, OutputFormat, ScheduleOutput, plan_text, why_text
 from suanli.spec.problems import SpecError
 
 app = typer.Typer(
@@ -300,18 +300,14 @@ def plan(
     console.print(f"[bold]at t={end:g}s[/bold]: running by site "
                   + ", ".join(f"{s} {n}" for s, n in result["running_by_site"].items())
                   + f"; {len(result['pending'])} pending")
-    for m in result["moves"] or [{"kind": "none"}]:
-        if m["kind"] == "return":
-            console.print(f"return  {m['task']}: {m['from']} -> {m['to']} "
-                          f"(gain {m['gain']:g}, downtime {m['cost_downtime_s']:g}s)")
-        elif m["kind"] == "defragment":
-            console.print(f"defragment for {', '.join(m['for'])}: "
-                          + "; ".join(f"{x['task']} {x['from']} -> {x['to']} (devices {x['devices']})" for x in m["move"]))
-        elif m["kind"] == "preempt":
-            console.print(f"preempt for {', '.join(m['for'])} (priority {m['priority']}): evict "
-                          f"{', '.join(m['evict'])} (cost: {m['cost']})")
-        else:
-            console.print("no moves planned")
+    for r in result["pending"][:MAX_ROWS]:
+        console.print(f"waits      {r['task']}: {why_text(r['why'], r['reasons'])}", markup=False)
+    if len(result["pending"]) > MAX_ROWS:
+        console.print(f"... and {len(result['pending']) - MAX_ROWS} more waiting (-o json lists all)")
+    for m in result["moves"]:
+        console.print(plan_text(m), markup=False)
+    if not result["moves"]:
+        console.print("no moves planned")
 
 
 experiment_app = typer.Typer(no_args_is_help=True, help="Reproducible experiments on public traces.")

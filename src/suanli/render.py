@@ -105,6 +105,37 @@ def why_text(why: list[dict[str, Any]] | None, reasons: dict[str, int]) -> str:
     return "; ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if len(parts) > 1 else "")
 
 
+def plan_text(m: dict[str, Any]) -> str:
+    """One plan of ``suanli plan`` as one line: what it does, what it costs and
+    gains, and what holds it back (``moves.plan_json``'s shape)."""
+    parts = [f"{m['kind']:<10}"]
+    if "for" in m:
+        parts.append(f"for {', '.join(m['for'])} (priority {m['priority']}):")
+    if "evict" in m:
+        parts.append("evict " + ", ".join(m["evict"]))
+    if "move" in m:
+        parts.append("move " + "; ".join(f"{x['task']} {x['from']} -> {x['to']}"
+                                         + (f" (devices {x['devices']})" if "devices" in x else "") for x in m["move"]))
+    if m.get("reason") and "for" not in m:
+        parts.append(f"({m['reason']})")
+    c = m["cost"]
+    cost = [f"{c['tasks']} task{'s' if c['tasks'] != 1 else ''}"]
+    if c["state_bytes"]:
+        cost.append(f"{c['state_bytes'] / 2**30:.3g} GiB of state")
+    if "downtime_s" in c:
+        cost.append(f"downtime {c['downtime_s']:g}s")
+    if "max_priority" in c:
+        cost.append(f"priority up to {c['max_priority']}")
+    line = " ".join(parts) + f" [cost: {', '.join(cost)}" + (f"; gain {m['gain']:g}" if "gain" in m else "") + "]"
+    held = m.get("held")
+    if held:
+        when = f"until t={held['until_s']:g}s" if held.get("until_s") is not None else \
+            (f"until {', '.join(held['after'])} run{'s' if len(held['after']) == 1 else ''} again"
+             if held.get("after") else "until a move in flight ends")
+        line += f"  held back by {held['by']} {when}"
+    return line
+
+
 def print_summary(m: dict[str, Any], console: Console) -> None:
     """What was placed, the allocation by tier, and why the rest waits (the
     most frequent reasons): the outcome without a line per task."""

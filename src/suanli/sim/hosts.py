@@ -19,6 +19,7 @@ from collections import Counter
 import numpy as np
 
 from suanli.scheduling.state import Host, VCState
+from suanli.sim.moves import apply_plan, drain_plans
 
 
 class HostKeeper:
@@ -81,12 +82,9 @@ class HostKeeper:
         self.stranded = still
 
     def _drain(self, t: float) -> None:
-        sim = self.sim
-        for node in list(self.draining):
-            tasks = sorted(self.state.tasks_on_node.get(node, ()))
-            for uid in dict.fromkeys(sim.view.tasks[task].unit for task in tasks):
-                if sim.view.units[uid].run is not None and sim.may_disturb(uid):
-                    sim.evict(t, uid, "drain", reason=f"node {self.state.fleet.node_name(node)} drained")
+        for plan in drain_plans(self.sim):
+            if self.sim.allowed(plan):
+                apply_plan(self.sim, t, plan)
 
     # ------------------------------------------------------------ scale-down
 

@@ -1,11 +1,17 @@
 """Dry run: the state at a moment, and the moves the rescheduler would make next.
 
 ``dry_run(sim)`` is called on a simulation stopped at time T. It lists what
-runs where and what waits, then the moves that would come next, each with its
-cost and gain, without making any: return moves (services closer to their
-``near`` site), defragmentation (fractional tasks moved so a waiting
-whole-device task fits) and preemptions (which units a waiting unit outranks
-and would evict). Nothing in the simulation is changed by it.
+runs where and what waits (with why, the binding constraint first), then
+every mechanism's plans in one shape (``moves.plan_json``): drains of the
+nodes being drained, then for each waiting unit, in the order the scheduler
+tries them, preemption, fair-share reclaim and defragmentation, then return
+moves. Each plan has its cost and, where the mechanism weighs one, its gain;
+voluntary plans that hysteresis, a disruption budget or the migration limit
+hold back are listed with ``held`` (what, and the time they may go when it is
+known). Plans are each against the state at T (one plan's moves are not
+assumed made for the next, but counted against budgets and the limit).
+Nothing in the simulation is changed: not its tables, its watches, its
+instants to come, nor its random draws.
 """
 
 from __future__ import annotations
@@ -14,40 +20,24 @@ from collections import Counter
 from typing import Any
 
 from suanli.output import sorted_reasons
-from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.reasons import why_json
-from suanli.sim.defrag import needs_whole_devices, plan_defrag
-from suanli.sim.rescheduler import plan_returns, victims
+from suanli.sim.defrag import needs_whole_devices
+from suanli.sim.moves import defrag_plan, drain_plans, plan_json, preempt_plan, reclaim_plan, return_plans
+from suanli.sim.rescheduler import FAIR_MARGIN
 
 
 def dry_run(sim, at: float) -> dict[str, Any]:
     fleet = sim.world.fleet
     running = Counter(fleet.site_of(p.host.node).name for p in sim.state.placements.values())
     pending = list(sim.view.pending())
-    moves: list[dict[str, Any]] = []
-    # shown even when the scenario turns rescheduling off: this is what it would do
-    policy = sim.policy
-    for mv in plan_returns(sim, at, policy.hysteresis, policy.max_concurrent_migrations - len(sim.migrating)):
-        p = sim.state.placements[mv.task]
-        table = sim.state.vcs[p.vc].table
-        moves.append({"kind": "return", "task": mv.task, "from": fleet.node_name(p.host.node),
-                      "to": fleet.node_name(int(table.node[mv.to_row])),
-                      "gain": round(mv.gain, 3), "cost_downtime_s": round(mv.downtime_s, 6)})
-    waiting = sorted({sim.view.units[r.unit].unit.seq: sim.view.units[r.unit].unit for r in pending if r.unit >= 0}.items())
-    standing = sim.business.standing
-    for _, unit in sorted(waiting, key=lambda kv: (-standing(kv[1]), -kv[1].priority, kv[0])):
-        gather = plan_defrag(sim, unit) if needs_whole_devices(unit) else None
-        if gather:
-            moves.append({"kind": "defragment", "for": unit.tasks,
-                          "move": [{"task": task, "from": fleet.node_name(sim.state.placements[task].host.node),
-                                    "to": fleet.node_name(int(sim.state.vcs[unit.app.vc].table.node[a.row])),
-                                    "devices": list(a.slots)} for task, a in gather]})
-        plan = plan_preemption(sim.business, unit, victims(sim, unit))
-        if plan:
-            moves.append({"kind": "preempt", "for": unit.tasks, "priority": unit.priority,
-                          "evict": [t for v in plan for t in sim.view.units[v.key].run.tasks],
-                          "cost": {"units": len(plan), "max_priority": max(v.priority for v in plan),
-                                   "state_mib": sum(v.state_mib for v in plan)}})
+    draws = sim.rng.bit_generator.state
+    sim.dry = True  # no instants asked for
+    try:
+        plans = _plans(sim, at, pending)
+        moves = [plan_json(sim, p) for p in plans]  # (shown even when the scenario turns rescheduling off)
+    finally:
+        sim.dry = False
+        sim.rng.bit_generator.state = draws
     return {
         "at_s": at,
         "running_by_site": dict(sorted(running.items())),
@@ -55,3 +45,20 @@ def dry_run(sim, at: float) -> dict[str, Any]:
                     for r in pending],
         "moves": moves,
     }
+
+
+def _plans(sim, at: float, pending) -> list:
+    plans = list(drain_plans(sim, dry=True))
+    waiting = sorted({sim.view.units[r.unit].unit.seq: sim.view.units[r.unit].unit
+                      for r in pending if r.unit >= 0}.items())
+    standing = sim.business.standing
+    share = sim.state.share_by_tenant()
+    top = max(share.values(), default=0.0)
+    for _, unit in sorted(waiting, key=lambda kv: (-standing(kv[1]), -kv[1].priority, kv[0])):
+        plans.append(preempt_plan(sim, unit))
+        if share.get(unit.tenant, 0.0) * (1 + FAIR_MARGIN) < top:
+            plans.append(reclaim_plan(sim, unit))
+        if needs_whole_devices(unit):
+            plans.append(defrag_plan(sim, unit))
+    plans.extend(return_plans(sim, at, dry=True))
+    return [p for p in plans if p is not None]

@@ -15,6 +15,7 @@ move whole with preemption.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from suanli.scheduling import nearby, scores
 from suanli.scheduling.business_layer import TaskExtras, Unit
 from suanli.scheduling.filters import feasible, static_checks, static_fits, static_mask
 from suanli.scheduling.preempt import Victim
-from suanli.scheduling.select import allocation, pick
+from suanli.scheduling.select import pick
 
 FAIR_MARGIN = 0.05  # a tenant gives back only while 5% above the claimant's weighted share
 GAIN_MARGIN = 20.0  # points a move must clear beyond its cost, against flapping
@@ -35,6 +36,7 @@ class Move:
     to_row: int
     gain: float
     downtime_s: float
+    held: Any = None  # a dry run's move that hysteresis holds back (``moves.Held``)
 
 
 def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
@@ -50,26 +52,34 @@ def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
     return state_bytes * 8 / (bw * 1e6) + fleet.network.rtt(a, b) / 1000
 
 
-def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
+def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: bool = False) -> list[Move]:
     """Moves closer to their near site for the running tasks away from it that
     the watch says may have a new answer (``returns.ReturnWatch``), in the
-    order they went away; at most ``limit``."""
+    order they went away; at most ``limit``. ``dry``: a dry run's look, which
+    sets nothing aside and asks for no wake-up, and includes the moves
+    hysteresis holds back (with ``held``)."""
+    from suanli.sim.moves import HYSTERESIS, Held
+
     fleet, state = sim.world.fleet, sim.state
     network = fleet.network
     watch = sim.returns
     moves: list[Move] = []
-    for task in watch.due(t):
-        if len(moves) >= limit:
+    rest = watch.rest if not dry else (lambda *a, **k: None)
+    for task in (watch.due(t) if not dry else list(sim.near_running)):
+        if limit is not None and len(moves) >= limit:
             break
         comp = sim.near_running[task]
         rec = sim.view.tasks[task]
         if comp.lifetime != "service" or len(sim.view.units[rec.unit].unit.tasks) > 1:
-            watch.rest(task)  # it never moves here (until it moves otherwise)
+            rest(task)  # it never moves here (until it moves otherwise)
             continue
+        held = None
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
-            sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
-            watch.rest(task, until=rec.last_move_at + hysteresis_s)
-            continue
+            if not dry:
+                sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
+                rest(task, until=rec.last_move_at + hysteresis_s)
+                continue
+            held = Held(HYSTERESIS, rec.last_move_at + hysteresis_s)
         p = state.placements[task]
         vcs = state.vcs[p.vc]
         table = vcs.table
@@ -98,10 +108,10 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int) -> list[Move]:
             state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
             downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes) + sim.policy.restart_time
             if after - before > downtime + GAIN_MARGIN:
-                moves.append(Move(task, row, float(after - before), downtime))
+                moves.append(Move(task, row, float(after - before), downtime, held))
                 continue
         if watched is not None:  # already on its site, nowhere closer, or not worth it: until they change
-            watch.rest(task, table, watched)
+            rest(task, table, watched)
     return moves
 
 
@@ -123,24 +133,6 @@ def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -
     closer = rows[rtt < here]
     row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=closer)
     return (row, here, float(rtt[np.searchsorted(rows, row)]), closer) if row >= 0 else (-1, here, here, closer)
-
-
-def apply_returns(sim, t: float) -> None:
-    """Plan this instant's return moves and make those the disruption budgets
-    and the migration limit allow."""
-    policy = sim.policy
-    room = policy.max_concurrent_migrations - len(sim.migrating)
-    if not sim.near_running or room <= 0:
-        return
-    for move in plan_returns(sim, t, policy.hysteresis, room):
-        if sim.may_disturb(sim.view.tasks[move.task].unit):
-            _move(sim, t, move)
-
-def _move(sim, t: float, move: Move) -> None:
-    rec = sim.view.tasks[move.task]
-    vcs = sim.state.vcs[sim.state.placements[move.task].vc]
-    a = allocation(vcs.table, sim.business.request(rec.component, rec.tenant), move.to_row)
-    relocate(sim, t, move.task, a, "return", "closer to its near site")
 
 
 def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:

@@ -32,22 +32,21 @@ from suanli.scheduling.policies import policy_for
 from suanli.output import resources_json
 from suanli.scheduling import nearby
 from suanli.scheduling.filters import feasible, fits_row
-from suanli.scheduling.preempt import plan_preemption
 from suanli.scheduling.request import compile_request
 from suanli.scheduling.select import allocation, partial_allocation
 from suanli.scheduling.state import PlacementState
-from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import resources_of
 from suanli.spec.schema import NodeDownEvent, NodeUpEvent, ReschedulingPolicy
 from suanli.sim.events import EventLog
-from suanli.sim.defrag import needs_whole_devices, plan_defrag
+from suanli.sim.defrag import needs_whole_devices
 from suanli.sim.hosts import HostKeeper
 from suanli.sim.ledger import FAILED, FINISHED, PENDING, RUNNING, Ledger, LedgerView, TaskRecord
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
-from suanli.sim.rescheduler import (FAIR_MARGIN, apply_returns, broken_units, reclaim_keeps_order, relocate,
-                                    running_at, transfer_s, victims)
+from suanli.sim.moves import (HYSTERESIS, Plan, apply_plan, bound_plan, claim_plan, defrag_plan, held_by,
+                              preempt_plan, reclaim_plan, return_plans)
+from suanli.sim.rescheduler import FAIR_MARGIN, broken_units, running_at, transfer_s
 from suanli.sim import waiting
 from suanli.sim.returns import ReturnWatch
 from suanli.sim.room import RoomWait
@@ -109,6 +108,10 @@ class Disrupted:
 
     def __contains__(self, task: object) -> bool:
         return task in self._key
+
+    def key(self, task: str) -> tuple[str, str]:
+        """The (app, component) a moving task counts against."""
+        return self._key[task]
 
     def __len__(self) -> int:
         return len(self._key)
@@ -211,6 +214,7 @@ class Simulation:
         self._moves = 0
         self.now = 0.0
         self._wakes: set[float] = set()
+        self.dry = False  # a dry run looks: it asks for no instants
         self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
         self.rescheduling = self.policy if self.policy.enabled else None  # None: no rescheduler
         self.hosts = HostKeeper(self)
@@ -361,7 +365,7 @@ class Simulation:
         self.hosts.before(t)
         self._schedule(t)
         if self.rescheduling is not None:
-            apply_returns(self, t)
+            self._returns(t)
         self.hosts.after(t)
         self.flush_hosts(t)
         self.recorder.sample(t)
@@ -603,7 +607,7 @@ class Simulation:
             self._unpark([uid for s in sites for uid in self._room_near.get(s, ())])
         if self.rescheduling is not None:
             for uid, reason in broken_units(self, sites).items():
-                self.evict(t, uid, "bound broken", reason=reason)
+                apply_plan(self, t, bound_plan(uid, reason))
 
     def _device_presence(self, t: float, ev: Any) -> None:
         """A device goes offline (its nodes go down, its tasks there are lost
@@ -659,8 +663,8 @@ class Simulation:
             rows = np.flatnonzero(nodes.view("site") == fleet.site_index[ev.site])
         fits = rows[feasible(nodes, req)[rows]]
         row = int(fits[0]) if fits.size else int(rows[np.argmax(nodes.free[0, rows])])
-        if not fits.size:
-            self._make_room(t, req, row)
+        if not fits.size and (room := claim_plan(self, req, row)) is not None:
+            apply_plan(self, t, room)
         full = fits_row(nodes, req, row)
         a = allocation(nodes, req, row) if full else partial_allocation(nodes, req, row)
         nodes.take(a)
@@ -671,44 +675,6 @@ class Simulation:
                   **({"short": short} if short else {}))
         if ev.duration is not None:
             self.loop.schedule(t + ev.duration, ClaimEnded(claim))
-
-    def _make_room(self, t: float, req, row: int) -> None:
-        """Evict running units on ``row`` (default VCs: they hold node capacity
-        directly), cheapest first, only as many as the claim needs, and only
-        if together they make it fit. The set is minimal: a unit the claim
-        fits without stays (evicted, it would come back to the node it left)."""
-        nodes = self.state.nodes
-        units = {}
-        for task in self.state.tasks_on_node.get(row, ()):
-            p = self.state.placements[task]
-            uid = self._tasks[task].unit
-            if self.state.vcs[p.vc].default and self._units[uid].run is not None:
-                units[uid] = self._units[uid].unit
-        standing = self.business.standing  # the claim is no tenant's: tenants count by standing
-        cost = {uid: (standing(u), u.priority, sum(c.state_mib for c in u.distinct_components() if c.stateful),
-                      len(u.tasks), uid)
-                for uid, u in units.items()}
-        held = {uid: [self.state.placements[task].alloc for task in self._units[uid].run.tasks
-                      if self.state.placements[task].host.node == row] for uid in units}
-        with Statement() as probe:  # as if they had left: all undone before the real evictions
-            probe.give(nodes, [a for uid in units for a in held[uid]])
-            if not fits_row(nodes, req, row):
-                return
-        chosen = []
-        with Statement() as probe:
-            for uid in sorted(units, key=cost.get):  # cheapest first, until it fits
-                chosen.append(uid)
-                probe.give(nodes, held[uid])
-                if fits_row(nodes, req, row):
-                    break
-            for uid in sorted(chosen[:-1], key=cost.get, reverse=True):  # then keep what it fits without, dearest first
-                with Statement(probe) as back:
-                    back.take(nodes, held[uid])
-                    if fits_row(nodes, req, row):
-                        back.commit()
-                        chosen.remove(uid)  # evicted, it would only come back to this node
-        for uid in chosen:
-            self.evict(t, uid, "capacity claimed", reason=f"deviceBusy on {self.world.fleet.node_name(row)}")
 
     def _claim_ended(self, t: float, claim: int) -> None:
         a = self.claims.pop(claim)
@@ -777,7 +743,7 @@ class Simulation:
                 continue
             self._unpark((uid,), wake=False)
             self.pending.discard(uid)
-            self._started(t, uid)
+            self.started(t, uid)
         if risen:
             self._room.settle(risen)
         units = [u for u, _ in failed if not self.pending.parked(u.seq)]
@@ -944,11 +910,11 @@ class Simulation:
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless:
                 continue
-            plan = plan_preemption(self.business, unit, victims(self, unit))
-            if not plan:
+            plan = preempt_plan(self, unit)
+            if plan is None:
                 hopeless.add(shape)
                 continue
-            self._evict_for(t, unit, plan, "priority")
+            apply_plan(self, t, plan)
             evicted = True
         return evicted
 
@@ -970,11 +936,11 @@ class Simulation:
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless or share[unit.tenant] * (1 + FAIR_MARGIN) >= top:
                 continue
-            plan = plan_preemption(self.business, unit, victims(self, unit, fair=True))
-            if not plan or not reclaim_keeps_order(self, unit, plan):
+            plan = reclaim_plan(self, unit)
+            if plan is None:
                 hopeless.add(shape)
                 continue
-            self._evict_for(t, unit, plan, "fair share")
+            apply_plan(self, t, plan)
             reclaimed += 1
         return reclaimed > 0
 
@@ -992,25 +958,26 @@ class Simulation:
             shape = unit_shape(unit)
             if unit.seq not in self.pending or shape in hopeless or not needs_whole_devices(unit):
                 continue
-            plan = plan_defrag(self, unit)
-            if not plan:
+            plan = defrag_plan(self, unit)
+            if plan is None:
                 hopeless.add(shape)
                 continue
-            for task, a in plan:
-                relocate(self, t, task, a, "defragment", f"frees whole devices for {unit.tasks[0]}")
-            if self.business.place(unit, record=False) is None:
-                self.pending.discard(unit.seq)
-                self._started(t, unit.seq)
-                placed = True
+            placed |= apply_plan(self, t, plan)
         return placed
 
-    def _evict_for(self, t: float, unit: Unit, plan: list, cause: str) -> None:
-        """Evict the planned victims, then place the unit they made room for."""
-        for v in plan:
-            self.evict(t, v.key, cause, by=unit)
-        if self.business.place(unit, record=False) is None:
-            self.pending.discard(unit.seq)
-            self._started(t, unit.seq)
+    def _returns(self, t: float) -> None:
+        """This instant's return moves, those budgets and the migration limit allow."""
+        if self.near_running and len(self.migrating) < self.policy.max_concurrent_migrations:
+            for plan in return_plans(self, t):
+                if self.allowed(plan):
+                    apply_plan(self, t, plan)
+
+    def allowed(self, plan: Plan) -> bool:
+        """May ``plan`` be made now? When only hysteresis holds it back, there
+        will be an instant when it ends, to look again."""
+        if plan.held is not None and plan.held.by == HYSTERESIS:
+            self.wake_at(plan.held.until)
+        return plan.held is None
 
     def evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
         """Stop a running unit and queue it again whole. Services move: their
@@ -1058,7 +1025,7 @@ class Simulation:
         p = self.state.placements[ev.task]
         self.log(t, "started", task=ev.task, **self.where(p.host.node))
 
-    def _started(self, t: float, uid: int) -> None:
+    def started(self, t: float, uid: int) -> None:
         us = self._units[uid]
         us.unit.state_sites = ()
         placed = [task for task in us.unit.tasks if task in self.state.placements]
@@ -1089,35 +1056,17 @@ class Simulation:
 
     def may_disturb(self, uid: int, moves: int = 0) -> bool:
         """May a voluntary move (return, reclaim, defragmentation, drain) stop
-        this running unit now? Only within each of its components' disruption
-        budget (a gang: when no other member is moving), and while fewer than
-        ``maxConcurrentMigrations`` migrations (``moves`` planned now, plus
-        states in flight) are under way; a service moved less than
-        ``hysteresis`` ago stays (no flapping between mechanisms)."""
-        policy = self.policy
-        unit = self._units[uid].unit
-        services = sum(1 for c in unit.components if c.lifetime == "service")  # jobs requeue, not migrate
-        if len(self.migrating) + moves + services > policy.max_concurrent_migrations:
-            return False
-        for task in unit.tasks:
-            last = self._tasks[task].last_move_at
-            if last is not None and self.now - last < policy.hysteresis:
-                self.wake_at(last + policy.hysteresis)  # look again when it may move
-                return False
-        if not self.disrupted:
-            return True
-        moving = self.disrupted.counts
-        members = Counter((c.app, c.name) for c in unit.components)
-        for comp in unit.distinct_components():
-            key = (comp.app, comp.name)
-            limit = 0 if comp.gang else policy.budget(comp.size)
-            if moving[key] + (0 if comp.gang else members[key]) > limit:
-                return False
-        return True
+        this running unit now? (``moves.held_by``: within its components'
+        disruption budgets, the migration limit and hysteresis.)"""
+        held = held_by(self, uid, moves=moves)
+        if held is not None and held.by == HYSTERESIS:
+            self.wake_at(held.until)  # look again when it may move
+        return held is None
 
     def wake_at(self, when: float) -> None:
-        """Make sure there is an instant (and a pass) at ``when``."""
-        if when not in self._wakes:
+        """Make sure there is an instant (and a pass) at ``when`` (not asked
+        for by a dry run: ``plan.dry_run``)."""
+        if when not in self._wakes and not self.dry:
             self._wakes.add(when)
             self.loop.schedule(when, Wake())
 
