@@ -38,7 +38,7 @@ from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.sim.defrag import plan_defrag
 from suanli.scheduling.select import allocation
-from suanli.sim.rescheduler import plan_returns, reclaim_keeps_order, relocate, transfer_s, victims
+from suanli.sim.rescheduler import plan_returns, reclaim_keeps_order, relocate, serves_again_s, victims
 
 HYSTERESIS, BUDGET, MIGRATIONS = "hysteresis", "disruption budget", "migration limit"
 
@@ -71,13 +71,6 @@ class Plan:
     gain: float | None = None  # in points of the placement scores, where the mechanism weighs one
     held: Held | None = None
 
-    @property
-    def voluntary(self) -> bool:
-        return self.mechanism in VOLUNTARY
-
-
-VOLUNTARY = frozenset({"return", "reclaim", "defragment", "drain"})
-
 
 # ------------------------------------------------------------ held back
 
@@ -86,13 +79,17 @@ def held_by(sim, uid: int, planned: Counter | None = None, moves: int = 0) -> He
     what holds it back: a task moved less than ``hysteresis`` ago; its
     components' disruption budget (a gang: another member moving); or the
     migration limit (``moves`` planned now, plus those in flight).
-    ``planned``: moves planned but not made yet, per (app, component), as
-    a dry run counts them (made moves are in ``sim.disrupted``)."""
+    ``planned``: a dry run's moves planned but not made yet, per (app,
+    component) (made moves are in ``sim.disrupted``); only a dry run is told
+    when a move held by the budget or the limit may go, which takes a look
+    over the moves under way."""
     policy = sim.policy
     unit = sim.view.units[uid].unit
     services = sum(1 for c in unit.components if c.lifetime == "service")  # jobs requeue, not migrate
     ahead = sum(planned.values()) if planned else 0
     if len(sim.migrating) + moves + ahead + services > policy.max_concurrent_migrations:
+        if planned is None:
+            return Held(MIGRATIONS)
         ends = [when for _, when in sim.migrating.values()]
         return Held(MIGRATIONS, min(ends) if ends and not ahead else None)
     tasks = sim.view.tasks
@@ -109,7 +106,7 @@ def held_by(sim, uid: int, planned: Counter | None = None, moves: int = 0) -> He
         limit = 0 if comp.gang else policy.budget(comp.size)
         ahead = planned[key] if planned else 0
         if moving[key] + ahead + (0 if comp.gang else members[key]) > limit:
-            return _budget_held(sim, key, bool(ahead))
+            return Held(BUDGET) if planned is None else _budget_held(sim, key, bool(ahead))
     return None
 
 
@@ -159,7 +156,8 @@ def return_plans(sim, t: float, dry: bool = False) -> Iterator[Plan]:
         rec = sim.view.tasks[move.task]
         p = sim.state.placements[move.task]
         a = allocation(sim.state.vcs[p.vc].table, sim.business.request(rec.component, rec.tenant), move.to_row)
-        held = move.held or held_by(sim, rec.unit, planned if dry else None)
+        held = Held(HYSTERESIS, move.held_until) if move.held_until is not None else \
+            held_by(sim, rec.unit, planned if dry else None)
         yield Plan("return", "return", relocate=((move.task, a),), reason="closer to its near site",
                    gain=move.gain, held=held)
         if dry and held is None:
@@ -232,7 +230,7 @@ def bound_plan(uid: int, reason: str) -> Plan:
 def apply_plan(sim, t: float, plan: Plan) -> bool:
     """Make ``plan``: its evictions, its relocations, then the unit it made
     room for. True if that unit was placed."""
-    why = {"reason": plan.reason} if plan.reason is not None and plan.evict else {}
+    why = {"reason": plan.reason} if plan.reason is not None else {}
     for uid in plan.evict:
         sim.evict(t, uid, plan.cause, by=plan.unit, **why)
     for task, a in plan.relocate:
@@ -250,18 +248,13 @@ def cost(sim, plan: Plan) -> dict[str, Any]:
     its relocations (state over the path plus the restart) and of its evicted
     services (at least their restart: where they go is decided when they are
     placed again), the highest priority it evicts."""
-    view, fleet, state = sim.view, sim.world.fleet, sim.state
+    view, state = sim.view, sim.state
     evicted = [view.units[uid] for uid in plan.evict]
     tasks = [task for us in evicted for task in us.run.tasks] + [task for task, _ in plan.relocate]
-    stateful = [view.tasks[task].component for task in tasks]
-    state_bytes = sum(c.state_mib * 2**20 for c in stateful if c.stateful and c.lifetime == "service")
-    downtime = 0.0
-    for task, a in plan.relocate:
-        comp = view.tasks[task].component
-        node = state.placements[task].host.node
-        to = int(state.vcs[state.placements[task].vc].table.node[a.row])
-        downtime += transfer_s(fleet, node, to, comp.state_mib * 2**20 if comp.stateful else 0) \
-            + sim.policy.restart_time
+    comps = [view.tasks[task].component for task in tasks]
+    state_bytes = sum(c.state_mib * 2**20 for c in comps if c.stateful and c.lifetime == "service")
+    downtime = sum(serves_again_s(sim, view.tasks[task].component, state.placements[task].host.node,
+                                  _to_node(state, task, a)) for task, a in plan.relocate)
     services = sum(1 for us in evicted for task in us.run.tasks if view.tasks[task].component.lifetime == "service")
     downtime += services * sim.policy.restart_time  # at least: an evicted service restarts wherever it goes
     out: dict[str, Any] = {"units": len(evicted) + len({view.tasks[task].unit for task, _ in plan.relocate}),
@@ -273,8 +266,13 @@ def cost(sim, plan: Plan) -> dict[str, Any]:
     return out
 
 
+def _to_node(state, task: str, a: Allocation) -> int:
+    """The node a relocation of ``task`` to ``a`` (a row of its VC's table) goes to."""
+    return int(state.vcs[state.placements[task].vc].table.node[a.row])
+
+
 def plan_json(sim, plan: Plan) -> dict[str, Any]:
-    """One plan as ``suanli plan`` shows it (docs/outputs.md)."""
+    """One plan as ``suanli plan`` shows it (docs/simulation.md, the dry run)."""
     view, fleet, state = sim.view, sim.world.fleet, sim.state
     out: dict[str, Any] = {"kind": plan.mechanism}
     if plan.unit is not None:
@@ -285,9 +283,8 @@ def plan_json(sim, plan: Plan) -> dict[str, Any]:
     if plan.relocate:
         out["move"] = []
         for task, a in plan.relocate:
-            p = state.placements[task]
-            to = int(state.vcs[p.vc].table.node[a.row])
-            out["move"].append({"task": task, "from": fleet.node_name(p.host.node), "to": fleet.node_name(to),
+            out["move"].append({"task": task, "from": fleet.node_name(state.placements[task].host.node),
+                                "to": fleet.node_name(_to_node(state, task, a)),
                                 **({"devices": list(a.slots)} if a.slots else {})})
     if plan.reason is not None:
         out["reason"] = plan.reason

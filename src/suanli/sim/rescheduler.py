@@ -15,7 +15,6 @@ move whole with preemption.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -35,8 +34,7 @@ class Move:
     task: str
     to_row: int
     gain: float
-    downtime_s: float
-    held: Any = None  # a dry run's move that hysteresis holds back (``moves.Held``)
+    held_until: float | None = None  # a dry run's move that hysteresis holds back until then
 
 
 def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
@@ -52,14 +50,19 @@ def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
     return state_bytes * 8 / (bw * 1e6) + fleet.network.rtt(a, b) / 1000
 
 
+def serves_again_s(sim, comp, from_node: int, to_node: int) -> float:
+    """Seconds from a service's placement elsewhere until it serves again: its
+    state (if stateful) over the path, then its restart (``restartTime``)."""
+    state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
+    return transfer_s(sim.world.fleet, from_node, to_node, state_bytes) + sim.policy.restart_time
+
+
 def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: bool = False) -> list[Move]:
     """Moves closer to their near site for the running tasks away from it that
     the watch says may have a new answer (``returns.ReturnWatch``), in the
     order they went away; at most ``limit``. ``dry``: a dry run's look, which
     sets nothing aside and asks for no wake-up, and includes the moves
-    hysteresis holds back (with ``held``)."""
-    from suanli.sim.moves import HYSTERESIS, Held
-
+    hysteresis holds back (with ``held_until``)."""
     fleet, state = sim.world.fleet, sim.state
     network = fleet.network
     watch = sim.returns
@@ -73,13 +76,13 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
         if comp.lifetime != "service" or len(sim.view.units[rec.unit].unit.tasks) > 1:
             rest(task)  # it never moves here (until it moves otherwise)
             continue
-        held = None
+        held_until = None
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
             if not dry:
                 sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
                 rest(task, until=rec.last_move_at + hysteresis_s)
                 continue
-            held = Held(HYSTERESIS, rec.last_move_at + hysteresis_s)
+            held_until = rec.last_move_at + hysteresis_s
         p = state.placements[task]
         vcs = state.vcs[p.vc]
         table = vcs.table
@@ -105,10 +108,9 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
         if row >= 0:
             before, after = scores.WEIGHTS["near"] * scores.near_of(np.array([here, there]),
                                                                     comp.near.max_rtt_ms is not None)
-            state_bytes = comp.state_mib * 2**20 if comp.stateful else 0
-            downtime = transfer_s(fleet, p.host.node, int(table.node[row]), state_bytes) + sim.policy.restart_time
+            downtime = serves_again_s(sim, comp, p.host.node, int(table.node[row]))
             if after - before > downtime + GAIN_MARGIN:
-                moves.append(Move(task, row, float(after - before), downtime, held))
+                moves.append(Move(task, row, float(after - before), held_until))
                 continue
         if watched is not None:  # already on its site, nowhere closer, or not worth it: until they change
             rest(task, table, watched)

@@ -44,9 +44,9 @@ from suanli.sim.hosts import HostKeeper
 from suanli.sim.ledger import FAILED, FINISHED, PENDING, RUNNING, Ledger, LedgerView, TaskRecord
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
-from suanli.sim.moves import (HYSTERESIS, Plan, apply_plan, bound_plan, claim_plan, defrag_plan, held_by,
+from suanli.sim.moves import (HYSTERESIS, Held, Plan, apply_plan, bound_plan, claim_plan, defrag_plan, held_by,
                               preempt_plan, reclaim_plan, return_plans)
-from suanli.sim.rescheduler import FAIR_MARGIN, broken_units, running_at, transfer_s
+from suanli.sim.rescheduler import FAIR_MARGIN, broken_units, running_at, serves_again_s
 from suanli.sim import waiting
 from suanli.sim.returns import ReturnWatch
 from suanli.sim.room import RoomWait
@@ -973,11 +973,15 @@ class Simulation:
                     apply_plan(self, t, plan)
 
     def allowed(self, plan: Plan) -> bool:
-        """May ``plan`` be made now? When only hysteresis holds it back, there
-        will be an instant when it ends, to look again."""
-        if plan.held is not None and plan.held.by == HYSTERESIS:
-            self.wake_at(plan.held.until)
-        return plan.held is None
+        """May ``plan`` be made now?"""
+        return self._free(plan.held)
+
+    def _free(self, held: Held | None) -> bool:
+        """Nothing holds it back. When hysteresis does, there will be an
+        instant when it ends, to look again."""
+        if held is not None and held.by == HYSTERESIS:
+            self.wake_at(held.until)
+        return held is None
 
     def evict(self, t: float, uid: int, cause: str, by: Unit | None = None, **why: Any) -> None:
         """Stop a running unit and queue it again whole. Services move: their
@@ -1008,7 +1012,7 @@ class Simulation:
         in flight, stateless or not."""
         fleet = self.world.fleet
         state_bytes = rec.component.state_mib * 2**20 if rec.component.stateful else 0
-        ready = transfer_s(fleet, rec.moved_from, to, state_bytes) + self.policy.restart_time
+        ready = serves_again_s(self, rec.component, rec.moved_from, to)
         downtime = (t - rec.stopped_at) + ready
         self.log(t, "migrated", task=rec.task, **{"from": fleet.node_name(rec.moved_from)},
                   to=fleet.node_name(to), bytes=int(state_bytes), downtime_s=round(float(downtime), 6), **cause)
@@ -1058,10 +1062,7 @@ class Simulation:
         """May a voluntary move (return, reclaim, defragmentation, drain) stop
         this running unit now? (``moves.held_by``: within its components'
         disruption budgets, the migration limit and hysteresis.)"""
-        held = held_by(self, uid, moves=moves)
-        if held is not None and held.by == HYSTERESIS:
-            self.wake_at(held.until)  # look again when it may move
-        return held is None
+        return self._free(held_by(self, uid, moves=moves))
 
     def wake_at(self, when: float) -> None:
         """Make sure there is an instant (and a pass) at ``when`` (not asked
