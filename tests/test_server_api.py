@@ -295,8 +295,8 @@ def test_a_drain_moves_stateless_replicas_in_waves_within_the_budget(live):
     history = {task: live.client.get(f"/v1/tasks/{task}", headers=live.a).json()["history"] for task in on}
     stops = sorted((e["t"], task) for task, h in history.items() for e in h if e["kind"] == "preempted")
     starts = {task: e["t"] for task, h in history.items() for e in h if e["kind"] == "started"}
-    # (event times are the wall clock's; the controller's runs 100 times faster)
-    assert len(stops) == len(on) and stops[-1][0] - stops[0][0] >= 5 / 100 * (len(on) - 1) - 1e-6
+    # (event times are the wall clock's, to the microsecond of an epoch time; the controller's runs 100 times faster)
+    assert len(stops) == len(on) and stops[-1][0] - stops[0][0] >= 5 / 100 * (len(on) - 1) - 1e-4
     for (_, a), (t, _) in zip(stops, stops[1:]):
         assert t >= starts[a]  # the next wave only once the previous replica runs again
 
