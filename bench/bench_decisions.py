@@ -47,6 +47,7 @@ from bench_static import make_fleet  # noqa: E402
 
 from suanli.model.work import AcceleratorRequest, Resources, Tenant  # noqa: E402
 from suanli.scheduling.domains import coupling_domain  # noqa: E402
+from suanli.scheduling.reasons import Domain  # noqa: E402
 from suanli.scheduling.request import compile_request  # noqa: E402
 from suanli.scheduling.select import MAX_DOMAIN_TRIES, place_group  # noqa: E402
 from suanli.scheduling.table import CandidateTable  # noqa: E402
@@ -320,7 +321,7 @@ def run_gangs(fleet, n_gangs: int, stay: int, seed: int, check: int) -> dict:
     start = time.perf_counter()
     for i, size in enumerate(sizes.tolist()):
         t0 = time.perf_counter()
-        res = place_group(table, [req] * size, fleet.network, tie, domain=domain, domain_name="ib domain")
+        res = place_group(table, [req] * size, fleet.network, tie, domain=domain, kind=Domain(("ib",)))
         lat[i] = time.perf_counter() - t0
         rows = [a.row for a in res.allocations] if res.ok else None
         if i < check:

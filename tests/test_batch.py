@@ -193,8 +193,8 @@ def test_the_tenants_quota_ends_a_batch(tmp_path):
     assert len(out["placements"]) == 6
     assert all(p["site"] == p["task"].split("/")[0].split(".")[1] for p in out["placements"])
     assert seen["units"] == 5 and seen["cut"] >= 1
-    reasons = [list(u["reasons"]) for u in out["unscheduled"]]
-    assert len(reasons) == 14 and all(any("quota" in r for r in rs) for rs in reasons), reasons
+    codes = [{w["code"] for w in u["why"]} for u in out["unscheduled"]]
+    assert len(codes) == 14 and all("quota" in c for c in codes), codes
 
 
 WIDE_WORLD = """

@@ -8,6 +8,7 @@ from collections import Counter
 import yaml
 
 from builders import app, component, node_group, site, tenant, vc
+from suanli.scheduling.reasons import Why
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
@@ -236,7 +237,7 @@ def test_no_defragmentation_of_work_that_may_not_be_disturbed(tmp_path):
     sim, _ = simulate(_sharing_world(tmp_path, preemptible=False))
     assert not [e for e in sim.events if e["kind"] == "migrated"]
     assert sim.view.tasks["whole/w/0"].status == "pending"
-    assert "insufficient gpu" in sim.view.tasks["whole/w/0"].reasons
+    assert Why("capacity", resource="gpu") in sim.view.tasks["whole/w/0"].reasons
 
 
 def test_plan_shows_the_defragmentation_it_would_make(tmp_path):

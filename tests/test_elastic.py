@@ -74,6 +74,10 @@ def test_an_elastic_gang_takes_the_largest_size_every_bound_allows(tmp_path_fact
     if left and quota_binds:  # the quota binds: named first, with its gap
         first = left[0]["why"][0]
         assert first["binding"] and first["code"] == "quota" and first["layer"] == "tenant quota", left[0]
+        # in figures: the gpus of every member it was sized for (all when shrunk, its minimum when refused)
+        asked = (size if want else least) * per["gpus"] * 1000
+        assert (first["resource"], first["requested"], first["allowed"]) == ("gpu", asked, quota * 1000), first
+        assert first["gap"] == asked - quota * 1000 > 0 and first["args"]["tenant"] == "t", first
         TALLY["quota binds"] += 1
     TALLY["shrunk" if 0 < want < size else "whole" if want == size else "refused"] += 1
 

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from suanli.model.work import Component, World
 from suanli.output import outcome_json
+from suanli.phrases import entry_text
 from suanli.scheduling.static import schedule
 from suanli.spec.build import load_world
 from suanli.spec.problems import SpecError
@@ -419,17 +420,23 @@ class Run:
 
 
 EXERCISED: Counter = Counter()  # what the generated worlds made happen, over every property's runs
+REASON_FORMS: Counter = Counter()  # (code, detail) of the reasons unscheduled tasks were given
 
 
 def run(docs: list[dict], seed: int) -> Run:
     note(f"seed: {seed}")
     world = load(docs)
     out = outcome_json(schedule(world, seed))
-    reasons = [k for u in out["unscheduled"] for k in u["reasons"]]
+    for u in out["unscheduled"]:  # each reason's text is made from its code and figures alone
+        for w in u["why"]:
+            assert entry_text(w) == w["reason"], w
+            REASON_FORMS[(w["code"], w.get("detail"))] += 1
+    codes = {c for u in out["unscheduled"] for w in u["why"]
+             for c in (w["code"], w.get("args", {}).get("cause", {}).get("code"))}  # growth names its cause
     EXERCISED["runs"] += 1
     EXERCISED["something placed"] += bool(out["placements"])
-    EXERCISED["a quota held work back"] += any("quota" in k for k in reasons)
-    EXERCISED["an elastic gang placed below its size"] += any(k.startswith("elastic gang placed") for k in reasons)
+    EXERCISED["a quota held work back"] += "quota" in codes
+    EXERCISED["an elastic gang placed below its size"] += "elastic" in codes
     EXERCISED["a binding constraint named"] += any(w.get("binding") for u in out["unscheduled"] for w in u["why"])
     grouped = {c.app for a in world.apps for c in a.components if c.affinity is not None}
     EXERCISED["an affinity group placed"] += any(p["task"].split("/")[0] in grouped for p in out["placements"])
@@ -1209,3 +1216,4 @@ def test_the_generated_worlds_exercise_what_the_properties_are_about():
     for what in ("a quota held work back", "a gang placed", "an affinity group placed", "a binding constraint named"):
         assert EXERCISED[what] >= 0.05 * n, (what, EXERCISED)
     assert EXERCISED["an elastic gang placed below its size"] >= 0.005 * n, EXERCISED
+    assert len(REASON_FORMS) >= 12, REASON_FORMS  # the texts checked against their figures are of many forms

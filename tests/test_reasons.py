@@ -103,9 +103,9 @@ def test_the_first_reason_is_one_whose_relaxation_lets_the_task_fit(tmp_path_fac
         TALLY["no single obstacle"] += 1
         return
     assert all(not w["binding"] for w in why[1:])
-    if first.get("resource") is not None:
-        assert first["gap"] == first["requested"] - first["free"] > 0
-    TALLY[f"binding: {first['code']}" + (f" {first['resource']}" if first.get("resource") else "")] += 1
+    if first.get("requested") is not None:  # a capacity check's figures (free), or a quota's (allowed)
+        assert first["gap"] == first["requested"] - first.get("free", first.get("allowed")) > 0, first
+    TALLY[f"binding: {first['code']}" + (f" {first['resource']}" if first["code"] == "capacity" else "")] += 1
     again = tmp_path_factory.mktemp("w")
     r2 = schedule_json(docs(sites, fill, *relaxed(first, allowed, quota, task), again))
     assert any(p["task"] == "task/w/0" for p in r2["placements"]), (first, r2["unscheduled"])

@@ -140,6 +140,23 @@ def test_a_task_that_cannot_fit_says_why_it_waits(live):
     assert first["gap"] == 64000 - first["free"] > 0 and first["nodes"] > 0
 
 
+def test_members_an_elastic_gang_runs_without_say_the_quota_left_them_out(live):
+    """city-services may hold 8 GPUs: a gang of 4 members of 4 GPUs each runs
+    with 2, and the other two name the quota first, with its gap."""
+    comp = {"name": "c", "lifetime": "job", "duration": "1h", "gang": {"size": 4, "minSize": 1}, "coupling": "ib",
+            "resources": {"cpu": 8, "memory": "32Gi", "accelerators": [{"kind": "gpu", "model": "H100", "count": 4}]}}
+    doc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "train"}, "spec": {"components": [comp]}}
+    assert submit(live, live.b, doc).status_code == 201
+    tasks = live.wait(lambda: (ts := live.tasks(live.b, app="train")) and all(t["status"] in ("running", "failed")
+                                                                              for t in ts) and ts, what="the gang decided")
+    assert sorted(t["status"] for t in tasks) == ["failed", "failed", "running", "running"]
+    for t in tasks:
+        if t["status"] == "failed":
+            first = live.client.get(f"/v1/tasks/{t['task']}", headers=live.b).json()["why"][0]
+            assert first["binding"] and first["code"] == "quota" and first["resource"] == "gpu", first
+            assert (first["requested"], first["allowed"], first["gap"]) == (16000, 8000, 8000), first
+
+
 def test_delete_stops_the_tasks_and_forgets_the_application(live):
     submit(live, live.a, app_doc("web"))
     live.wait(lambda: all(t["status"] == "running" for t in live.tasks(live.a)) and live.tasks(live.a))

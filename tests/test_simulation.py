@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from builders import app, component, node_group, site, tenant
 from suanli.engine.clock import WallClock
 from suanli.executors.sim import speed
+from suanli.scheduling.reasons import Why
 from suanli.sim.results import result_json
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
@@ -592,7 +593,7 @@ def test_a_stopped_stateful_service_waits_for_a_path_its_state_can_take(tmp_path
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     sim, _ = simulate(path, until=20 * 60)
     assert sim.view.tasks["low/s/0"].status == "pending"
-    assert "state at a unreachable" in sim.view.tasks["low/s/0"].reasons
+    assert Why("reach", "state", site="a") in sim.view.tasks["low/s/0"].reasons
     sim, _ = simulate(path)
     ev = [e for e in sim.events if e.get("task") == "low/s/0"]
     assert [(e["kind"], e.get("site")) for e in ev if e["kind"] in ("placed", "preempted")] == [
@@ -646,6 +647,29 @@ def test_plan_names_the_quota_a_task_waits_on_as_simulate_does(tmp_path):
     assert reasons["insufficient cpu"] == 25  # the edges' nodes and the node the two others fill
     assert len(reasons) == 4 and min(reasons.values()) == 2  # the quota has the fewest nodes of four reasons
     assert {u["task"]: u["reasons"] for u in result_json(sim, end)["unscheduled"]} == waiting
+
+
+def test_members_an_elastic_gang_runs_without_name_the_quota_first(tmp_path):
+    """An elastic gang held to its tenant's quota runs at the size the quota
+    allows; the members left out end with the quota named first, in figures
+    (what the whole gang asks, what the quota leaves, the gap), then the size."""
+    from builders import gpu, scenario
+
+    comp = component("m", lifetime="job", cpu=8, memory="32Gi", accelerators=[{"kind": "gpu", "count": 4}],
+                     gang={"size": 6, "minSize": 2}, coupling="ib")
+    nodes = node_group("g", count=7, cpu=48, memory="384Gi", accelerators=[gpu(4, shareable=False)], fabrics={"ib": "ib-a"})
+    path = scenario(tmp_path, sites=[site("dc", groups=[nodes])], apps=[app("train", components=[comp])],
+                    tenants=[tenant(quota={"gpu": 18})])
+    sim, _ = simulate(path, until=600)
+    assert sorted(t for t, r in sim.view.tasks.items() if r.status == "running") == [f"train/m/{i}" for i in range(4)]
+    ev = by_task(sim.events)
+    for task in ("train/m/4", "train/m/5"):
+        (failed,) = [e for e in ev[task] if e["kind"] == "failed"]
+        quota, size = failed["why"]
+        assert quota["binding"] and quota["code"] == "quota" and quota["resource"] == "gpu", quota
+        assert (quota["requested"], quota["allowed"], quota["gap"]) == (24000, 18000, 6000), quota
+        assert size["code"] == "elastic" and size["args"] == {"members": 6, "placed": 4}, size
+        assert failed["reason"].startswith(quota["reason"])
 
 
 def test_fair_share_reclaim_moves_shares_toward_the_weights(tmp_path):

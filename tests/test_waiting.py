@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
+from suanli.scheduling.reasons import Why
 from suanli.sim import room as room_wait, waiting
 from suanli.sim.simulation import Simulation
 from suanli.sim.waiting import WaitQueue
@@ -100,11 +101,11 @@ def test_parked_units_run_as_if_tried_at_every_instant(tmp_path):
         assert parked == alone, path.name
         assert before.keys() == after.keys()
         offline = {sim.world.fleet.sites[s].name for s in sim.offline}
-        waits = {t: r for t, r in after.items() if any(k.startswith("near site") for k in r)}
+        waits = {t: r for t, r in after.items() if any(k.code == "offline" for k in r)}
         for task, reasons in waits.items():  # each names its car, offline at the end
             (why,) = reasons
-            assert why == f"near site {task.split('/')[0].split('.')[1]} is offline", why
-            assert why.split()[2] in offline
+            assert why == Why("offline", site=task.split('/')[0].split('.')[1]), why
+            assert why.arg("site") in offline
         assert all(sim.pending.parked(sim.view.tasks[t].unit) for t in waits)
         named += len(waits)
     assert named > 0 and room > 0, (named, room)

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from suanli.model.fleet import TIERS
-from suanli.scheduling.reasons import why_json
+from suanli.phrases import reasons_json, why_json
 from suanli.scheduling.state import Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
@@ -199,20 +199,15 @@ def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, An
     placed = sorted(state.placements.values(), key=lambda p: order[p.task])
     placements = (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     unscheduled = (
-        {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": sorted_reasons(u.reasons), "why": why_json(u.reasons)}
+        {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": reasons_json(u.reasons), "why": why_json(u.reasons)}
         for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
     )
     unplaced = (
-        {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": sorted_reasons(u.reasons)}
+        {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": reasons_json(u.reasons)}
         for u in outcome.unplaced_hosts
     )
     return [("hosts", hosts_json(state) if text is None else text.hosts()), ("placements", placements), ("unscheduled", unscheduled),
             ("unplaced_hosts", unplaced), ("metrics", lambda: metrics_json(outcome))]
-
-
-def sorted_reasons(reasons: Counter) -> dict[str, int]:
-    """A task's reasons as outputs show them: most rows first, then by name."""
-    return {k: int(v) for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 def metrics_json(outcome: Outcome) -> dict[str, Any]:
@@ -271,5 +266,5 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
             "by_tier": by_tier,
         },
         "tenants": tenants,
-        "unscheduled_reasons": sorted_reasons(reasons),
+        "unscheduled_reasons": reasons_json(reasons),
     }

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from suanli.scheduling.reasons import Binding
+from suanli.phrases import binding_line
 
 
 class OutputFormat(str, Enum):
@@ -99,7 +99,7 @@ def why_text(why: list[dict[str, Any]] | None, reasons: dict[str, int]) -> str:
     parts = []
     for w in why:
         if w.get("binding"):
-            parts.append(Binding.from_json(w).text())
+            parts.append(binding_line(w))
         else:
             parts.append(f"{w['count']} {w['reason']}")
     return "; ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if len(parts) > 1 else "")

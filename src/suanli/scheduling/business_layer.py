@@ -23,7 +23,7 @@ from suanli.scheduling.domains import combine_domains, couplings_domain, levels_
 from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
-from suanli.scheduling.reasons import Why, bound
+from suanli.scheduling.reasons import Domain, Why, bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
@@ -121,10 +121,10 @@ class TaskExtras(Extras):
             taken = self.layer.occupied.get(key)
             if taken is not None:
                 where = table.view("node") if scope == "node" else table.view("site")
-                out.append((Why(f"anti-affinity {key[1]} ({scope})", "anti-affinity"), taken[where] == 0))
+                out.append((Why("anti-affinity", group=key[1], scope=scope), taken[where] == 0))
         return out
 
-    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+    def most(self, req: Request, count: int) -> tuple[int, Why | None]:
         return self.quota.most(req, count) if self.quota else (count, None)
 
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
@@ -156,6 +156,8 @@ class BusinessLayer:
     _near_keys: dict = field(default_factory=dict)  # near site name -> keys of the requests bound near it
     _labelled: set = field(default_factory=set)  # keys of requests with a network component in their terms
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
+    # units placed below their size, not recorded (a simulation's): unit seq -> why the rest was left out
+    left_out: dict[int, Counter] = field(default_factory=dict)
     batches: Batches = field(init=False)
 
     def __post_init__(self) -> None:
@@ -356,7 +358,7 @@ class BusinessLayer:
                 result = self.attempt(unit, vcs, reqs, allow_fewer=True)
             if not result.ok:
                 if not vcs.hosts:
-                    result.reasons[Why(f"virtual cluster {vcs.name} has no hosts", "hosts")] += 1
+                    result.reasons[Why("hosts", vc=vcs.name)] += 1
                 result.reasons.update(grow_reasons)
         if not result.ok:
             if record:
@@ -365,30 +367,32 @@ class BusinessLayer:
         for task, a in zip(unit.tasks, result.allocations):
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
-        if placed < len(unit.tasks) and record:  # an elastic gang below its full size: the rest is reported
-            size = Counter({Why(f"elastic gang placed with {placed} of {len(unit.tasks)} members", "elastic"): 1})
-            why = bound(result.short, "tenant quota", size) if result.short else size  # the bound that stopped it
-            self._record(unit, unit.tasks[placed:], why)
+        if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
+            size = Counter({Why("elastic", placed=placed, members=len(unit.tasks)): 1})
+            why = bound(result.short, size) if result.short else size  # the bound that stopped it
+            if record:
+                self._record(unit, unit.tasks[placed:], why)
+            else:
+                self.left_out[unit.seq] = why
         return None
 
     def unit_requests(self, unit: Unit) -> list[Request]:
         return [self.request(c, unit.tenant, unit.state_site(i)) for i, c in enumerate(unit.components)]
 
-    def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, str]:
-        domain, name = couplings_domain(table, self.network, unit.couplings)
+    def _domain(self, unit: Unit, table: CandidateTable) -> tuple[np.ndarray | None, Domain]:
+        domain, levels = couplings_domain(table, self.network, unit.couplings)
         if unit.affinity_scope is not None:
             scoped = scope_domain(table, self.network, unit.affinity_scope, tightest(unit.couplings) or "ethernet")
             domain = scoped if domain is None else combine_domains(domain, scoped)
-            name = f"{unit.affinity_scope} (affinity)" if not name else f"{name} and {unit.affinity_scope}"
-        return domain, name
+        return domain, Domain(levels, unit.affinity_scope)
 
     def attempt(self, unit: Unit, vcs: VCState, reqs: list[Request], allow_fewer: bool,
                 stmt: Statement | None = None):
         """Place the unit on its VC's current hosts only (no growth); committed
         when it fits (into ``stmt``, the caller's tentative work, when given)."""
         table = vcs.table
-        domain, name = self._domain(unit, table)
-        return place_group(table, reqs, self.network, self.rng, domain=domain, domain_name=name,
+        domain, kind = self._domain(unit, table)
+        return place_group(table, reqs, self.network, self.rng, domain=domain, kind=kind,
                            min_members=unit.min_members if allow_fewer else None,
                            extras=TaskExtras(self, vcs), policy=self.policy, stmt=stmt)
 
@@ -407,7 +411,7 @@ class BusinessLayer:
             hosts, why = self.global_layer.grow(vc_model, r, n, levels)
             if not hosts:
                 grown.discard()
-                return why or Counter({Why("no elastic host group", "growth"): 1})
+                return why or Counter({Why("growth"): 1})
             grown.did(lambda hosts=hosts: self.global_layer.shrink(vc_model, hosts))
         grown.commit()
         return Counter()

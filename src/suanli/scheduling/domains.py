@@ -43,17 +43,18 @@ def levels_of(levels) -> tuple[str, ...]:
     return tuple(sorted({lv for lv in levels if lv is not None}, key=order.index))
 
 
-def couplings_domain(table: CandidateTable, network: Network, levels) -> tuple[np.ndarray | None, str]:
+def couplings_domain(table: CandidateTable, network: Network, levels) -> tuple[np.ndarray | None, tuple[str, ...]]:
     """One domain of every given level at once. Fabric domains need not nest
     (two nodes may share a coherent domain but not an ib one), so each level is
-    intersected rather than the tightest one assumed to imply the others."""
+    intersected rather than the tightest one assumed to imply the others.
+    Returns the domain codes (None without levels) and the levels."""
     levels = levels_of(levels)
     if not levels:
-        return None, ""
+        return None, ()
     domain = coupling_domain(table, network, levels[0])
     for level in levels[1:]:
         domain = combine_domains(domain, coupling_domain(table, network, level))
-    return domain, f"{' and '.join(levels)} domain"
+    return domain, levels
 
 
 def tightest(levels) -> str | None:

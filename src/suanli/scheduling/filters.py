@@ -14,20 +14,19 @@ from typing import Sequence
 import numpy as np
 
 from suanli.scheduling import nearby
-from suanli.scheduling.reasons import Binding, Reasons, Why, code_of
+from suanli.scheduling.reasons import Binding, Reasons, Why
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
 
-Check = tuple[str, np.ndarray]  # (reason, bool[N])
+Check = tuple[Why, np.ndarray]  # (reason, bool[N])
 
 
-def _needs_reasons(need: AccelNeed) -> tuple[str, str, str, str]:
+def _needs_reasons(need: AccelNeed) -> tuple[Why, Why, Why, Why]:
     """The reasons of one accelerator need's checks, each implied by the one
     before it failing: no such kind; no such model; too few (whole devices) or
     none shareable with room (a share); too few free now."""
     k = need.kind_name
-    return (Why(f"no {k}", "kind"), Why(f"{k} model mismatch", "model"), Why(f"insufficient {k}", "capacity", k),
-            Why(f"{k} not shareable", "shareable"))
+    return Why("kind", resource=k), Why("model", resource=k), Why("capacity", resource=k), Why("shareable", resource=k)
 
 
 def slot_ok(table: CandidateTable, need: AccelNeed) -> np.ndarray:
@@ -82,11 +81,11 @@ def static_checks(table: CandidateTable, req: Request, at: np.ndarray | None = N
                for reason, mask in req.group_checks]
     if req.arch is not None:
         arch = req.arch
-        checks.append((Why("arch mismatch", "arch"), shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
+        checks.append((Why("arch"), shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
     cap = col("cap")
     for c, what in ((0, "cpu"), (1, "memory")):
         if req.vec[c] > 0:
-            checks.append((Why(f"insufficient {what}", "capacity", what), cap[c] >= req.vec[c]))
+            checks.append((Why("capacity", resource=what), cap[c] >= req.vec[c]))
     for need in req.accels:
         no_kind, no_model, too_few, not_shareable = _needs_reasons(need)
         kind = (col("dev_kind") == need.kind).any(axis=0) & (need.kind >= 0)
@@ -195,10 +194,10 @@ def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict, list], row: int)
 def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
     """The dynamic checks on rows ``at`` (a slice or row indices), masks over those rows."""
     free = cols(table.free, at)
-    checks: list[Check] = [(Why("node unavailable", "unavailable"), table.enabled[at])]
+    checks: list[Check] = [(Why("unavailable"), table.enabled[at])]
     for col, what in ((0, "cpu"), (1, "memory")):
         if req.vec[col] > 0:
-            checks.append((Why(f"insufficient {what}", "capacity", what), free[col] >= req.vec[col]))
+            checks.append((Why("capacity", resource=what), free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
         too_few = _needs_reasons(need)[2]
@@ -208,7 +207,7 @@ def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
             checks.append((too_few, (ok & (dev_free >= need.milli)).any(axis=0)))
     if req.whole_node:
         untouched = (free == cols(table.cap, at)).all(axis=0) & (dev_free == cols(table.dev_cap, at)).all(axis=0)
-        checks.append((Why("node in use", "in-use"), untouched))
+        checks.append((Why("in-use"), untouched))
     return checks
 
 
@@ -317,9 +316,9 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
             counts[private_reason] += private_rows
         beyond = table.n - private_rows - at.size
         if beyond:
-            counts[req.site_terms[1 if private_reason else 0][0]] += beyond
+            counts[req.site_terms[0 if private_reason is None else 1][0]] += beyond
         remaining = np.ones(at.size, bool)
-        known = 2 if private_reason else 1  # other devices' sites and the bound: they hold at ``at``
+        known = 1 if private_reason is None else 2  # other devices' sites and the bound: they hold at ``at``
         checks = [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at),
                   *((r, m[at]) for r, m in extra)]
     rows = remaining.copy()
@@ -338,7 +337,7 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     figures when it is a resource's; None when every row fails two or more.
     Rows without an accelerator kind the request needs are left out: the
     relaxation they offer is not to need it."""
-    passes: dict[str, np.ndarray] = {}  # a reason's checks together (capacity and free of one resource are one)
+    passes: dict[Why, np.ndarray] = {}  # a reason's checks together (capacity and free of one resource are one)
     for reason, mask in checks:
         prev = passes.get(reason)
         passes[reason] = mask if prev is None else prev & mask
@@ -357,26 +356,25 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     single = rows & (fails == 1)
     if not single.any():
         return None
-    best, most = "", 0
+    best, most = None, 0
     for reason, ok in passes.items():
         n = int(np.count_nonzero(single & ~ok))
         if n > most:
             best, most = reason, n
-    code = code_of(best)
-    if code != "capacity":
-        return Binding(best, most, layer="tenant quota" if code == "quota" else "business")
+    if best.code != "capacity":
+        return Binding(best, most, layer=best.layer)
     only = single & ~passes[best]
     for col, what in ((0, "cpu"), (1, "memory")):
         if best.resource == what:
-            return Binding(best, most, what, col, int(req.vec[col]), int(cols(table.free, at)[col][only].max()))
+            return Binding(best, most, what, int(req.vec[col]), int(cols(table.free, at)[col][only].max()))
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
         if best.resource == need.kind_name:
             dev_free = cols(table.dev_free, at)[:, only]
             if need.whole:
                 have = int((ok[:, only] & (dev_free == 1000)).sum(axis=0).max()) * 1000
-                return Binding(best, most, need.kind_name, 2 + need.kind, need.count * 1000, have)
+                return Binding(best, most, need.kind_name, need.count * 1000, have)
             have = int(np.where(ok[:, only], dev_free, 0).max())
-            return Binding(best, most, need.kind_name, 2 + need.kind, need.milli, have)
+            return Binding(best, most, need.kind_name, need.milli, have)
     return Binding(best, most)
 
 
@@ -399,11 +397,11 @@ def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known
     return hit
 
 
-def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, str] | None:
+def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, Why | None] | None:
     """For ``explain``: when the request's first site terms are other devices'
     sites (if the fleet has private ones) and then its near bound, and no row
     is retired: the rows on open sites within the bound (int64, ascending),
-    how many rows are on other devices' sites, and that reason ("" without
+    how many rows are on other devices' sites, and that reason (None without
     private sites). None otherwise."""
     from suanli.scheduling.request import NearBound, Private
 
@@ -430,4 +428,4 @@ def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, s
     sites = sites[sites < n_known]
     rows = nearby.runs(order, start[sites], per_site[sites])
     rows.sort()
-    return rows, private_rows, terms[0][0] if private is not None else ""
+    return rows, private_rows, terms[0][0] if private is not None else None

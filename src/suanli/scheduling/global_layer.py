@@ -14,11 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from suanli.model.quantities import format_amount
 from suanli.model.work import HostGroup, VirtualCluster
 from suanli.scheduling.domains import combine_domains, coupling_domain, couplings_domain
 from suanli.scheduling.filters import Check
-from suanli.scheduling.reasons import Why
+from suanli.scheduling.reasons import Domain, Why
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
@@ -49,13 +48,13 @@ class QuotaAndReach(Extras):
         if self.limited:
             left = self.state.quota_left(self.vc.tenant) - self.pending
             if req.whole_node:  # the need is the row's whole capacity: check per row
-                out.append((Why(f"tenant {self.vc.tenant} quota", "quota"), (table.view("cap") <= left[:, None]).all(axis=0)))
+                out.append((Why("quota", tenant=self.vc.tenant), (table.view("cap") <= left[:, None]).all(axis=0)))
             elif not (req.vec <= left).all():
                 out.append((self.most(req, 1)[1], np.zeros(table.n, bool)))
         if self.component >= 0:
             mask = self.state.component_mask(table, self.component)
             if mask is not None:
-                out.append((Why("unreachable from the virtual cluster's hosts", "reach"), mask))
+                out.append((Why("reach", "hosts"), mask))
         return out
 
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
@@ -68,7 +67,7 @@ class QuotaAndReach(Extras):
         fit = min((left[d] // v for d, v in enumerate(vec) if v > 0), default=k + 1)
         return max(0, min(k, fit - 1))
 
-    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+    def most(self, req: Request, count: int) -> tuple[int, Why | None]:
         """Copies of ``req`` the tenant's quota leaves room for, of ``count``;
         when fewer, the quota's gap for all ``count``: "tenant t quota for gpu: 24 more needed"."""
         if not self.limited or req.whole_node:
@@ -83,9 +82,9 @@ class QuotaAndReach(Extras):
         if most == count:
             return count, None
         col = int(cols[np.argmin(fits)])
-        gap = int(count * vec[col] - left[col])
         name = self.state.fleet.resources[col]
-        return most, Why(f"tenant {self.vc.tenant} quota for {name}: {format_amount(col, gap)} more needed", "quota", name)
+        return most, Why("quota", "gap", name, tenant=self.vc.tenant, requested=int(count * vec[col]),
+                         allowed=int(left[col]), gap=int(count * vec[col] - left[col]))
 
     def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         if self._stmt is not stmt:  # the first member of this try: its tentative figures go with it
@@ -156,7 +155,8 @@ class GlobalLayer:
         vcs = self.state.vcs[vc.name]
         req = req or self.host_request(vc, group)
         table = self.state.nodes
-        domain, name = couplings_domain(table, self.network, (group.coupling, *levels))
+        domain, levels = couplings_domain(table, self.network, (group.coupling, *levels))
+        kind = Domain(levels)
         restrict = None
         held = vcs.group_domain.get(group.name)
         if held is not None:  # a coupled group grows inside the domain it already holds
@@ -164,9 +164,9 @@ class GlobalLayer:
         if vcs.component < 0:
             comp = self.network.component[table.view("site")].astype(np.int64)
             domain = comp if domain is None else combine_domains(domain, comp)
-            name = name or "set of mutually reachable sites"
+            kind = Domain(levels, reachable=True)
         result = place_group(table, [req] * count, self.network, self.rng, domain=domain,
-                             domain_name=name, extras=QuotaAndReach(self.state, vcs), restrict=restrict)
+                             kind=kind, extras=QuotaAndReach(self.state, vcs), restrict=restrict)
         if not result.ok:
             return result.reasons
         hosts = [self.state.add_host(vcs, group.name, a) for a in result.allocations]
@@ -187,19 +187,19 @@ class GlobalLayer:
             if not group.elastic:
                 continue
             host_req = self.host_request(vc, group)
-            per_host, why = _copies_per_host(host_req, task)
+            per_host, why = _copies_per_host(host_req, task, group.name)
             if per_host == 0:
-                reasons[f"host group {group.name}: {why}"] += 1
+                reasons[why] += 1
                 continue
             need = math.ceil(members / per_host)
             room = group.limit - vcs.group_size(group.name)
             if need > room:
-                reasons[f"host group {group.name}: needs {need} more hosts, room for {room} (max {group.limit})"] += 1
+                reasons[Why("growth", "limit", group=group.name, need=need, room=room, max=group.limit)] += 1
                 continue
             got = self.place_hosts(vc, group, need, _narrow(host_req, task), levels)
             if isinstance(got, list):
                 return got, Counter()
-            reasons.update({f"grow {group.name}: {k}": v for k, v in got.items()})
+            reasons.update({Why("growth", "placing", group=group.name, cause=k): v for k, v in got.items()})
         return [], reasons
 
     def shrink(self, vc: VirtualCluster, hosts: list[Host]) -> None:
@@ -211,26 +211,26 @@ class GlobalLayer:
                 vcs.group_domain.pop(group, None)
 
 
-def _copies_per_host(host: Request, task: Request) -> tuple[int, str]:
-    """How many copies of ``task`` one host of this shape holds (a whole-node host:
-    at least one), and why none when none."""
+def _copies_per_host(host: Request, task: Request, group: str) -> tuple[int, Why | None]:
+    """How many copies of ``task`` one host of ``group``'s shape holds (a
+    whole-node host: at least one), and why none when none."""
     if host.whole_node:
-        return 1, ""
+        return 1, None
     for col, what in ((0, "cpu"), (1, "memory")):
         if host.vec[col] < task.vec[col]:
-            return 0, f"hosts have too little {what}"
+            return 0, Why("growth", "too-little", what, group=group)
     for need in task.accels:
         match = [h for h in host.accels if h.kind == need.kind]
         if not match:
-            return 0, f"hosts have no {need.kind_name}"
+            return 0, Why("growth", "no-kind", need.kind_name, group=group)
         if host.vec[2 + need.kind] < need.milli:
-            return 0, f"hosts have too little {need.kind_name}"
+            return 0, Why("growth", "too-little", need.kind_name, group=group)
         if need.models is not None and match[0].models is not None:
             if not np.intersect1d(need.models, match[0].models).size:
-                return 0, f"hosts' {need.kind_name} models excluded"
+                return 0, Why("growth", "models", need.kind_name, group=group)
     dims = task.vec > 0
     ratios = host.vec[dims] // task.vec[dims]
-    return (int(ratios.min()) if ratios.size else 1), ""
+    return (int(ratios.min()) if ratios.size else 1), None
 
 
 def _narrow(host: Request, task: Request) -> Request:

@@ -1,5 +1,12 @@
 """Why work waits, as data.
 
+Every check and bound names what stops a task as a typed reason (``Why``):
+a code (what kind of constraint), a detail where a code has several forms,
+the resource, and the figures (the tenant, the site, the bound in ms, the
+members that fit, the quota's gap). No words are written here: the outputs
+(``suanli.phrases``) render a reason's text from its code and figures, for
+the JSON, the command line, the report and the API alike.
+
 ``explain`` charges each row to the first check it fails, so the counts say
 where the fleet's rows went, not what stops the task: a GPU model that no
 node has shows as "58 site not allowed" before "5 gpu model mismatch". The
@@ -13,81 +20,111 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
-from suanli.model.quantities import format_amount
+# the layer that decides each code (the rest: the business layer)
+LAYERS = {"quota": "tenant quota", "hosts": "global", "growth": "global"}
+
+Arg = Union[str, int, float, "Why", "Domain", None]
 
 
-class Why(str):
-    """A reason's text with its code, as the check that gives it names it:
-    the key of the counts (a string, as outputs show it) that also says what
-    kind of constraint it is, without reading its words.
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """What a group of members must share, as a reason names it: coupling
+    ``levels`` (one domain of each), an affinity ``scope``, or, for a VC's
+    first hosts, a set of mutually ``reachable`` sites; none of them: the
+    whole placement (anywhere)."""
 
-    Codes: ``site`` (the tenant's allowed sites), ``selector`` (a component's
-    or host group's tier, names, regions, labels), ``private`` (another
-    device's own site), ``near`` (beyond the latency bound), ``reach`` (data,
-    state or the VC's hosts unreachable), ``arch``, ``kind`` (no such
-    accelerator), ``model``, ``shareable``, ``capacity`` (too little of a
-    resource, with ``resource``), ``unavailable`` (a node out of service),
-    ``in-use`` (a whole node already used), ``anti-affinity``, ``quota``;
-    for a unit: ``domain`` (no coupling or affinity domain holds it),
-    ``elastic`` (members an elastic gang did without), ``hosts`` and
-    ``growth`` (an explicit VC without hosts, or that could not grow)."""
+    levels: tuple[str, ...] = ()
+    scope: str | None = None
+    reachable: bool = False
 
-    def __new__(cls, text: str, code: str, resource: str | None = None) -> "Why":
-        out = super().__new__(cls, text)
-        out.code, out.resource = code, resource
-        return out
+    @property
+    def anywhere(self) -> bool:
+        return not (self.levels or self.scope or self.reachable)
+
+
+class Why:
+    """One reason a task (or a host) does not fit, as data.
+
+    ``code`` says what kind of constraint it is: ``site`` (the tenant's
+    allowed sites), ``selector`` (a component's or host group's tier, names,
+    regions, labels), ``private`` (another device's own site), ``near``
+    (beyond the latency bound), ``reach`` (data, state or the VC's hosts
+    unreachable), ``arch``, ``kind`` (no such accelerator), ``model``,
+    ``shareable``, ``capacity`` (too little of ``resource``),
+    ``unavailable`` (a node out of service), ``in-use`` (a whole node
+    already used), ``anti-affinity``, ``quota``, ``offline`` (the device a
+    task must be near is away); for a unit: ``domain`` (no coupling or
+    affinity domain holds it), ``elastic`` (members an elastic gang did
+    without), ``hosts`` and ``growth`` (an explicit VC without hosts, or
+    that could not grow). ``detail`` tells a code's forms apart; ``args``
+    are the figures. Equal reasons are one key of the counts."""
+
+    __slots__ = ("code", "detail", "resource", "args", "_key", "_hash")
+
+    def __init__(self, code: str, detail: str | None = None, resource: str | None = None, **args: Arg) -> None:
+        self.code, self.detail, self.resource = code, detail, resource
+        self.args = tuple(sorted(args.items()))
+        self._key = (code, detail, resource, self.args)
+        self._hash = hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Why) and self._hash == other._hash and self._key == other._key)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.args)
+        return f"Why({self.code!r}, {self.detail!r}, {self.resource!r}{extra})"
 
     def __reduce__(self):
-        return Why, (str(self), self.code, self.resource)
+        return _why, (self.code, self.detail, self.resource, self.args)
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        for k, v in self.args:
+            if k == name:
+                return v
+        return default
+
+    @property
+    def layer(self) -> str:
+        return LAYERS.get(self.code, "business")
 
 
-def code_of(reason: str) -> str | None:
-    return reason.code if isinstance(reason, Why) else None
+def _why(code, detail, resource, args) -> Why:
+    return Why(code, detail, resource, **dict(args))
 
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """The check that, relaxed alone, lets the task fit on ``nodes`` rows."""
+    """The check that, relaxed alone, lets the task fit on ``nodes`` rows; or
+    (``nodes`` 0) a bound on the whole unit, such as its tenant's quota."""
 
-    reason: str  # its key among the counts
-    nodes: int  # rows that fail this check and no other (0: a bound on the whole unit, such as a quota)
-    resource: str | None = None  # for a capacity check: cpu, memory or an accelerator kind
-    column: int = -1  # that resource's column (canonical units below)
-    requested: int | None = None
-    free: int | None = None  # the most that one of those rows has free
+    reason: Why  # its key among the counts
+    nodes: int
+    resource: str | None = None  # for a capacity check or a quota: cpu, memory or an accelerator kind
+    requested: int | None = None  # canonical units (cpu millicores, memory MiB, milli-devices)
+    free: int | None = None  # a capacity check: the most that one of those rows has free
+    allowed: int | None = None  # a quota: what it leaves
     layer: str = "business"
 
     @property
     def gap(self) -> int | None:
-        """How much more of the resource the best of those rows would need."""
-        return None if self.requested is None or self.free is None else self.requested - self.free
-
-    def text(self) -> str:
-        """One line: "insufficient cpu: 16 requested, 12 free at best (4 more needed) on 3 nodes"."""
-        if not self.nodes:  # a bound on the whole unit (a quota), not on nodes
-            return self.reason
-        if self.gap is None:
-            return f"{self.reason} (the only obstacle on {self.nodes} node{'s' if self.nodes != 1 else ''})"
-        c = self.column
-        return (f"{self.reason}: {format_amount(c, self.requested)} requested, {format_amount(c, self.free)} free "
-                f"at best ({format_amount(c, self.gap)} more needed) on {self.nodes} node{'s' if self.nodes != 1 else ''}")
-
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> "Binding":
-        """The binding constraint of a ``why`` entry (as outputs wrote it)."""
-        resource = d.get("resource")
-        column = -1 if resource is None else {"cpu": 0, "memory": 1}.get(resource, 2)  # formats alike past 1
-        reason = Why(d["reason"], d["code"], resource) if d.get("code") else d["reason"]
-        return Binding(reason, d["nodes"], resource, column, d.get("requested"), d.get("free"),
-                       d.get("layer", "business"))
+        """How much more of the resource would be needed."""
+        have = self.free if self.free is not None else self.allowed
+        return None if self.requested is None or have is None else self.requested - have
 
     def json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": str(self.reason), "code": code_of(self.reason), "layer": self.layer,
-                               "nodes": self.nodes}
+        """Its figures (the reason's own entry, with its text, is the output's)."""
+        out: dict[str, Any] = {"layer": self.layer, "nodes": self.nodes}
         if self.resource is not None:
-            out.update(resource=self.resource, requested=self.requested, free=self.free, gap=self.gap)
+            out["resource"] = self.resource
+        if self.requested is not None:
+            out["requested"] = self.requested
+            out["free" if self.free is not None else "allowed"] = self.free if self.free is not None else self.allowed
+            out["gap"] = self.gap
         return out
 
 
@@ -97,28 +134,17 @@ class Reasons(Counter):
     binding: Binding | None = None
 
 
-def bound(reason: str, layer: str, also: Counter | None = None) -> Reasons:
-    """Reasons whose binding constraint is a bound on the whole unit (``reason``,
-    decided at ``layer``), with ``also``'s counts after it."""
+def bound(reason: Why, also: Counter | None = None) -> Reasons:
+    """Reasons whose binding constraint is a bound on the whole unit
+    (``reason``, decided at its layer, with the figures it carries), with
+    ``also``'s counts after it."""
     out = Reasons({reason: 1})
     if also:
         out.update(also)
-    out.binding = Binding(reason, 0, layer=layer)
+    out.binding = Binding(reason, 0, reason.resource, reason.arg("requested"), allowed=reason.arg("allowed"),
+                          layer=reason.layer)
     return out
 
 
 def binding_of(reasons: Counter) -> Binding | None:
     return reasons.binding if isinstance(reasons, Reasons) else None
-
-
-def why_json(reasons: Counter) -> list[dict[str, Any]]:
-    """A task's reasons, the binding constraint first (marked, with its
-    figures), then the others by rows, then by name."""
-    b = binding_of(reasons)
-    out = []
-    if b is not None:
-        out.append({**b.json(), "binding": True, "count": int(reasons.get(b.reason, 0))})
-    for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
-        if b is None or reason != b.reason:
-            out.append({"reason": str(reason), "code": code_of(reason), "count": int(n), "binding": False})
-    return out

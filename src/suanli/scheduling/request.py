@@ -83,7 +83,7 @@ class Private:
 # A site check: (reason, bool[S]) as most are; (reason, Private) for private sites; or (reason, NearBound) for a
 # latency bound, or (reason, int) for "reachable from the sites of this network
 # component": both read at a few sites without a mask over all of them.
-SiteTerm = tuple[str, "np.ndarray | NearBound | int"]
+SiteTerm = tuple[Why, "np.ndarray | NearBound | int"]
 
 
 @dataclass(eq=False)
@@ -94,7 +94,7 @@ class Request:
     accels: tuple[AccelNeed, ...] = ()
     whole_node: bool = False
     site_terms: tuple[SiteTerm, ...] = ()  # site checks, in the order of explanations
-    group_checks: tuple[tuple[str, np.ndarray], ...] = ()  # (reason, bool[G])
+    group_checks: tuple[tuple[Why, np.ndarray], ...] = ()  # (reason, bool[G])
     arch: np.ndarray | None = None  # allowed arch codes
     near_site: int = -1
     near_max_ms: float | None = None
@@ -108,7 +108,7 @@ class Request:
         self.vec.flags.writeable = False
 
     @property
-    def site_checks(self) -> tuple[tuple[str, np.ndarray], ...]:
+    def site_checks(self) -> tuple[tuple[Why, np.ndarray], ...]:
         """Every site term as (reason, bool[S]) (a bound's mask and a
         component's only here: a decision over a few sites reads ``sites_ok``).
         Kept with the request only when every term is a mask already: a
@@ -204,24 +204,24 @@ def compile_request(
     ``state_site``: where a moving task's state is held; it must be able to
     travel, and a nearer place costs less to move to."""
     vec, needs = resource_vector(fleet, res)
-    site_checks: list[tuple[str, np.ndarray]] = []
-    group_checks: list[tuple[str, np.ndarray]] = []
+    site_checks: list[tuple[Why, np.ndarray]] = []
+    group_checks: list[tuple[Why, np.ndarray]] = []
     if tenant is not None and tuple(tenant.allowed_sites) != ("*",):
-        site_checks.append((Why("site not allowed for tenant", "site"), site_mask(fleet, tenant.allowed_sites)))
+        site_checks.append((Why("site"), site_mask(fleet, tenant.allowed_sites)))
     if selector is not None:
         if selector.tiers:
             tiers = [TIERS.index(t) for t in selector.tiers]
-            site_checks.append((Why("tier not selected", "selector"), np.isin(fleet.site_table.tier, tiers)))
+            site_checks.append((Why("selector", "tier"), np.isin(fleet.site_table.tier, tiers)))
         if selector.names:
-            site_checks.append((Why("site not selected", "selector"), site_mask(fleet, selector.names)))
+            site_checks.append((Why("selector", "site"), site_mask(fleet, selector.names)))
         if selector.regions:
             table = fleet.site_table
             codes = [i for i, r in enumerate(table.regions) if r in selector.regions]
-            site_checks.append((Why("region not selected", "selector"), np.isin(table.region, codes)))
+            site_checks.append((Why("selector", "region"), np.isin(table.region, codes)))
         if selector.labels:
             labels = [{**fleet.sites[g.site].labels, **g.labels} for g in fleet.groups]  # group labels win
             ok = np.array([all(lb.get(k) == v for k, v in selector.labels.items()) for lb in labels], bool)
-            group_checks.append((Why("labels not matched", "selector"), ok))
+            group_checks.append((Why("selector", "labels"), ok))
     near_site, near_max, bound = -1, None, None
     network = fleet.network
     if near is not None:
@@ -232,15 +232,15 @@ def compile_request(
             bound = NearBound(*network.within(near_site, near_max, None if everywhere else able, self_ok),
                               len(fleet.sites), network, near_site, near_max, complete=everywhere)
     if fleet.any_private:  # a device's own sites take only the work bound near them (a reason before distance)
-        site_checks.append((Why("another device's own site", "private"), Private(fleet.site_table.private, near_site)))
+        site_checks.append((Why("private"), Private(fleet.site_table.private, near_site)))
     if bound is not None:
-        site_checks.append((Why(f"beyond {near_max:g} ms of {near.site}", "near"), bound))
+        site_checks.append((Why("near", ms=near_max, site=near.site), bound))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
-        site_checks.append((Why(f"data site {fleet.site_table.names.name(s)} unreachable", "reach"), int(network.component[s])))
+        site_checks.append((Why("reach", "data", site=fleet.site_table.names.name(s)), int(network.component[s])))
     if state_site is not None:
         s = fleet.site_index[state_site]
-        site_checks.append((Why(f"state at {state_site} unreachable", "reach"), int(network.component[s])))
+        site_checks.append((Why("reach", "state", site=state_site), int(network.component[s])))
         data_idx += (s,)
     arch_codes = None
     if arch is not None:

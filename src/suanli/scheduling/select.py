@@ -18,7 +18,7 @@ import numpy as np
 from suanli.model.network import Network
 from suanli.scheduling import live, nearby, scores
 from suanli.scheduling.filters import Check, explain, feasible, fits_row, row_slots, usable_slots
-from suanli.scheduling.reasons import Why, bound
+from suanli.scheduling.reasons import Domain, Why, bound
 from suanli.scheduling.request import Request
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation, CandidateTable, cols
@@ -169,7 +169,7 @@ class Extras:
         another right after one that was, these constraints would let through."""
         return k
 
-    def most(self, req: Request, count: int) -> tuple[int, str | None]:
+    def most(self, req: Request, count: int) -> tuple[int, Why | None]:
         """How many of ``count`` copies of ``req`` these constraints let
         through in all, and when fewer, the bound that stops the rest (its
         reason, quantified)."""
@@ -183,7 +183,7 @@ class Extras:
 class GroupResult:
     allocations: list[Allocation] = field(default_factory=list)
     reasons: Counter = field(default_factory=Counter)
-    short: str | None = None  # placed below its size: the bound that stopped the rest, when not capacity
+    short: Why | None = None  # placed below its size: the bound that stopped the rest, when not capacity
 
     @property
     def ok(self) -> bool:
@@ -197,7 +197,7 @@ def place_group(
     rng: np.random.Generator,
     *,
     domain: np.ndarray | None = None,
-    domain_name: str = "domain",
+    kind: Domain = Domain(),
     min_members: int | None = None,
     extras: Extras | None = None,
     restrict: np.ndarray | None = None,
@@ -205,7 +205,8 @@ def place_group(
     stmt: Statement | None = None,
 ) -> GroupResult:
     """Place all members (or, with ``min_members``, as many as fit, at least that many)
-    inside one domain (``domain[row]`` codes, -1 for none; None: anywhere).
+    inside one domain (``domain[row]`` codes, -1 for none; None: anywhere),
+    of the ``kind`` that reasons name.
     What it takes is committed into ``stmt`` when given (the caller's
     tentative work), else it stands; a failed try leaves nothing behind."""
     extras = extras or Extras()
@@ -215,12 +216,11 @@ def place_group(
         least = len(members) if min_members is None else min_members
         most, why = extras.most(members[0], len(members))
         if most < least:
-            return GroupResult(reasons=bound(extras.most(members[0], least)[1], "tenant quota"))
+            return GroupResult(reasons=bound(extras.most(members[0], least)[1]))
         if most < len(members):
             members, short = list(members)[:most], why
     if domain is None and min_members is not None:
         domain = np.zeros(table.n, np.int64)  # one domain: everything
-        domain_name = domain_name or "placement"
     if domain is None:
         # no domain to choose: fill member by member, explain the first that fails
         st = Statement(stmt)
@@ -231,10 +231,10 @@ def place_group(
         # explain with the earlier members still held: that is what left no room
         extra = extras.checks(done, table)
         if restrict is not None:
-            extra = [*extra, ("outside the allowed rows", restrict)]
+            extra = [*extra, (Why("domain", "held", domain=kind), restrict)]
         reasons = explain(table, done, extra)
         if len(members) > 1:
-            reasons[Why(f"room for {st.taken} of {len(members)} members", "domain")] += 1
+            reasons[Why("domain", "partial", taken=st.taken, members=len(members))] += 1
         st.discard()
         return GroupResult(reasons=reasons)
     distinct: dict[int, tuple[Request, int]] = {}
@@ -251,7 +251,7 @@ def place_group(
         if not masks[key].any():
             extra = extras.checks(r, table)
             if restrict is not None:
-                extra = [*extra, ("outside the allowed rows", restrict)]
+                extra = [*extra, (Why("domain", "held", domain=kind), restrict)]
             return GroupResult(reasons=explain(table, r, extra))
 
     want = len(members)
@@ -263,10 +263,10 @@ def place_group(
         if not order:
             n_dom = len(np.unique(domain[domain >= 0]))
             if n_dom == 0:  # no candidate is in any domain of this kind at all
-                return GroupResult(reasons=Counter({Why(f"not in any {domain_name}", "domain"): int(table.n)}))
-            if domain_name == "placement":
-                return GroupResult(reasons=Counter({Why(f"room for fewer than {least} members", "domain"): 1}))
-            return GroupResult(reasons=Counter({Why(f"no {domain_name} with room for {least} members", "domain"): n_dom}))
+                return GroupResult(reasons=Counter({Why("domain", "none", domain=kind): int(table.n)}))
+            if kind.anywhere:
+                return GroupResult(reasons=Counter({Why("domain", "fewer", least=least): 1}))
+            return GroupResult(reasons=Counter({Why("domain", "no-room", domain=kind, least=least): n_dom}))
     last = Counter()
     for d, target in order[:MAX_DOMAIN_TRIES]:
         inside = None if d is None else (domain == d)
@@ -276,7 +276,7 @@ def place_group(
             st.commit()
             return GroupResult(allocations=done, short=short if len(done) == want else None)
         st.discard()
-        last = Counter({Why(f"members do not all fit in one {domain_name}", "domain"): 1})
+        last = Counter({Why("domain", "split", domain=kind): 1})
     return GroupResult(reasons=last)
 
 

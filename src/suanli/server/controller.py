@@ -39,7 +39,7 @@ from suanli.spec import schema
 from suanli.spec.build import build_application
 from suanli.spec.loader import problem_at, validate_document
 from suanli.spec.problems import Problem
-from suanli.scheduling.reasons import why_json
+from suanli.phrases import reasons_json, why_json
 from suanli.spec.refs import check_application
 
 log = logging.getLogger("suanli.server")
@@ -364,6 +364,8 @@ class Controller:
                 f.update(node=e.get("to"))
             elif kind in ENDED:
                 f.update(status=kind, ended_at=at)
+                if "why" in e:  # members an elastic gang was placed without: what left them out
+                    f.update(why=e["why"], reasons={w["reason"]: w["count"] for w in e["why"]})
             elif kind in ("requeued", "lost", "preempted"):
                 f.update(status="pending", node=None, site=None, host=None)
             else:
@@ -389,7 +391,7 @@ class Controller:
                     continue
                 self._reasons[task] = id(rec.reasons)
                 tenant, name = split(task)
-                out.append((tenant, name, {"reasons": dict(rec.reasons), "why": why_json(rec.reasons),
+                out.append((tenant, name, {"reasons": reasons_json(rec.reasons), "why": why_json(rec.reasons),
                                             "updated_at": now}))
         return out
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from suanli.model.fleet import TIERS
+from suanli.phrases import reasons_json
 from suanli.scheduling import kernels
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import CandidateTable
@@ -357,7 +358,7 @@ def summarize(sim, end: float) -> dict[str, Any]:
         "queueing_delay_s": {k: percentiles(v) for k, v in sorted(waits.items())},
         "completion_time_s": {k: percentiles(v) for k, v in sorted(completion.items())},
         "queueing_delay_by_tenant_s": {k: percentiles(v) for k, v in sorted(tenant_waits.items())},
-        "pending_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "pending_reasons": reasons_json(reasons),
         "allocation_time_average": sim.recorder.time_average(end),
         "reserved_time_average": sim.recorder.time_average(end, "reserved"),
         "allocation_by_site": sim.recorder.by_site(end),

@@ -31,9 +31,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from suanli.phrases import text
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.filters import fits_row
 from suanli.scheduling.preempt import plan_preemption
+from suanli.scheduling.reasons import Why
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.sim.defrag import plan_defrag
@@ -220,9 +222,10 @@ def claim_plan(sim, req, row: int) -> Plan | None:
     return Plan("claim", "capacity claimed", tuple(chosen), reason=f"deviceBusy on {sim.world.fleet.node_name(row)}")
 
 
-def bound_plan(uid: int, reason: str) -> Plan:
-    """A unit the network no longer supports (``rescheduler.broken_units``)."""
-    return Plan("bound", "bound broken", (uid,), reason=reason)
+def bound_plan(uid: int, reason: Why) -> Plan:
+    """A unit the network no longer supports (``rescheduler.broken_units``:
+    the check its row now fails, in the plan's and its events' words)."""
+    return Plan("bound", "bound broken", (uid,), reason=text(reason))
 
 
 # ------------------------------------------------------------ applying, costing, showing

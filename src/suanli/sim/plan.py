@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from suanli.output import sorted_reasons
-from suanli.scheduling.reasons import why_json
+from suanli.phrases import reasons_json, why_json
 from suanli.sim.defrag import needs_whole_devices
 from suanli.sim.moves import defrag_plan, drain_plans, plan_json, preempt_plan, reclaim_plan, return_plans
 from suanli.sim.rescheduler import FAIR_MARGIN
@@ -41,7 +40,7 @@ def dry_run(sim, at: float) -> dict[str, Any]:
     return {
         "at_s": at,
         "running_by_site": dict(sorted(running.items())),
-        "pending": [{"task": r.task, "reasons": sorted_reasons(r.reasons), "why": why_json(r.reasons)}  # as simulate shows them
+        "pending": [{"task": r.task, "reasons": reasons_json(r.reasons), "why": why_json(r.reasons)}  # as simulate shows them
                     for r in pending],
         "moves": moves,
     }

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from suanli.scheduling.reasons import Binding
+from suanli.phrases import binding_line
 from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
 
 __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
@@ -635,7 +635,7 @@ def _reasons_read_first(u: dict) -> list[str]:
     out = []
     for w in why:
         if w.get("binding"):
-            out.append(f'<span class="reason"><b>{_esc(Binding.from_json(w).text())}</b></span>')
+            out.append(f'<span class="reason"><b>{_esc(binding_line(w))}</b></span>')
         else:
             out.append(f'<span class="reason">{_esc(w.get("reason"))} ×{_esc(w.get("count"))}</span>')
     return out

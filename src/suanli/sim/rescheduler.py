@@ -22,6 +22,7 @@ from suanli.scheduling import nearby, scores
 from suanli.scheduling.business_layer import TaskExtras, Unit
 from suanli.scheduling.filters import feasible, static_checks, static_fits, static_mask
 from suanli.scheduling.preempt import Victim
+from suanli.scheduling.reasons import Why
 from suanli.scheduling.select import pick
 
 FAIR_MARGIN = 0.05  # a tenant gives back only while 5% above the claimant's weighted share
@@ -240,7 +241,7 @@ def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
     return all(share(v.tenant) >= share(unit.tenant) for v in plan)
 
 
-def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
+def broken_units(sim, changed: set[int] | None = None) -> dict[int, Why]:
     """Running units the network no longer supports, with why: a member beyond
     its ``near`` bound or cut off from its data, or an affinity group whose
     ``reachable`` scope a partition split. (Called when links change;
@@ -249,7 +250,7 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
     state, business = sim.state, sim.business
     fleet = sim.world.fleet
     component = fleet.network.component
-    out: dict[int, str] = {}
+    out: dict[int, Why] = {}
     for uid in running_at(sim, changed) if changed is not None else sim.view.running():
         us = sim.view.units[uid]
         sites = []
@@ -267,7 +268,7 @@ def broken_units(sim, changed: set[int] | None = None) -> dict[int, str]:
                 break
         else:
             if us.unit.affinity_scope == "reachable" and len(set(component[sites].tolist())) > 1:
-                out[uid] = "affinity group split by the network"
+                out[uid] = Why("reach", "split")
     return out
 
 

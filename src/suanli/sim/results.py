@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from suanli.output import TextOf, hosts_json, placement_json, sorted_reasons
-from suanli.scheduling.reasons import why_json
+from suanli.output import TextOf, hosts_json, placement_json
+from suanli.phrases import reasons_json, why_json
 from suanli.sim.events import encode
 from suanli.sim.metrics import summarize
 
@@ -35,7 +35,7 @@ def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, A
     unscheduled = [
         {"task": r.task, "tenant": r.tenant, "vc": sim.view.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
-         "reasons": sorted_reasons(r.reasons), "why": why_json(r.reasons)}
+         "reasons": reasons_json(r.reasons), "why": why_json(r.reasons)}
         for r in sim.view.pending()
     ]
     scenario = sim.world.scenario

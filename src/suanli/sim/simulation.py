@@ -29,7 +29,9 @@ from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
+from suanli.scheduling.reasons import Why
 from suanli.output import resources_json
+from suanli.phrases import why_json
 from suanli.scheduling import nearby
 from suanli.scheduling.filters import feasible, fits_row
 from suanli.scheduling.request import compile_request
@@ -734,7 +736,7 @@ class Simulation:
                     offline = self._offline_near(self._units[uid].unit)
                     if offline is not None:  # nothing but the device's return can change this
                         self.pending.park(uid, offline[0])
-                        reasons = Counter({f"near site {self.world.fleet.sites[s].name} is offline": 1
+                        reasons = Counter({Why("offline", site=self.world.fleet.sites[s].name): 1
                                            for s in dict.fromkeys(offline)})
                     else:
                         self._park_for_room(uid)
@@ -1033,9 +1035,13 @@ class Simulation:
         us = self._units[uid]
         us.unit.state_sites = ()
         placed = [task for task in us.unit.tasks if task in self.state.placements]
-        for task in us.unit.tasks[len(placed):]:  # an elastic gang placed below its size
-            self._end_task(t, task, FAILED, "failed",
-                           reason=f"elastic gang placed with {len(placed)} of {len(us.unit.tasks)} members")
+        left_out = self.business.left_out.pop(uid, None)
+        if len(placed) < len(us.unit.tasks):  # an elastic gang placed below its size: why, the binding bound first
+            if left_out is None:
+                left_out = Counter({Why("elastic", placed=len(placed), members=len(us.unit.tasks)): 1})
+            why = why_json(left_out)
+            for task in us.unit.tasks[len(placed):]:
+                self._end_task(t, task, FAILED, "failed", reason="; ".join(w["reason"] for w in why), why=why)
         lead = us.unit.components[0]
         ledger = self.ledger
         run = Run(ledger.next_run_id(), tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
