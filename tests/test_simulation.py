@@ -200,7 +200,7 @@ def scenarios(draw):
     return comps, events, n_nodes, {"generators": [gen], "seed": draw(st.integers(0, 1000))}
 
 
-TERMINAL = {"finished": "finished", "failed": "failed"}
+TERMINAL = {"finished": "finished", "failed": "failed", "omitted": "omitted"}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -217,7 +217,7 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
         kinds = [e["kind"] for e in ev]
         assert kinds[0] == "submitted" and kinds.count("submitted") == 1
         for before, after in zip(kinds, kinds[1:]):
-            assert before not in ("finished", "failed"), kinds  # nothing after an end
+            assert before not in TERMINAL, kinds  # nothing after an end
             if after == "started":
                 assert before in ("placed", "migrated")
             if after == "migrated":
@@ -225,15 +225,14 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
         status = sim.view.tasks[task].status
         last = kinds[-1]
         # a migrated task whose state is still on its way holds its place: it runs
-        expected = {"started": "running", "migrated": "running", "finished": "finished",
-                    "failed": "failed"}.get(last, "pending")
+        expected = {"started": "running", "migrated": "running", **TERMINAL}.get(last, "pending")
         assert status == expected, (task, kinds, status)
         if status == "running":
             assert task in sim.state.placements
         else:
             assert task not in sim.state.placements
     counts = result_json(sim, end)["metrics"]["tasks"]
-    assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed"))
+    assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed", "omitted"))
 
 
 def test_device_busy_takes_its_capacity_moving_what_stands_in_the_way(tmp_path):
@@ -664,7 +663,8 @@ def test_members_an_elastic_gang_runs_without_name_the_quota_first(tmp_path):
     assert sorted(t for t, r in sim.view.tasks.items() if r.status == "running") == [f"train/m/{i}" for i in range(4)]
     ev = by_task(sim.events)
     for task in ("train/m/4", "train/m/5"):
-        (failed,) = [e for e in ev[task] if e["kind"] == "failed"]
+        assert sim.view.tasks[task].status == "omitted"  # left out, not failed
+        (failed,) = [e for e in ev[task] if e["kind"] == "omitted"]
         quota, size = failed["why"]
         assert quota["binding"] and quota["code"] == "quota" and quota["resource"] == "gpu", quota
         assert (quota["requested"], quota["allowed"], quota["gap"]) == (24000, 18000, 6000), quota

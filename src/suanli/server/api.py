@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -52,6 +52,10 @@ MAX_ID = 2**62  # ids and offsets in queries: past what any store holds, within 
 
 
 UNKNOWN_TOKEN_COST = 10  # requests an unknown token counts for, in its address's bucket
+
+
+TaskStatus = Literal["pending", "running", "finished", "failed", "omitted"]
+TASK_STATUSES = get_args(TaskStatus)  # omitted: a member an elastic gang runs without
 
 
 @dataclass
@@ -122,7 +126,7 @@ class TaskOut(BaseModel):
     task: str
     tenant: str
     app: str
-    status: Literal["pending", "running", "finished", "failed"]
+    status: TaskStatus
     node: str | None = None
     site: str | None = None
     vc: str | None = None
@@ -580,7 +584,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         except Exception:  # the controller is away: what the API knows
             stats, states = {"instants": 0, "errors": 0, "published": 0}, []
         lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
-        lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in ("pending", "running", "finished", "failed")]
+        lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in TASK_STATUSES]
         lines += ["# HELP suanli_nodes Nodes by state.", "# TYPE suanli_nodes gauge"]
         by_state = Counter(states)
         lines += [f'suanli_nodes{{state="{s}"}} {by_state.get(s, 0)}' for s in ("ready", "cordoned", "drained", "down")]
@@ -684,7 +688,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         if counts is None:
             counts = store.task_counts(row.id)
         return {"name": row.name, "tenant": row.tenant, "created_at": iso(row.created_at),
-                "tasks": {s: counts.get(s, 0) for s in ("pending", "running", "finished", "failed")},
+                "tasks": {s: counts.get(s, 0) for s in TASK_STATUSES},
                 "document": row.document}
 
     @api.post("/v1/applications", status_code=201, response_model=AppOut,
@@ -779,7 +783,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     @api.get("/v1/tasks", response_model=list[TaskOut], responses=ERRORS)
     def list_tasks(request: Request, response: Response, who: Principal = Depends(principal), app: str | None = None,
-                   status: Literal["pending", "running", "finished", "failed"] | None = None,
+                   status: TaskStatus | None = None,
                    limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
         """Tasks by tenant, application and name, a page at a time: when more
         follow, the ``Link`` header (rel="next") and ``X-Next-Cursor`` say where."""

@@ -46,7 +46,7 @@ log = logging.getLogger("suanli.server")
 
 SEP = ":"
 PRIVATE = "_admin"  # an event body's part that only admins are shown
-ENDED = ("finished", "failed")
+ENDED = ("finished", "failed", "omitted")
 IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
 # Turns come at most this often: commands that arrive meanwhile are taken together,
 # in one instant and one write, instead of a turn (and a commit) each.

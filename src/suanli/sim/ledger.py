@@ -2,7 +2,8 @@
 place where they change.
 
 A task is submitted (pending), placed and started (running), stopped
-(pending again: preempted, requeued, lost) and ends (finished or failed). A
+(pending again: preempted, requeued, lost) and ends (finished or failed;
+or omitted: a member an elastic gang runs without, which never runs). A
 unit (a gang, an affinity group, or one task) gets a run when it starts and
 loses it when it stops. The indexes that the scheduler reads change with
 these transitions and nowhere else, so they stay together:
@@ -30,8 +31,8 @@ from suanli.model.work import Component, World
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import Placement
 
-PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
-STATUSES = (FINISHED, RUNNING, PENDING, FAILED)  # the order counts are shown in
+PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
+STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
 _CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if large else "/small")
             for short in (False, True) for large in (False, True)}  # one string each, not one per unit
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it

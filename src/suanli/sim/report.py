@@ -36,7 +36,7 @@ __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 MAX_POINTS = 2000  # per plotted line
 PENDING_ROWS = 50
 CLASSES = ("short/small", "short/large", "resident/small", "resident/large")
-STATUSES = ("submitted", "finished", "running", "pending", "failed")
+STATUSES = ("submitted", "finished", "running", "pending", "failed", "omitted")
 
 # Colours: resources keep theirs across tier panels; kinds of move are grouped
 # by what they are (infrastructure red/green, task disruption amber/purple).

@@ -43,7 +43,7 @@ from suanli.spec.schema import NodeDownEvent, NodeUpEvent, ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.defrag import needs_whole_devices
 from suanli.sim.hosts import HostKeeper
-from suanli.sim.ledger import FAILED, FINISHED, PENDING, RUNNING, Ledger, LedgerView, TaskRecord
+from suanli.sim.ledger import FAILED, FINISHED, OMITTED, PENDING, RUNNING, Ledger, LedgerView, TaskRecord
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
 from suanli.sim.moves import (HYSTERESIS, Held, Plan, apply_plan, bound_plan, claim_plan, defrag_plan, held_by,
@@ -1041,7 +1041,7 @@ class Simulation:
                 left_out = Counter({Why("elastic", placed=len(placed), members=len(us.unit.tasks)): 1})
             why = why_json(left_out)
             for task in us.unit.tasks[len(placed):]:
-                self._end_task(t, task, FAILED, "failed", reason="; ".join(w["reason"] for w in why), why=why)
+                self._end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
         lead = us.unit.components[0]
         ledger = self.ledger
         run = Run(ledger.next_run_id(), tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
