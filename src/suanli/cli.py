@@ -220,6 +220,31 @@ def simulate(
     )
 
 
+@app.command()
+def view(
+    folder: Path = typer.Argument(..., help="A folder that `suanli simulate` or `suanli run` wrote (--out)."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8090, "--port"),
+) -> None:
+    """Open a recorded run in the console: the same views as the live control plane's, with a time slider."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    from suanli.console.recorded import RecordedRun, RunFilesError
+    from suanli.console.web import add_console
+    from suanli.spec.problems import Problem
+
+    try:
+        run = RecordedRun(folder)
+    except RunFilesError as exc:
+        _fail(SpecError([Problem(str(folder), str(exc).split(": ", 1)[-1])]), "nothing to show")
+    site = FastAPI(title="suanli console", docs_url=None, redoc_url=None, openapi_url=None)
+    add_console(site, lambda who: run, title=f"suanli · {run.scenario}")
+    err.print(f"suanli console of {folder} ({len(run.task_names):,} tasks, {run.ev_t.size:,} events) "
+              f"on http://{host}:{port}/")
+    uvicorn.run(site, host=host, port=port, log_level="warning")
+
+
 @app.command("run")
 def run_live(
     scenario: Path = typer.Argument(..., help="A file with a Scenario document (its includes are followed)."),

@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from suanli.executors.tasks import safe
+from suanli.console import COOKIE
 from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
 from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
@@ -412,6 +413,19 @@ class RequestCounter:
 # ------------------------------------------------------------------ the application
 
 
+def _serve_console(api: FastAPI, world: World, store: Store, controller) -> None:
+    """The console at /, signed in with a token (docs/console.md)."""
+    from suanli.console.live import LiveRun
+    from suanli.console.web import ConsoleAuth, add_console
+
+    def who(token: str):
+        found = store.remembered(token) or store.principal(token)
+        return found if found is not None and (found.tenant is None or found.tenant in world.tenants) else None
+
+    shared: dict[str, Any] = {}
+    add_console(api, lambda p: LiveRun(store, controller, world, p, shared), ConsoleAuth(who, store.form_key))
+
+
 def _serve_docs(api: FastAPI) -> None:
     """The API's pages at /docs, their scripts and styles served from here (the
     package that ships them), so that the page loads nothing from elsewhere."""
@@ -454,6 +468,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                   description="The live control plane: the suanli scheduler on wall-clock time.")
     if docs:
         _serve_docs(api)
+    _serve_console(api, world, store, controller)
 
     # -------------------------------------------------------- errors as problems
 
@@ -497,6 +512,10 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         wait = by_address.allow(address)
         if wait:
             raise too_many(wait, f"at most {limits.address_rate:g} requests per second per client address")
+        if creds is None and request.method in ("GET", "HEAD") and request.cookies.get(COOKIE):
+            # the console's session reads (its event stream) with its cookie; never a change: a
+            # cookie goes with requests that other sites make, a bearer header does not
+            creds = HTTPAuthorizationCredentials(scheme="Bearer", credentials=request.cookies[COOKIE])
         if creds is None or creds.scheme.lower() != "bearer":
             raise ProblemError(401, "Unauthorized", "a bearer token is required",
                                headers={"WWW-Authenticate": "Bearer"})

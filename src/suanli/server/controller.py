@@ -47,6 +47,13 @@ log = logging.getLogger("suanli.server")
 SEP = ":"
 PRIVATE = "_admin"  # an event body's part that only admins are shown
 ENDED = ("finished", "failed", "omitted")
+NO_REASONS = {"reasons": None, "why": None, "reason_code": None, "reason": None}
+
+
+def why_fields(reasons: dict[str, int], why: list[dict[str, Any]]) -> dict[str, Any]:
+    """A task's stored reasons: the map, the list and, apart, the first of the list."""
+    first = why[0] if why else {}
+    return {"reasons": reasons, "why": why, "reason_code": first.get("code"), "reason": (first.get("reason") or "")[:400] or None}
 IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
 # Turns come at most this often: commands that arrive meanwhile are taken together,
 # in one instant and one write, instead of a turn (and a commit) each.
@@ -169,7 +176,7 @@ class Controller:
         for app, rows, why in refused:
             log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
             self._mark([r for r in rows if r.status not in ENDED], "failed",
-                       {"status": "failed", "ended_at": now, "reasons": None, "why": None},
+                       {"status": "failed", "ended_at": now, **NO_REASONS},
                        f"not scheduled after the control plane restarted: {why}", now)
 
     def _rebuild(self, app: AppRow) -> Application:
@@ -356,7 +363,7 @@ class Controller:
             kind, at = e["kind"], self.wall(e["t"])
             f = fields.setdefault(task, {})
             if kind == "placed":
-                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), reasons=None, why=None)
+                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), **NO_REASONS)
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
                 f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
@@ -365,7 +372,7 @@ class Controller:
             elif kind in ENDED:
                 f.update(status=kind, ended_at=at)
                 if "why" in e:  # members an elastic gang was placed without: what left them out
-                    f.update(why=e["why"], reasons={w["reason"]: w["count"] for w in e["why"]})
+                    f.update(why_fields({w["reason"]: w["count"] for w in e["why"]}, e["why"]))
             elif kind in ("requeued", "lost", "preempted"):
                 f.update(status="pending", node=None, site=None, host=None)
             else:
@@ -391,7 +398,7 @@ class Controller:
                     continue
                 self._reasons[task] = id(rec.reasons)
                 tenant, name = split(task)
-                out.append((tenant, name, {"reasons": reasons_json(rec.reasons), "why": why_json(rec.reasons),
+                out.append((tenant, name, {**why_fields(reasons_json(rec.reasons), why_json(rec.reasons)),
                                             "updated_at": now}))
         return out
 
@@ -448,6 +455,28 @@ def _vcs(c: Controller, names: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _console(c: Controller) -> dict[str, Any]:
+    """What the console's overview and tenants pages read now: each tier's
+    share of capacity in use per resource, and each tenant's usage (canonical
+    amounts per resource key) and dominant share."""
+    from suanli.model.fleet import TIERS
+
+    sim, fleet = c.sim, c.world.fleet
+    nodes, n, keys = sim.state.nodes, fleet.n_nodes, fleet.resource_keys
+    cap, free, tier = nodes.cap[:, :n], nodes.free[:, :n], fleet.node_tier[:n]
+    allocation = {}
+    for i, name in enumerate(TIERS):
+        mine = tier == i
+        if mine.any():
+            total = cap[:, mine].sum(axis=1)
+            used = total - free[:, mine].sum(axis=1)
+            allocation[name] = {k: round(float(u) / float(t), 6) for k, u, t in zip(keys, used, total) if t}
+    state = sim.state
+    tenants = {name: {"used": {k: int(v) for k, v in zip(keys, state.tenant_used[name]) if v},
+                      "dominant_share": round(state.dominant_share(name), 6)} for name in c.world.tenants}
+    return {"allocation": allocation, "tenants": tenants}
+
+
 def _plan(c: Controller) -> dict[str, Any]:
     from suanli.sim.plan import dry_run
 
@@ -456,4 +485,5 @@ def _plan(c: Controller) -> dict[str, Any]:
 
 QUERIES: dict[str, Callable[..., Any]] = {
     "node_states": _node_states, "nodes": _nodes, "node": _node, "fleet": _fleet, "vcs": _vcs, "plan": _plan,
+    "console": _console,
 }

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import (JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
-                        create_engine, delete, event, func, insert, select, tuple_, update)
+                        create_engine, delete, event, func, insert, or_, select, tuple_, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -83,11 +83,14 @@ class TaskRow(Base):
     site: Mapped[str | None] = mapped_column(String(128))
     reasons: Mapped[dict | None] = mapped_column(JSON)  # why it waits: filter -> nodes it removed
     why: Mapped[list | None] = mapped_column(JSON)  # the same in reading order, the binding constraint first
+    reason_code: Mapped[str | None] = mapped_column(String(32))  # the first of ``why``: its code
+    reason: Mapped[str | None] = mapped_column(String(400))  # and its text
     placements: Mapped[int] = mapped_column(Integer, default=0)  # times it was placed
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ix_tasks_status_reason", "status", "reason_code"),)
 
 
 class EventRow(Base):
@@ -303,6 +306,11 @@ def task_update(fields: tuple[str, ...]):
     values = {f: t.c.placements + bindparam("add_placements") if f == "placements" else bindparam(f"v_{f}")
               for f in fields}
     return update(t).where(t.c.tenant == bindparam("k_tenant"), t.c.name == bindparam("k_name")).values(values)
+
+
+def _like_prefix(text: str) -> str:
+    """``text`` for a LIKE pattern, its own wildcards escaped."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -750,6 +758,65 @@ class Store:
             q = q.where(TaskRow.status == status)
         with self.session() as s:
             return list(s.scalars(q))
+
+    def task_page(self, tenant: str | None, *, app: str | None = None, status: str | None = None,
+                  sites: Sequence[str] | None = None, site_prefixes: Sequence[str] = (), reason_code: str | None = None,
+                  text: str | None = None, offset: int = 0, limit: int = 50) -> tuple[int, list[tuple[TaskRow, str]]]:
+        """The console's task table: tasks that match every filter given, how
+        many in all, and a page of them (with their application's name) in a
+        stable order (tenant, application, name). ``sites`` and
+        ``site_prefixes``: a task at one of those sites, or at a site whose
+        name starts with one of the prefixes followed by digits (a device)."""
+        cond = []
+        if tenant is not None:
+            cond.append(TaskRow.tenant == tenant)
+        if app is not None:
+            cond.append(AppRow.name == app)
+        if status is not None:
+            cond.append(TaskRow.status == status)
+        if sites is not None or site_prefixes:
+            where = [TaskRow.site.in_(list(sites or ()))]
+            where += [TaskRow.site.like(_like_prefix(p) + "%", escape="\\") for p in site_prefixes]
+            cond.append(or_(*where))
+        if reason_code is not None:
+            cond.append(TaskRow.reason_code == reason_code)
+        if text:
+            cond.append(TaskRow.name.like("%" + _like_prefix(text) + "%", escape="\\"))
+        joined = select(TaskRow, AppRow.name).join(AppRow, AppRow.id == TaskRow.app_id).where(*cond)
+        count = select(func.count()).select_from(TaskRow).join(AppRow, AppRow.id == TaskRow.app_id).where(*cond)
+        page = joined.order_by(TaskRow.tenant, TaskRow.app_id, TaskRow.name).offset(offset).limit(limit)
+        with self.session() as s:
+            return int(s.scalar(count) or 0), [(row, name) for row, name in s.execute(page)]
+
+    def counts_by(self, column: str, tenant: str | None, status: str | None = None, most: int = 20) -> list[tuple[str, int]]:
+        """Tasks counted by ``site`` or ``reason`` (of one status, of one tenant or all), the most first."""
+        col = {"site": TaskRow.site, "reason": TaskRow.reason, "status": TaskRow.status}[column]
+        q = select(col, func.count()).where(col.is_not(None)).group_by(col).order_by(func.count().desc(), col).limit(most)
+        if tenant is not None:
+            q = q.where(TaskRow.tenant == tenant)
+        if status is not None:
+            q = q.where(TaskRow.status == status)
+        with self.session() as s:
+            return [(k, int(n)) for k, n in s.execute(q)]
+
+    def recent_events(self, tenant: str | None, kinds: Sequence[str] = (), task: str | None = None,
+                      limit: int = 100) -> tuple[int, list[EventRow]]:
+        """Events of these kinds (all: none given), the latest first, and how many in all."""
+        cond = []
+        if tenant is not None:
+            cond.append(EventRow.tenant == tenant)
+        if kinds:
+            cond.append(EventRow.kind.in_(list(kinds)))
+        if task is not None:
+            cond.append(EventRow.task == task)
+        with self.session() as s:
+            total = int(s.scalar(select(func.count()).select_from(EventRow).where(*cond)) or 0)
+            rows = list(s.scalars(select(EventRow).where(*cond).order_by(EventRow.id.desc()).limit(limit)))
+        return total, rows
+
+    def form_key(self, token: str) -> str:
+        """The key a console form carries for the session of ``token`` (not the token; made with the secret)."""
+        return keyed_digest(self._key(), "console-form:" + token)
 
     def task_counts(self, app_id: int | None = None) -> dict[str, int]:
         """Tasks by status: of one application, or of all."""

@@ -86,7 +86,8 @@ def _write(path: Path, text: str) -> None:
 
 def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"result": out / "result.json", "events": out / "events.jsonl", "report": out / "report.html"}
+    paths = {"result": out / "result.json", "events": out / "events.jsonl", "report": out / "report.html",
+             "world": out / "world.json"}
     log = sim.events
     if log.path is not None:  # streamed as the run went: complete now
         log.close()
@@ -95,6 +96,9 @@ def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
     else:
         _write(paths["events"], "".join(encode(e) for e in log))
     result = _write_result(paths["result"], sim, end)
+    from suanli.console.world import world_json
+
+    _write(paths["world"], json.dumps(world_json(sim.world), separators=(",", ":")))  # what the console draws
     from suanli.sim.report import render_report
 
     _write(paths["report"], render_report(result, log.notable, count=len(log)))

@@ -1,0 +1,169 @@
+"""The live control plane, read for the console: tasks and events from the
+store (filtered, counted and paged by the database), what is in use now
+from the controller, the world from the server's own documents. Everything
+a tenant's principal reads is its own: the store is asked for that tenant's
+rows only, and the world's tenants and sites are cut to what it may see.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Iterable
+
+from suanli.console import model
+from suanli.console.world import world_json
+
+HISTORY_S = 5.0  # the overview's allocation is sampled at most this often
+HISTORY_POINTS = 2000  # samples kept (about three hours at one every 5 s)
+
+
+class Allocation:
+    """The allocation by tier over time since the server started, sampled
+    when the console asks (at most every ``HISTORY_S``), shared by sessions."""
+
+    def __init__(self) -> None:
+        self.t: deque[float] = deque(maxlen=HISTORY_POINTS)
+        self.by_tier: deque[dict[str, dict[str, float]]] = deque(maxlen=HISTORY_POINTS)
+        self.lock = threading.Lock()
+
+    def sample(self, now: float, allocation: dict[str, dict[str, float]]) -> None:
+        with self.lock:
+            if self.t and now - self.t[-1] < HISTORY_S:
+                self.by_tier[-1] = allocation
+                return
+            self.t.append(now)
+            self.by_tier.append(allocation)
+
+    def series(self) -> dict[str, Any]:
+        with self.lock:
+            t, samples = list(self.t), list(self.by_tier)
+        out: dict[str, dict[str, list[float]]] = {}
+        for i, sample in enumerate(samples):
+            for tier, values in sample.items():
+                for key, v in values.items():
+                    out.setdefault(tier, {}).setdefault(key, [0.0] * len(t))[i] = v
+        return {"t": t, "by_tier": out}
+
+
+class LiveRun(model.RunData):
+    live = True
+
+    def __init__(self, store, controller, world, who, shared: dict[str, Any]) -> None:
+        self.store, self.controller, self.who = store, controller, who
+        self.tenant = who.tenant  # None: an admin, who reads everything
+        if "world" not in shared:
+            shared["world"] = world_json(world)
+            shared["allocation"] = Allocation()
+        self.world = shared["world"]
+        self.history: Allocation = shared["allocation"]
+        self.title = "control plane"
+        self.tiers = model.SiteTiers(self.world)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _now(self) -> dict[str, Any]:
+        try:
+            got = self.controller.ask("console")
+        except Exception:  # the controller is away for a moment: what the store knows
+            return {"allocation": {}, "tenants": {}}
+        self.history.sample(time.time(), got["allocation"])
+        return got
+
+    def _event(self, row) -> dict[str, Any]:
+        from suanli.server.api import event_body
+
+        return event_body(row.body, self.who.admin)
+
+    def _sites_of_tier(self, tier: str) -> tuple[list[str], list[str]]:
+        sites = [s["name"] for s in self.world["sites"] if s["tier"] == tier]
+        prefixes = [p["first"].rstrip("0123456789") for p in self.world["populations"] if p["tier"] == tier]
+        return sites, prefixes
+
+    # ---------------------------------------------------------------- RunData
+
+    def overview(self, at: float | None = None) -> dict[str, Any]:
+        now = self._now()
+        counts = dict(self.store.counts_by("status", self.tenant, most=10))
+        by_site = self.store.counts_by("site", self.tenant, "running", most=1000)
+        tiers = {t: 0 for t in model.TIERS}
+        for site, n in by_site:
+            tier = self.tiers.tier(site)
+            if tier in tiers:
+                tiers[tier] += n
+        _, incidents = self.store.recent_events(self.tenant, model.INCIDENT_KINDS, limit=10)
+        return {
+            "at": time.time(), "counts": {s: counts.get(s, 0) for s in model.STATUSES},
+            "running_by_tier": tiers, "running_by_site": by_site[:12],
+            "allocation": self.history.series() if now["allocation"] else {"t": [], "by_tier": {}},
+            "pending_by_reason": dict(self.store.counts_by("reason", self.tenant, "pending", most=20)),
+            "incidents": [self._event(e) for e in incidents],
+        }
+
+    def tasks(self, q: model.TaskQuery) -> dict[str, Any]:
+        tenant = self.tenant if self.tenant is not None else q.tenant
+        sites, prefixes = (None, ()) if q.tier is None else self._sites_of_tier(q.tier)
+        if q.site is not None:
+            sites, prefixes = ([q.site] if sites is None or q.site in sites else []), ()
+        total, rows = self.store.task_page(tenant, app=q.app, status=q.state, sites=sites, site_prefixes=prefixes,
+                                           reason_code=q.reason, text=q.text, offset=q.offset, limit=q.limit)
+        return {"at": None, "total": total, "offset": q.offset, "limit": q.limit,
+                "rows": [{"task": r.name, "tenant": r.tenant, "app": app, "status": r.status, "site": r.site,
+                          "tier": self.tiers.tier(r.site), "reason": r.reason} for r, app in rows]}
+
+    def task(self, name: str, tenant: str | None = None) -> dict[str, Any] | None:
+        owner = self.tenant if self.tenant is not None else tenant
+        if owner is None:
+            return None  # an admin names the tenant (the tasks table's links do)
+        row = self.store.task(owner, name)
+        if row is None:
+            return None
+        _, events = self.store.recent_events(owner, task=name, limit=1000)
+        history = [self._event(e) for e in reversed(events)]
+        now = time.time()
+        return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
+                "site": row.site, "tier": self.tiers.tier(row.site), "node": row.node, "reason": row.reason,
+                "why": row.why, "history": history, "now": now,
+                "segments": model.segments(history, now, self.tiers),
+                "moves": [e for e in history if e["kind"] in model.MOVE_KINDS]}
+
+    def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
+               after: float | None = None, limit: int = 100) -> dict[str, Any]:
+        total, rows = self.store.recent_events(self.tenant, tuple(kinds), task=task, limit=limit)
+        return {"total": total, "rows": [self._event(e) for e in rows]}
+
+    def topology(self, at: float | None = None) -> dict[str, Any]:
+        load = dict(self.store.counts_by("site", self.tenant, "running", most=1_000_000))
+        _, links = self.store.recent_events(None if self.who.admin else self.tenant, ("linkDown", "linkUp"),
+                                            limit=10_000)
+        down = model.down_links(self._event(e) for e in reversed(links))
+        return model.topology(self.world, load, time.time(), down)
+
+    def tenants(self, at: float | None = None) -> list[dict[str, Any]]:
+        now = self._now()
+        out = []
+        for t in self.world["tenants"]:
+            if self.tenant is not None and t["name"] != self.tenant:
+                continue
+            usage = now["tenants"].get(t["name"], {})
+            counts = dict(self.store.counts_by("status", t["name"], most=10))
+            out.append({"name": t["name"], "weight": t["weight"], "quota": t["quota"], "used": usage.get("used", {}),
+                        "dominant_share": usage.get("dominant_share"),
+                        "tasks": {s: counts.get(s, 0) for s in model.STATUSES}, "hosts": self._hosts(t["name"])})
+        return out
+
+    def _hosts(self, tenant: str) -> list[dict[str, Any]]:
+        try:
+            vcs = self.controller.ask("vcs", [n for n in self._vc_names(tenant)])
+        except Exception:
+            return []
+        per: dict[tuple[str, str], int] = {}
+        for vc in vcs:
+            for h in vc["hosts"]:
+                key = (vc["name"], h["node"].split("/", 1)[0])
+                per[key] = per.get(key, 0) + 1
+        return [{"vc": vc, "site": site, "hosts": n} for (vc, site), n in sorted(per.items())]
+
+    def _vc_names(self, tenant: str) -> list[str]:
+        return [name for name, owner in self.world.get("vcs", {}).items() if owner == tenant]

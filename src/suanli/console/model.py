@@ -1,0 +1,147 @@
+"""What the console's pages read, the same for a live control plane and a
+recorded run: ``RunData`` and the shapes it answers with (plain dicts and
+lists, ready for the templates and for JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from suanli.model.fleet import TIERS
+from suanli.sim.events import INCIDENT_KINDS as _INCIDENTS
+
+STATUSES = ("pending", "running", "finished", "failed", "omitted")
+RUNNING = STATUSES.index("running")
+TIER_CODES = {t: i for i, t in enumerate(TIERS)}
+MOVE_KINDS = ("migrated", "preempted", "lost", "requeued")
+INCIDENT_KINDS = _INCIDENTS
+TIMELINE_KINDS = (*MOVE_KINDS, *INCIDENT_KINDS, "omitted", "failed")  # the moves-and-events view
+PAGE = 50  # rows of a task table page
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    tenant: str | None = None
+    app: str | None = None
+    state: str | None = None
+    site: str | None = None
+    tier: str | None = None
+    reason: str | None = None  # the first reason's code
+    text: str | None = None  # a part of the task's name
+    at: float | None = None  # a recorded run: the instant (None: its end)
+    offset: int = 0
+    limit: int = PAGE
+
+
+class RunData:
+    """A run as the console reads it. ``live``: a control plane (no instant to
+    choose); otherwise a recorded run with ``span()`` to slide over."""
+
+    live: bool = False
+    title: str = ""
+
+    def span(self) -> tuple[float, float] | None:
+        return None
+
+    def overview(self, at: float | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def tasks(self, q: TaskQuery) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def task(self, name: str, at: float | None = None) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
+               after: float | None = None, limit: int = 100) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def topology(self, at: float | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def tenants(self, at: float | None = None) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class SiteTiers:
+    """The tier of a site by name: a listed site's own; a population member's
+    (a device, named like ``car-0000123``) its population's."""
+
+    def __init__(self, world: dict[str, Any]) -> None:
+        self.listed = {s["name"]: s["tier"] for s in world.get("sites") or []}
+        self.prefixes = [(p["first"].rstrip("0123456789"), p["tier"]) for p in world.get("populations") or []
+                         if p.get("first")]
+
+    def tier(self, site: str | None) -> str | None:
+        if site is None:
+            return None
+        hit = self.listed.get(site)
+        if hit is not None:
+            return hit
+        for prefix, tier in self.prefixes:
+            if site.startswith(prefix) and site[len(prefix):].isdigit():
+                return tier
+        return None
+
+
+def segments(history: list[dict[str, Any]], end: float, tiers: SiteTiers) -> list[dict[str, Any]]:
+    """Where a task was over time, from its events: one segment per stay on a
+    node (from its placement to when it left, or the end), with the site and
+    tier, and whether it ran there or was on its way (placed, state moving)."""
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    for e in history:
+        kind, t = e["kind"], e["t"]
+        if kind == "placed" or kind == "migrated" and cur is None:
+            if cur is not None:
+                cur["end"] = t
+                out.append(cur)
+            node = e.get("node") or e.get("to") or ""
+            site = e.get("site") or node.split("/", 1)[0]
+            cur = {"site": site, "node": node, "tier": tiers.tier(site), "start": t, "end": None, "running_from": None}
+        elif kind == "started" and cur is not None:
+            if cur["running_from"] is None:
+                cur["running_from"] = t
+        elif kind in ("preempted", "requeued", "lost", "finished", "failed", "omitted") and cur is not None:
+            cur["end"] = t
+            out.append(cur)
+            cur = None
+    if cur is not None:
+        cur["end"] = end
+        out.append(cur)
+    return out
+
+
+def down_links(events: Iterable[dict[str, Any]]) -> list[list[str]]:
+    """The links down after these link events (oldest first)."""
+    down: dict[tuple[str, ...], list[str]] = {}
+    for e in events:
+        pair = e.get("between") or []
+        key = tuple(sorted(pair))
+        if e["kind"] == "linkDown":
+            down[key] = list(pair)
+        elif e["kind"] == "linkUp":
+            down.pop(key, None)
+    return list(down.values())
+
+
+def topology(world: dict[str, Any], load: dict[str, int], at: float | None,
+             down: list[list[str]] = ()) -> dict[str, Any]:
+    """Sites by tier with their links and running tasks; device populations
+    aggregated per site they attach to, with their tasks (``load`` of member
+    sites summed per population)."""
+    sites = [{**s, "running": load.get(s["name"], 0)} for s in world.get("sites") or []]
+    listed = {s["name"] for s in sites}
+    tiers = SiteTiers(world)
+    populations = []
+    for p in world.get("populations") or []:
+        prefix = p["first"].rstrip("0123456789")
+        running = sum(n for name, n in load.items() if name not in listed and name.startswith(prefix))
+        busy = sum(1 for name, n in load.items() if n and name not in listed and name.startswith(prefix))
+        populations.append({**p, "running": running, "busy_sites": busy})
+    by_tier: dict[str, list[dict[str, Any]]] = {t: [] for t in TIERS}
+    for s in sites:
+        by_tier.setdefault(s["tier"], []).append(s)
+    others = {name: n for name, n in load.items() if name not in listed and tiers.tier(name) is None}
+    return {"at": at, "by_tier": by_tier, "links": world.get("links") or [], "populations": populations,
+            "unknown_sites": others, "down_links": list(down)}

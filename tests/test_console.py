@@ -1,0 +1,240 @@
+"""The console over a recorded run and over the live control plane, read as
+its pages answer (the browser tests drive the same pages in Chromium)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from builders import app, component, gpu, node_group, scenario, site, tenant
+from conftest import EXAMPLES
+from suanli.console.model import PAGE, TaskQuery
+from suanli.console.recorded import RecordedRun, RunFilesError
+from suanli.console.web import add_console
+from suanli.server.api import create_api
+from suanli.server.controller import Controller
+from suanli.server.store import Store, sqlite_url
+from suanli.sim.results import write_outputs
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
+
+ORIGIN = {"origin": "http://testserver"}
+
+
+def simulated(path, out, **kw) -> RecordedRun:
+    sim = Simulation(load_world([str(path)]), **kw)
+    write_outputs(sim, sim.run(), out)
+    return RecordedRun(out)
+
+
+def viewer(run: RecordedRun) -> TestClient:
+    site_ = FastAPI()
+    add_console(site_, lambda who: run)
+    return TestClient(site_)
+
+
+@pytest.fixture(scope="module")
+def autodrive(tmp_path_factory):
+    return simulated(EXAMPLES / "autodrive.yaml", tmp_path_factory.mktemp("autodrive"))
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory):
+    return simulated(EXAMPLES / "ai-hpc-mix.yaml", tmp_path_factory.mktemp("mix"))
+
+
+def sites_on_lane(html: str) -> list[str]:
+    return re.findall(r'<g class="segment" data-site="([^"]+)"', html)
+
+
+# ------------------------------------------------------------------ a recorded run
+
+
+def test_a_task_page_follows_the_game_from_car_to_edge_and_back(autodrive):
+    page = viewer(autodrive).get("/tasks/infotainment/movie/0")
+    assert page.status_code == 200
+    assert sites_on_lane(page.text) == ["car-1", "edge-1", "car-1"]
+    t = autodrive.task("infotainment/movie/0")
+    assert [(s["site"], s["tier"], s["start"], s["end"]) for s in t["segments"]] == [
+        ("car-1", "device", 0.0, 600.0), ("edge-1", "edge", 600.0, 2400.0), ("car-1", "device", 2400.0, 3600.0)]
+    assert t["segments"][1]["running_from"] == 605.0  # it ran there once it had restarted
+    assert [m["kind"] for m in t["moves"]] == ["preempted", "migrated", "migrated"]
+
+
+def test_the_slider_shows_the_world_at_an_instant(autodrive):
+    client = viewer(autodrive)
+    at_700 = client.get("/tasks", params={"at": 700, "state": "running", "tier": "edge"}).text
+    at_end = client.get("/tasks", params={"state": "running", "tier": "edge"}).text
+    assert "infotainment/movie/0" in at_700 and "infotainment/movie/0" not in at_end
+    early = autodrive.overview(300)["counts"]
+    assert early["running"] == 4 and early["pending"] == 0 and autodrive.overview(None)["counts"]["finished"] == 5
+    assert autodrive.clamp(-5) == 0 and autodrive.clamp(1e9) == autodrive.end
+
+
+def test_tasks_are_paged_in_a_stable_order_and_filtered(mix):
+    total = mix.tasks(TaskQuery())["total"]
+    assert total == len(mix.task_names) > 2 * PAGE
+    seen = []
+    for offset in range(0, total, PAGE):
+        seen += [r["task"] for r in mix.tasks(TaskQuery(offset=offset))["rows"]]
+    assert seen == mix.task_names  # every task once, in submission order
+    running = mix.tasks(TaskQuery(state="running", limit=10_000))["rows"]
+    assert running and all(r["status"] == "running" for r in running)
+    assert len(running) == mix.result["metrics"]["tasks"]["running"]
+    cloud = mix.tasks(TaskQuery(tier="cloud", state="running", limit=10_000))["rows"]
+    assert cloud and all(r["tier"] == "cloud" for r in cloud)
+    page2 = viewer(mix).get("/tasks", params={"page": 2})
+    assert page2.status_code == 200 and page2.text.count("data-task=") == PAGE
+
+
+def test_a_waiting_task_names_its_binding_constraint_and_its_gap(tmp_path):
+    comp = component("m", lifetime="job", cpu=8, memory="32Gi", accelerators=[{"kind": "gpu", "count": 4}])
+    nodes = node_group("g", count=2, cpu=48, memory="384Gi", accelerators=[gpu(4, shareable=False)])
+    path = scenario(tmp_path, sites=[site("dc", groups=[nodes])], until="10m",
+                    apps=[app("big", components=[component("x", lifetime="job", cpu=4, memory="8Gi",
+                                                           accelerators=[{"kind": "gpu", "count": 8}])]),
+                          app("fits", components=[comp])])
+    run = simulated(path, tmp_path / "out")
+    page = viewer(run).get("/tasks/big/x/0").text
+    assert 'class="binding"' in page and "insufficient gpu: 8 requested, 4 free at best (4 more needed)" in page
+    assert 'data-gap="4000"' in page
+    overview = run.overview()
+    assert overview["pending_by_reason"] == {"insufficient gpu": 1}
+    assert [r["task"] for r in run.tasks(TaskQuery(reason="capacity"))["rows"]] == ["big/x/0"]
+
+
+def test_members_an_elastic_gang_runs_without_are_omitted_with_the_quota_first(tmp_path):
+    comp = component("m", lifetime="job", cpu=8, memory="32Gi", accelerators=[{"kind": "gpu", "count": 4}],
+                     gang={"size": 6, "minSize": 2}, coupling="ib")
+    nodes = node_group("g", count=7, cpu=48, memory="384Gi", accelerators=[gpu(4, shareable=False)], fabrics={"ib": "ib-a"})
+    path = scenario(tmp_path, sites=[site("dc", groups=[nodes])], apps=[app("train", components=[comp])],
+                    tenants=[tenant(quota={"gpu": 18})], until="10m")
+    run = simulated(path, tmp_path / "out")
+    assert run.overview()["counts"]["omitted"] == 2
+    page = viewer(run).get("/tasks/train/m/5").text
+    assert '<span class="state omitted">omitted</span>' in page and "failed" not in page
+    assert "Why it was left out" in page and 'data-code="quota"' in page
+
+
+def test_a_folder_that_is_no_run_is_said_so(tmp_path):
+    with pytest.raises(RunFilesError, match="no result.json"):
+        RecordedRun(tmp_path)
+
+
+def test_an_unknown_task_is_not_found(autodrive):
+    assert viewer(autodrive).get("/tasks/nothing/here/0").status_code == 404
+
+
+def test_every_view_of_a_recorded_run_answers(mix):
+    client = viewer(mix)
+    for path in ("/", "/topology", "/tenants", "/tasks", "/events", "/events?kind=preempted", "/?at=3600",
+                 f"/tasks/{mix.task_names[0]}", "/tasks?q=train", "/tasks?at=not-a-number"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text[:300])
+        assert r.headers["content-security-policy"].startswith("default-src 'self'")
+
+
+# ------------------------------------------------------------------ the live control plane
+
+
+@pytest.fixture
+def live(tmp_path):
+    world = load_world([EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml"])
+    store = Store(sqlite_url(tmp_path / "suanli.db"))
+    admin = store.ensure_admin(None)
+    api = create_api(world, store, Controller(world, store, speed=100.0))
+    tokens = {"admin": admin, "a": store.mint("acme-ai"), "b": store.mint("city-services")}
+    with TestClient(api) as client:
+        yield client, tokens
+    store.close()
+
+
+def sign_in(client: TestClient, token: str) -> None:
+    client.cookies.clear()
+    r = client.post("/login", data={"token": token, "next": "/"}, headers=ORIGIN, follow_redirects=False)
+    assert r.status_code == 303, r.text
+
+
+def submit(client: TestClient, token: str, doc: dict) -> None:
+    assert client.post("/v1/applications", json=doc, headers={"Authorization": f"Bearer {token}"}).status_code == 201
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("not within the time")
+
+
+WEB = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "web"},
+       "spec": {"components": [{"name": "c", "lifetime": "service", "replicas": 3, "resources": {"cpu": 1, "memory": "1Gi"}},
+                               {"name": "huge", "lifetime": "service",
+                                "resources": {"cpu": 1, "memory": "1Gi", "accelerators": [{"kind": "gpu", "count": 64}]}}]}}
+
+
+def test_signing_in_sets_a_cookie_only_this_site_reads(live):
+    client, tokens = live
+    r = client.get("/tasks", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Ftasks"
+    assert client.post("/login", data={"token": "nope"}, headers=ORIGIN).status_code == 401
+    cross = client.post("/login", data={"token": tokens["a"]}, headers={"origin": "http://elsewhere.example"})
+    assert cross.status_code == 403
+    r = client.post("/login", data={"token": tokens["a"], "next": "//elsewhere.example/x"}, headers=ORIGIN,
+                    follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"  # never to another host
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    page = client.get("/").text
+    key = re.search(r'name="form_key" value="([0-9a-f]+)"', page).group(1)
+    assert tokens["a"] not in page and key not in (tokens["a"], "")
+    assert client.post("/logout", data={"form_key": "0" * 64}, headers=ORIGIN).status_code == 403
+    assert client.post("/logout", data={"form_key": key}, headers={"origin": "http://elsewhere.example"}).status_code == 403
+    out = client.post("/logout", data={"form_key": key}, headers=ORIGIN, follow_redirects=False)
+    assert out.status_code == 303 and 'suanli_session=""' in out.headers["set-cookie"]
+
+
+def test_a_cookie_reads_but_never_changes_through_the_api(live):
+    client, tokens = live
+    sign_in(client, tokens["a"])
+    assert client.get("/v1/tasks").status_code == 200  # the console's reads (its event stream)
+    r = client.post("/v1/applications", json=WEB)  # a change needs the bearer header, never the cookie
+    assert r.status_code == 401
+
+
+def test_a_tenant_sees_only_its_own_work(live):
+    client, tokens = live
+    submit(client, tokens["a"], WEB)
+    sign_in(client, tokens["a"])
+    rows = wait_for(lambda: client.get("/tasks").text.count("data-task=") == 4)
+    assert rows
+    why = wait_for(lambda: 'class="binding"' in (t := client.get("/tasks/web/huge/0").text) and t)
+    assert "insufficient gpu: 64 requested" in why
+    sign_in(client, tokens["b"])
+    assert client.get("/tasks").text.count("data-task=") == 0
+    for path in ("/tasks/web/c/0", "/tasks/web/huge/0", "/tasks/web/c/0?tenant=acme-ai"):
+        assert client.get(path).status_code == 404, path  # direct URLs too
+    assert "acme-ai" not in client.get("/tenants").text
+    sign_in(client, tokens["admin"])
+    assert client.get("/tasks").text.count("data-task=") == 4
+    assert client.get("/tasks/web/c/0", params={"tenant": "acme-ai"}).status_code == 200
+    pending = client.get("/tasks", params={"state": "pending", "reason": "capacity"}).text
+    assert pending.count("data-task=") == 1 and "web/huge/0" in pending
+
+
+def test_every_live_view_answers(live):
+    client, tokens = live
+    submit(client, tokens["a"], WEB)
+    sign_in(client, tokens["admin"])
+    wait_for(lambda: "running" in client.get("/tasks", params={"state": "running"}).text)
+    for path in ("/", "/topology", "/tenants", "/tasks", "/events", "/tasks?tier=cloud", "/tasks?site=cloud-north"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text[:300])
+    tenants = client.get("/tenants").text
+    assert 'id="tenant-acme-ai"' in tenants and "gpu_milli" in tenants  # its quota per resource
