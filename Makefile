@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 EXAMPLES := $(SHARED)/examples
 
-.PHONY: demo test bench bench-replay venv clean
+.PHONY: demo test bench bench-replay screenshots venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,8 @@ demo: $(STAMP)
 	$(BIN)/suanli simulate $(EXAMPLES)/autodrive.yaml --out demo-out/autodrive
 	$(BIN)/suanli simulate $(EXAMPLES)/ai-hpc-mix.yaml --out demo-out/ai-hpc-mix
 	@echo "reports: demo-out/autodrive/report.html demo-out/ai-hpc-mix/report.html"
+	@echo "console: $(BIN)/suanli view demo-out/autodrive    (then open http://127.0.0.1:8090/; --port to change)"
+	@echo "         $(BIN)/suanli view demo-out/ai-hpc-mix --port 8091"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -36,6 +38,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_serve.py --streams 100
 	$(BIN)/python bench/bench_executors.py --executor local --tasks 1000
 	$(BIN)/python bench/bench_executors.py --executor ray --tasks 200 --rate 20
+
+# every view of the console, 1400 px wide, for docs/console.md (needs Chromium: apt-get install chromium)
+screenshots: $(STAMP)
+	$(BIN)/python tests/screenshots.py docs/console
 
 # the long ones: a million-pod trace replayed through suanli simulate, and a
 # million pending tasks on 100,000 nodes

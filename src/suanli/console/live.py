@@ -92,7 +92,7 @@ class LiveRun(model.RunData):
             tier = self.tiers.tier(site)
             if tier in tiers:
                 tiers[tier] += n
-        _, incidents = self.store.recent_events(self.tenant, model.INCIDENT_KINDS, limit=10)
+        _, incidents = self.store.recent_events(self.tenant, model.INCIDENT_KINDS, limit=10, count=False)
         return {
             "at": time.time(), "counts": {s: counts.get(s, 0) for s in model.STATUSES},
             "running_by_tier": tiers, "running_by_site": by_site[:12],
@@ -119,7 +119,7 @@ class LiveRun(model.RunData):
         row = self.store.task(owner, name)
         if row is None:
             return None
-        _, events = self.store.recent_events(owner, task=name, limit=1000)
+        _, events = self.store.recent_events(owner, task=name, limit=1000, count=False)
         history = [self._event(e) for e in reversed(events)]
         now = time.time()
         return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
@@ -136,7 +136,7 @@ class LiveRun(model.RunData):
     def topology(self, at: float | None = None) -> dict[str, Any]:
         load = dict(self.store.counts_by("site", self.tenant, "running", most=1_000_000))
         _, links = self.store.recent_events(None if self.who.admin else self.tenant, ("linkDown", "linkUp"),
-                                            limit=10_000)
+                                            limit=10_000, count=False)
         down = model.down_links(self._event(e) for e in reversed(links))
         return model.topology(self.world, load, time.time(), down)
 

@@ -68,6 +68,7 @@ class RecordedRun(model.RunData):
         self.site_tier = np.array([model.TIER_CODES.get(self._tiers.tier(s), -1) for s in self.site_names],
                                   np.int8) if self.site_names else np.zeros(0, np.int8)
         self._states: OrderedDict[float, _State] = OrderedDict()
+        self._hosts_at: tuple[float, dict[str, list[dict[str, Any]]]] | None = None
         self._pending_why = {u["task"]: u.get("why") or [] for u in self.result.get("unscheduled") or []}
 
     # ---------------------------------------------------------------- reading
@@ -329,17 +330,20 @@ class RecordedRun(model.RunData):
         return out
 
     def _hosts(self, tenant: str, at: float) -> list[dict[str, Any]]:
-        """A tenant's VC hosts at ``at`` by VC and site, from hostAdded/hostRemoved."""
+        """A tenant's VC hosts at ``at`` by VC and site, from hostAdded/hostRemoved
+        (read once per instant for every tenant)."""
+        if self._hosts_at is None or self._hosts_at[0] != at:
+            self._hosts_at = (at, self._all_hosts(at))
+        return self._hosts_at[1].get(tenant, [])
+
+    def _all_hosts(self, at: float) -> dict[str, list[dict[str, Any]]]:
         codes = [self.kind_names.index(k) for k in ("hostAdded", "hostRemoved") if k in self.kind_names]
         if not codes:
-            return []
+            return {}
         rows = np.flatnonzero(np.isin(self.ev_kind, codes) & (self.ev_t <= at))
         held: dict[tuple[str, str], str] = {}
         for e in self.lines(rows):
-            vc = e.get("vc") or ""
-            if vc.split("/", 1)[0] != tenant:
-                continue
-            key = (vc, e.get("host") or "")
+            key = (e.get("vc") or "", e.get("host") or "")
             if e["kind"] == "hostAdded":
                 held[key] = (e.get("node") or "").split("/", 1)[0]
             else:
@@ -347,7 +351,11 @@ class RecordedRun(model.RunData):
         per: dict[tuple[str, str], int] = {}
         for (vc, _), site in held.items():
             per[(vc, site)] = per.get((vc, site), 0) + 1
-        return [{"vc": vc, "site": site, "hosts": n} for (vc, site), n in sorted(per.items())]
+        out: dict[str, list[dict[str, Any]]] = {}
+        for (vc, site), n in sorted(per.items()):
+            owner = self.world.get("vcs", {}).get(vc) or vc.split("/", 1)[0]
+            out.setdefault(owner, []).append({"vc": vc, "site": site, "hosts": n})
+        return out
 
 
 def _last_per(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:

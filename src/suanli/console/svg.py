@@ -123,41 +123,61 @@ def lines(t: Sequence[float], series: dict[str, Sequence[float]], width: int = 1
     return "".join(parts)
 
 
+LABELLED = 24  # sites of a tier drawn one per row with their names; more: a grid of dots
+MAX_LINKS = 600  # links drawn; past this they are counted, not drawn
+
+
 def topology(topo: dict[str, Any], width: int = 1100) -> str:
     """Sites in three columns (cloud, edge, device), sized by nodes and
-    labelled with their running tasks, links between them (rtt, down ones
+    labelled with their running tasks when a tier has few, a grid of dots
+    shaded by load when it has many; links between them (rtt; down ones
     dashed red); a device population is one box, drawn to the edges it
-    attaches to with its devices counted per edge."""
-    columns = [t for t in ("cloud", "edge", "device")]
+    attaches to, thicker where more of its devices attach."""
+    columns = ("cloud", "edge", "device")
     rows = {t: list(topo["by_tier"].get(t) or []) for t in columns}
     pops = topo.get("populations") or []
-    n_rows = max([len(v) for v in rows.values()] + [len(pops) + len(rows["device"]), 1])
-    gap = 58
-    height = 60 + n_rows * gap
-    xs = {t: 140 + i * (width - 280) / 2 for i, t in enumerate(columns)}
+    col_w = (width - 40) / 3
+    xs = {t: 20 + i * col_w for i, t in enumerate(columns)}
     pos: dict[str, tuple[float, float]] = {}
+    gap, top = 52, 60
+    bottoms = []
+    grid_cols = int((col_w - 40) // 16)
     for t in columns:
-        for i, s in enumerate(rows[t]):
-            pos[s["name"]] = (xs[t], 60 + i * gap)
+        sites = rows[t]
+        if len(sites) <= LABELLED:
+            for i, s in enumerate(sites):
+                pos[s["name"]] = (xs[t] + 40, top + i * gap)
+            bottoms.append(top + len(sites) * gap)
+        else:
+            for i, s in enumerate(sites):
+                pos[s["name"]] = (xs[t] + 20 + (i % grid_cols) * 16, top + 10 + (i // grid_cols) * 16)
+            bottoms.append(top + 30 + (len(sites) // grid_cols + 1) * 16)
+    base = max(bottoms + [top])
     for j, p in enumerate(pops):
-        pos["population:" + p["name"]] = (xs["device"], 60 + (len(rows["device"]) + j) * gap)
+        pos["population:" + p["name"]] = (xs["device"] + 40, base + 20 + j * gap)
+    height = int(base + 40 + len(pops) * gap)
     parts = [f'<svg class="topology" viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="topology">']
     for t in columns:
-        parts.append(f'<text x="{xs[t]:.0f}" y="24" text-anchor="middle" class="col">{_e(t)}</text>')
+        n = len(rows[t]) + (sum(p["count"] for p in pops if p["tier"] == t) if pops else 0)
+        parts.append(f'<text x="{xs[t] + 20:.0f}" y="24" class="col">{_e(t)}</text>'
+                     f'<text x="{xs[t] + 20:.0f}" y="40" class="tick">{n:,} site{"s" if n != 1 else ""}</text>')
     down = {tuple(sorted(d)) for d in topo.get("down_links") or []}
-    for ln in topo.get("links") or []:
+    links = [ln for ln in topo.get("links") or [] if ln["between"][0] in pos and ln["between"][1] in pos]
+    drawn = links if len(links) <= MAX_LINKS else [ln for ln in links if tuple(sorted(ln["between"])) in down]
+    for ln in drawn:
         a, b = ln["between"]
-        if a not in pos or b not in pos:
-            continue
         (x1, y1), (x2, y2) = pos[a], pos[b]
         is_down = tuple(sorted((a, b))) in down
-        style = 'stroke="#e45756" stroke-dasharray="5 4"' if is_down else 'stroke="#adb5bd"'
+        style = 'stroke="#e45756" stroke-dasharray="5 4" stroke-width="2"' if is_down else \
+            'stroke="#adb5bd" stroke-width="1"'
         rtt, bw = ln["rtt_ms"], ln["bandwidth_mbps"]
         tip = f"{a} – {b}: {rtt:g} ms, {bw:g} Mbps" + (" (down)" if is_down else "")
         cls = "link down" if is_down else "link"
-        parts.append(f'<g class="{cls}"><title>{_e(tip)}</title>'
-                     f'<line x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" {style} stroke-width="1.5"/>'
-                     f'<text x="{(x1 + x2) / 2:.0f}" y="{(y1 + y2) / 2 - 3:.0f}" class="rtt">{rtt:g} ms</text></g>')
+        parts.append(f'<g class="{cls}" data-between="{_e(a)} {_e(b)}"><title>{_e(tip)}</title>'
+                     f'<line x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" {style}/></g>')
+    if len(drawn) < len(links):
+        parts.append(f'<text x="{width / 2:.0f}" y="{height - 8}" text-anchor="middle" class="tick">'
+                     f'{len(links):,} links between sites, not drawn (those down are)</text>')
     for p in pops:
         px, py = pos["population:" + p["name"]]
         total = sum(p["attached"].values()) or 1
@@ -166,24 +186,33 @@ def topology(topo: dict[str, Any], width: int = 1100) -> str:
                 ex, ey = pos[edge]
                 tip = f"{n:,} of {p['name']} attach to {edge}"
                 parts.append(f'<line x1="{px:.0f}" y1="{py:.0f}" x2="{ex:.0f}" y2="{ey:.0f}" stroke="#54a24b" '
-                             f'stroke-opacity="0.35" stroke-width="{1 + 6 * n / total:.1f}"><title>{_e(tip)}</title></line>')
+                             f'stroke-opacity="0.3" stroke-width="{0.5 + 6 * n / total:.2f}"><title>{_e(tip)}</title></line>')
+    busiest = max([s.get("running", 0) for t in columns for s in rows[t]] + [1])
     for t in columns:
+        colour = TIER_COLOURS.get(t)
+        many = len(rows[t]) > LABELLED
         for s in rows[t]:
             sx, sy = pos[s["name"]]
+            running = s.get("running", 0)
+            tip = f'{s["name"]}: {s.get("nodes", 0):,} nodes, {running:,} tasks running'
+            if many:
+                shade = 0.25 + 0.75 * running / busiest
+                parts.append(f'<g class="site" data-site="{_e(s["name"])}"><title>{_e(tip)}</title>'
+                             f'<circle cx="{sx:.0f}" cy="{sy:.0f}" r="6" fill="{colour}" fill-opacity="{shade:.2f}"/></g>')
+                continue
             r = 8 + min(14, 3 * math.log2(1 + s.get("nodes", 1)))
-            colour = TIER_COLOURS.get(t)
-            parts.append(f'<g class="site" data-site="{_e(s["name"])}"><title>{_e(s["name"])}: {s.get("nodes", 0)} nodes, '
-                         f'{s.get("running", 0)} tasks running</title>'
+            parts.append(f'<g class="site" data-site="{_e(s["name"])}"><title>{_e(tip)}</title>'
                          f'<circle cx="{sx:.0f}" cy="{sy:.0f}" r="{r:.0f}" fill="{colour}" fill-opacity="0.85"/>'
                          f'<text x="{sx + r + 6:.0f}" y="{sy - 2:.0f}" class="site-name">{_e(s["name"])}</text>'
-                         f'<text x="{sx + r + 6:.0f}" y="{sy + 12:.0f}" class="site-load">{s.get("running", 0):,} running · '
+                         f'<text x="{sx + r + 6:.0f}" y="{sy + 12:.0f}" class="site-load">{running:,} running · '
                          f'{s.get("nodes", 0):,} nodes</text></g>')
     for p in pops:
         px, py = pos["population:" + p["name"]]
-        parts.append(f'<g class="population" data-population="{_e(p["name"])}"><title>{_e(p["name"])}: {p["count"]:,} devices</title>'
+        parts.append(f'<g class="population" data-population="{_e(p["name"])}"><title>{_e(p["name"])}: '
+                     f'{p["count"]:,} devices</title>'
                      f'<rect x="{px - 18:.0f}" y="{py - 16:.0f}" width="36" height="32" rx="6" fill="#54a24b"/>'
-                     f'<text x="{px + 26:.0f}" y="{py - 2:.0f}" class="site-name">{_e(p["name"])} ({p["count"]:,} devices)</text>'
+                     f'<text x="{px + 26:.0f}" y="{py - 2:.0f}" class="site-name">{_e(p["name"])}: {p["count"]:,} devices</text>'
                      f'<text x="{px + 26:.0f}" y="{py + 12:.0f}" class="site-load">{p.get("running", 0):,} running on '
-                     f'{p.get("busy_sites", 0):,} devices</text></g>')
+                     f'{p.get("busy_sites", 0):,}</text></g>')
     parts.append("</svg>")
     return "".join(parts)

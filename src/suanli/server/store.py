@@ -101,7 +101,8 @@ class EventRow(Base):
     tenant: Mapped[str | None] = mapped_column(String(128))  # None: seen by admins only
     task: Mapped[str | None] = mapped_column(String(400))
     body: Mapped[dict] = mapped_column(JSON)
-    __table_args__ = (Index("ix_events_tenant_id", "tenant", "id"), Index("ix_events_task", "tenant", "task"))
+    __table_args__ = (Index("ix_events_tenant_id", "tenant", "id"), Index("ix_events_task", "tenant", "task"),
+                      Index("ix_events_kind_id", "kind", "id"))
 
 
 class NodeStateRow(Base):
@@ -800,8 +801,8 @@ class Store:
             return [(k, int(n)) for k, n in s.execute(q)]
 
     def recent_events(self, tenant: str | None, kinds: Sequence[str] = (), task: str | None = None,
-                      limit: int = 100) -> tuple[int, list[EventRow]]:
-        """Events of these kinds (all: none given), the latest first, and how many in all."""
+                      limit: int = 100, count: bool = True) -> tuple[int | None, list[EventRow]]:
+        """Events of these kinds (all: none given), the latest first, and (``count``) how many in all."""
         cond = []
         if tenant is not None:
             cond.append(EventRow.tenant == tenant)
@@ -810,7 +811,7 @@ class Store:
         if task is not None:
             cond.append(EventRow.task == task)
         with self.session() as s:
-            total = int(s.scalar(select(func.count()).select_from(EventRow).where(*cond)) or 0)
+            total = int(s.scalar(select(func.count()).select_from(EventRow).where(*cond)) or 0) if count else None
             rows = list(s.scalars(select(EventRow).where(*cond).order_by(EventRow.id.desc()).limit(limit)))
         return total, rows
 
