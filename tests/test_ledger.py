@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from suanli.sim.ledger import RUNNING
+from suanli.sim.ledger import RUNNING, STATUSES
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
@@ -18,7 +18,7 @@ def check(sim: Simulation, seen: Counter) -> None:
     ledger, view = sim.ledger, sim.view
     tasks, units = ledger.tasks, ledger.units
     counts = Counter(r.status for r in tasks.values())
-    assert view.counts() == {s: counts.get(s, 0) for s in ("finished", "running", "pending", "failed")}
+    assert view.counts() == {s: counts.get(s, 0) for s in STATUSES}
     assert sum(view.counts().values()) == len(view) == len(tasks)
     with_run = {uid for uid, us in units.items() if us.run is not None}
     assert set(ledger.running) == with_run

@@ -83,6 +83,9 @@ class RecordedRun(model.RunData):
         tasks: dict[str, int] = {}
         sites: dict[str, int] = {}
         tenant_of: list[str] = []
+        host_key: list[int] = []  # a VC host's (vc, host) code, -1 for other events
+        vcs: dict[str, int] = {}
+        hosts: dict[tuple[int, str], int] = {}
         self.kind_names: list[str] = []
         off = 0
         loads = json.loads
@@ -114,6 +117,11 @@ class RecordedRun(model.RunData):
                         sid = sites.get(where)
                         if sid is None:
                             sid = sites[where] = len(sites)
+                    if k == "hostAdded" or k == "hostRemoved":
+                        vc = vcs.setdefault(e.get("vc") or "", len(vcs))
+                        host_key.append(hosts.setdefault((vc, e.get("host") or ""), len(hosts)))
+                    else:
+                        host_key.append(-1)
                     t.append(e["t"])
                     kind.append(code)
                     task.append(tid)
@@ -126,6 +134,11 @@ class RecordedRun(model.RunData):
         self.ev_task = np.array(task, np.int32)
         self.ev_site = np.array(site, np.int32)
         self.ev_offset = np.array(offsets, np.int64)
+        self.ev_host = np.array(host_key, np.int32)
+        self.host_vc = np.zeros(len(hosts), np.int32)
+        for (vc, _), h in hosts.items():
+            self.host_vc[h] = vc
+        self.vc_names = list(vcs)
         self.task_names = list(tasks)
         self.task_index = tasks
         self.site_names = list(sites)
@@ -337,24 +350,25 @@ class RecordedRun(model.RunData):
         return self._hosts_at[1].get(tenant, [])
 
     def _all_hosts(self, at: float) -> dict[str, list[dict[str, Any]]]:
-        codes = [self.kind_names.index(k) for k in ("hostAdded", "hostRemoved") if k in self.kind_names]
-        if not codes:
+        """Every VC host held at ``at`` (its last hostAdded or hostRemoved before it
+        was an add), counted by VC and site, by the VC's tenant."""
+        rows = np.flatnonzero((self.ev_host >= 0) & (self.ev_t <= at))
+        if not rows.size:
             return {}
-        rows = np.flatnonzero(np.isin(self.ev_kind, codes) & (self.ev_t <= at))
-        held: dict[tuple[str, str], str] = {}
-        for e in self.lines(rows):
-            key = (e.get("vc") or "", e.get("host") or "")
-            if e["kind"] == "hostAdded":
-                held[key] = (e.get("node") or "").split("/", 1)[0]
-            else:
-                held.pop(key, None)
-        per: dict[tuple[str, str], int] = {}
-        for (vc, _), site in held.items():
-            per[(vc, site)] = per.get((vc, site), 0) + 1
+        last = _last_per(self.ev_host[rows], rows)
+        added = self.kind_names.index("hostAdded") if "hostAdded" in self.kind_names else -1
+        held = last[(self.ev_kind[last] == added) & (self.ev_site[last] >= 0)]
+        vc, where = self.host_vc[self.ev_host[held]], self.ev_site[held]
+        n_sites = max(len(self.site_names), 1)
+        keys, counts = np.unique(vc.astype(np.int64) * n_sites + where, return_counts=True)
         out: dict[str, list[dict[str, Any]]] = {}
-        for (vc, site), n in sorted(per.items()):
-            owner = self.world.get("vcs", {}).get(vc) or vc.split("/", 1)[0]
-            out.setdefault(owner, []).append({"vc": vc, "site": site, "hosts": n})
+        owners = self.world.get("vcs") or {}
+        for key, n in sorted(zip(keys.tolist(), counts.tolist()),
+                             key=lambda kv: (self.vc_names[kv[0] // n_sites], kv[0] % n_sites)):
+            name, site = self.vc_names[key // n_sites], key % n_sites
+            owner = owners.get(name) or name.split("/", 1)[0]
+            out.setdefault(owner, []).append({"vc": name, "site": self.site_names[site] if site >= 0 else "?",
+                                              "hosts": int(n)})
         return out
 
 

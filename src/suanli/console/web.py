@@ -103,6 +103,10 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
         return "t = " + svg.clock(seconds)
 
+    def tick(data: model.RunData):
+        """How a chart's axis names an instant: a recorded run's clock, the live one's time of day."""
+        return (lambda s: time.strftime("%H:%M:%S", time.localtime(s))) if data.live else svg.clock
+
     def page(request: Request, name: str, data: model.RunData, who, **ctx) -> HTMLResponse:
         span = data.span()
         at = ctx.get("at")
@@ -182,7 +186,7 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             series = {tier: v[key] for tier, v in (alloc.get("by_tier") or {}).items() if key in v and any(v[key])}
             if series:
                 charts[key] = Markup(svg.lines(alloc["t"], series, at=o["at"] if not data.live else None,
-                                               label=(lambda s: when(data, s)) if data.live else svg.clock))
+                                               label=tick(data)))
         return page(request, "overview.html", data, who, active="overview", at=o["at"], o=o, charts=charts)
 
     @app.get("/topology", include_in_schema=False)
@@ -243,8 +247,8 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             return HTMLResponse(body, status_code=404, headers=SECURITY_HEADERS)
         start = t["history"][0]["t"] if t["history"] else 0.0
         end = t.get("now") or (data.span() or (0.0, 0.0))[1]
-        picture = Markup(svg.lane(t["segments"], t["moves"], start, max(end, start + 1),
-                                  label=(lambda s: when(data, s)) if data.live else svg.clock))
+        picture = Markup(svg.lane(t["segments"], t["moves"], start, max(end, start + 1), label=tick(data))) \
+            if t["segments"] else None
         return page(request, "task.html", data, who, active="tasks", at=at, t=t, lane=picture)
 
     @app.get("/events", include_in_schema=False)
