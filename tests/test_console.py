@@ -238,3 +238,17 @@ def test_every_live_view_answers(live):
         assert r.status_code == 200, (path, r.text[:300])
     tenants = client.get("/tenants").text
     assert 'id="tenant-acme-ai"' in tenants and "gpu_milli" in tenants  # its quota per resource
+
+
+def test_a_task_run_for_real_links_its_log(tmp_path):
+    world = load_world([EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml"])
+    store = Store(sqlite_url(tmp_path / "suanli.db"))
+    api = create_api(world, store, Controller(world, store, speed=100.0), logs_dir=tmp_path / "logs")
+    token = store.mint("acme-ai")
+    with TestClient(api) as client:
+        submit(client, token, WEB)
+        sign_in(client, token)
+        page = wait_for(lambda: "Its log" in (t := client.get("/tasks/web/c/0").text) and t)
+        assert 'href="/v1/logs/web/c/0"' in page
+        assert "Its log" not in client.get("/tasks/web/huge/0").text  # never placed: no log
+    store.close()

@@ -60,6 +60,7 @@ class LiveRun(model.RunData):
         self.history: Allocation = shared["allocation"]
         self.title = "control plane"
         self.tiers = model.SiteTiers(self.world)
+        self.logs = bool(shared.get("logs"))
 
     # ---------------------------------------------------------------- helpers
 
@@ -126,6 +127,7 @@ class LiveRun(model.RunData):
                 "site": row.site, "tier": self.tiers.tier(row.site), "node": row.node, "reason": row.reason,
                 "why": row.why, "history": history, "now": now,
                 "segments": model.segments(history, now, self.tiers),
+                "logs_url": _logs_url(name, row.tenant, self.who.admin) if self.logs and row.placements else None,
                 "moves": [e for e in history if e["kind"] in model.MOVE_KINDS]}
 
     def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
@@ -158,12 +160,20 @@ class LiveRun(model.RunData):
             vcs = self.controller.ask("vcs", [n for n in self._vc_names(tenant)])
         except Exception:
             return []
-        per: dict[tuple[str, str], int] = {}
+        per: dict[tuple[str, str, str], int] = {}
         for vc in vcs:
             for h in vc["hosts"]:
-                key = (vc["name"], h["node"].split("/", 1)[0])
+                key = (vc["name"], h.get("group") or "", h["node"].split("/", 1)[0])
                 per[key] = per.get(key, 0) + 1
-        return [{"vc": vc, "site": site, "hosts": n} for (vc, site), n in sorted(per.items())]
+        return [{"vc": vc, "group": group or None, "site": site, "hosts": n}
+                for (vc, group, site), n in sorted(per.items())]
 
     def _vc_names(self, tenant: str) -> list[str]:
         return [name for name, owner in self.world.get("vcs", {}).items() if owner == tenant]
+
+
+def _logs_url(task: str, tenant: str, admin: bool) -> str:
+    """The API's log of a task run for real (the session's cookie reads it)."""
+    from urllib.parse import quote
+
+    return f"/v1/logs/{quote(task)}" + (f"?tenant={quote(tenant)}" if admin else "")

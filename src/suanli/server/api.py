@@ -413,8 +413,9 @@ class RequestCounter:
 # ------------------------------------------------------------------ the application
 
 
-def _serve_console(api: FastAPI, world: World, store: Store, controller) -> None:
-    """The console at /, signed in with a token (docs/console.md)."""
+def _serve_console(api: FastAPI, world: World, store: Store, controller, logs: bool) -> None:
+    """The console at /, signed in with a token (docs/console.md); ``logs``: tasks run for real
+    have logs (a task's page links to ``/v1/logs/TASK``)."""
     from suanli.console.live import LiveRun
     from suanli.console.web import ConsoleAuth, add_console
 
@@ -422,7 +423,7 @@ def _serve_console(api: FastAPI, world: World, store: Store, controller) -> None
         found = store.remembered(token) or store.principal(token)
         return found if found is not None and (found.tenant is None or found.tenant in world.tenants) else None
 
-    shared: dict[str, Any] = {}
+    shared: dict[str, Any] = {"logs": logs}
     add_console(api, lambda p: LiveRun(store, controller, world, p, shared), ConsoleAuth(who, store.form_key))
 
 
@@ -468,7 +469,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                   description="The live control plane: the suanli scheduler on wall-clock time.")
     if docs:
         _serve_docs(api)
-    _serve_console(api, world, store, controller)
+    _serve_console(api, world, store, controller, logs=logs_dir is not None)
 
     # -------------------------------------------------------- errors as problems
 
