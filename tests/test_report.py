@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -23,10 +24,51 @@ def _simulate(path):
     return sim, end, result_json(sim, end)
 
 
+def _render(result, events, **kw):
+    """The report, and what each chart drew (read from its figure once saved:
+    tick labels, texts, the y limits, the points of each collection)."""
+    from suanli.sim import report
+
+    drawn = []
+    real = report._Charts.img
+
+    def img(self, fig, alt):
+        out = real(self, fig, alt)  # saving draws the figure: its tick labels are made by now
+        drawn.append({"alt": alt, "axes": [_axes_drawn(ax) for ax in fig.axes],
+                      "texts": [t.get_text() for t in fig.texts]})
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report._Charts, "img", img)
+        doc = render_report(result, events, **kw)
+    return doc, drawn
+
+
+def _axes_drawn(ax):
+    legend = ax.get_legend()
+    return {"title": ax.get_title(loc="left"), "x": [t.get_text() for t in ax.get_xticklabels()],
+            "y": [t.get_text() for t in ax.get_yticklabels()], "texts": [t.get_text() for t in ax.texts],
+            "ylim": ax.get_ylim(), "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+            "points": [c.get_offsets().tolist() for c in ax.collections]}
+
+
 @pytest.fixture(scope="module")
-def ai_run(examples):
+def ai_report(examples):
     sim, end, result = _simulate(examples / "ai-hpc-mix.yaml")
-    return sim, end, result, render_report(result, sim.events)
+    doc, drawn = _render(result, sim.events)
+    return sim, end, result, doc, drawn
+
+
+@pytest.fixture(scope="module")
+def ai_run(ai_report):
+    return ai_report[:4]
+
+
+@pytest.fixture(scope="module")
+def autodrive_report(examples):
+    sim, end, result = _simulate(examples / "autodrive.yaml")
+    doc, drawn = _render(result, sim.events)
+    return sim, end, result, doc, drawn
 
 
 def _section(doc: str, anchor: str) -> str:
@@ -84,9 +126,8 @@ def test_report_is_byte_identical_and_write_outputs_writes_it(ai_run, tmp_path):
     assert again == doc
 
 
-def test_report_of_autodrive_shows_the_moves_and_the_delete(examples):
-    sim, _, result = _simulate(examples / "autodrive.yaml")
-    doc = render_report(result, sim.events)
+def test_report_of_autodrive_shows_the_moves_and_the_delete(autodrive_report):
+    sim, _, result, doc, _ = autodrive_report
     _assert_self_contained(doc)
     assert "<h1>autodrive</h1>" in doc and "simulated <b>1 h</b>" in doc
     assert '<div class="v">0</div><div class="k">failed</div>' in doc
@@ -203,3 +244,216 @@ def test_a_pending_tasks_binding_constraint_is_shown_first_in_figures():
     first = html.index("insufficient cpu: 16 requested, 12 free at best (4 more needed) on 3 nodes")
     assert first < html.index("site not allowed for tenant ×58") < html.index("arch mismatch ×9")
     assert "no gpu" not in html and "+1 more" in html
+
+
+# ----------------------------------------------------------------- the story of a run
+
+
+NEGATIVE_ZERO = re.compile(r"^[−-]0+(?:[.,]0*)?\D*$")
+
+
+def _charts_labelled(drawn) -> list[tuple[str, str, list[str]]]:
+    """Every axis of every chart, with its non-empty tick labels."""
+    return [(chart["alt"], f"{axes['title']} {axis}", [x for x in axes[axis] if x])
+            for chart in drawn for axes in chart["axes"] for axis in ("x", "y")]
+
+
+def _built_run(tmp_path, name="world.yaml", **kw):
+    from builders import scenario
+
+    sim, end, result = _simulate(scenario(tmp_path, name=name, **kw))
+    return sim, end, result
+
+
+@pytest.fixture(scope="module")
+def waits_run(tmp_path_factory):
+    """Two nodes of 16 cores. ``filler`` (a job, not preemptible) holds one
+    for 20 min, ``lo`` (a job) the other; ``hi`` (higher priority) comes at
+    5 min and preempts ``lo``, which waits until ``filler`` ends and then runs
+    on its node: a second wait of 15 min and a move. ``big`` never fits."""
+    from builders import app, component, node_group, site
+
+    sim, end, result = _built_run(
+        tmp_path_factory.mktemp("waits"),
+        sites=[site("s1", groups=[node_group("n", count=2, cpu=16)])],
+        apps=[app("filler", components=[component("f", lifetime="job", cpu=12, duration="20m")], preemptible=False),
+              app("lo", components=[component("c", lifetime="job", cpu=12, duration="50m")]),
+              app("hi", components=[component("c", lifetime="job", cpu=12, duration="30m")], priority=10,
+                  preemptible=False),
+              app("big", components=[component("c", cpu=64)])],
+        arrivals=[{"at": "5m", "app": "hi"}], until="1h")
+    doc, drawn = _render(result, sim.events)
+    return sim, end, result, doc, drawn
+
+
+def test_a_task_never_placed_waits_until_the_end_and_is_censored(waits_run):
+    sim, end, result, doc, drawn = waits_run
+    assert end == 3600 and [u["task"] for u in result["unscheduled"]] == ["big/c/0"]
+    # the only resident task never ran: its wait is the whole run, still open (censored)
+    assert result["metrics"]["queueing_delay_s"]["resident/small"] == {
+        "count": 1, "p50": 3600.0, "p90": 3600.0, "p99": 3600.0, "max": 3600.0, "censored": 1}
+    assert result["metrics"]["queueing_delay_by_tenant_s"]["t"]["censored"] == 1
+    assert "no task waited" not in doc
+    (chart,) = [c for c in drawn if c["alt"].startswith("queueing delay")]
+    assert "resident/small\nn=1\n1 censored" in chart["axes"][0]["x"]
+
+
+def test_a_preempted_task_placed_again_adds_its_second_wait(waits_run):
+    sim, end, result, doc, _ = waits_run
+    jobs = result["metrics"]["queueing_delay_s"]["short/small"]
+    # filler, lo and hi placed at once; lo again 15 min after hi preempted it
+    assert jobs["count"] == 4 and jobs["censored"] == 0 and jobs["max"] == 900.0
+    assert result["metrics"]["queueing_delay_by_tenant_s"]["t"]["count"] == 5
+    # the lane of lo: where it ran, the preemption and the move to the other node
+    (lane,) = result["metrics"]["lanes"]["tasks"]
+    assert lane["task"] == "lo/c/0" and lane["moves"] == 1 and lane["stops"] == 1
+    assert [r[:3] for r in lane["ran"]] == [[0.0, 300.0, "s1/n-0"], [1200.0, 3600.0, "s1/n-1"]]
+    assert [(m["t"], m["kind"]) for m in lane["marks"]] == [(300.0, "preempted"), (1200.0, "placed")]
+    assert "<code>lo/c/0</code>" in _section(doc, "lanes")
+
+
+def test_queueing_delay_wording_never_claims_no_wait_while_one_is_pending():
+    from suanli.sim.report import _no_wait_text
+
+    assert "no task waited" in _no_wait_text({"short/small": {"count": 3, "max": 0.0, "censored": 0}}, {"pending": 0})
+    for delays, tasks in (({"short/small": {"count": 3, "max": 0.0, "censored": 1}}, {"pending": 1}),
+                          ({"short/small": {"count": 3, "max": 0.0}}, {"pending": 2})):  # an older result.json
+        text = _no_wait_text(delays, tasks)
+        assert "no task waited" not in text and "still waiting" in text
+    text = _no_wait_text({"short/small": {"count": 2, "max": 0.0, "censored": 1}}, {"pending": 0})
+    assert "no task waited" not in text and "1 ended without a placement" in text  # deleted as it waited
+
+
+def test_autodrive_lanes_name_the_tasks_that_moved(autodrive_report):
+    sim, _, result, doc, drawn = autodrive_report
+    lanes = result["metrics"]["lanes"]
+    moved = {e["task"] for e in sim.events if e["kind"] == "migrated"}
+    assert moved == {"infotainment/movie/0", "infotainment/music/0", "infotainment/short-video/0"}
+    assert lanes["moved"] == 3 and {lane["task"] for lane in lanes["tasks"]} == moved
+    movie = next(lane for lane in lanes["tasks"] if lane["task"] == "infotainment/movie/0")
+    # on the car, at the edge while autopilot drove, back on the car (a return), coloured by tier
+    assert [(r[3], r[4]) for r in movie["ran"]] == [("car-1", "device"), ("edge-1", "edge"), ("car-1", "device")]
+    assert movie["moves"] == 2 and movie["marks"][-1]["cause"] == "return"
+    # short-video waited 30 min for room on the car: its second wait is counted
+    assert result["metrics"]["queueing_delay_s"]["resident/small"]["max"] == 1800.0
+    body = _section(doc, "lanes")
+    assert re.search(r"<h2>[^<]+</h2>", body) and "<img" in body
+    for task in moved:
+        assert f"<code>{task}</code>" in body
+    (chart,) = [c for c in drawn if c["alt"].startswith("where each task that moved ran")]
+    (axes,) = chart["axes"]
+    assert all(any(label.startswith(task) for label in axes["y"]) for task in moved)
+    assert {"car-1", "edge-1"} <= set(axes["texts"])  # sites written on the bars
+    assert 'href="#lanes"' in doc
+
+
+def test_autodrive_migrations_are_labelled_and_zero_byte_moves_visible(autodrive_report):
+    sim, _, result, doc, drawn = autodrive_report
+    migrations = [e for e in sim.events if e["kind"] == "migrated"]
+    zero = [m for m in migrations if m["bytes"] == 0]
+    assert len(migrations) == 5 and len(zero) == 4
+    (panel,) = [a for c in drawn for a in c["axes"] if a["title"].startswith("migrations")]
+    for m in migrations:  # few: each is labelled with its task, from and to
+        assert any(text.startswith(f"{m['task']}: {m['from']} → {m['to']}") for text in panel["texts"]), m
+    # the moves that carried no state sit on the zero line, above the axis' bottom, as their own markers
+    assert panel["ylim"][0] < 0
+    assert [[t, 0.0] for t in sorted(m["t"] / 60 for m in zero)] in [sorted(p) for p in panel["points"]]
+    assert any("0 B (4)" in text for text in panel["legend"])
+    assert "4 carried no state (0 B)" in _section(doc, "moves")
+
+
+def test_lanes_of_tasks_named_and_from_events_alone(autodrive_report):
+    sim, _, result, doc, _ = autodrive_report
+    events = list(sim.events)
+    named = render_report(result, events, tasks=["infotainment/music/0"])
+    body = _section(named, "lanes")
+    assert "<code>infotainment/music/0</code>" in body and "infotainment/movie/0" not in body
+    # a result without lanes gets them from the whole log: the same lanes, but tiers are not known
+    bare = json.loads(json.dumps(result))
+    del bare["metrics"]["lanes"]
+    again = render_report(bare, events)
+    for task in ("infotainment/movie/0", "infotainment/music/0", "infotainment/short-video/0"):
+        assert f"<code>{task}</code>" in _section(again, "lanes")
+    # and from the moves alone (no placements) there is nothing to make them of: said so
+    assert "not the whole log" in _section(render_report(bare, sim.events.notable, count=len(sim.events)), "lanes")
+
+
+def test_members_an_elastic_gang_runs_without_are_omitted_not_failed(tmp_path):
+    from builders import app, component, gpu, node_group, site, tenant
+
+    comp = component("m", lifetime="job", cpu=8, memory="32Gi", accelerators=[{"kind": "gpu", "count": 4}],
+                     gang={"size": 6, "minSize": 2}, coupling="ib")
+    nodes = node_group("g", count=7, cpu=48, memory="384Gi", accelerators=[gpu(4, shareable=False)],
+                       fabrics={"ib": "ib-a"})
+    sim, _, result = _built_run(tmp_path, sites=[site("dc", groups=[nodes])], apps=[app("train", components=[comp])],
+                                tenants=[tenant(quota={"gpu": 18})], until="10m")
+    assert result["metrics"]["tasks"]["omitted"] == 2 and result["metrics"]["tasks"]["failed"] == 0
+    assert result["metrics"]["omitted_by"] == {"quota": 2}
+    doc = render_report(result, sim.events)
+    assert '<div class="card omitted"><div class="v">2</div><div class="k">omitted</div></div>' in doc
+    assert '<div class="card failed zero"><div class="v">0</div>' in doc
+    text = html.unescape(doc)
+    assert "2 members of elastic gangs were not needed: their gangs ran without them " \
+           "(2 left out by their tenant's quota). Omitted, not failed." in text
+    assert "FAILED" not in doc and not re.search(r"\.card\.omitted \.v\{color:#c0392b", doc)
+    # omitted members are not waits: the four that ran waited 0 s, nothing is still waiting
+    assert result["metrics"]["queueing_delay_s"]["short/large"] == {
+        "count": 4, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "censored": 0}
+
+
+def test_tick_labels_are_distinct_and_never_a_negative_zero(ai_report, autodrive_report, waits_run):
+    seen = 0
+    for *_, drawn in (ai_report, autodrive_report, waits_run):
+        for alt, axis, labels in _charts_labelled(drawn):
+            seen += len(labels)
+            assert len(set(labels)) == len(labels), (alt, axis, labels)
+            assert not [x for x in labels if NEGATIVE_ZERO.match(x)], (alt, axis, labels)
+    assert seen > 100
+    # the fairness axis of autodrive (one tenant at 0.6 % then 1.1 %) has the decimals its steps need
+    (fair,) = [a for c in autodrive_report[4] for a in c["axes"] if a["title"].startswith("dominant share")]
+    assert fair["y"][:3] == ["0.00%", "0.25%", "0.50%"]
+
+
+@pytest.mark.parametrize("lo, hi, labels", [
+    (0, 1.08, ["0.00", "0.25", "0.50", "0.75", "1.00"]),
+    (-0.03, 0.011, ["−0.03", "−0.02", "−0.01", "0.00", "0.01"]),
+    (0, 106, ["0", "25", "50", "75", "100"]),
+    (0, 0, ["0"]),
+    (2.5, 2.5000001, None),
+])
+def test_nice_ticks(lo, hi, labels):
+    from suanli.sim.report import _nice_ticks_between, _tick_text
+
+    ticks, decimals = _nice_ticks_between(lo, hi, 5)
+    text = [_tick_text(v, decimals) for v in ticks]
+    if labels is not None:
+        assert text == labels
+    assert len(set(text)) == len(text) and not [x for x in text if NEGATIVE_ZERO.match(x)]
+    assert all(lo - 1e-9 <= v <= hi + 1e-9 for v in ticks)
+
+
+def test_a_streamed_log_gives_the_same_metrics_and_report(autodrive_report, examples, tmp_path):
+    """``summarize`` reads a streamed log's file (bytes, by a regular
+    expression) as it reads a log in memory: the same waits and lanes."""
+    from suanli.sim.results import write_outputs
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    _, _, result, doc, _ = autodrive_report
+    sim = Simulation(load_world([str(examples / "autodrive.yaml")]), events_to=tmp_path / "events.jsonl.part")
+    end = sim.run()
+    paths = write_outputs(sim, end, tmp_path)
+    written = json.loads(paths["result"].read_text(encoding="utf-8"))
+    for key in ("queueing_delay_s", "queueing_delay_by_tenant_s", "lanes", "omitted_by"):
+        assert written["metrics"][key] == result["metrics"][key], key
+    assert paths["report"].read_text(encoding="utf-8") == doc
+
+
+def test_a_task_deleted_while_it_waited_counts_its_wait_as_censored(tmp_path):
+    from builders import app, component
+
+    sim, end, result = _built_run(tmp_path, apps=[app("big", components=[component("c", cpu=64)])],
+                                  events=[{"at": "30m", "kind": "delete", "app": "big"}], until="1h")
+    assert result["metrics"]["tasks"]["failed"] == 1 and not result["unscheduled"]
+    assert result["metrics"]["queueing_delay_s"]["resident/small"] == {
+        "count": 1, "p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "max": 1800.0, "censored": 1}

@@ -2,14 +2,27 @@
 
 ``Recorder`` samples allocation (by tier and resource) and tenants' dominant
 shares after every instant that changed something. ``summarize`` turns the
-samples and the task records into the ``metrics`` object of ``result.json``
-(documented in docs/simulation.md).
+samples, the task records and the event log into the ``metrics`` object of
+``result.json`` (documented in docs/simulation.md).
+
+Queueing delay counts every wait: from submission, or from each stop
+(``preempted``, ``requeued``, ``lost``), to the next placement; a wait still
+open when the run ends (or cut short when its task ends unplaced) is counted
+up to then and said to be censored. The task records give each task's first
+wait; the waits after stops, and the lanes of the tasks that moved (where
+each ran over time), come from one read of the event log, keeping only the
+events of the tasks that were stopped or moved (``Stories``).
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import math
+import re
+from array import array
 from collections import Counter, defaultdict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -312,13 +325,19 @@ class _Cursor:
         return None if out is None else np.array(out, np.int64)
 
 
-def percentiles(values: Iterable[float]) -> dict[str, float | int]:
+def percentiles(values: Iterable[float], censored: int | None = None) -> dict[str, float | int]:
+    """``count``, ``p50``, ``p90``, ``p99`` and ``max`` of ``values``; with
+    ``censored``, how many of them are lower bounds (waits still open)."""
     v = np.asarray(list(values), dtype=float)
     if v.size == 0:
-        return {"count": 0}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"count": int(v.size), "p50": round(float(p50), 3), "p90": round(float(p90), 3),
-            "p99": round(float(p99), 3), "max": round(float(v.max()), 3)}
+        out: dict[str, float | int] = {"count": 0}
+    else:
+        p50, p90, p99 = np.percentile(v, [50, 90, 99])
+        out = {"count": int(v.size), "p50": round(float(p50), 3), "p90": round(float(p90), 3),
+               "p99": round(float(p99), 3), "max": round(float(v.max()), 3)}
+    if censored is not None:
+        out["censored"] = int(censored)
+    return out
 
 
 def jain(values: Iterable[float]) -> float:
@@ -329,36 +348,371 @@ def jain(values: Iterable[float]) -> float:
     return round(float(x.sum() ** 2 / (x.size * (x ** 2).sum())), 6)
 
 
+# ----------------------------------------------------------------- waits and moves, from the event log
+
+STOP_KINDS = ("lost", "requeued", "preempted")  # a running task stopped: it waits again
+END_KINDS = ("finished", "failed", "omitted")
+STORY_KINDS = ("placed", "migrated", *STOP_KINDS, *END_KINDS)  # what a task's story is made of
+_CODE = {kind: i for i, kind in enumerate(STORY_KINDS)}
+_PLACED, _MIGRATED = _CODE["placed"], _CODE["migrated"]
+_STOPS = frozenset(_CODE[k] for k in STOP_KINDS)
+LANES = 40  # lanes kept: the tasks with the most moves
+LANE_ITEMS = 400  # spans and marks kept per lane at most (a task moved more often is cut, and says so)
+SCAN_BLOCK = 1 << 24  # bytes of a streamed log read at once
+
+
+class Stories:
+    """The events of some tasks (those stopped or moved), gathered in one read
+    of the log and kept as compact columns, in log order: no object per
+    event. Then, per task: its waits after each stop, its moves, and for
+    the few chosen, its lane (where it ran, its stops and moves).
+
+    A move is a ``migrated`` event (a service placed again, or moved while
+    it runs: cause ``return``, ``defragment``), or a task placed again on
+    another node with no ``migrated`` event (a job, or a lost service).
+    ``omitted`` events are counted by the code of what left the member out
+    first (``quota``, ``capacity``, ...; ``elastic`` when nothing else bound)."""
+
+    def __init__(self, tasks: Iterable[str]) -> None:
+        self.names = list(dict.fromkeys(tasks))
+        self.ids = {task: i for i, task in enumerate(self.names)}
+        self.strings: dict[str, int] = {}  # nodes, sites and causes, each kept once
+        self.omitted: Counter = Counter()
+        self._t, self._task, self._kind = array("d"), array("q"), array("b")
+        self._node, self._site, self._cause = array("q"), array("q"), array("q")  # migrated: to, from, cause
+        self._bytes, self._downtime = array("d"), array("d")
+
+    def _id(self, value: Any) -> int:
+        if value is None:
+            return -1
+        text = str(value)
+        i = self.strings.get(text)
+        if i is None:
+            i = self.strings[text] = len(self.strings)
+        return i
+
+    def add(self, e: dict[str, Any]) -> None:
+        """One event (those of other tasks and kinds are passed over)."""
+        kind = e.get("kind")
+        if kind == "omitted":
+            why = e.get("why") or ()
+            first = why[0] if why and isinstance(why[0], dict) else {}
+            self.omitted[first.get("code") or "elastic"] += 1
+        i = self.ids.get(e.get("task"))
+        code = _CODE.get(kind)
+        t = _float(e.get("t"))
+        if i is None or code is None or t is None:
+            return
+        self._t.append(t)
+        self._task.append(i)
+        self._kind.append(code)
+        moved = code == _MIGRATED
+        self._node.append(self._id(e.get("to") if moved else e.get("node")))
+        self._site.append(self._id(e.get("from") if moved else e.get("site")))
+        self._cause.append(self._id(e.get("cause")))
+        self._bytes.append(_float(e.get("bytes")) or 0.0)
+        self._downtime.append(_float(e.get("downtime_s")) or 0.0)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def told(self, end: float) -> Iterator["Told"]:
+        """Each task with events, in the order given: its waits, moves, stops."""
+        task = np.frombuffer(self._task, np.int64) if len(self._task) else np.zeros(0, np.int64)
+        order = np.argsort(task, kind="stable")  # by task, each in log order
+        bounds = np.searchsorted(task[order], np.arange(len(self.names) + 1))
+        cols = _Columns(self)
+        for i, name in enumerate(self.names):
+            rows = order[bounds[i]:bounds[i + 1]].tolist()
+            if rows:
+                yield Told(name, rows, cols, end)
+
+    def lanes(self, end: float, *, limit: int = LANES, chosen: Iterable[str] | None = None,
+              tier_of: Callable[[str], str | None] | None = None,
+              record: Callable[[str], Any] | None = None, told: Iterable["Told"] | None = None) -> dict[str, Any]:
+        """The lanes of the tasks that moved, then of those only stopped (placed
+        again where they were, or still waiting): the ``limit`` first by most
+        moves, then most stops, then the earliest first move or stop. Or
+        those of the ``chosen`` tasks, in that order. With how many tasks
+        moved, and how many more were stopped, in all. (``told``: what
+        ``told(end)`` gave, when it was read already.)"""
+        told = {x.task: x for x in (self.told(end) if told is None else told)}
+        moved = [x for x in told.values() if x.moves]
+        stopped = [x for x in told.values() if x.stops and not x.moves]
+        if chosen is None:
+            picked = sorted(moved + stopped, key=lambda x: (-x.moves, -x.stops, x.first, x.task))[:limit]
+        else:
+            picked = [told[task] for task in dict.fromkeys(chosen) if task in told]
+        tiers: dict[str, str | None] = {}
+
+        def tier(site: str | None) -> str | None:
+            if site is None or tier_of is None:
+                return None
+            if site not in tiers:
+                tiers[site] = tier_of(site)
+            return tiers[site]
+
+        return {"moved": len(moved), "stopped": len(stopped), "tasks": [x.lane(tier, record) for x in picked]}
+
+
+class _Columns:
+    """A ``Stories``' columns as lists (read per task), and its strings by id."""
+
+    __slots__ = ("t", "kind", "node", "site", "cause", "bytes", "downtime", "strings")
+
+    def __init__(self, st: Stories) -> None:
+        self.t, self.kind = st._t.tolist(), st._kind.tolist()
+        self.node, self.site, self.cause = st._node.tolist(), st._site.tolist(), st._cause.tolist()
+        self.bytes, self.downtime = st._bytes.tolist(), st._downtime.tolist()
+        self.strings = list(st.strings)
+
+    def name(self, i: int) -> str | None:
+        return self.strings[i] if i >= 0 else None
+
+
+class Told:
+    """What the events say of one task: each wait after a stop (and whether
+    it is censored: still open at the end, or cut by the task's end), its
+    moves and stops."""
+
+    __slots__ = ("task", "rows", "cols", "end", "waits", "moves", "stops", "first")
+
+    def __init__(self, task: str, rows: list[int], cols: _Columns, end: float) -> None:
+        self.task, self.rows, self.cols, self.end = task, rows, cols, end
+        t, kind, node = cols.t, cols.kind, cols.node
+        self.waits: list[tuple[float, bool]] = []
+        self.moves = self.stops = 0
+        self.first = math.inf  # the first move or stop
+        since = last = None
+        for j, r in enumerate(rows):
+            k = kind[r]
+            if k == _PLACED:
+                if since is not None:
+                    self.waits.append((t[r] - since, False))
+                    since = None
+                if last is not None and node[r] != last and not self._migrates(j):
+                    self._moved(t[r])
+                last = node[r]
+            elif k == _MIGRATED:
+                self._moved(t[r])
+            elif k in _STOPS:
+                self.stops += 1
+                self.first = min(self.first, t[r])
+                since = t[r]
+            elif since is not None:  # it ended while waiting
+                self.waits.append((t[r] - since, True))
+                since = None
+        if since is not None:
+            self.waits.append((max(end, since) - since, True))
+
+    def _migrates(self, j: int) -> bool:
+        """The placement ``rows[j]`` is a migration (its ``migrated`` event follows)."""
+        rows = self.rows
+        return j + 1 < len(rows) and self.cols.kind[rows[j + 1]] == _MIGRATED
+
+    def _moved(self, t: float) -> None:
+        self.moves += 1
+        self.first = min(self.first, t)
+
+    def lane(self, tier: Callable[[str | None], str | None], record: Callable[[str], Any] | None = None
+             ) -> dict[str, Any]:
+        """Where the task ran (``ran``: ``[start_s, end_s, node, site, tier,
+        serves_s]``, ``serves_s`` when it served again after a migration's state
+        arrived), and its stops and moves (``marks``: the events, as in
+        events.jsonl, without ``task``; a task placed again on another node
+        with no migration is a ``placed`` mark with ``from`` and ``to``)."""
+        c = self.cols
+        t, kind, node, site, name = c.t, c.kind, c.node, c.site, c.name
+        ran: list[list[Any]] = []
+        marks: list[dict[str, Any]] = []
+        here: list[Any] | None = None  # [start, node, site, serves]
+        since = last = None
+        status = None
+
+        def close(at: float) -> None:
+            start, n, s, serves = here
+            ran.append([start, round(at, 6), name(n), name(s), tier(name(s)), round(min(max(serves, start), at), 6)])
+
+        for j, r in enumerate(self.rows):
+            k, at = kind[r], t[r]
+            if k == _PLACED:
+                if here is not None:  # moved while it ran: the old place ends now
+                    close(at)
+                base = since if since is not None else at
+                here = [at, node[r], site[r], at]
+                if last is not None and node[r] != last and not self._migrates(j):
+                    marks.append({"t": at, "kind": "placed", "from": name(last), "to": name(node[r])})
+                last, since, status = node[r], None, "running"
+            elif k == _MIGRATED:
+                mark = {"t": at, "kind": "migrated", "from": name(site[r]), "to": name(node[r]),
+                        "bytes": int(c.bytes[r]), "downtime_s": c.downtime[r]}
+                if c.cause[r] >= 0:
+                    mark["cause"] = name(c.cause[r])
+                marks.append(mark)
+                if here is not None:
+                    here[3] = base + c.downtime[r]
+            elif k in _STOPS:
+                if here is not None:
+                    close(at)
+                    here = None
+                mark = {"t": at, "kind": STORY_KINDS[k], "node": name(node[r]), "site": name(site[r])}
+                if c.cause[r] >= 0:
+                    mark["cause"] = name(c.cause[r])
+                marks.append(mark)
+                since, status = at, "pending"
+            else:
+                if here is not None:
+                    close(at)
+                    here = None
+                since, status = None, STORY_KINDS[k]
+        if here is not None:
+            close(max(self.end, here[0]))
+        rec = record(self.task) if record is not None else None
+        out: dict[str, Any] = {"task": self.task, "tenant": getattr(rec, "tenant", None),
+                               "status": getattr(rec, "status", None) or status,
+                               "moves": self.moves, "stops": self.stops}
+        for key, items in (("ran", ran), ("marks", marks)):
+            out[key] = items[:LANE_ITEMS]
+            if len(items) > LANE_ITEMS:
+                out[f"{key}_left_out"] = len(items) - LANE_ITEMS
+        return out
+
+
+def _float(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def touched(events: Iterable[dict[str, Any]]) -> list[str]:
+    """Tasks stopped or migrated in ``events``, in order of first appearance."""
+    return list(dict.fromkeys(e["task"] for e in events
+                              if e.get("kind") in ("migrated", *STOP_KINDS) and e.get("task") is not None))
+
+
+def events_of(log, wanted: Iterable[str], omitted: bool = False) -> Iterator[dict[str, Any]]:
+    """The events of an ``EventLog`` about the tasks ``wanted`` (of the kinds a
+    story is made of), and with ``omitted`` every ``omitted`` event, in log
+    order. A streamed log's file is read once, in blocks, as bytes: a
+    regular expression finds each event's kind and task, and only the lines
+    wanted are decoded."""
+    wanted = wanted if isinstance(wanted, (set, frozenset, dict)) else set(wanted)
+    kinds = STORY_KINDS if wanted else ("omitted",) if omitted else ()
+    if not kinds:
+        return
+    if log.path is None:
+        for e in log:
+            kind = e.get("kind")
+            if kind in _CODE and (e.get("task") in wanted or (omitted and kind == "omitted")):
+                yield e
+        return
+    reader = iter(log)  # reading a streamed log first writes out all it holds
+    next(reader, None)
+    getattr(reader, "close", lambda: None)()
+    keys = {json.dumps(task)[1:-1].encode("ascii") for task in wanted}  # as events.jsonl writes them
+    find = re.compile(rb'"kind":"(' + b"|".join(k.encode() for k in kinds)
+                      + rb')","task":"([^"\\]*(?:\\.[^"\\]*)*)"').finditer
+    with open(log.path, "rb") as f:
+        rest = b""
+        while True:
+            block = f.read(SCAN_BLOCK)
+            data = rest + block
+            if block:
+                cut = data.rfind(b"\n") + 1
+                data, rest = data[:cut], data[cut:]
+            for m in find(data):
+                if m.group(2) in keys or (omitted and m.group(1) == b"omitted"):
+                    stop = data.find(b"\n", m.end())
+                    yield json.loads(data[data.rfind(b"\n", 0, m.start()) + 1:stop if stop >= 0 else len(data)])
+            if not block:
+                return
+
+
+def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str] | None = None,
+               limit: int = LANES) -> dict[str, Any]:
+    """Lanes from events alone (no fleet: tiers unknown): of ``tasks``, or of
+    the tasks that moved, the ``limit`` with the most moves."""
+    events = events if isinstance(events, list) else list(events)
+    stories = Stories(touched(events) if tasks is None else tasks)
+    for e in events:
+        stories.add(e)
+    return stories.lanes(end, limit=limit, chosen=tasks)
+
+
 def summarize(sim, end: float) -> dict[str, Any]:
     status = sim.view.counts()
     waits: dict[str, list[float]] = defaultdict(list)
     tenant_waits: dict[str, list[float]] = defaultdict(list)
+    censored: Counter = Counter()
+    tenant_censored: Counter = Counter()
     completion: dict[str, list[float]] = defaultdict(list)
     tenant_completion: dict[str, list[float]] = defaultdict(list)
-    for rec in sim.view.tasks.values():
+
+    def wait(rec, seconds: float, cut: bool) -> None:
+        waits[rec.klass].append(seconds)
+        tenant_waits[rec.tenant].append(seconds)
+        if cut:
+            censored[rec.klass] += 1
+            tenant_censored[rec.tenant] += 1
+
+    records = sim.view.tasks
+    for rec in records.values():
         klass = rec.klass
         if not klass:
             continue
-        if rec.first_placed_at is not None:
-            waits[klass].append(rec.first_placed_at - rec.submitted_at)
-            tenant_waits[rec.tenant].append(rec.first_placed_at - rec.submitted_at)
+        if rec.first_placed_at is not None:  # the first wait, from submission
+            wait(rec, rec.first_placed_at - rec.submitted_at, False)
+        elif rec.status == "pending":  # never placed: still waiting at the end
+            wait(rec, max(end, rec.submitted_at) - rec.submitted_at, True)
+        elif rec.status == "failed":  # ended without ever being placed (deleted while it waited)
+            at = rec.ended_at if rec.ended_at is not None else end
+            wait(rec, max(at, rec.submitted_at) - rec.submitted_at, True)
         if rec.status == "finished" and rec.job and rec.ended_at is not None:
             completion[klass].append(rec.ended_at - rec.submitted_at)
             tenant_completion[rec.tenant].append(rec.ended_at - rec.submitted_at)
+    # the waits after stops, and the lanes: one read of the log, for the tasks stopped or moved
+    log = sim.events
+    stories = Stories(touched(log.notable))
+    if len(stories.names) or status.get("omitted", 0):
+        was = gc.isenabled()
+        gc.disable()  # the run's millions of objects are not traced again by collections the read would make
+        try:
+            for e in events_of(log, stories.ids, omitted=bool(status.get("omitted", 0))):
+                stories.add(e)
+        finally:
+            if was:
+                gc.enable()
+    told = list(stories.told(end))
+    for x in told:
+        rec = records.get(x.task)
+        if rec is not None and rec.klass:
+            for seconds, cut in x.waits:
+                wait(rec, seconds, cut)
+    fleet = sim.world.fleet
+
+    def tier_of(site: str) -> str | None:
+        try:
+            return TIERS[int(fleet.site_tier[fleet.site_index[site]])]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+
+    lanes = stories.lanes(end, tier_of=tier_of, record=records.get, told=told)
     reasons: Counter = Counter()
     for rec in sim.view.pending():
         reasons.update(rec.reasons.keys())
     state = sim.state
     weighted = state.share_by_tenant()
-    log = sim.events
     kinds = log.kinds
     return {
         "end_s": round(end, 6),
         "tasks": {"submitted": len(sim.view), **status},
-        "queueing_delay_s": {k: percentiles(v) for k, v in sorted(waits.items())},
+        "queueing_delay_s": {k: percentiles(v, censored[k]) for k, v in sorted(waits.items())},
         "completion_time_s": {k: percentiles(v) for k, v in sorted(completion.items())},
-        "queueing_delay_by_tenant_s": {k: percentiles(v) for k, v in sorted(tenant_waits.items())},
+        "queueing_delay_by_tenant_s": {k: percentiles(v, tenant_censored[k]) for k, v in sorted(tenant_waits.items())},
         "pending_reasons": reasons_json(reasons),
+        "omitted_by": dict(sorted(stories.omitted.items(), key=lambda kv: (-kv[1], kv[0]))),
         "allocation_time_average": sim.recorder.time_average(end),
         "reserved_time_average": sim.recorder.time_average(end, "reserved"),
         "allocation_by_site": sim.recorder.by_site(end),
@@ -376,4 +730,5 @@ def summarize(sim, end: float) -> dict[str, Any]:
                   "bytes": log.migrated_bytes, "downtime_s": round(log.migrated_downtime_s, 6),
                   # why work was disturbed: each preemption, and each move of running work, once
                   "causes": dict(sorted(log.causes.items()))},
+        "lanes": lanes,
     }

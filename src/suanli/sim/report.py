@@ -5,11 +5,18 @@
 self-contained HTML document: no external CSS, scripts, fonts or images; the
 charts are drawn with matplotlib's Agg renderer and embedded as base64 PNG.
 
-The document has a header (scenario, seed, simulated span, task counts), four
+The document has a header (scenario, seed, simulated span, task counts), five
 charts (allocation by tier over time; queueing delay and completion time by
-workload class; moves and incidents over time; fairness over time) and three
-tables (tasks still pending with their top reasons, time-averaged allocation,
-queueing by tenant).
+workload class; moves and incidents over time, each migration's state;
+where each task that moved ran, one lane per task; fairness over time) and
+tables (tasks still pending with their top reasons, time-averaged
+allocation, queueing by tenant, the tasks of the lanes).
+
+The lanes come from ``metrics.lanes`` of ``result.json`` (made by
+``metrics.summarize`` in its one read of the event log); a result without
+them gets them from the events given, when those are the whole log.
+Every axis is given its ticks here (``_set_ticks``): round steps, as many
+decimals as the step needs, no negative zero, no label twice.
 
 Output is deterministic: the same inputs give a byte-identical document (no
 timestamps in the HTML or in the PNG metadata, fixed rcParams, bundled font).
@@ -30,6 +37,7 @@ import numpy as np
 
 from suanli.phrases import binding_line
 from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
+from suanli.sim.metrics import LANES, STOP_KINDS, task_lanes
 
 __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 
@@ -52,6 +60,9 @@ KIND_COLORS = {
     "lost": "#8e44ad", "requeued": "#f1c40f", "preempted": "#d35400", "migrated": "#2980b9",
 }
 PCT_COLORS = {"p50": "#9ecae1", "p90": "#4292c6", "p99": "#08519c"}
+TIER_COLORS = {"cloud": "#4c78a8", "edge": "#f58518", "device": "#54a24b"}  # as the console draws tiers
+SITE_COLORS = ("#4c78a8", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#9d755d", "#e45756", "#bab0ac")
+MIGRATION_LABELS = 6  # migrations labelled on the chart: all when no more, else the largest
 
 RC = {
     "font.family": "DejaVu Sans",  # bundled with matplotlib: same glyphs everywhere
@@ -177,6 +188,54 @@ def _colors_for(keys: Iterable[str]) -> dict[str, str]:
     return out
 
 
+# ----------------------------------------------------------------- ticks
+
+
+def _nice_ticks_between(lo: float, hi: float, most: int = 6) -> tuple[list[float], int]:
+    """Round ticks from ``lo`` to ``hi`` (steps of 1, 2, 2.5 or 5 times a power
+    of ten, at most ``most`` + 1 of them) and the decimals their labels need
+    to differ."""
+    span = hi - lo
+    if not (span > 0 and math.isfinite(span)):
+        return [lo] if math.isfinite(lo) else [0.0], 0
+    power = math.floor(math.log10(span / most))
+    for m in (1, 2, 2.5, 5, 10):
+        step = m * 10.0 ** power
+        if span / step <= most + 1e-9:
+            break
+    exponent = power + (1 if m == 10 else 0)
+    decimals = max(0, -exponent + (1 if m == 2.5 else 0))
+    first = math.ceil(lo / step - 1e-9)
+    ticks = []
+    i = first
+    while i * step <= hi + step * 1e-9:
+        ticks.append(round(i * step, decimals + 3))
+        i += 1
+    return ticks, decimals
+
+
+def _tick_text(value: float, decimals: int, suffix: str = "") -> str:
+    """A tick's label: ``decimals`` places, never a negative zero, a true minus sign."""
+    text = f"{abs(value):.{decimals}f}"
+    negative = value < 0 and float(text) != 0
+    return ("\u2212" if negative else "") + text + suffix
+
+
+def _set_ticks(axis, lo: float, hi: float, *, scale: float = 1.0, suffix: str = "", most: int = 6) -> None:
+    """Give ``axis`` (an ``ax.xaxis`` or ``ax.yaxis``) round ticks covering the
+    data values ``lo``..``hi``, labelled in units of ``scale``: each label
+    different, none a negative zero."""
+    ticks, decimals = _nice_ticks_between(lo / scale, hi / scale, most)
+    labels = [_tick_text(v, decimals, suffix) for v in ticks]
+    while len(set(labels)) < len(labels) and decimals < 9:  # never: the decimals follow the step
+        decimals += 1
+        labels = [_tick_text(v, decimals, suffix) for v in ticks]
+    from matplotlib.ticker import NullLocator
+
+    axis.set_ticks([v * scale for v in ticks], labels)
+    axis.set_minor_locator(NullLocator())
+
+
 # ----------------------------------------------------------------- series
 
 
@@ -251,7 +310,9 @@ class _Charts:
 
 def _time_axis(ax, unit: float, name: str, start: float, stop: float) -> None:
     ax.set_xlabel(f"simulated time ({name})")
-    ax.set_xlim(start / unit, stop / unit if stop > start else start / unit + 1)
+    lo, hi = start / unit, (stop / unit if stop > start else start / unit + 1)
+    ax.set_xlim(lo, hi)
+    _set_ticks(ax.xaxis, lo, hi, most=10)
 
 
 def _short_name(name: Any, limit: int = 28) -> str:
@@ -280,8 +341,6 @@ def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
     by_tier = {tier: res for tier, res in (timeline.get("by_tier") or {}).items() if res}
     if t.size == 0 or not by_tier:
         return None
-    from matplotlib.ticker import PercentFormatter
-
     keys = list(dict.fromkeys(k for res in by_tier.values() for k in res))
     colors = _colors_for(keys)
     stop = max(end, float(t[-1]))
@@ -312,10 +371,9 @@ def _allocation_chart(ch: _Charts, timeline: dict, end: float) -> str | None:
         if peak == 0:
             ax.text(0.5, 0.5, "nothing allocated on this tier during the run", ha="center", va="center",
                     transform=ax.transAxes, color="#888888")
-        ax.set_ylim(-2, max(100.0, peak) * 1.06)
-        ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
-        if peak <= 100:
-            ax.set_yticks([0, 25, 50, 75, 100])
+        high = max(100.0, peak) * 1.06
+        ax.set_ylim(-0.02 * high, high)
+        _set_ticks(ax.yaxis, 0, high, suffix="%", most=5)
         ax.set_title(f"{_short_name(tier, 40)} tier", loc="left")
         ax.set_ylabel("allocated")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -336,6 +394,9 @@ NICE_DURATIONS = (0.001, 0.01, 0.1, 1, 10, 60, 600, 3600, 36000, 86400, 864000)
 
 
 def _percentile_bars(ax, stats: dict, title: str, empty: str, zero: str) -> None:
+    """p50 / p90 / p99 bars per class, the max as a dash; under each class its
+    count and, for waits, how many are censored (still waiting at the end, or
+    ended unplaced: lower bounds)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     classes = [c for c in _class_order(stats) if (stats.get(c) or {}).get("count")]
@@ -352,7 +413,12 @@ def _percentile_bars(ax, stats: dict, title: str, empty: str, zero: str) -> None
     positive = np.r_[values[values > 0], maxima[maxima > 0]]
     x = np.arange(len(classes))
     width = 0.26
-    ax.set_xticks(x, [f"{_short_name(c, 18)}\nn={stats[c].get('count', 0):,}" for c in classes])
+
+    def label(c: str) -> str:
+        n, cut = stats[c].get("count", 0), int(_num(stats[c].get("censored")) or 0)
+        return f"{_short_name(c, 18)}\nn={n:,}" + (f"\n{cut:,} censored" if cut else "")
+
+    ax.set_xticks(x, [label(c) for c in classes])
     ax.set_xlim(-0.6, len(classes) - 0.4)
     if positive.size == 0:
         for j in range(len(pcts)):
@@ -391,34 +457,19 @@ def _percentile_bars(ax, stats: dict, title: str, empty: str, zero: str) -> None
     else:
         scale, name = _time_unit(hi)
         ax.set_ylim(0, hi * 1.2)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
-        from matplotlib.ticker import MaxNLocator
-
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]) if scale == 1 else
-                                   FixedLocator(_nice_ticks(hi * 1.2, scale)))
+        _set_ticks(ax.yaxis, 0, hi * 1.2, scale=scale, most=6)
         ax.set_ylabel({"s": "seconds", "min": "minutes", "h": "hours", "d": "days"}[name])
-
-
-def _nice_ticks(top: float, scale: float) -> list[float]:
-    """About five round ticks (in units of ``scale``) from 0 to ``top`` seconds."""
-    span = top / scale
-    step = 10 ** math.floor(math.log10(span / 5)) if span > 0 else 1
-    for m in (1, 2, 2.5, 5, 10):
-        if span / (step * m) <= 6:
-            step *= m
-            break
-    return [i * step * scale for i in range(int(span / step) + 1)]
 
 
 def _delay_chart(ch: _Charts, metrics: dict) -> str:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    fig = ch.figure(10, 3.8, left=0.75, right=0.2, top=0.65, bottom=0.7, wspace=0.28)
+    fig = ch.figure(10, 3.9, left=0.75, right=0.2, top=0.65, bottom=0.85, wspace=0.28)
     a1, a2 = fig.subplots(1, 2)
-    _percentile_bars(a1, metrics.get("queueing_delay_s") or {},
-                     "queueing delay (submitted → first placed)", "no task was placed",
-                     "no task waited:\nevery class was placed on submission (0 s)")
+    delays = metrics.get("queueing_delay_s") or {}
+    _percentile_bars(a1, delays, "queueing delay (each wait until placed)", "no task was submitted",
+                     _no_wait_text(delays, metrics.get("tasks") or {}))
     _percentile_bars(a2, metrics.get("completion_time_s") or {},
                      "completion time of jobs (submitted → finished)", "no job finished",
                      "every job finished at once (0 s)")
@@ -427,6 +478,19 @@ def _delay_chart(ch: _Charts, metrics: dict) -> str:
                           markeredgewidth=1.6, label="max"))
     fig.legend(handles=handles, loc="upper right", ncols=4, bbox_to_anchor=(0.99, 0.995))
     return ch.img(fig, "queueing delay and completion time by workload class, p50/p90/p99")
+
+
+def _no_wait_text(delays: dict, tasks: dict) -> str:
+    """What to say when every wait counted lasted 0 s: never that no task
+    waited while one still does (or one ended without being placed)."""
+    waiting = int(_num(tasks.get("pending")) or 0)
+    cut = sum(int(_num(v.get("censored")) or 0) for v in delays.values() if isinstance(v, dict))
+    if waiting:
+        return (f"every wait that ended took 0 s;\n{waiting:,} task{'s' if waiting != 1 else ''} "
+                "still waiting at the end")
+    if cut:
+        return f"every wait took 0 s;\n{cut:,} ended without a placement"
+    return "no task waited:\nevery wait ended in a placement at once (0 s)"
 
 
 RUG_MAX = 150  # above this many events a row becomes a density strip
@@ -473,38 +537,241 @@ def _moves_chart(ch: _Charts, by_kind: dict[str, np.ndarray], migrations: list[d
         ax.text(0.5, 0.5, "no incidents and no moves during the run", ha="center", va="center",
                 transform=ax.transAxes, color="#888888")
     if ax2 is not None:
-        t = np.array([_num(m.get("t")) or 0.0 for m in migrations])
-        b = np.array([_num(m.get("bytes")) or 0.0 for m in migrations])
-        d = np.array([_num(m.get("downtime_s")) or 0.0 for m in migrations])
-        scale, uname_b = 1.0, "B"
-        color = KIND_COLORS["migrated"]
-        if t.size > RUG_MAX and stop > start:
-            bins = 100
-            sums, edges = np.histogram(t, bins=bins, range=(start, stop), weights=b)
-            for name, size in (("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3), ("TiB", 1024 ** 4)):
-                if sums.max() >= size:
-                    scale, uname_b = size, name
-            ax2.bar(edges[:-1] / unit, sums / scale, width=np.diff(edges) / unit, align="edge",
-                    color=color, edgecolor=color, linewidth=0.3)
-            ax2.set_title(f"migrations: state moved per {duration((stop - start) / bins)}", loc="left",
-                          fontweight="normal")
-            top = sums.max() / scale
-        else:
-            for name, size in (("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3), ("TiB", 1024 ** 4)):
-                if b.size and b.max() >= size:
-                    scale, uname_b = size, name
-            ax2.vlines(t / unit, 0, b / scale, color=color, linewidth=1.0, alpha=0.6)
-            sizes = 12 + 80 * (d / d.max()) if d.size and d.max() > 0 else 14
-            ax2.scatter(t / unit, b / scale, s=sizes, color=color, alpha=0.85, zorder=3)
-            ax2.set_title("migrations: state moved by each (marker area ∝ downtime)", loc="left",
-                          fontweight="normal")
-            top = b.max() / scale if b.size else 0
-        ax2.set_ylim(0, top * 1.15 if top > 0 else 1)
-        ax2.set_ylabel(f"state moved ({uname_b})")
+        _migration_panel(ax2, migrations, start, stop, unit)
         _time_axis(ax2, unit, uname, start, stop)
     else:
         _time_axis(ax, unit, uname, start, stop)
     return ch.img(fig, "incidents and moves over time, one row per kind of event")
+
+
+BYTE_UNITS = (("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3), ("TiB", 1024 ** 4))
+
+
+def _migration_panel(ax, migrations: list[dict], start: float, stop: float, unit: float) -> None:
+    """Each migration's state against time: a dot (area ∝ downtime) on a stem,
+    a hollow diamond on the zero line for a move that carried no state; the
+    largest few (all, when there are few) labelled with task and from → to.
+    Past ``RUG_MAX`` migrations: the state moved per time bin."""
+    from matplotlib.lines import Line2D
+
+    t = np.array([_num(m.get("t")) or 0.0 for m in migrations])
+    b = np.array([_num(m.get("bytes")) or 0.0 for m in migrations])
+    d = np.array([_num(m.get("downtime_s")) or 0.0 for m in migrations])
+    scale, uname_b = 1.0, "B"
+    color = KIND_COLORS["migrated"]
+    zero = b <= 0
+    n_zero = int(zero.sum())
+    labelled = 0
+    if t.size > RUG_MAX and stop > start:
+        bins = 100
+        sums, edges = np.histogram(t, bins=bins, range=(start, stop), weights=b)
+        for name, size in BYTE_UNITS:
+            if sums.max() >= size:
+                scale, uname_b = size, name
+        ax.bar(edges[:-1] / unit, sums / scale, width=np.diff(edges) / unit, align="edge",
+               color=color, edgecolor=color, linewidth=0.3)
+        ax.set_title(f"migrations: state moved per {duration((stop - start) / bins)}"
+                     + (f"; {n_zero:,} of {t.size:,} moves carried no state (0 B)" if n_zero else "")
+                     + "; the largest labelled", loc="left", fontweight="normal")
+        top = sums.max() / scale
+        high = (top if top > 0 else 1.0) * 1.5
+        ax.set_ylim(-0.09 * high, high)
+        at = np.clip(((t - start) / (stop - start) * bins).astype(np.int64), 0, bins - 1)
+        labelled = _label_migrations(ax, migrations, t / unit, sums[at] / scale, b, d,
+                                     (start / unit, stop / unit), (-0.09 * high, high), sized=True)
+    else:
+        for name, size in BYTE_UNITS:
+            if b.size and b.max() >= size:
+                scale, uname_b = size, name
+        sizes = 12 + 80 * (d / d.max()) if d.size and d.max() > 0 else np.full(t.size, 14.0)
+        some = ~zero
+        ax.vlines(t[some] / unit, 0, b[some] / scale, color=color, linewidth=1.0, alpha=0.6)
+        ax.scatter(t[some] / unit, b[some] / scale, s=sizes[some], color=color, alpha=0.85, zorder=3)
+        ax.scatter(t[zero] / unit, np.zeros(n_zero), s=30, marker="D", facecolors="white", edgecolors=color,
+                   linewidths=1.3, zorder=4, clip_on=False)
+        ax.set_title("migrations: state moved by each", loc="left", fontweight="normal")
+        handles = [Line2D([], [], marker="o", linestyle="", color=color, markersize=6,
+                          label="state moved (area ∝ downtime)")]
+        if n_zero:
+            handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="white",
+                                  markeredgecolor=color, markersize=5, label=f"no state to move, 0 B ({n_zero:,})"))
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, borderaxespad=0.2)
+        top = b.max() / scale if b.size else 0
+        high = (top if top > 0 else 1.0) * 1.5
+        ax.set_ylim(-0.09 * high, high)
+        labelled = _label_migrations(ax, migrations, t / unit, np.where(zero, 0.0, b / scale), b, d,
+                                     (start / unit, stop / unit if stop > start else start / unit + 1),
+                                     (-0.09 * high, high))
+    if not labelled:
+        high = (top if top > 0 else 1.0) * 1.15
+        ax.set_ylim(-0.09 * high, high)
+    _set_ticks(ax.yaxis, 0, top * 1.1 if top > 0 else 0, most=4)
+    ax.set_ylabel(f"state moved ({uname_b})")
+
+
+def _node_short(name: Any, limit: int = 22) -> str:
+    return _short_name("?" if name is None else name, limit)
+
+
+def _label_migrations(ax, migrations: list[dict], x: np.ndarray, y: np.ndarray, b: np.ndarray, d: np.ndarray,
+                      xlim: tuple[float, float], ylim: tuple[float, float], sized: bool = False) -> int:
+    """Label all migrations when there are few, else the largest (most state,
+    then longest downtime, then earliest): ``task: from → to (cause)``, with
+    ``sized`` the state moved too. A label that would cover another is
+    raised a line, until it covers none."""
+    n = len(migrations)
+    if n <= MIGRATION_LABELS:
+        picked = list(range(n))
+    else:
+        order = sorted(range(n), key=lambda i: (-b[i], -d[i], x[i], str(migrations[i].get("task"))))
+        picked = order[:MIGRATION_LABELS // 2 if sized else MIGRATION_LABELS]
+    picked.sort(key=lambda i: (x[i], -y[i], str(migrations[i].get("task"))))
+    box = ax.get_position()
+    fig_w, fig_h = ax.figure.get_size_inches()
+    width_pt, height_pt = box.width * fig_w * 72, box.height * fig_h * 72
+    xspan, yspan = (xlim[1] - xlim[0]) or 1.0, (ylim[1] - ylim[0]) or 1.0
+    size, line = 6.5, 10.0
+    placed: list[tuple[float, float, float]] = []  # (left, right, bottom) of labels, in points
+    for i in picked:
+        m = migrations[i]
+        cause = ", ".join(([_bytes(b[i])] if sized else []) + ([str(m["cause"])] if m.get("cause") else []))
+        cause = f" ({cause})" if cause else ""
+        text = (f"{_short_name(m.get('task'), 34)}: {_node_short(m.get('from'))} → "
+                f"{_node_short(m.get('to'))}{cause}")
+        px = (x[i] - xlim[0]) / xspan * width_pt
+        py = (y[i] - ylim[0]) / yspan * height_pt
+        wide = len(text) * size * 0.56 + 4
+        right = px + 5 + wide > width_pt and px - 5 - wide >= -40  # no room to the right: to the left
+        left_pt, right_pt = (px - 5 - wide, px - 5) if right else (px + 5, px + 5 + wide)
+        level = 0
+        while any(lo < right_pt and left_pt < hi and abs(py + 5 + line * level - bottom) < line - 0.5
+                  for lo, hi, bottom in placed) and level < 12:
+            level += 1
+        placed.append((left_pt, right_pt, py + 5 + line * level))
+        ax.annotate(text, (x[i], y[i]), xytext=(-5 if right else 5, 5 + line * level), textcoords="offset points",
+                    ha="right" if right else "left", va="bottom", fontsize=size, color="#1f3b57",
+                    annotation_clip=False, bbox={"boxstyle": "square,pad=0.1", "facecolor": "white",
+                                                 "edgecolor": "none", "alpha": 0.8},
+                    arrowprops={"arrowstyle": "-", "color": "#9bb7d4", "linewidth": 0.6,
+                                "shrinkA": 0, "shrinkB": 3} if level else None)
+    return len(picked)
+
+
+def _lane_names(tasks: list[str], limit: int = 38) -> list[str]:
+    """Task names short enough for the lanes' axis, each still different:
+    the middle gives way (the application's start and the member's index stay)."""
+    for size in (limit, limit + 12, limit + 30, 10 ** 6):
+        out = [t if len(t) <= size else t[: size // 2 - 1] + "…" + t[-(size - size // 2):] for t in tasks]
+        if len(set(out)) == len(out):
+            return out
+    return list(tasks)  # pragma: no cover (names are different)
+
+
+def _lanes_chart(ch: _Charts, lanes: list[dict], title: str, start: float, stop: float) -> str:
+    """One lane per task: where it ran (a bar per place, coloured by tier, or
+    by site when tiers are not known; its site written on it when it fits;
+    the part before a migrated state arrived lighter), its waits (dashed),
+    its stops (×) and the moves that put it somewhere else (▶)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    unit, uname = _time_unit(stop - start)
+    n = len(lanes)
+    row = 0.3
+    width, left, right = 10.0, 3.0, 0.25
+    height = 0.72 + 0.55 + row * n
+    fig = ch.figure(width, height, left=left, right=right, top=0.72, bottom=0.55)
+    ax = fig.subplots(1, 1)
+    lo, hi = start / unit, (stop / unit if stop > start else start / unit + 1)
+    pt_per_x = (width - left - right) * 72 / (hi - lo)
+    sites = list(dict.fromkeys(span[3] for lane in lanes for span in lane.get("ran") or () if len(span) > 3))
+    site_color = {site: SITE_COLORS[i % len(SITE_COLORS)] for i, site in enumerate(sites)}
+    tiers_known = all(len(span) > 4 and span[4] in TIER_COLORS for lane in lanes for span in lane.get("ran") or ())
+
+    def color_of(span: list) -> str:
+        return TIER_COLORS[span[4]] if tiers_known else site_color.get(span[3], "#999999")
+
+    bars: dict[str, list] = {"y": [], "left": [], "width": [], "color": [], "alpha": []}
+    waits: list[tuple[float, float, float]] = []
+    stops: dict[str, list[tuple[float, float]]] = {}
+    arrivals: list[tuple[float, float]] = []
+    used: dict[str, str] = {}  # legend: tier or site -> colour
+    for i, lane in enumerate(lanes):
+        y = n - 1 - i  # the first lane at the top
+        ran = [s for s in lane.get("ran") or () if len(s) >= 4 and _num(s[0]) is not None and _num(s[1]) is not None]
+        for span in ran:
+            a, b = _num(span[0]) / unit, _num(span[1]) / unit
+            serves = _num(span[5]) if len(span) > 5 else None
+            ready = min(max(serves / unit, a), b) if serves is not None else a
+            color = color_of(span)
+            used[span[4] if tiers_known else str(span[3])] = color
+            for x0, x1, alpha in ((a, ready, 0.35), (ready, b, 1.0)):
+                if x1 > x0:
+                    bars["y"].append(y)
+                    bars["left"].append(x0)
+                    bars["width"].append(max(x1 - x0, 0.0))
+                    bars["color"].append(color)
+                    bars["alpha"].append(alpha)
+            label = _short_name(span[3], 24)
+            if (b - a) * pt_per_x >= len(label) * 7 * 0.7 + 8:  # bold digits are wide
+                ax.text((a + b) / 2, y, label, ha="center", va="center", fontsize=7, color="white",
+                        fontweight="bold", clip_on=True, zorder=4)
+        starts = sorted(_num(s[0]) for s in ran)
+        for mark in lane.get("marks") or ():
+            at = _num(mark.get("t"))
+            if at is None:
+                continue
+            kind = mark.get("kind")
+            if kind in STOP_KINDS:
+                stops.setdefault(kind, []).append((at / unit, y))
+                after = [s for s in starts if s >= at]
+                until = after[0] if after else (stop if lane.get("status") == "pending" else None)
+                if until is not None and until > at:
+                    waits.append((y, at / unit, until / unit))
+            elif kind in ("migrated", "placed"):
+                arrivals.append((at / unit, y))
+    if bars["y"]:
+        colors = [_rgba(c, a) for c, a in zip(bars["color"], bars["alpha"])]
+        ax.barh(bars["y"], bars["width"], left=bars["left"], height=0.62, color=colors, linewidth=0, zorder=2)
+    for y, a, b in waits:
+        ax.plot([a, b], [y, y], linestyle=(0, (2, 2)), color="#888888", linewidth=1.0, zorder=1)
+    from matplotlib.transforms import ScaledTranslation
+
+    # a stop and the move it leads to often share an instant: the stop a little left, the arrival right
+    before = ax.transData + ScaledTranslation(-3.5 / 72, 0, fig.dpi_scale_trans)
+    after = ax.transData + ScaledTranslation(3.5 / 72, 0, fig.dpi_scale_trans)
+    for kind, points in stops.items():
+        xs, ys = zip(*points)
+        ax.scatter(xs, ys, marker="x", s=30, linewidths=1.6, color=KIND_COLORS[kind], zorder=5, transform=before)
+    if arrivals:
+        xs, ys = zip(*arrivals)
+        ax.scatter(xs, ys, marker=">", s=26, color="#1d2330", zorder=5, transform=after)
+    names = _lane_names([str(lane.get("task")) for lane in lanes])
+    ax.set_yticks(range(n - 1, -1, -1), [f"{name}  ({lane.get('moves', 0)})" for name, lane in zip(names, lanes)],
+                  fontsize=7.5)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.grid(axis="y", visible=False)
+    fig.text(0.1 / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=10, fontweight="bold")
+    handles = [Patch(color=c, label=_short_name(k, 18)) for k, c in list(used.items())[:8]]
+    handles.append(Patch(color=_rgba("#777777", 0.35), label="moved, state on its way"))
+    handles.append(Line2D([], [], linestyle=(0, (2, 2)), color="#888888", label="waiting"))
+    for kind in STOP_KINDS:
+        if kind in stops:
+            handles.append(Line2D([], [], marker="x", linestyle="", color=KIND_COLORS[kind], markeredgewidth=1.6,
+                                  label=kind))
+    if arrivals:
+        handles.append(Line2D([], [], marker=">", linestyle="", color="#1d2330", label="placed again"))
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=min(len(handles), 6),
+              fontsize=7, borderaxespad=0.3, columnspacing=1.2, handlelength=1.6)
+    _time_axis(ax, unit, uname, start, stop)
+    return ch.img(fig, "where each task that moved ran over time, one lane per task: "
+                  + ", ".join(str(lane.get("task")) for lane in lanes))
+
+
+def _rgba(color: str, alpha: float) -> tuple[float, float, float, float]:
+    from matplotlib.colors import to_rgba
+
+    return to_rgba(color, alpha)
 
 
 def _fairness_chart(ch: _Charts, timeline: dict, end: float, jain_index: Any) -> str | None:
@@ -512,8 +779,6 @@ def _fairness_chart(ch: _Charts, timeline: dict, end: float, jain_index: Any) ->
     shares = timeline.get("dominant_share") or {}
     if t.size == 0 or not shares:
         return None
-    from matplotlib.ticker import PercentFormatter
-
     tenants = list(shares)
     ys = [_aligned(shares[n], t.size) * 100 for n in tenants]
     finals = [float(y[-1]) if y.size and np.isfinite(y[-1]) else 0.0 for y in ys]
@@ -538,8 +803,9 @@ def _fairness_chart(ch: _Charts, timeline: dict, end: float, jain_index: Any) ->
         _steps(ax, x, hi[i], color="#bbbbbb" if idle else color, linewidth=0.8 if idle else 1.4,
                label=label if rank < legend_max else None, zorder=3 if not idle else 2)
     top = max(peaks) if peaks else 0.0
-    ax.set_ylim(-1, max(top, 1.0) * 1.08)
-    ax.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    high = (top if top > 0 else 1.0) * 1.08
+    ax.set_ylim(-0.03 * high, high)
+    _set_ticks(ax.yaxis, 0, high, suffix="%", most=5)
     ax.set_ylabel("dominant share")
     j = _num(jain_index)
     ax.set_title("dominant share per tenant" + (f"  ·  final Jain index {j:.3f}" if j is not None else ""),
@@ -571,7 +837,7 @@ nav a{color:var(--accent);text-decoration:none;margin-right:14px}
 .card .v{font-size:22px;font-weight:650;font-variant-numeric:tabular-nums}
 .card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card.finished .v{color:#1a7f37}.card.running .v{color:#2f6fdf}
-.card.pending .v{color:#b35900}.card.failed .v{color:#c0392b}
+.card.pending .v{color:#b35900}.card.failed .v{color:#c0392b}.card.omitted .v{color:#667085}
 .card.zero .v{color:#98a2b3}
 section{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:16px 20px;margin:18px 0}
 section h2{font-size:17px;margin:0 0 4px}
@@ -661,7 +927,7 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
                      _esc(duration(since)) if since is not None else "–",
                      _esc(duration(end - since)) if since is not None else "–", shown or "–"])
     table = _table([("task", False), ("tenant", False), ("vc", False), ("submitted at", True),
-                    ("waiting", True), ("why (what binds first, then nodes ruled out)", False)], rows)
+                    ("since submission", True), ("why (what binds first, then nodes ruled out)", False)], rows)
     more = ""
     if len(unscheduled) > PENDING_ROWS:
         more = (f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks '
@@ -707,11 +973,43 @@ def _tenant_table(by_tenant: dict, fairness: dict) -> str:
     for n in tenants:
         q = by_tenant.get(n) or {}
         count = q.get("count", 0) or 0
-        rows.append([_esc(n), _esc(f"{count:,}" if isinstance(count, int) else count)]
+        cut = q.get("censored")
+        rows.append([_esc(n), _esc(f"{count:,}" if isinstance(count, int) else count),
+                     _esc(f"{cut:,}" if isinstance(cut, int) else "–")]
                     + [_esc(duration(q.get(p))) if count else "–" for p in ("p50", "p90", "p99", "max")]
                     + [_esc(_pct(dominant.get(n))), _esc(_pct(weighted.get(n)))])
-    return _table([("tenant", False), ("placed", True), ("wait p50", True), ("p90", True), ("p99", True),
-                   ("max", True), ("dominant share", True), ("÷ weight", True)], rows)
+    return _table([("tenant", False), ("waits", True), ("censored", True), ("wait p50", True), ("p90", True),
+                   ("p99", True), ("max", True), ("dominant share", True), ("÷ weight", True)], rows)
+
+
+def _lanes_table(lanes: list[dict]) -> str:
+    """The lanes as text: each task, where it ran in order, its stops and moves."""
+    rows = []
+    for lane in lanes:
+        ran = [s for s in lane.get("ran") or () if len(s) >= 4]
+        path = " → ".join(f"{s[3]} ({duration(s[0])}–{duration(s[1])})" for s in ran[:8])
+        if len(ran) > 8:
+            path += f" … +{len(ran) - 8} more"
+        marks = []
+        for m in (lane.get("marks") or ())[:8]:
+            kind = m.get("kind")
+            if kind in ("migrated", "placed"):
+                what = f"{m.get('from')} → {m.get('to')}"
+                if kind == "migrated":
+                    what += f", {_bytes(m.get('bytes'))}" + (f", {m['cause']}" if m.get("cause") else "")
+                else:
+                    what = "placed " + what
+            else:
+                what = f"{kind} on {m.get('node')}" + (f" ({m['cause']})" if m.get("cause") else "")
+            marks.append(f"{duration(m.get('t'))}: {what}")
+        left = len(lane.get("marks") or ()) - 8
+        rows.append([f"<code>{_esc(lane.get('task'))}</code>", _esc(lane.get("tenant") or "–"),
+                     _esc(lane.get("moves", 0)), _esc(path or "never placed"),
+                     "<br>".join(_esc(x) for x in marks)
+                     + (f' <span class="more">+{left} more</span>' if left > 0 else ""),
+                     _esc(lane.get("status") or "–")])
+    return _table([("task", False), ("tenant", False), ("moves", True), ("where it ran", False),
+                   ("stops and moves", False), ("at the end", False)], rows)
 
 
 def _incident_table(events: list[dict]) -> str:
@@ -735,11 +1033,32 @@ def _migration_note(migrations: list[dict]) -> str:
     d = [x for x in (_num(m.get("downtime_s")) for m in migrations) if x is not None]
     bits = [f"{len(migrations):,} migrations"]
     if b:
-        bits.append(f"{_bytes(sum(b))} of state moved (largest {_bytes(max(b))})")
+        big = max(migrations, key=lambda m: (_num(m.get("bytes")) or 0.0, -(_num(m.get("t")) or 0.0)))
+        bits.append(f"{_bytes(sum(b))} of state moved (largest {_bytes(max(b))}: {big.get('task')} "
+                    f"{big.get('from')} → {big.get('to')} at {duration(big.get('t'))})")
+        none = sum(1 for x in b if x <= 0)
+        if none:
+            bits.append(f"{none:,} carried no state (0 B)")
     if d:
         bits.append(f"downtime total {duration(sum(d))}, median {duration(float(np.median(d)))}, "
                     f"max {duration(max(d))}")
     return f'<p class="note">{_esc("; ".join(bits))}.</p>'
+
+
+def _largest_migrations(migrations: list[dict], rows: int = 10) -> str:
+    """The largest migrations as a table (most state, then longest downtime,
+    then earliest), when there are more than the chart labels."""
+    if len(migrations) <= MIGRATION_LABELS:
+        return ""
+    key = lambda m: (-(_num(m.get("bytes")) or 0.0), -(_num(m.get("downtime_s")) or 0.0),  # noqa: E731
+                     _num(m.get("t")) or 0.0, str(m.get("task")))
+    top = sorted(migrations, key=key)[:rows]
+    body = [[_esc(duration(m.get("t"))), f"<code>{_esc(m.get('task'))}</code>",
+             f"<code>{_esc(m.get('from'))}</code> → <code>{_esc(m.get('to'))}</code>", _esc(_bytes(m.get("bytes"))),
+             _esc(duration(m.get("downtime_s"))), _esc(m.get("cause") or "–")] for m in top]
+    return (f"<h3 style='font-size:14px;margin:14px 0 0'>The {len(top)} largest migrations</h3>"
+            + _table([("at", True), ("task", False), ("from → to", False), ("state", True), ("downtime", True),
+                      ("cause", False)], body))
 
 
 def _causes_note(metrics: dict) -> str:
@@ -763,14 +1082,86 @@ def _count(items) -> int:
     return items if isinstance(items, int) else len(items or ())
 
 
-def render_report(result: dict, events: Iterable[dict], count: int | None = None) -> str:
+OMITTED_BY = {"quota": "their tenant's quota", "capacity": "too little room", "domain": "their coupling domain's room",
+              "elastic": "the size their gang was placed at"}
+
+
+def _omitted_note(tasks: dict, omitted_by: dict) -> str:
+    """Members elastic gangs ran without: not needed, not failed."""
+    n = int(_num(tasks.get("omitted")) or 0)
+    if not n:
+        return ""
+    why = ", ".join(f"{int(_num(k) or 0):,} left out by {OMITTED_BY.get(code, code)}"
+                    for code, k in (omitted_by or {}).items())
+    text = (f"{n:,} member{'s' if n != 1 else ''} of elastic gangs {'were' if n != 1 else 'was'} not needed: "
+            f"{'their gangs' if n != 1 else 'its gang'} ran without {'them' if n != 1 else 'it'}"
+            + (f" ({why})" if why else "") + ". Omitted, not failed.")
+    return f'<p class="note">{_esc(text)}</p>'
+
+
+def _lanes_of(metrics: dict, events: list[dict], end: float, tasks: Iterable[str] | None
+              ) -> tuple[list[dict] | None, int, int]:
+    """The lanes to draw, how many tasks moved and how many more were only
+    stopped: of the ``tasks`` named (from the events), else the result's
+    ``metrics.lanes``, else from the events when they are the whole log;
+    None when there is nothing to make them of."""
+    if tasks is not None:
+        got = task_lanes(events, end, tasks=list(tasks))
+    elif isinstance(metrics.get("lanes"), dict):
+        got = metrics["lanes"]
+    elif any(e.get("kind") == "placed" for e in events):
+        got = task_lanes(events, end)
+    else:
+        return None, 0, 0
+    lanes = [lane for lane in got.get("tasks") or () if isinstance(lane, dict)]
+    return lanes, int(_num(got.get("moved")) or 0), int(_num(got.get("stopped")) or 0)
+
+
+def _lanes_title(n: int, moved: int, stopped: int, named: bool) -> str:
+    if named:
+        return f"where each of the {n:,} task{'s' if n != 1 else ''} named ran · (N) = its moves"
+    bits = []
+    if moved:
+        bits.append(f"{moved:,} task{'s' if moved != 1 else ''} moved")
+    if stopped:
+        bits.append(f"{stopped:,} {'more ' if moved else ''}only stopped")
+    shown = "all shown" if n >= moved + stopped else f"{n:,} shown, most moves first"
+    return "where each task ran: " + ", ".join(bits) + f"; {shown} · (N) = its moves"
+
+
+def _lanes_section(lanes: list[dict] | None, moved: int, stopped: int, named: bool, img: str | None) -> str:
+    if lanes is None:
+        body = _empty("No lanes: the result has no metrics.lanes and the events given are not the whole log.")
+    elif not lanes:
+        body = _empty("None of the tasks named has events." if named
+                      else "No task moved or was stopped during the run.")
+    else:
+        body = img + ("<details><summary>The tasks of the lanes, as text</summary>" + _lanes_table(lanes)
+                      + "</details>")
+    left = moved + stopped - len(lanes or ())
+    note = ("One lane per task named." if named else
+            "One lane per task that moved (migrated; preempted, requeued or lost and placed again elsewhere; "
+            "returned), then per task only stopped (placed back where it was, or still waiting), at most "
+            f"{LANES}, the most moves first; bars are where it ran, coloured by tier, with the site written on "
+            "them when it fits.")
+    if not named and lanes and left > 0:
+        note += (f" {left:,} more task{'s' if left != 1 else ''} {'are' if left != 1 else 'is'} left out "
+                 "(see events.jsonl).")
+    return _section("lanes", "4 · Tasks that moved", note, body)
+
+
+def render_report(result: dict, events: Iterable[dict], count: int | None = None,
+                  tasks: Iterable[str] | None = None) -> str:
     """The report of a simulated run as one self-contained HTML document.
 
     ``result`` is the object of ``result.json`` (its hosts and placements
     may be given as their counts); ``events`` the event log
     (``events.jsonl`` as dicts), or only its moves and incidents
     (``EventLog.notable``: all the report draws one by one) with ``count``
-    the length of the whole log. Missing or empty parts are reported as such.
+    the length of the whole log. The lanes are those of ``metrics.lanes``
+    (the tasks that moved most), or with ``tasks``, of the tasks named,
+    drawn from ``events`` (which must then be the whole log). Missing or
+    empty parts are reported as such.
     """
     result = result or {}
     events = list(events or ())
@@ -799,6 +1190,8 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
             if kind == "migrated":
                 migrations.append(e)
     kinds_np = {k: np.asarray(v, dtype=float) for k, v in by_kind.items()}
+    lanes, moved, stopped = _lanes_of(metrics, events, end, tasks)
+    lanes_title = _lanes_title(len(lanes or ()), moved, stopped, tasks is not None)
 
     import matplotlib
 
@@ -809,6 +1202,7 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
         alloc_img = _allocation_chart(ch, timeline, end)
         delay_img = _delay_chart(ch, metrics)
         moves_img = _moves_chart(ch, kinds_np, migrations, start, max(end, start))
+        lanes_img = _lanes_chart(ch, lanes, lanes_title, start, max(end, start)) if lanes else None
         fairness = metrics.get("fairness") or {}
         fair_img = _fairness_chart(ch, timeline, end, fairness.get("jain_weighted"))
 
@@ -832,13 +1226,18 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
                  f"Share of each tier's capacity allocated, per resource ({n_samples:,} samples, step plot).",
                  alloc_img or _empty("No allocation samples were recorded.")),
         _section("delays", "2 · Queueing delay and completion time by workload class",
-                 "p50 / p90 / p99 bars with the maximum as a dash; a log scale is used when values span "
-                 "two decades or more.", delay_img),
+                 "Queueing delay counts every wait: from submission, or from each stop (preempted, requeued, "
+                 "lost), to the next placement; a wait still open when the run ends, or cut short by its task's "
+                 "end (deleted while it waited), is counted up to then: censored, a lower bound. p50 / p90 / p99 "
+                 "bars with the maximum as a dash; a log scale is used when values span two decades or more.",
+                 delay_img),
         _section("moves", "3 · Moves and incidents over time",
                  "Nodes and links going down and up, tasks lost with a node, requeued, preempted and "
-                 "migrated.", moves_img + _migration_note(migrations) + _causes_note(metrics) + chips
+                 "migrated.", moves_img + _migration_note(migrations) + _largest_migrations(migrations)
+                 + _causes_note(metrics) + chips
                  + _incident_table(events)),
-        _section("fairness", "4 · Fairness",
+        _lanes_section(lanes, moved, stopped, tasks is not None, lanes_img),
+        _section("fairness", "5 · Fairness",
                  "Dominant share per tenant over time (the largest fraction of any one resource of the "
                  "fleet the tenant holds)"
                  + (f"; final Jain index over weight-adjusted shares: <b>{jain:.3f}</b> "
@@ -852,16 +1251,19 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
                  "Time-weighted mean share of each tier's capacity allocated, with the peak sample.",
                  _allocation_table(metrics.get("allocation_time_average") or {}, timeline)),
         _section("tenants", "Queueing by tenant",
-                 "Tasks placed, their wait from submission to first placement, and each tenant's final "
-                 "dominant share (and the share divided by the tenant's weight, which orders tenants).",
+                 "Waits (from submission or a stop to the next placement; censored: those still open at the "
+                 "end, or cut short by the task's end, counted up to then), and each tenant's final dominant "
+                 "share (and the share divided by the tenant's weight, which orders tenants).",
                  _tenant_table(metrics.get("queueing_delay_by_tenant_s") or {}, fairness)),
     ]
     nav = "<nav>" + "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in (
-        ("allocation", "Allocation"), ("delays", "Delays"), ("moves", "Moves"), ("fairness", "Fairness"),
+        ("allocation", "Allocation"), ("delays", "Delays"), ("moves", "Moves"), ("lanes", "Tasks"),
+        ("fairness", "Fairness"),
         ("pending", "Pending"), ("allocation-average", "Averages"), ("tenants", "Tenants"))) + "</nav>"
     header = (f"<header><h1>{_esc(scenario if scenario else 'Simulated run')}</h1>"
               f'<p class="sub">{" · ".join(sub)}</p>'
-              f"{_cards(metrics.get('tasks') or {})}{nav}</header>")
+              f"{_cards(metrics.get('tasks') or {})}"
+              f"{_omitted_note(metrics.get('tasks') or {}, metrics.get('omitted_by') or {})}{nav}</header>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_esc(title)}</title><style>{CSS}</style></head><body><main>"
