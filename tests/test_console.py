@@ -120,6 +120,19 @@ def test_members_an_elastic_gang_runs_without_are_omitted_with_the_quota_first(t
     assert "Why it was left out" in page and 'data-code="quota"' in page
 
 
+def test_a_tenants_usage_is_read_against_its_quota_at_the_end(tmp_path):
+    comp = component("m", lifetime="job", cpu=8, memory="32Gi", accelerators=[{"kind": "gpu", "count": 4}])
+    nodes = node_group("g", count=4, cpu=48, memory="384Gi", accelerators=[gpu(4, shareable=False)])
+    path = scenario(tmp_path, sites=[site("dc", groups=[nodes])], apps=[app("train", components=[comp])],
+                    tenants=[tenant(quota={"gpu": 18})], until="10m")
+    run = simulated(path, tmp_path / "out")
+    (t,) = run.tenants()
+    assert t["quota"]["gpu_milli"] == 18000 and t["used"]["gpu_milli"] == 4000 and t["used"]["cpu_milli"] == 8000
+    assert run.tenants(60)[0]["used"] is None  # recorded at the end only
+    page = viewer(run).get("/tenants").text
+    assert "22.2%" in page  # 4 of 18 GPUs
+
+
 def test_a_folder_that_is_no_run_is_said_so(tmp_path):
     with pytest.raises(RunFilesError, match="no result.json"):
         RecordedRun(tmp_path)

@@ -336,8 +336,10 @@ class RecordedRun(model.RunData):
             mine = (self.task_tenant == codes.get(name, -1)) & (st.status >= 0)
             counts = np.bincount(st.status[mine], minlength=len(model.STATUSES))
             t = known.get(name, {})
+            usage = self.result.get("tenant_usage")  # what each tenant held when the run ended
+            used = (usage or {}).get(name, {}) if usage is not None and at >= self.end else None
             out.append({"name": name, "weight": t.get("weight"), "quota": t.get("quota") or {},
-                        "used": None, "dominant_share": shares.get(name),
+                        "used": used, "dominant_share": shares.get(name),
                         "tasks": {s: int(c) for s, c in zip(model.STATUSES, counts)},
                         "hosts": self._hosts(name, at)})
         return out

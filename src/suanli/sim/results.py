@@ -48,6 +48,9 @@ def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, A
     yield "unscheduled", unscheduled
     yield "metrics", summarize(sim, end)
     yield "timeline", sim.recorder.timeline()
+    keys = sim.world.fleet.resource_keys
+    yield "tenant_usage", {name: {k: int(v) for k, v in zip(keys, used) if v}  # at the end, canonical amounts
+                           for name in sim.world.tenants if (used := state.tenant_used[name]).any()}
 
 
 def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
