@@ -4,7 +4,6 @@ its pages answer (the browser tests drive the same pages in Chromium)."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from fastapi import FastAPI
@@ -12,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from builders import app, component, gpu, node_group, scenario, site, tenant
 from conftest import EXAMPLES
+from serving import wait
 from suanli.console.model import PAGE, TaskQuery
 from suanli.console.recorded import RecordedRun, RunFilesError
 from suanli.console.web import add_console
@@ -176,14 +176,8 @@ def submit(client: TestClient, token: str, doc: dict) -> None:
     assert client.post("/v1/applications", json=doc, headers={"Authorization": f"Bearer {token}"}).status_code == 201
 
 
-def wait_for(pred, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("not within the time")
+def wait_for(pred):
+    return wait(pred, 10.0)
 
 
 WEB = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "web"},

@@ -111,12 +111,7 @@ class RecordedRun(model.RunData):
                     if where is None:
                         node = e.get("to") if k == "migrated" else e.get("node")
                         where = node.split("/", 1)[0] if node else None
-                    if where is None:
-                        sid = -1
-                    else:
-                        sid = sites.get(where)
-                        if sid is None:
-                            sid = sites[where] = len(sites)
+                    sid = -1 if where is None else sites.setdefault(where, len(sites))
                     if k == "hostAdded" or k == "hostRemoved":
                         vc = vcs.setdefault(e.get("vc") or "", len(vcs))
                         host_key.append(hosts.setdefault((vc, e.get("host") or ""), len(hosts)))

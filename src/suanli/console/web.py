@@ -172,13 +172,21 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
 
     # ------------------------------------------------------------ views
 
-    @app.get("/", include_in_schema=False)
-    def overview(request: Request):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
-        at = at_of(request, data)
+    def view(path: str):
+        """A page of the console at ``path``: signed in (live), then ``fn(request, who, data, at)``."""
+        def register(fn):
+            @app.get(path, include_in_schema=False, name=fn.__name__)
+            def handler(request: Request):
+                got = sign_in(request)
+                if isinstance(got, Response):
+                    return got
+                who, data = got
+                return fn(request, who, data, at_of(request, data))
+            return fn
+        return register
+
+    @view("/")
+    def overview(request: Request, who, data: model.RunData, at: float | None):
         o = data.overview(at)
         alloc = o["allocation"]
         charts = {}
@@ -189,35 +197,20 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
                                                label=tick(data)))
         return page(request, "overview.html", data, who, active="overview", at=o["at"], o=o, charts=charts)
 
-    @app.get("/topology", include_in_schema=False)
-    def topology(request: Request):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
-        at = at_of(request, data)
+    @view("/topology")
+    def topology(request: Request, who, data: model.RunData, at: float | None):
         topo = data.topology(at)
         return page(request, "topology.html", data, who, active="topology", at=topo["at"], topo=topo,
                     picture=Markup(svg.topology(topo)))
 
-    @app.get("/tenants", include_in_schema=False)
-    def tenants(request: Request):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
-        at = at_of(request, data)
+    @view("/tenants")
+    def tenants(request: Request, who, data: model.RunData, at: float | None):
         rows = data.tenants(at)
-        keys = [k for k in (data.resources() if hasattr(data, "resources") else [])]
-        return page(request, "tenants.html", data, who, active="tenants", at=at if at is not None else
-                    (data.span() or (None, None))[1], tenants=rows, keys=keys)
+        return page(request, "tenants.html", data, who, active="tenants",
+                    at=at if at is not None else (data.span() or (None, None))[1], tenants=rows)
 
-    @app.get("/tasks", include_in_schema=False)
-    def tasks(request: Request):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
+    @view("/tasks")
+    def tasks(request: Request, who, data: model.RunData, at: float | None):
         p = request.query_params
         try:
             pg = max(1, int(p.get("page") or 1))
@@ -225,23 +218,19 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             pg = 1
         q = model.TaskQuery(tenant=p.get("tenant") or None, app=p.get("app") or None, state=p.get("state") or None,
                             site=p.get("site") or None, tier=p.get("tier") or None, reason=p.get("reason") or None,
-                            text=(p.get("q") or None), at=at_of(request, data), offset=(pg - 1) * model.PAGE)
+                            text=(p.get("q") or None), at=at, offset=(pg - 1) * model.PAGE)
         found = data.tasks(q)
         pages = max(1, math.ceil(found["total"] / model.PAGE))
         return page(request, "tasks.html", data, who, active="tasks", at=found.get("at"), found=found, q=q,
                     pg=pg, pages=pages, statuses=model.STATUSES, tiers=("cloud", "edge", "device"))
 
-    @app.get("/tasks/{task:path}", include_in_schema=False)
-    def task(request: Request, task: str):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
-        at = at_of(request, data)
-        t = data.task(task, at) if not data.live else data.task(task, request.query_params.get("tenant"))
+    @view("/tasks/{task:path}")
+    def task(request: Request, who, data: model.RunData, at: float | None):
+        name = request.path_params["task"]
+        t = data.task(name, at) if not data.live else data.task(name, request.query_params.get("tenant"))
         if t is None:
             body = env.get_template("missing.html").render(title=title, nav=NAV, who=who, run=data, active="tasks",
-                                                           what=f"task {task}", request=request, span=None, at=None,
+                                                           what=f"task {name}", request=request, span=None, at=None,
                                                            form_key=auth.form_key(request) if auth else "",
                                                            query=lambda **kw: _query(request, **kw))
             return HTMLResponse(body, status_code=404, headers=SECURITY_HEADERS)
@@ -251,16 +240,11 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             if t["segments"] else None
         return page(request, "task.html", data, who, active="tasks", at=at, t=t, lane=picture)
 
-    @app.get("/events", include_in_schema=False)
-    def events(request: Request):
-        got = sign_in(request)
-        if isinstance(got, Response):
-            return got
-        who, data = got
-        at = at_of(request, data)
+    @view("/events")
+    def events(request: Request, who, data: model.RunData, at: float | None):
         kind = request.query_params.get("kind") or None
         kinds = (kind,) if kind in model.TIMELINE_KINDS else model.TIMELINE_KINDS
-        found = data.events(kinds=kinds, before=at if at is not None else None, limit=200)
+        found = data.events(kinds=kinds, before=at, limit=200)
         return page(request, "events.html", data, who, active="events", at=at, found=found, kind=kind,
                     kinds=model.TIMELINE_KINDS)
 

@@ -400,7 +400,7 @@ class Stories:
             self.omitted[first.get("code") or "elastic"] += 1
         i = self.ids.get(e.get("task"))
         code = _CODE.get(kind)
-        t = _float(e.get("t"))
+        t = finite(e.get("t"))
         if i is None or code is None or t is None:
             return
         self._t.append(t)
@@ -410,8 +410,8 @@ class Stories:
         self._node.append(self._id(e.get("to") if moved else e.get("node")))
         self._site.append(self._id(e.get("from") if moved else e.get("site")))
         self._cause.append(self._id(e.get("cause")))
-        self._bytes.append(_float(e.get("bytes")) or 0.0)
-        self._downtime.append(_float(e.get("downtime_s")) or 0.0)
+        self._bytes.append(finite(e.get("bytes")) or 0.0)
+        self._downtime.append(finite(e.get("downtime_s")) or 0.0)
 
     def __len__(self) -> int:
         return len(self._t)
@@ -578,7 +578,8 @@ class Told:
         return out
 
 
-def _float(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a number, or not finite)."""
     try:
         x = float(value)
     except (TypeError, ValueError):

@@ -37,7 +37,7 @@ import numpy as np
 
 from suanli.phrases import binding_line
 from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
-from suanli.sim.metrics import LANES, STOP_KINDS, task_lanes
+from suanli.sim.metrics import LANES, STOP_KINDS, finite, task_lanes
 
 __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 
@@ -91,12 +91,7 @@ def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _num(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+_num = finite  # a figure read from result.json: a finite float, or None
 
 
 def _nan(value: Any) -> float:
