@@ -75,6 +75,15 @@ def test_the_slider_shows_the_world_at_an_instant(autodrive):
     assert autodrive.clamp(-5) == 0 and autodrive.clamp(1e9) == autodrive.end
 
 
+def test_the_events_timeline_counts_each_kind_over_the_run(autodrive):
+    counts = autodrive.event_counts(("migrated", "preempted", "lost"))
+    assert {k: sum(v) for k, v in counts["kinds"].items()} == {"migrated": 5, "preempted": 3}
+    migrated = counts["kinds"]["migrated"]
+    assert migrated[int(600 / 3600 * len(migrated))] == 2  # two moved at 10 minutes
+    page = viewer(autodrive).get("/events").text
+    assert page.count('class="ev" data-kind="migrated"') == sum(1 for c in migrated if c)
+
+
 def test_tasks_are_paged_in_a_stable_order_and_filtered(mix):
     total = mix.tasks(TaskQuery())["total"]
     assert total == len(mix.task_names) > 2 * PAGE

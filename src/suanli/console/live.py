@@ -17,6 +17,7 @@ from suanli.console.world import world_json
 
 HISTORY_S = 5.0  # the overview's allocation is sampled at most this often
 HISTORY_POINTS = 2000  # samples kept (about three hours at one every 5 s)
+EVENTS_WINDOW_S = 3600.0  # the live events timeline: the last hour
 
 
 class Allocation:
@@ -134,6 +135,12 @@ class LiveRun(model.RunData):
                after: float | None = None, limit: int = 100) -> dict[str, Any]:
         total, rows = self.store.recent_events(self.tenant, tuple(kinds), task=task, limit=limit)
         return {"total": total, "rows": [self._event(e) for e in rows]}
+
+    def event_counts(self, kinds: Iterable[str], buckets: int = model.BUCKETS) -> dict[str, Any]:
+        end = time.time()
+        start = end - EVENTS_WINDOW_S
+        return {"start": start, "end": end,
+                "kinds": self.store.event_counts(self.tenant, tuple(kinds), start, end, buckets)}
 
     def topology(self, at: float | None = None) -> dict[str, Any]:
         load = dict(self.store.counts_by("site", self.tenant, "running", most=1_000_000))

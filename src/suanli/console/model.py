@@ -17,6 +17,7 @@ MOVE_KINDS = ("migrated", "preempted", "lost", "requeued")
 INCIDENT_KINDS = _INCIDENTS
 TIMELINE_KINDS = (*MOVE_KINDS, *INCIDENT_KINDS, "omitted", "failed")  # the moves-and-events view
 PAGE = 50  # rows of a task table page
+BUCKETS = 120  # time buckets of the events timeline
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class RunData:
         raise NotImplementedError
 
     def topology(self, at: float | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def event_counts(self, kinds: Iterable[str], buckets: int = BUCKETS) -> dict[str, Any]:
+        """Events of each kind per time bucket: ``start``, ``end`` and ``kinds``
+        (kind -> counts, one per bucket), for the timeline of moves and events."""
         raise NotImplementedError
 
     def tenants(self, at: float | None = None) -> list[dict[str, Any]]:

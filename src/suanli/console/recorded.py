@@ -306,6 +306,17 @@ class RecordedRun(model.RunData):
         rows = rows[-limit:][::-1]  # the latest first
         return {"total": total, "rows": self.lines(rows)}
 
+    def event_counts(self, kinds: Iterable[str], buckets: int = model.BUCKETS) -> dict[str, Any]:
+        span = max(self.end, 1e-9)
+        which = np.minimum((self.ev_t / span * buckets).astype(np.int64), buckets - 1)
+        out = {}
+        for k in kinds:
+            if k in self.kind_names:
+                mine = self.ev_kind == self.kind_names.index(k)
+                if mine.any():
+                    out[k] = np.bincount(which[mine], minlength=buckets).tolist()
+        return {"start": 0.0, "end": self.end, "kinds": out}
+
     def topology(self, at: float | None = None) -> dict[str, Any]:
         at = self.clamp(at)
         st = self.state(at)

@@ -127,6 +127,39 @@ LABELLED = 24  # sites of a tier drawn one per row with their names; more: a gri
 MAX_LINKS = 600  # links drawn; past this they are counted, not drawn
 
 
+def timeline(counts: dict[str, Any], width: int = 1100, label=clock) -> str:
+    """Events over time: a row per kind, a dot per time bucket that had any,
+    its area as the count (the most per bucket named at the row's end)."""
+    kinds = counts.get("kinds") or {}
+    if not kinds:
+        return '<p class="empty">no moves or incidents</p>'
+    left, right, row = 110, 70, 22
+    start, end = counts["start"], counts["end"]
+    n = len(next(iter(kinds.values())))
+    height = 20 + row * len(kinds) + 24
+    most = max(max(v) for v in kinds.values()) or 1
+    w = width - left - right
+    parts = [f'<svg class="timeline" viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="events over time">']
+    for i, (kind, values) in enumerate(kinds.items()):
+        y = 20 + i * row
+        colour = LINE_COLOURS[i % len(LINE_COLOURS)]
+        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" class="tick">{_e(kind)}</text>'
+                     f'<line x1="{left}" x2="{left + w}" y1="{y}" y2="{y}" stroke="#eef1f5"/>')
+        for b, c in enumerate(values):
+            if c:
+                x = left + (b + 0.5) / n * w
+                r = 2 + 7 * math.sqrt(c / most)
+                t0 = start + b / n * (end - start)
+                parts.append(f'<circle class="ev" data-kind="{_e(kind)}" cx="{x:.1f}" cy="{y}" r="{r:.1f}" '
+                             f'fill="{colour}" fill-opacity="0.7"><title>{_e(f"{c:,} {kind} from {label(t0)}")}</title></circle>')
+        parts.append(f'<text x="{left + w + 6}" y="{y + 4}" class="tick">{sum(values):,}</text>')
+    for t in _ticks(start, end):
+        x = left + (t - start) / max(end - start, 1e-9) * w
+        parts.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor="middle" class="tick">{_e(label(t))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def topology(topo: dict[str, Any], width: int = 1100) -> str:
     """Sites in three columns (cloud, edge, device), sized by nodes and
     labelled with their running tasks when a tier has few, a grid of dots

@@ -245,8 +245,9 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
         kind = request.query_params.get("kind") or None
         kinds = (kind,) if kind in model.TIMELINE_KINDS else model.TIMELINE_KINDS
         found = data.events(kinds=kinds, before=at, limit=200)
+        strip = Markup(svg.timeline(data.event_counts(kinds), label=tick(data)))
         return page(request, "events.html", data, who, active="events", at=at, found=found, kind=kind,
-                    kinds=model.TIMELINE_KINDS)
+                    kinds=model.TIMELINE_KINDS, strip=strip)
 
 
 FORM_MAX = 8192  # bytes of a console form (a token and a few fields)

@@ -815,6 +815,23 @@ class Store:
             rows = list(s.scalars(select(EventRow).where(*cond).order_by(EventRow.id.desc()).limit(limit)))
         return total, rows
 
+    def event_counts(self, tenant: str | None, kinds: Sequence[str], start: float, end: float,
+                     buckets: int) -> dict[str, list[int]]:
+        """Events of each of ``kinds`` from ``start`` to ``end`` (wall time), counted per bucket."""
+        width = max((end - start) / buckets, 1e-9)
+        bucket = func.floor((EventRow.at - start) / width)
+        q = (select(EventRow.kind, bucket, func.count())
+             .where(EventRow.kind.in_(list(kinds)), EventRow.at >= start, EventRow.at <= end)
+             .group_by(EventRow.kind, bucket))
+        if tenant is not None:
+            q = q.where(EventRow.tenant == tenant)
+        out: dict[str, list[int]] = {}
+        with self.session() as s:
+            for kind, b, n in s.execute(q):
+                i = min(max(int(b), 0), buckets - 1)
+                out.setdefault(kind, [0] * buckets)[i] += int(n)
+        return out
+
     def form_key(self, token: str) -> str:
         """The key a console form carries for the session of ``token`` (not the token; made with the secret)."""
         return keyed_digest(self._key(), "console-form:" + token)
