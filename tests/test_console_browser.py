@@ -218,7 +218,14 @@ def test_live_a_pending_task_names_its_first_reason_and_gap(serve, page):
                                     "resources": {"cpu": 1, "memory": "1Gi", "accelerators": [{"kind": "gpu", "count": 64}]}}]}}
     assert httpx.post(serve.url + "/v1/applications", json=doc,
                       headers={"Authorization": f"Bearer {token}"}).status_code == 201
+    small = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "small"},
+             "spec": {"components": [{"name": "c", "lifetime": "service", "replicas": 2,
+                                      "resources": {"cpu": 4, "memory": "8Gi", "accelerators": [{"kind": "gpu", "count": 1}]}}]}}
+    assert httpx.post(serve.url + "/v1/applications", json=small,
+                      headers={"Authorization": f"Bearer {token}"}).status_code == 201
     sign_in(page, serve.url, token)
+    wait(lambda: page.goto(serve.url + "/tenants") and page.locator("#tenant-acme-ai svg.bar rect.used").count() > 0,
+         what="the tenant's quota in use drawn")  # (no inline style: the page's security policy allows none)
     wait(lambda: page.goto(serve.url + "/tasks?state=pending&reason=capacity") and
          page.locator('tr[data-task="huge/c/0"]').count() == 1, what="the task listed by its first reason")
     page.click('tr[data-task="huge/c/0"] a')
