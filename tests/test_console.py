@@ -253,7 +253,7 @@ def test_every_live_view_answers(live):
         r = client.get(path)
         assert r.status_code == 200, (path, r.text[:300])
     tenants = client.get("/tenants").text
-    assert 'id="tenant-acme-ai"' in tenants and "gpu_milli" in tenants  # its quota per resource
+    assert 'id="tenant-acme-ai"' in tenants and "<td>gpu</td>" in tenants and "320" in tenants  # its GPU quota, as written
 
 
 def test_a_task_run_for_real_links_its_log(tmp_path):

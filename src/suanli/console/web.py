@@ -82,13 +82,19 @@ def _env() -> Environment:
     env.filters["amount"] = lambda v, key: "–" if v is None else _amount(key, v)
     env.filters["res_amount"] = lambda v, resource: format_amount(column_of(resource), int(v))
     env.filters["binding"] = binding_line
+    env.filters["resource"] = _resource_name
     return env
+
+
+def _resource_name(key: str) -> str:
+    """A resource key as a user names the resource: cpu_milli -> cpu, mem_mib -> memory, gpu_milli -> gpu."""
+    name = key.rsplit("_", 1)[0]
+    return {"mem": "memory"}.get(name, name)
 
 
 def _amount(key: str, v: int) -> str:
     """A canonical amount of a resource key (cpu_milli, mem_mib, gpu_milli) as a user writes it."""
-    name = key.rsplit("_", 1)[0]
-    return format_amount(column_of({"mem": "memory"}.get(name, name)), int(v))
+    return format_amount(column_of(_resource_name(key)), int(v))
 
 
 def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: ConsoleAuth | None = None,
