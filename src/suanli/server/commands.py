@@ -32,6 +32,8 @@ from suanli.spec.problems import Problem, SpecError
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 SERVER = typer.Option(None, "--server", envvar="SUANLI_SERVER", help=f"The server's URL (default {DEFAULT_SERVER}).")
 TOKEN = typer.Option(None, "--token", envvar="SUANLI_TOKEN", help="A bearer token (suanli token create).")
+CA = typer.Option(None, "--ca", envvar="SUANLI_CA", help="A PEM file of the certificate authority that signed an "
+                  "https server's certificate (default: the system's).")
 ADMIN_TENANT = typer.Option(None, "--tenant", help="With an admin token: the tenant whose object it is.")
 err = Console(stderr=True, highlight=False)
 
@@ -52,12 +54,20 @@ def _fail(message: str, code: int = 2) -> None:
 class Client:
     """The REST API over HTTP, with retries on a connection lost (creates carry an idempotency key)."""
 
-    def __init__(self, server: str | None, token: str | None) -> None:
+    def __init__(self, server: str | None, token: str | None, ca: Path | None = None) -> None:
+        import ssl
+
         import httpx
 
         self.server = (server or DEFAULT_SERVER).rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+        verify: Any = True
+        if ca is not None:
+            try:
+                verify = ssl.create_default_context(cafile=str(ca))
+            except (OSError, ssl.SSLError) as exc:
+                _fail(f"--ca {ca}: not a readable PEM certificate file: {exc}", 2)
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0, verify=verify)
         self._httpx = httpx
 
     def request(self, method: str, path: str, *, where: str = "", **kw: Any):
@@ -66,6 +76,9 @@ class Client:
                 r = self.http.request(method, path, **kw)
                 break
             except self._httpx.TransportError as exc:
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                    _fail(f"cannot trust the server at {self.server}: its certificate is not signed by a known "
+                          f"authority ({exc}); give the authority's certificate with --ca", 1)
                 if attempt == 2:
                     _fail(f"cannot reach the server at {self.server}: {exc}", 1)
         if r.status_code >= 500:
@@ -116,6 +129,23 @@ def _print_log_file(task: str, work_dir: Path, tenant: str | None) -> None:
         sys.stdout.buffer.write(f.read())
 
 
+def _tls_problems(cert: Path | None, key: Path | None) -> list[Problem]:
+    """--tls-cert and --tls-key: both or neither, a certificate and its key that load together."""
+    if cert is None and key is None:
+        return []
+    if cert is None or key is None:
+        return [Problem("--tls-cert" if cert is None else "--tls-key", "https needs both --tls-cert and --tls-key")]
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
+    except FileNotFoundError as exc:
+        return [Problem("--tls-cert" if not cert.is_file() else "--tls-key", f"no such file: {exc.filename}")]
+    except (OSError, ssl.SSLError) as exc:
+        return [Problem("--tls-cert", f"{cert} and {key} are not a PEM certificate and its private key: {exc}")]
+    return []
+
+
 def register(app: typer.Typer) -> None:
     """Add the control plane's commands to the command line."""
 
@@ -136,6 +166,9 @@ def register(app: typer.Typer) -> None:
         speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second."),
         max_rate: float = typer.Option(500.0, "--max-rate", help="Requests per second per token, on average."),
         max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body, in bytes."),
+        tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve https: the server's certificate "
+                                                "(PEM, with its chain), with --tls-key."),
+        tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The private key of --tls-cert (PEM)."),
         secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
                                                    "at first start (default: DB.secret beside a SQLite database, "
                                                    "else ./suanli.secret); SUANLI_SECRET, when set, is used instead."),
@@ -163,6 +196,7 @@ def register(app: typer.Typer) -> None:
                 ray.shutdown()  # the controller's process connects for itself
         if speed <= 0:
             problems.append(Problem("--speed", f"must be above 0, got {speed:g}"))
+        problems += _tls_problems(tls_cert, tls_key)
         if problems:
             _fail_problems(problems)
         try:
@@ -191,13 +225,16 @@ def register(app: typer.Typer) -> None:
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate))),
                          logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None)
-        err.print(f"suanli serving {world.fleet.n_nodes} nodes on http://{host}:{port} (docs at /docs)")
+        scheme = "https" if tls_cert is not None else "http"
+        err.print(f"suanli serving {world.fleet.n_nodes} nodes on {scheme}://{host}:{port} (docs at /docs, "
+                  "the console at /)")
         # What start-up built (modules, the fleet) lives as long as the process: frozen,
         # the collector no longer walks it, and a full collection takes a few milliseconds
         # instead of stopping every request for 50 to 150.
         gc.collect()
         gc.freeze()
-        uvicorn.run(api, host=host, port=port, log_level="warning")
+        tls = {"ssl_certfile": str(tls_cert), "ssl_keyfile": str(tls_key)} if tls_cert is not None else {}
+        uvicorn.run(api, host=host, port=port, log_level="warning", **tls)
 
     @app.command()
     def logs(
@@ -206,19 +243,21 @@ def register(app: typer.Typer) -> None:
                                                 "to run or serve) instead of asking the server."),
         tenant: Optional[str] = ADMIN_TENANT,
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """Print a task's log: the output of every run it had, each after a header line."""
         if work_dir is not None:
             _print_log_file(task, work_dir, tenant)
             return
-        r = Client(server, token).request("GET", f"/v1/logs/{task}", params={"tenant": tenant} if tenant else {})
+        r = Client(server, token, ca).request("GET", f"/v1/logs/{task}", params={"tenant": tenant} if tenant else {})
         sys.stdout.write(r.text)
 
     @app.command()
     def apply(
         file: Path = typer.Option(..., "-f", "--file", help="A YAML file of Application documents."),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """Submit the applications of a file (the same document again is left as it is)."""
@@ -234,7 +273,7 @@ def register(app: typer.Typer) -> None:
         if bad or not docs:
             _fail(f"{file}: document {bad[0] if bad else 0}: apply takes Application documents"
                   if bad else f"{file}: no documents")
-        client = Client(server, token)
+        client = Client(server, token, ca)
         out = Console(highlight=False, soft_wrap=True)
         for i, doc in enumerate(docs):
             key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -249,10 +288,11 @@ def register(app: typer.Typer) -> None:
         output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
         app_name: Optional[str] = typer.Option(None, "--app", help="tasks: of this application only"),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """List objects: apps, tasks, vcs, nodes or tenants."""
-        client = Client(server, token)
+        client = Client(server, token, ca)
         path = {"apps": "/v1/applications", "tasks": "/v1/tasks", "vcs": "/v1/vcs", "nodes": "/v1/nodes",
                 "tenants": "/v1/tenants"}[kind.value]
         params = {"app": app_name} if app_name and kind is Kind.tasks else {}
@@ -284,12 +324,13 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help="APP/COMPONENT/INDEX"),
         tenant: Optional[str] = ADMIN_TENANT,
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """A task in full: status, placement, why it waits, and its history."""
         if kind != "task":
             _fail(f"describe takes 'task', got {kind!r}")
-        client = Client(server, token)
+        client = Client(server, token, ca)
         t = client.request("GET", f"/v1/tasks/{name}", params=_tenant(tenant)).json()
         out = Console(highlight=False, soft_wrap=True)
         for key in ("task", "tenant", "status", "node", "site", "vc", "host", "placements", "submitted_at",
@@ -311,12 +352,13 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(...),
         tenant: Optional[str] = ADMIN_TENANT,
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """Delete an application: its running tasks stop."""
         if kind not in ("app", "apps", "application"):
             _fail(f"delete takes 'app', got {kind!r}")
-        Client(server, token).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
+        Client(server, token, ca).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
         Console(highlight=False, soft_wrap=True).print(f"application/{name} deleted")
 
     @app.command()
@@ -324,10 +366,11 @@ def register(app: typer.Typer) -> None:
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing events as they come."),
         output: Output = typer.Option(Output.table, "-o", "--output", help="table or json (one object per line)"),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """The scheduler's events (your tenant's; all of them with an admin token)."""
-        client = Client(server, token)
+        client = Client(server, token, ca)
         show = _event_printer(output)
         after = 0
         while True:  # the recorded ones, a page at a time
@@ -366,12 +409,13 @@ def register(app: typer.Typer) -> None:
                                           "3650d); default: until revoked."),
         name: Optional[str] = typer.Option(None, "--name", help="A note: whom or what it is for."),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """Mint a token (needs an admin token); it is printed once.
 
         The token goes to standard output, its id and expiry to standard error."""
-        body = Client(server, token).request("POST", "/v1/tokens", json={"tenant": tenant, "ttl": ttl,
+        body = Client(server, token, ca).request("POST", "/v1/tokens", json={"tenant": tenant, "ttl": ttl,
                                                                          "name": name}).json()
         sys.stdout.write(body["token"] + "\n")
         until = f"expires {body['expires_at']}" if body.get("expires_at") else "valid until revoked"
@@ -381,13 +425,14 @@ def register(app: typer.Typer) -> None:
     def token_list(
         output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """List every token and its state (needs an admin token).
 
         Each with its id, tenant, name, source, state and times; the tokens
         themselves are not kept, so they are never shown."""
-        items = Client(server, token).every("/v1/tokens")
+        items = Client(server, token, ca).every("/v1/tokens")
         if output is Output.json:
             sys.stdout.write(json.dumps(items, separators=(",", ":")) + "\n")
             return
@@ -397,12 +442,13 @@ def register(app: typer.Typer) -> None:
     def token_revoke(
         token_id: str = typer.Argument(..., metavar="ID", help="The token's id: tok_..., as token list shows it."),
         server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
         """Revoke a token (needs an admin token): it answers 401 from now on."""
         from urllib.parse import quote
 
-        Client(server, token).request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}")
+        Client(server, token, ca).request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}")
         Console(highlight=False, soft_wrap=True).print(f"token/{escape(token_id)} revoked")
 
 
