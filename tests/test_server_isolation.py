@@ -150,6 +150,13 @@ def plan(live):
     _no_trace_of_a(r.json())
 
 
+def audit(live):
+    for params in ({}, {"tenant": A}, {"tenant": B}):
+        r = live.client.get("/v1/audit", params=params, headers=live.b)
+        assert r.status_code == 403
+        _no_trace_of_a(r.json())
+
+
 def tokens(live):
     for body in ({"tenant": A}, {"tenant": B}, {}, {"tenant": B, "ttl": "1h", "name": "mine"}):
         assert live.client.post("/v1/tokens", json=body, headers=live.b).status_code == 403
@@ -202,6 +209,7 @@ CASES = {
     ("POST", "/v1/nodes/{node:path}/drain"): node_actions,
     ("POST", "/v1/nodes/{node:path}/uncordon"): node_actions,
     ("GET", "/v1/plan"): plan,
+    ("GET", "/v1/audit"): audit,
     ("POST", "/v1/tokens"): tokens,
     ("GET", "/v1/tokens"): tokens_list,
     ("DELETE", "/v1/tokens/{token_id}"): token_revoke,

@@ -162,6 +162,7 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
                                                              error="That token is not valid (unknown, expired or "
                                                                    "revoked).", request=request)
                 return HTMLResponse(body, status_code=401, headers=SECURITY_HEADERS)
+            request.state.principal = who  # the audit log's who
             out = RedirectResponse(_local(next), status_code=303)
             out.set_cookie(COOKIE, token, max_age=SESSION_S, httponly=True, samesite="strict",
                            secure=request.url.scheme == "https", path="/")
@@ -170,6 +171,7 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
         @app.post("/logout", include_in_schema=False)
         async def logout(request: Request):
             form = await _form(request)
+            request.state.principal = auth.who(request)
             if not auth.form_ok(request, form.get("form_key", "")):
                 return HTMLResponse("refused: not a form of this console", status_code=403, headers=SECURITY_HEADERS)
             out = RedirectResponse("/login", status_code=303)

@@ -37,6 +37,7 @@ from starlette.routing import Match
 
 from suanli.executors.tasks import safe
 from suanli.console import COOKIE
+from suanli.server.audit import AuditLog, Observer
 from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
 from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
@@ -206,6 +207,19 @@ class VCOut(BaseModel):
 
 
 MAX_TOKEN_TTL_S = 3650 * 86400.0  # ten years; a token meant to last for ever is made without a ttl
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: str
+    token_id: str | None  # None: no valid token was given
+    tenant: str | None  # with admin false and no token: nobody known
+    admin: bool
+    action: str  # METHOD /route/{template}
+    object: str  # the path asked for
+    status: int
+    request_id: str
+    address: str | None
 
 
 class TokenIn(BaseModel):
@@ -386,30 +400,6 @@ class _TooLarge(Exception):
     pass
 
 
-class RequestCounter:
-    """ASGI middleware: each answer counted by method, route template and status, for /metrics."""
-
-    def __init__(self, app, counts: Counter) -> None:
-        self.app, self.counts = app, counts
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        status = 500  # no answer started: the server failed
-
-        async def seen(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, seen)
-        finally:
-            route = scope.get("route")  # the router sets it on a match
-            self.counts[(scope["method"], getattr(route, "path", "unmatched"), status)] += 1
-
-
 # ------------------------------------------------------------------ the application
 
 
@@ -455,13 +445,17 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     bearer = HTTPBearer(auto_error=False, description="a token from `suanli token create`")
     requests: Counter = Counter()  # (method, route, status) -> count, for /metrics
 
+    audit = AuditLog(store)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if start_controller:
             controller.start()
+        audit.start()
         try:
             yield
         finally:
+            await audit.stop()
             if start_controller:
                 controller.stop()
 
@@ -533,6 +527,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         if wait:
             raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant")
         request.state.token = digest(creds.credentials)  # streams are counted per token
+        request.state.principal = who  # for the audit and access logs
         return who
 
     async def admin(who: Principal = Depends(principal)) -> Principal:
@@ -908,6 +903,22 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         """The dry run of the rescheduler now: what runs where, what waits, the moves it would make."""
         return controller.ask("plan")
 
+    # -------------------------------------------------------- audit
+
+    @api.get("/v1/audit", response_model=list[AuditOut], responses=ADMIN_ERRORS)
+    def list_audit(request: Request, response: Response, who: Principal = Depends(admin),
+                   after: int = Query(0, ge=0, le=MAX_ID), limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
+                   tenant: str | None = Query(None, max_length=128)):
+        """Every request that asked for a change, oldest first (admin): when, who (the
+        token's public id and tenant), what (method and route, the path), the status
+        it got and the request id (as in the answer's X-Request-ID and the access log)."""
+        rows = store.audit(after, limit, tenant)
+        if len(rows) == limit:
+            response.headers["X-Next-After"] = str(rows[-1].id)
+        return [{"id": r.id, "at": iso(r.at), "token_id": r.token_id, "tenant": r.tenant, "admin": r.admin,
+                 "action": r.action, "object": r.object, "status": r.status, "request_id": r.request_id,
+                 "address": r.address} for r in rows]
+
     # -------------------------------------------------------- tokens
 
     @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, **problems(400)})
@@ -940,6 +951,6 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise not_found("token", token_id)
         return Response(status_code=204)
 
-    api.add_middleware(RequestCounter, counts=requests)
+    api.add_middleware(Observer, counts=requests, audit=audit)
     api.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     return api

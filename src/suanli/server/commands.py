@@ -169,6 +169,8 @@ def register(app: typer.Typer) -> None:
         tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve https: the server's certificate "
                                                 "(PEM, with its chain), with --tls-key."),
         tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The private key of --tls-cert (PEM)."),
+        access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="A JSON line per request on "
+                                        "standard error: request id, method, path, route, status, ms, token id."),
         secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
                                                    "at first start (default: DB.secret beside a SQLite database, "
                                                    "else ./suanli.secret); SUANLI_SECRET, when set, is used instead."),
@@ -234,6 +236,15 @@ def register(app: typer.Typer) -> None:
         gc.collect()
         gc.freeze()
         tls = {"ssl_certfile": str(tls_cert), "ssl_keyfile": str(tls_key)} if tls_cert is not None else {}
+        if access_log:
+            import logging
+
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            log = logging.getLogger("suanli.access")
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+            log.propagate = False
         uvicorn.run(api, host=host, port=port, log_level="warning", **tls)
 
     @app.command()
@@ -360,6 +371,37 @@ def register(app: typer.Typer) -> None:
             _fail(f"delete takes 'app', got {kind!r}")
         Client(server, token, ca).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
         Console(highlight=False, soft_wrap=True).print(f"application/{name} deleted")
+
+    @app.command()
+    def audit(
+        tenant: Optional[str] = typer.Option(None, "--tenant", help="Only the requests of this tenant's tokens."),
+        output: Output = typer.Option(Output.table, "-o", "--output", help="table or json (one object per line)"),
+        server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Who changed what (admin): every request that asked for a change, oldest first."""
+        client = Client(server, token, ca)
+        rows, after = [], 0
+        while True:
+            page = client.request("GET", "/v1/audit", params={"after": after, "limit": 1000,
+                                                              **({"tenant": tenant} if tenant else {})}).json()
+            rows += page
+            if len(page) < 1000:
+                break
+            after = page[-1]["id"]
+        if output is Output.json:
+            for r in rows:
+                sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
+            return
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for head in ("AT", "TOKEN", "TENANT", "ACTION", "OBJECT", "STATUS", "REQUEST"):
+            table.add_column(head)
+        for r in rows:
+            who = r["tenant"] or ("admin" if r["admin"] else "-")
+            table.add_row(r["at"], r["token_id"] or "-", who, r["action"], r["object"], str(r["status"]),
+                          r["request_id"])
+        Console(highlight=False).print(table)
 
     @app.command()
     def events(

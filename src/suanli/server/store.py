@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from sqlalchemy import (JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
+from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
                         create_engine, delete, event, func, insert, or_, select, tuple_, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
@@ -103,6 +103,21 @@ class EventRow(Base):
     body: Mapped[dict] = mapped_column(JSON)
     __table_args__ = (Index("ix_events_tenant_id", "tenant", "id"), Index("ix_events_task", "tenant", "task"),
                       Index("ix_events_kind_id", "kind", "id"))
+
+
+class AuditRow(Base):
+    __tablename__ = "audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    token_id: Mapped[str | None] = mapped_column(String(32))  # the token's public id (None: none was valid)
+    tenant: Mapped[str | None] = mapped_column(String(128))
+    admin: Mapped[bool] = mapped_column(Boolean)
+    action: Mapped[str] = mapped_column(String(200))  # METHOD /route/{template}
+    object: Mapped[str] = mapped_column(String(1000))  # the path asked for
+    status: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str] = mapped_column(String(64))
+    address: Mapped[str | None] = mapped_column(String(64))
+    __table_args__ = (Index("ix_audit_tenant_id", "tenant", "id"),)
 
 
 class NodeStateRow(Base):
@@ -274,6 +289,7 @@ class Principal:
     """Who a request speaks for: a tenant, or an admin (``tenant`` None)."""
 
     tenant: str | None
+    token_id: str | None = None  # the token's public id (tok_...), for the audit log
 
     @property
     def admin(self) -> bool:
@@ -659,7 +675,7 @@ class Store:
         if row is None or token_state(row, time.time()) != "active":
             self._principals.pop(key, None)
             return None
-        who = Principal(row.tenant)
+        who = Principal(row.tenant, row.public_id)
         if revocations == self._revocations:
             self._remember(key, _Remembered(who, row.public_id, time.monotonic() + PRINCIPAL_CACHE_S,
                                             row.expires_at))
@@ -831,6 +847,19 @@ class Store:
                 i = min(max(int(b), 0), buckets - 1)
                 out.setdefault(kind, [0] * buckets)[i] += int(n)
         return out
+
+    def audit_add(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Record requests that asked for a change (``AuditRow``'s fields)."""
+        if rows:
+            self._write(lambda conn: conn.execute(insert(AuditRow.__table__), list(rows)))
+
+    def audit(self, after: int = 0, limit: int = 1000, tenant: str | None = None) -> list[AuditRow]:
+        """The audit log after id ``after``, oldest first (of one tenant's tokens, or all)."""
+        q = select(AuditRow).where(AuditRow.id > after).order_by(AuditRow.id).limit(limit)
+        if tenant is not None:
+            q = q.where(AuditRow.tenant == tenant)
+        with self.session() as s:
+            return list(s.scalars(q))
 
     def form_key(self, token: str) -> str:
         """The key a console form carries for the session of ``token`` (not the token; made with the secret)."""
