@@ -364,6 +364,28 @@ def test_metrics_and_health(live):
     assert samples['suanli_http_requests_total{method="POST",route="/v1/applications",status="201"}'] == 1
 
 
+def test_metrics_are_prometheus_exposition_with_latency_histograms(live):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for name in ("web", "api"):
+        submit(live, live.a, app_doc(name, 3))
+    live.wait(lambda: len([t for t in live.tasks(live.a) if t["status"] == "running"]) == 6, what="6 running")
+    text = live.client.get("/metrics", headers=live.admin).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # a parser of the format reads it
+    def samples(family, suffix, **labels):
+        return [s.value for s in families[family].samples
+                if s.name == family + suffix and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert families["suanli_http_request_seconds"].type == "histogram"
+    assert samples("suanli_http_request_seconds", "_count", method="POST", route="/v1/applications") == [2]
+    assert samples("suanli_http_requests", "_total", method="POST", route="/v1/applications", status="201") == [2]
+    assert samples("suanli_store_commit_seconds", "_count")[0] > 0
+    assert samples("suanli_controller_turn_seconds", "_count")[0] > 0
+    waited = samples("suanli_submission_to_placement_seconds", "_count", tenant=A)
+    assert waited == [6]  # each task once, at its first placement
+    buckets = samples("suanli_submission_to_placement_seconds", "_bucket", tenant=A)
+    assert buckets == sorted(buckets) and buckets[-1] == 6  # cumulative, +Inf holds them all
+
+
 def test_admins_mint_tokens_for_known_tenants(live):
     r = live.client.post("/v1/tokens", json={"tenant": B}, headers=live.admin)
     assert r.status_code == 201 and r.json()["tenant"] == B

@@ -31,6 +31,8 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -38,6 +40,7 @@ from starlette.routing import Match
 from suanli.executors.tasks import safe
 from suanli.console import COOKIE
 from suanli.server.audit import AuditLog, Observer
+from suanli.server.metrics import Observed, gauge
 from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
 from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
@@ -443,7 +446,6 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     hub = EventHub(store, limits.events_page, limits.streams_per_token, limits.streams)
     fleet = world.fleet
     bearer = HTTPBearer(auto_error=False, description="a token from `suanli token create`")
-    requests: Counter = Counter()  # (method, route, status) -> count, for /metrics
 
     audit = AuditLog(store)
 
@@ -589,41 +591,37 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         body, _, ready = health()
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    scrape: dict[str, Any] = {}  # what one scrape read of the controller, for the collector
+
+    def gauges():
+        counts = store.task_counts()
+        states = scrape.get("states") or []
+        by_state = Counter(states)
+        yield gauge("suanli_tasks", "Tasks by status.", {(s,): counts.get(s, 0) for s in TASK_STATUSES}, ("status",))
+        yield gauge("suanli_nodes", "Nodes by state.",
+                    {(s,): by_state.get(s, 0) for s in ("ready", "cordoned", "drained", "down")}, ("state",))
+        yield gauge("suanli_applications", "Applications accepted and not deleted.", store.app_count())
+        yield gauge("suanli_controller_up", "Whether the scheduler's process is running.", int(controller.ready))
+        restarts = CounterMetricFamily("suanli_controller_restarts", "Times the scheduler's process was started again.")
+        restarts.add_metric([], controller.restarts)
+        yield restarts
+        yield gauge("suanli_event_streams", "Event streams open.", hub.open)
+
+    observed = Observed(gauges, lambda: scrape.get("stats") or {})
+    before = store.on_commit  # a controller in this process measures the same store's commits too
+    store.on_commit = observed.commits.observe if before is None else \
+        (lambda seconds: (before(seconds), observed.commits.observe(seconds)))
+
     @api.get("/metrics", response_class=PlainTextResponse, responses=ADMIN_ERRORS)
     def metrics(who: Principal = Depends(admin)):
         """Prometheus text format (admin token): tasks by status, nodes by state,
-        requests, the scheduler's turns."""
-        counts = store.task_counts()
+        requests and their latency per route, store commits, the scheduler's
+        turns, each tenant's tasks' time from submission to placement."""
         try:
-            stats, states = controller.stats(timeout=2.0), controller.ask("node_states")
+            scrape["stats"], scrape["states"] = controller.stats(timeout=2.0), controller.ask("node_states")
         except Exception:  # the controller is away: what the API knows
-            stats, states = {"instants": 0, "errors": 0, "published": 0}, []
-        lines = ["# HELP suanli_tasks Tasks by status.", "# TYPE suanli_tasks gauge"]
-        lines += [f'suanli_tasks{{status="{s}"}} {counts.get(s, 0)}' for s in TASK_STATUSES]
-        lines += ["# HELP suanli_nodes Nodes by state.", "# TYPE suanli_nodes gauge"]
-        by_state = Counter(states)
-        lines += [f'suanli_nodes{{state="{s}"}} {by_state.get(s, 0)}' for s in ("ready", "cordoned", "drained", "down")]
-        lines += ["# HELP suanli_applications Applications accepted and not deleted.",
-                  "# TYPE suanli_applications gauge", f"suanli_applications {store.app_count()}"]
-        lines += ["# HELP suanli_scheduler_instants_total Instants the scheduler handled and recorded.",
-                  "# TYPE suanli_scheduler_instants_total counter",
-                  f"suanli_scheduler_instants_total {stats['instants']}",
-                  "# HELP suanli_scheduler_errors_total Commands or turns of the scheduler that failed.",
-                  "# TYPE suanli_scheduler_errors_total counter", f"suanli_scheduler_errors_total {stats['errors']}",
-                  "# HELP suanli_events_total Events recorded.", "# TYPE suanli_events_total counter",
-                  f"suanli_events_total {stats['published']}",
-                  "# HELP suanli_controller_up Whether the scheduler's process is running.",
-                  "# TYPE suanli_controller_up gauge", f"suanli_controller_up {int(controller.ready)}",
-                  "# HELP suanli_controller_restarts_total Times the scheduler's process was started again.",
-                  "# TYPE suanli_controller_restarts_total counter",
-                  f"suanli_controller_restarts_total {controller.restarts}",
-                  "# HELP suanli_event_streams Event streams open.", "# TYPE suanli_event_streams gauge",
-                  f"suanli_event_streams {hub.open}",
-                  "# HELP suanli_http_requests_total HTTP requests answered.",
-                  "# TYPE suanli_http_requests_total counter"]
-        for (method, route, status), n in sorted(requests.items()):
-            lines.append(f'suanli_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {n}')
-        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+            scrape["stats"], scrape["states"] = {}, []
+        return PlainTextResponse(generate_latest(observed.registry).decode(), media_type=CONTENT_TYPE_LATEST)
 
     # -------------------------------------------------------- fleet
 
@@ -951,6 +949,6 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise not_found("token", token_id)
         return Response(status_code=204)
 
-    api.add_middleware(Observer, counts=requests, audit=audit)
+    api.add_middleware(Observer, observed=observed, audit=audit)
     api.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     return api

@@ -1,4 +1,4 @@
-"""Who did what: every request gets an id (``X-Request-ID``, in its answer
+"""Who did what, and how long it took: every request gets an id (``X-Request-ID``, in its answer
 and in the access log), and every request that asks for a change (any
 method but GET, HEAD and OPTIONS) is recorded in the store's audit log:
 when, the token's public id and tenant (or that no valid token was given),
@@ -18,7 +18,6 @@ import logging
 import re
 import secrets
 import time
-from collections import Counter
 from typing import Any
 
 from suanli.server.store import Store
@@ -79,8 +78,8 @@ class Observer:
     status (for /metrics), its line in the access log, and for a change its
     row in the audit log."""
 
-    def __init__(self, app, counts: Counter, audit: AuditLog) -> None:
-        self.app, self.counts, self.audit = app, counts, audit
+    def __init__(self, app, observed, audit: AuditLog) -> None:
+        self.app, self.observed, self.audit = app, observed, audit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -103,12 +102,14 @@ class Observer:
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")  # the router sets it on a match
             method = scope["method"]
-            self.counts[(method, route, status)] += 1
+            seconds = time.perf_counter() - started
+            self.observed.requests.labels(method, route, str(status)).inc()
+            self.observed.latency.labels(method, route).observe(seconds)
             who = scope["state"].get("principal")
             client = scope.get("client")
             address = client[0] if client else None
             line = {"request_id": request_id, "method": method, "path": scope["path"], "route": route,
-                    "status": status, "ms": round((time.perf_counter() - started) * 1000, 2),
+                    "status": status, "ms": round(seconds * 1000, 2),
                     "token_id": getattr(who, "token_id", None), "address": address}
             if access.isEnabledFor(logging.INFO):
                 access.info(json.dumps(line, separators=(",", ":")))

@@ -40,6 +40,7 @@ from suanli.spec.build import build_application
 from suanli.spec.loader import problem_at, validate_document
 from suanli.spec.problems import Problem
 from suanli.phrases import reasons_json, why_json
+from suanli.server.metrics import Buckets
 from suanli.spec.refs import check_application
 
 log = logging.getLogger("suanli.server")
@@ -123,6 +124,9 @@ class Controller:
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
         self.app_ids: set[int] = set()  # the store's applications the scheduler has
         self.last_ok = time.monotonic()  # when a turn last went through
+        self.turn_seconds, self.commit_seconds = Buckets(), Buckets()  # for /metrics
+        self.placement_seconds: dict[str, Buckets] = {}  # tenant -> from submission to first placement
+        store.on_commit = self.commit_seconds.observe
         self.restarts = 0  # in process, never started again (RemoteController's count)
 
     # ------------------------------------------------------------ life
@@ -241,9 +245,12 @@ class Controller:
         return QUERIES[query](self, *args)
 
     def stats(self, timeout: float | None = None) -> dict[str, Any]:
-        """Counts, and how long ago a turn of the scheduler last went through."""
+        """Counts, how long ago a turn of the scheduler last went through, and histograms."""
         return {"instants": self.instants, "errors": self.errors, "published": self.published,
-                "since_turn_s": round(time.monotonic() - self.last_ok, 3)}
+                "since_turn_s": round(time.monotonic() - self.last_ok, 3),
+                "histograms": {"turn_seconds": self.turn_seconds.snapshot(),
+                               "commit_seconds": self.commit_seconds.snapshot(),
+                               "placement_seconds": {t: b.snapshot() for t, b in self.placement_seconds.items()}}}
 
     @property
     def ready(self) -> bool:
@@ -307,10 +314,12 @@ class Controller:
 
     def _turn(self) -> None:
         """Handle the instants due, then write what they changed."""
+        started = time.perf_counter()
         self.sim.step(self.clock.now())
         self.last_turn = time.monotonic()
         self._write_turn()
         self.last_ok = time.monotonic()
+        self.turn_seconds.observe(time.perf_counter() - started)
 
     def _write_turn(self) -> None:
         """What the instants changed, in one transaction."""
@@ -363,6 +372,14 @@ class Controller:
             kind, at = e["kind"], self.wall(e["t"])
             f = fields.setdefault(task, {})
             if kind == "placed":
+                rec = self.sim.view.tasks.get(task)
+                first = rec is not None and rec.first_placed_at is not None and abs(rec.first_placed_at - e["t"]) < 1e-5
+                if first and not f.get("placements"):  # (event times are rounded to the microsecond)
+                    tenant = split(task)[0]
+                    waits = self.placement_seconds.get(tenant)
+                    if waits is None:
+                        waits = self.placement_seconds[tenant] = Buckets()
+                    waits.observe(max(0.0, self.wall(e["t"]) - self.wall(rec.submitted_at)))
                 f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), **NO_REASONS)
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":

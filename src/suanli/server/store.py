@@ -417,6 +417,7 @@ def _private_file(path: str) -> None:
 
 
 class Store:
+    on_commit: Callable[[float], None] | None = None  # told each commit's seconds (for /metrics)
     def __init__(self, url: str, *, upgrade: bool = True, secret: bytes | None = None) -> None:
         """``secret``: the key of token digests (``self.secret``, which may also be set
         before the first token is made or checked); None: ``load_secret(url)`` at
@@ -465,7 +466,10 @@ class Store:
             with self._queued_lock:
                 batch, self._queued = self._queued, []
             if batch:
+                started = time.perf_counter()
                 self._commit(batch)
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - started)
         if not w.done:
             raise RuntimeError("the write was not committed: the thread committing it stopped")
         if w.error is not None:
