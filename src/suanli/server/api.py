@@ -34,6 +34,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -883,16 +884,17 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
         async def gen():
             try:
-                yield ": suanli events\n\n"
+                yield ServerSentEvent(comment="suanli events")
                 async for e in hub.follow(who.tenant, start):
-                    if e is None:
-                        yield ": keep-alive\n\n"
+                    if e is None:  # nothing new for a while (and all recorded before has been sent)
+                        yield ServerSentEvent(comment="keep-alive")
                     else:
-                        yield f"id: {e.id}\nevent: {e.kind}\ndata: {json.dumps(event_body(e.body, who.admin))}\n\n"
+                        yield ServerSentEvent(json.dumps(event_body(e.body, who.admin)), event=e.kind, id=str(e.id))
             finally:
                 hub.release(token)
 
-        return StreamingResponse(gen(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        # the protocol (framing, a client gone, the server stopping) is a maintained library's
+        return EventSourceResponse(gen(), sep="\n", headers={"Cache-Control": "no-cache"})
 
     # -------------------------------------------------------- the rescheduler's plan
 
