@@ -87,6 +87,16 @@ class Client:
             self._problem(r, where)
         return r
 
+    def since(self, path: str, params: dict | None = None, page: int = 1000):
+        """The items of a listing paged by id (``after``), oldest first, a page at a time."""
+        after = 0
+        while True:
+            items = self.request("GET", path, params={**(params or {}), "after": after, "limit": page}).json()
+            yield from items
+            if len(items) < page:
+                return
+            after = items[-1]["id"]
+
     def every(self, path: str, params: dict | None = None) -> list:
         """All items of a listing, following its pages (``X-Next-Cursor``)."""
         items, params = [], dict(params or {})
@@ -381,15 +391,7 @@ def register(app: typer.Typer) -> None:
         token: Optional[str] = TOKEN,
     ) -> None:
         """Who changed what (admin): every request that asked for a change, oldest first."""
-        client = Client(server, token, ca)
-        rows, after = [], 0
-        while True:
-            page = client.request("GET", "/v1/audit", params={"after": after, "limit": 1000,
-                                                              **({"tenant": tenant} if tenant else {})}).json()
-            rows += page
-            if len(page) < 1000:
-                break
-            after = page[-1]["id"]
+        rows = list(Client(server, token, ca).since("/v1/audit", {"tenant": tenant} if tenant else {}))
         if output is Output.json:
             for r in rows:
                 sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
@@ -415,13 +417,9 @@ def register(app: typer.Typer) -> None:
         client = Client(server, token, ca)
         show = _event_printer(output)
         after = 0
-        while True:  # the recorded ones, a page at a time
-            page = client.request("GET", "/v1/events", params={"after": after, "limit": 1000}).json()
-            for e in page:
-                show(e["body"])
-                after = e["id"]
-            if len(page) < 1000:
-                break
+        for e in client.since("/v1/events"):  # the recorded ones, a page at a time
+            show(e["body"])
+            after = e["id"]
         if not follow:
             return
         try:
