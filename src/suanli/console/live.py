@@ -121,7 +121,7 @@ class LiveRun(model.RunData):
         row = self.store.task(owner, name)
         if row is None:
             return None
-        _, events = self.store.recent_events(owner, task=name, limit=1000, count=False)
+        _, events = self.store.recent_events(owner, task=name, limit=1000, count=False, app_id=row.app_id)
         history = [self._event(e) for e in reversed(events)]
         now = time.time()
         return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,

@@ -74,6 +74,12 @@ class Limits:
     events_page: int = 1000  # events in one answer at most
     streams_per_token: int = 8  # event streams open at once with one token
     streams: int = 1000  # event streams open at once in all
+    # retention (docs/serve.md): events kept this long and at most this many, an application whose
+    # every task ended kept this long; the store pruned this often (None: kept)
+    keep_events_s: float | None = 7 * 86400.0
+    keep_events: int | None = 10_000_000
+    keep_ended_s: float | None = 86400.0
+    prune_every_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.address_rate is None:
@@ -450,14 +456,30 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     audit = AuditLog(store)
 
+    async def retain() -> None:
+        """Prune the store every ``limits.prune_every_s`` (``Limits``' retention), and have the
+        scheduler forget the applications that went."""
+        while True:
+            await asyncio.sleep(limits.prune_every_s)
+            try:
+                gone = await asyncio.to_thread(store.prune, time.time(), limits.keep_events_s, limits.keep_events,
+                                               limits.keep_ended_s)
+            except Exception:  # the store refuses writes for now: next time
+                continue
+            for tenant, name, app_id in gone["apps"]:
+                controller.delete(tenant, name, app_id)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if start_controller:
             controller.start()
         audit.start()
+        pruning = asyncio.get_running_loop().create_task(retain())
         try:
             yield
         finally:
+            pruning.cancel()
+            await asyncio.gather(pruning, return_exceptions=True)
             await audit.stop()
             if start_controller:
                 controller.stop()
@@ -607,6 +629,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         restarts.add_metric([], controller.restarts)
         yield restarts
         yield gauge("suanli_event_streams", "Event streams open.", hub.open)
+        yield gauge("suanli_store_rows", "Rows the store keeps, per table (what retention bounds).",
+                    {(table,): n for table, n in store.counts().items()}, ("table",))
 
     observed = Observed(gauges, lambda: scrape.get("stats") or {})
     before = store.on_commit  # a controller in this process measures the same store's commits too
@@ -836,7 +860,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         row = store.task(owner, task)
         if row is None:
             raise not_found("task", task)
-        history = [event_body(e.body, who.admin) for e in store.events(owner, task=task, limit=limits.events_page)]
+        history = [event_body(e.body, who.admin)
+                   for e in store.events(owner, task=task, limit=limits.events_page, app_id=row.app_id)]
         return {**task_out(row), "history": history}
 
     @api.get("/v1/logs/{task:path}", response_class=PlainTextResponse, responses=ERRORS)

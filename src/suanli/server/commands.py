@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from suanli.executors import ExecutorName, make
+from suanli.model.quantities import QuantityError, parse_duration_s
 from suanli.render import OutputFormat as Output
 from suanli.spec.problems import Problem, SpecError
 
@@ -179,6 +180,12 @@ def register(app: typer.Typer) -> None:
         tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve https: the server's certificate "
                                                 "(PEM, with its chain), with --tls-key."),
         tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The private key of --tls-cert (PEM)."),
+        keep_events: str = typer.Option("7d", "--keep-events", help="Events are kept this long (0: forever)."),
+        keep_events_count: int = typer.Option(10_000_000, "--keep-events-count", help="At most this many events "
+                                              "are kept, the newest (0: no bound)."),
+        keep_ended: str = typer.Option("1d", "--keep-ended", help="An application whose every task ended is kept "
+                                       "this long, then deleted with its tasks and events (0: forever)."),
+        prune_every: str = typer.Option("1m", "--prune-every", help="How often the store is pruned."),
         access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="A JSON line per request on "
                                         "standard error: request id, method, path, route, status, ms, token id."),
         secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
@@ -209,6 +216,15 @@ def register(app: typer.Typer) -> None:
         if speed <= 0:
             problems.append(Problem("--speed", f"must be above 0, got {speed:g}"))
         problems += _tls_problems(tls_cert, tls_key)
+        keep: dict[str, float | None] = {}
+        for flag, text in (("--keep-events", keep_events), ("--keep-ended", keep_ended), ("--prune-every", prune_every)):
+            try:
+                seconds = parse_duration_s(text)
+                keep[flag] = None if seconds == 0 else seconds
+            except QuantityError as exc:
+                problems.append(Problem(flag, str(exc)))
+        if keep_events_count < 0:
+            problems.append(Problem("--keep-events-count", f"must be 0 or more, got {keep_events_count}"))
         if problems:
             _fail_problems(problems)
         try:
@@ -235,7 +251,11 @@ def register(app: typer.Typer) -> None:
         controller = RemoteController(files, db, speed=speed,
                                       executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
-                                                          burst=max(1, int(2 * max_rate))),
+                                                          burst=max(1, int(2 * max_rate)),
+                                                          keep_events_s=keep["--keep-events"],
+                                                          keep_events=keep_events_count or None,
+                                                          keep_ended_s=keep["--keep-ended"],
+                                                          prune_every_s=keep["--prune-every"] or 60.0),
                          logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None)
         scheme = "https" if tls_cert is not None else "http"
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on {scheme}://{host}:{port} (docs at /docs, "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections import deque
 import threading
 import time
 from concurrent.futures import Future
@@ -112,6 +113,7 @@ class Controller:
         self.epoch = time.time()  # wall time at the scheduler's time 0
         self.inbox: queue.Queue[Callable[[float], None]] = queue.Queue()
         self.sim = Simulation(world, clock=self.clock, policy=policy, executor=executor)
+        self.sim.keep_records = False  # the store keeps them: the scheduler forgets a deleted application whole
         self.sim.loop.on_post = lambda: self.inbox.put(lambda now: None)  # an executor's news: a turn now
         self.published = 0  # events written so far
         self.instants = 0
@@ -123,6 +125,9 @@ class Controller:
         self._vc_tenant = {name: vc.tenant for name, vc in world.vcs.items()}
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
         self.app_ids: set[int] = set()  # the store's applications the scheduler has
+        self._app_of: dict[str, int] = {}  # TENANT:NAME -> the store's id of the application its events are of
+        self._next_app: dict[str, deque[int]] = {}  # ids of applications submitted by that name, not yet seen
+        self._deleting: set[str] = set()  # names whose application was deleted: events are the old one's
         self.last_ok = time.monotonic()  # when a turn last went through
         self.turn_seconds, self.commit_seconds = Buckets(), Buckets()  # for /metrics
         self.placement_seconds: dict[str, Buckets] = {}  # tenant -> from submission to first placement
@@ -172,6 +177,7 @@ class Controller:
             ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
             sim.submit(built, ended)
             self.app_ids.add(app.id)
+            self._app_of[internal(app.tenant, app.name)] = app.id
             lost += [r for r in rows if r.status == "running"]
         now = time.time()
         # the executor's runs ended with the process that ran them
@@ -216,6 +222,7 @@ class Controller:
                 if app_id in self.app_ids:
                     return
                 self.app_ids.add(app_id)
+                self._next_app.setdefault(app.name, deque()).append(app_id)
             self.sim.submit(app)
         self.inbox.put(command)
 
@@ -229,6 +236,7 @@ class Controller:
                     return
                 self.app_ids.discard(app_id)
             self.sim.apply(event)
+            self._deleting.add(event.app)  # its tasks' ends are still the old application's
         self.inbox.put(command)
 
     def node(self, node: str, action: str) -> None:
@@ -337,6 +345,15 @@ class Controller:
     def _row(self, e: dict[str, Any]) -> dict[str, Any]:
         """An event as the store keeps it: names as the tenant knows them."""
         body = dict(e)
+        app = (body.get("task") or body.get("app") or "").split("/", 1)[0]
+        if e["kind"] == "submitted" and (app in self._deleting or app not in self._app_of):
+            waiting = self._next_app.get(app)  # a new application by this name: its events from here on
+            if waiting:
+                self._app_of[app] = waiting.popleft()
+                self._deleting.discard(app)
+                if not waiting:
+                    del self._next_app[app]
+        app_id = self._app_of.get(app)
         at = self.wall(body.pop("t"))
         tenant = task = None
         if "task" in body:
@@ -349,7 +366,8 @@ class Controller:
             tenant = self._vc_tenant.get(body["vc"])
         if "by" in body:
             body.update(self._by(tenant, body.pop("by"), body.get("cause")))
-        return {"at": at, "kind": e["kind"], "tenant": tenant, "task": task, "body": {"t": round(at, 6), **body}}
+        return {"at": at, "kind": e["kind"], "tenant": tenant, "task": task, "app_id": app_id,
+                "body": {"t": round(at, 6), **body}}
 
     @staticmethod
     def _by(tenant: str | None, by: str, cause: str | None) -> dict[str, Any]:

@@ -68,7 +68,8 @@ class AppRow(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[float] = mapped_column(Float)
     __table_args__ = (UniqueConstraint("tenant", "name", name="uq_app_name"),
-                      UniqueConstraint("tenant", "idempotency_key", name="uq_app_idempotency"))
+                      UniqueConstraint("tenant", "idempotency_key", name="uq_app_idempotency"),
+                      {"sqlite_autoincrement": True})  # an id is never given again
 
 
 class TaskRow(Base):
@@ -100,9 +101,10 @@ class EventRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     tenant: Mapped[str | None] = mapped_column(String(128))  # None: seen by admins only
     task: Mapped[str | None] = mapped_column(String(400))
+    app_id: Mapped[int | None] = mapped_column(Integer)  # the store's application it belongs to (None: none)
     body: Mapped[dict] = mapped_column(JSON)
     __table_args__ = (Index("ix_events_tenant_id", "tenant", "id"), Index("ix_events_task", "tenant", "task"),
-                      Index("ix_events_kind_id", "kind", "id"))
+                      Index("ix_events_kind_id", "kind", "id"), Index("ix_events_app_id", "app_id"))
 
 
 class AuditRow(Base):
@@ -323,6 +325,9 @@ def task_update(fields: tuple[str, ...]):
     values = {f: t.c.placements + bindparam("add_placements") if f == "placements" else bindparam(f"v_{f}")
               for f in fields}
     return update(t).where(t.c.tenant == bindparam("k_tenant"), t.c.name == bindparam("k_name")).values(values)
+
+
+ENDED_STATUSES = ("finished", "failed", "omitted")
 
 
 def _like_prefix(text: str) -> str:
@@ -821,9 +826,11 @@ class Store:
             return [(k, int(n)) for k, n in s.execute(q)]
 
     def recent_events(self, tenant: str | None, kinds: Sequence[str] = (), task: str | None = None,
-                      limit: int = 100, count: bool = True) -> tuple[int | None, list[EventRow]]:
+                      limit: int = 100, count: bool = True, app_id: int | None = None) -> tuple[int | None, list[EventRow]]:
         """Events of these kinds (all: none given), the latest first, and (``count``) how many in all."""
         cond = []
+        if app_id is not None:
+            cond.append(or_(EventRow.app_id == app_id, EventRow.app_id.is_(None)))
         if tenant is not None:
             cond.append(EventRow.tenant == tenant)
         if kinds:
@@ -865,6 +872,52 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
+    def prune(self, now: float, keep_events_s: float | None, keep_events: int | None,
+              keep_ended_s: float | None) -> dict[str, Any]:
+        """Retention: the events (and audit rows) older than ``keep_events_s``, those
+        past the newest ``keep_events``, and the events of deleted applications; and the applications
+        whose every task ended more than ``keep_ended_s`` ago (with their tasks and
+        events). Returns what went: counts, and the applications (tenant, name, id)
+        for the scheduler to forget."""
+        out: dict[str, Any] = {"events": 0, "apps": []}
+
+        def work(conn: Connection) -> None:
+            e = EventRow.__table__
+            gone = conn.execute(delete(e).where(e.c.app_id.is_not(None),
+                                                e.c.app_id.not_in(select(AppRow.__table__.c.id)))).rowcount or 0
+            for table in (e, AuditRow.__table__):  # the audit log is kept as the events are
+                n = 0
+                if keep_events_s is not None:
+                    n += conn.execute(delete(table).where(table.c.at < now - keep_events_s)).rowcount or 0
+                if keep_events is not None:
+                    newest = conn.execute(select(func.max(table.c.id))).scalar() or 0
+                    n += conn.execute(delete(table).where(table.c.id <= newest - keep_events)).rowcount or 0
+                if table is e:
+                    gone += n
+            if keep_ended_s is not None:
+                t, a = TaskRow.__table__, AppRow.__table__
+                live = select(t.c.app_id).where(or_(t.c.status.not_in(ENDED_STATUSES), t.c.ended_at.is_(None),
+                                                    t.c.ended_at >= now - keep_ended_s))
+                old = conn.execute(select(a.c.id, a.c.tenant, a.c.name).where(
+                    a.c.id.not_in(live), a.c.created_at < now - keep_ended_s)).all()
+                if old:
+                    ids = [r.id for r in old]
+                    conn.execute(delete(t).where(t.c.app_id.in_(ids)))
+                    gone += conn.execute(delete(e).where(e.c.app_id.in_(ids))).rowcount or 0
+                    conn.execute(delete(a).where(a.c.id.in_(ids)))
+                    out["apps"] = [(r.tenant, r.name, r.id) for r in old]
+            out["events"] = gone
+
+        self._write(work)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """Rows kept: applications, tasks, events, audit rows (for retention's checks and benchmarks)."""
+        with self.session() as s:
+            return {name: int(s.scalar(select(func.count()).select_from(row)) or 0)
+                    for name, row in (("applications", AppRow), ("tasks", TaskRow), ("events", EventRow),
+                                      ("audit", AuditRow))}
+
     def form_key(self, token: str) -> str:
         """The key a console form carries for the session of ``token`` (not the token; made with the secret)."""
         return keyed_digest(self._key(), "console-form:" + token)
@@ -902,7 +955,7 @@ class Store:
         for tenant, task, fields in changes:
             params = {"add_placements" if f == "placements" else f"v_{f}": v for f, v in fields.items()}
             by_fields.setdefault(tuple(sorted(fields)), []).append({"k_tenant": tenant, "k_name": task, **params})
-        rows_of_events = [{"tenant": None, "task": None, **e} for e in events]
+        rows_of_events = [{"tenant": None, "task": None, "app_id": None, **e} for e in events]
 
         def write(conn: Connection) -> None:
             for fields, rows in by_fields.items():
@@ -914,13 +967,18 @@ class Store:
 
     # ------------------------------------------------------------ events
 
-    def events(self, tenant: str | None, after: int = 0, limit: int = 1000, task: str | None = None) -> list[EventRow]:
-        """Events after id ``after``, oldest first: a tenant's own, or all for an admin."""
+    def events(self, tenant: str | None, after: int = 0, limit: int = 1000, task: str | None = None,
+               app_id: int | None = None) -> list[EventRow]:
+        """Events after id ``after``, oldest first: a tenant's own, or all for an admin
+        (``task`` and ``app_id``: of that task of that application, not of an earlier
+        application of the same name)."""
         q = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
         if tenant is not None:
             q = q.where(EventRow.tenant == tenant)
         if task is not None:
             q = q.where(EventRow.task == task)
+        if app_id is not None:
+            q = q.where(or_(EventRow.app_id == app_id, EventRow.app_id.is_(None)))
         with self.session() as s:
             return list(s.scalars(q))
 

@@ -182,16 +182,20 @@ class Ledger:
 
     # ------------------------------------------------------------ deletes
 
-    def forget(self, app: str, waiting: Container[int]) -> None:
+    def forget(self, app: str, waiting: Container[int], records: bool = True) -> None:
         """Drop what a deleted application's units hold once all of them have
         ended (none has a run, none is in ``waiting``): its records stay, with
-        their times, status and class, but not its work."""
+        their times, status and class (``records`` false: they go too), but
+        not its work."""
         uids = self.by_app.get(app, ())
         if any(self.units[uid].run is not None or uid in waiting for uid in uids):
             return
         for uid in self.by_app.pop(app, ()):
             for task in self.units.pop(uid).unit.tasks:
-                self.tasks[task].component = None
+                if records:
+                    self.tasks[task].component = None
+                elif task in self.tasks:
+                    self.counts[self.tasks.pop(task).status] -= 1
 
 
 class LedgerView:

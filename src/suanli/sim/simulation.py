@@ -190,6 +190,7 @@ class Simulation:
         self._names: dict[int, tuple[str, str]] = {}  # node -> its name and its site's, for events
         self._stamp: tuple[float | None, float] = (None, 0.0)  # an instant's time and its rounding, for events
         self.ledger = Ledger()  # the records of tasks and units: they change through its transitions only
+        self.keep_records = True  # a deleted application's task records are kept for the results (a server keeps none)
         self.view = LedgerView(self.ledger, self.state.placements, world)  # what code outside reads
         self._tasks, self._units = self.ledger.tasks, self.ledger.units  # read here, changed by the ledger
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
@@ -709,7 +710,7 @@ class Simulation:
         """Drop what a deleted application's units held once all of them have ended:
         its records stay, with their times, status and class, but not its work
         (a long trace would otherwise keep every pod it ever replayed)."""
-        self.ledger.forget(app, self.pending)
+        self.ledger.forget(app, self.pending, self.keep_records)
 
     # ------------------------------------------------------------ scheduling
 
