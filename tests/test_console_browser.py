@@ -118,8 +118,10 @@ def test_a_pending_task_reads_its_first_reason_and_gap(tmp_path, page):
 # ------------------------------------------------------------------ a real suanli serve
 
 
-@pytest.fixture
-def serve(tmp_path):
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """One real server for the live tests (each uses tenants and nodes of its own)."""
+    tmp_path = tmp_path_factory.mktemp("serve")
     log = open(tmp_path / "serve.log", "w")
     server = Server(f"sqlite:///{tmp_path / 'suanli.db'}", free_port(), log, speed=100)
     server.start()

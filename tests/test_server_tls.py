@@ -97,16 +97,25 @@ def test_a_console_session_over_https_is_a_secure_cookie(https, pki):
         assert r.status_code == 303 and "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--tls-cert", "server.pem"], "--tls-key"),
-    (["--tls-key", "server.key"], "--tls-cert"),
-    (["--tls-cert", "server.key", "--tls-key", "server.key"], "--tls-cert"),
-    (["--tls-cert", "nothing.pem", "--tls-key", "server.key"], "--tls-cert"),
+@pytest.mark.parametrize("cert, key, field", [
+    ("server.pem", None, "--tls-key"),
+    (None, "server.key", "--tls-cert"),
+    ("server.key", "server.key", "--tls-cert"),  # a key is no certificate
+    ("nothing.pem", "server.key", "--tls-cert"),
+    ("server.pem", "ca.key", "--tls-cert"),  # another certificate's key
 ])
-def test_serve_refuses_a_half_or_broken_tls_setup_with_exit_2(pki, tmp_path, args, field):
-    args = [str(pki / a) if a.endswith((".pem", ".key")) else a for a in args]
-    r = suanli("serve", *map(str, FLEET), "--db", f"sqlite:///{tmp_path / 'x.db'}", "--port", str(free_port()), *args)
-    assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr, r.stderr
+def test_a_half_or_broken_tls_setup_is_a_problem_of_its_field(pki, cert, key, field):
+    from suanli.server.commands import _tls_problems
+
+    (problem,) = _tls_problems(cert and pki / cert, key and pki / key)
+    assert problem.file == field, problem
+    assert not _tls_problems(pki / "server.pem", pki / "server.key") and not _tls_problems(None, None)
+
+
+def test_serve_refuses_a_broken_tls_setup_with_exit_2(pki, tmp_path):
+    r = suanli("serve", *map(str, FLEET), "--db", f"sqlite:///{tmp_path / 'x.db'}", "--port", str(free_port()),
+               "--tls-cert", str(pki / "server.pem"))
+    assert r.returncode == 2 and "--tls-key" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_ca_file_that_is_not_one_is_said_so(tmp_path):
