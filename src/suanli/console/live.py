@@ -114,7 +114,7 @@ class LiveRun(model.RunData):
                 "rows": [{"task": r.name, "tenant": r.tenant, "app": app, "status": r.status, "site": r.site,
                           "tier": self.tiers.tier(r.site), "reason": r.reason} for r, app in rows]}
 
-    def task(self, name: str, tenant: str | None = None) -> dict[str, Any] | None:
+    def task(self, name: str, at: float | None = None, tenant: str | None = None) -> dict[str, Any] | None:
         owner = self.tenant if self.tenant is not None else tenant
         if owner is None:
             return None  # an admin names the tenant (the tasks table's links do)
@@ -131,9 +131,8 @@ class LiveRun(model.RunData):
                 "logs_url": _logs_url(name, row.tenant, self.who.admin) if self.logs and row.placements else None,
                 "moves": [e for e in history if e["kind"] in model.MOVE_KINDS]}
 
-    def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
-               after: float | None = None, limit: int = 100) -> dict[str, Any]:
-        total, rows = self.store.recent_events(self.tenant, tuple(kinds), task=task, limit=limit)
+    def events(self, kinds: Iterable[str] = (), before: float | None = None, limit: int = 100) -> dict[str, Any]:
+        total, rows = self.store.recent_events(self.tenant, tuple(kinds), limit=limit)
         return {"total": total, "rows": [self._event(e) for e in rows]}
 
     def event_counts(self, kinds: Iterable[str], buckets: int = model.BUCKETS) -> dict[str, Any]:

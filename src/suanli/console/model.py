@@ -50,11 +50,13 @@ class RunData:
     def tasks(self, q: TaskQuery) -> dict[str, Any]:
         raise NotImplementedError
 
-    def task(self, name: str, at: float | None = None) -> dict[str, Any] | None:
+    def task(self, name: str, at: float | None = None, tenant: str | None = None) -> dict[str, Any] | None:
+        """A task's page (None: no such task here): ``at`` a recorded run's instant,
+        ``tenant`` the one an admin names on a live control plane."""
         raise NotImplementedError
 
-    def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
-               after: float | None = None, limit: int = 100) -> dict[str, Any]:
+    def events(self, kinds: Iterable[str] = (), before: float | None = None, limit: int = 100) -> dict[str, Any]:
+        """Events of ``kinds`` (all: none given), the latest first (up to a recorded run's instant ``before``)."""
         raise NotImplementedError
 
     def topology(self, at: float | None = None) -> dict[str, Any]:

@@ -70,6 +70,10 @@ class RecordedRun(model.RunData):
         self._states: OrderedDict[float, _State] = OrderedDict()
         self._hosts_at: tuple[float, dict[str, list[dict[str, Any]]]] | None = None
         self._pending_why = {u["task"]: u.get("why") or [] for u in self.result.get("unscheduled") or []}
+        self._first_code = np.full(len(self.task_names), "", object)  # a task waiting at the end: its first reason's code
+        for task, why in self._pending_why.items():
+            if why and task in self.task_index:
+                self._first_code[self.task_index[task]] = why[0]["code"]
 
     # ---------------------------------------------------------------- reading
 
@@ -252,12 +256,10 @@ class RecordedRun(model.RunData):
         if q.tier:
             tier = model.TIER_CODES.get(q.tier, -2)
             keep &= (st.site >= 0) & (self.site_tier[np.maximum(st.site, 0)] == tier)
-        if q.reason:
-            keep &= np.isin(np.arange(keep.size), [self.task_index[t] for t, why in self._pending_why.items()
-                                                   if why and why[0]["code"] == q.reason and at >= self.end])
+        if q.reason:  # the reasons of the tasks waiting at the end are all a run records
+            keep &= (self._first_code == q.reason) & (at >= self.end)
         if q.text:
-            hits = [i for i, name in enumerate(self.task_names) if q.text in name]
-            keep &= np.isin(np.arange(keep.size), hits)
+            keep &= np.fromiter((q.text in name for name in self.task_names), bool, keep.size)
         found = np.flatnonzero(keep)
         page = found[q.offset:q.offset + q.limit]
         rows = [self._row(int(i), st) for i in page]
@@ -273,7 +275,7 @@ class RecordedRun(model.RunData):
                 "tier": model.TIERS[self.site_tier[s]] if s >= 0 and self.site_tier[s] >= 0 else None,
                 "reason": why[0]["reason"] if why else None}
 
-    def task(self, name: str, at: float | None = None) -> dict[str, Any] | None:
+    def task(self, name: str, at: float | None = None, tenant: str | None = None) -> dict[str, Any] | None:
         i = self.task_index.get(name)
         if i is None:
             return None
@@ -291,16 +293,11 @@ class RecordedRun(model.RunData):
                    moves=[e for e in history if e["kind"] in model.MOVE_KINDS])
         return out
 
-    def events(self, kinds: Iterable[str] = (), task: str | None = None, before: float | None = None,
-               after: float | None = None, limit: int = 100) -> dict[str, Any]:
+    def events(self, kinds: Iterable[str] = (), before: float | None = None, limit: int = 100) -> dict[str, Any]:
         wanted = np.isin(self.ev_kind, [self.kind_names.index(k) for k in kinds if k in self.kind_names]) \
             if kinds else np.ones(self.ev_kind.size, bool)
-        if task is not None:
-            wanted &= self.ev_task == self.task_index.get(task, -2)
         if before is not None:
             wanted &= self.ev_t <= before
-        if after is not None:
-            wanted &= self.ev_t >= after
         rows = np.flatnonzero(wanted)
         total = int(rows.size)
         rows = rows[-limit:][::-1]  # the latest first

@@ -235,7 +235,7 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
     @view("/tasks/{task:path}")
     def task(request: Request, who, data: model.RunData, at: float | None):
         name = request.path_params["task"]
-        t = data.task(name, at) if not data.live else data.task(name, request.query_params.get("tenant"))
+        t = data.task(name, at, request.query_params.get("tenant"))
         if t is None:
             body = env.get_template("missing.html").render(title=title, nav=NAV, who=who, run=data, active="tasks",
                                                            what=f"task {name}", request=request, span=None, at=None,

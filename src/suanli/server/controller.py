@@ -34,7 +34,7 @@ from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
 from suanli.model.work import Application, World
 from suanli.output import resources_json
-from suanli.server.store import AppRow, Store, TaskRow
+from suanli.server.store import ENDED_STATUSES, AppRow, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
 from suanli.spec.build import build_application
@@ -48,7 +48,7 @@ log = logging.getLogger("suanli.server")
 
 SEP = ":"
 PRIVATE = "_admin"  # an event body's part that only admins are shown
-ENDED = ("finished", "failed", "omitted")
+ENDED = ENDED_STATUSES  # a task in one of these has ended (the store prunes by them too)
 NO_REASONS = {"reasons": None, "why": None, "reason_code": None, "reason": None}
 
 

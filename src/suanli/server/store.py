@@ -330,6 +330,11 @@ def task_update(fields: tuple[str, ...]):
 ENDED_STATUSES = ("finished", "failed", "omitted")
 
 
+def _of_app(app_id: int):
+    """Events of the application ``app_id``, or of none (rows from before events named their application)."""
+    return or_(EventRow.app_id == app_id, EventRow.app_id.is_(None))
+
+
 def _like_prefix(text: str) -> str:
     """``text`` for a LIKE pattern, its own wildcards escaped."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -830,7 +835,7 @@ class Store:
         """Events of these kinds (all: none given), the latest first, and (``count``) how many in all."""
         cond = []
         if app_id is not None:
-            cond.append(or_(EventRow.app_id == app_id, EventRow.app_id.is_(None)))
+            cond.append(_of_app(app_id))
         if tenant is not None:
             cond.append(EventRow.tenant == tenant)
         if kinds:
@@ -885,15 +890,17 @@ class Store:
             e = EventRow.__table__
             gone = conn.execute(delete(e).where(e.c.app_id.is_not(None),
                                                 e.c.app_id.not_in(select(AppRow.__table__.c.id)))).rowcount or 0
-            for table in (e, AuditRow.__table__):  # the audit log is kept as the events are
+            def expire(table) -> int:  # rows older than kept, or past the newest kept
                 n = 0
                 if keep_events_s is not None:
                     n += conn.execute(delete(table).where(table.c.at < now - keep_events_s)).rowcount or 0
                 if keep_events is not None:
                     newest = conn.execute(select(func.max(table.c.id))).scalar() or 0
                     n += conn.execute(delete(table).where(table.c.id <= newest - keep_events)).rowcount or 0
-                if table is e:
-                    gone += n
+                return n
+
+            gone += expire(e)
+            expire(AuditRow.__table__)  # the audit log is kept as the events are
             if keep_ended_s is not None:
                 t, a = TaskRow.__table__, AppRow.__table__
                 live = select(t.c.app_id).where(or_(t.c.status.not_in(ENDED_STATUSES), t.c.ended_at.is_(None),
@@ -978,7 +985,7 @@ class Store:
         if task is not None:
             q = q.where(EventRow.task == task)
         if app_id is not None:
-            q = q.where(or_(EventRow.app_id == app_id, EventRow.app_id.is_(None)))
+            q = q.where(_of_app(app_id))
         with self.session() as s:
             return list(s.scalars(q))
 
