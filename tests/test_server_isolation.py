@@ -187,6 +187,40 @@ def token_revoke(live):
     assert live.client.get("/v1/applications", headers=live.a).status_code == 200
 
 
+def config_changes(live):
+    """B's member token changes no configuration: not A's tenant or VCs (answered
+    as a missing one where it names them), nor anything else."""
+    tenant = {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": A}, "spec": {"weight": 9}}
+    r = live.client.put(f"/v1/tenants/{A}", headers=live.b, json=tenant)
+    assert r.status_code == 403
+    _no_trace_of_a(r.json()["detail"])
+    vc = {"apiVersion": "suanli/v1", "kind": "VirtualCluster", "metadata": {"name": "x", "tenant": A},
+          "spec": {"hostGroups": []}}
+    r = live.client.put("/v1/vcs/x", headers=live.b, json=vc)
+    assert r.status_code == 403 and A not in r.json()["detail"]
+    fleet = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"}, "spec": {"sites": []}}
+    assert live.client.put("/v1/fleets/f", headers=live.b, json=fleet).status_code == 403
+    _not_found_like_a_missing_one(live, "DELETE", f"/v1/tenants/{A}", "/v1/tenants/nothing")
+    _not_found_like_a_missing_one(live, "DELETE", f"/v1/vcs/{A_VC}", "/v1/vcs/nothing")
+    assert live.client.delete("/v1/fleets/f", headers=live.b).status_code == 404
+
+
+def config_lists(live):
+    for path in ("tenants", "vcs", "fleets"):
+        r = live.client.get(f"/v1/config/{path}", headers=live.b)
+        assert r.status_code == 200
+        _no_trace_of_a(r.json())
+
+
+def agents(live):
+    """Only an agent's (or an admin's) token registers nodes or sees agents."""
+    body = {"site": "edge-1", "name": "n1", "node": {"cpu": "4", "memory": "8Gi", "arch": "x86_64"}}
+    assert live.client.post("/v1/agents", headers=live.b, json=body).status_code == 403
+    assert live.client.put("/v1/agents/edge-1/n1/lease", headers=live.b).status_code == 403
+    assert live.client.delete("/v1/agents/edge-1/n1", headers=live.b).status_code == 403
+    assert live.client.get("/v1/agents", headers=live.b).status_code == 403
+
+
 CASES = {
     ("GET", "/v1/applications"): apps_list,
     ("POST", "/v1/applications"): app_create,
@@ -213,6 +247,13 @@ CASES = {
     ("POST", "/v1/tokens"): tokens,
     ("GET", "/v1/tokens"): tokens_list,
     ("DELETE", "/v1/tokens/{token_id}"): token_revoke,
+    **{(m, f"/v1/{p}"): config_changes for p in ("tenants/{name}", "vcs/{name:path}", "fleets/{name}")
+       for m in ("PUT", "DELETE")},
+    **{("GET", f"/v1/config/{p}"): config_lists for p in ("tenants", "vcs", "fleets")},
+    ("POST", "/v1/agents"): agents,
+    ("GET", "/v1/agents"): agents,
+    ("PUT", "/v1/agents/{name:path}/lease"): agents,
+    ("DELETE", "/v1/agents/{name:path}"): agents,
 }
 
 

@@ -49,6 +49,8 @@ class NodeGroup:
     labels: Mapping[str, str] = field(default_factory=dict)
     cost_per_hour: float | None = None
     site_count: int = 1
+    first: int = 0  # the number in the name of its first node (nodes added to a group later count on)
+    single: bool = False  # one node named ``SITE/NAME`` (a node that registered itself)
 
     @property
     def n_nodes(self) -> int:
@@ -95,7 +97,11 @@ class Fleet:
     """Sites, node groups and nodes, with per-node arrays for the scheduler."""
 
     def __init__(self, sites: Sequence[Site] | SiteTable, groups: Sequence[NodeGroup],
-                 links: Sequence[Link] | LinkArrays):
+                 links: Sequence[Link] | LinkArrays, base: "Fleet | None" = None, network: Network | None = None):
+        """``base``: a fleet this one grows (a live server's, changed at run
+        time): its sites and groups come first, unchanged in number, so its
+        nodes keep their numbers and the codes of their facts; it must know
+        every accelerator kind (a kind is a resource column)."""
         self.site_table = sites if isinstance(sites, SiteTable) else SiteTable.of(sites)
         self.sites = SiteSeq(self.site_table)
         self.groups = tuple(groups)
@@ -107,13 +113,21 @@ class Fleet:
         self._by_site: tuple[np.ndarray, np.ndarray] | None = None  # nodes by site (nodes_of)
         self.any_private = bool(self.site_table.private.any())
         self.attach_rules: dict[str, object] = {}  # population -> its attach selector (handovers pick from it)
-        self.kinds = Codes(sorted({d.kind for g in groups for d in g.devices}))
-        self.models = Codes(sorted({d.model for g in groups for d in g.devices}))
-        self.archs = Codes(sorted({g.arch for g in groups}))
-        self.domains = Codes()  # fabric domain names, all levels share one code space
+        kinds = {d.kind for g in groups for d in g.devices}
+        if base is not None and not kinds <= set(base.kinds.names):
+            raise ValueError(f"accelerator kind {sorted(kinds - set(base.kinds.names))[0]!r} is new to the fleet")
+        grown = lambda codes, names: Codes([*(codes.names if base is not None else ()), *sorted(names)])  # noqa: E731
+        self.kinds = grown(base.kinds, ()) if base is not None else Codes(sorted(kinds))
+        self.models = grown(base.models if base else None, {d.model for g in groups for d in g.devices})
+        self.archs = grown(base.archs if base else None, {g.arch for g in groups})
+        self.domains = Codes(base.domains.names if base is not None else ())  # named fabric domains, one code space
+        self.domain_next = base.domain_next if base is not None else 0  # codes past every one in use
         self.resources: tuple[str, ...] = ("cpu", "memory", *self.kinds.names)
         self.resource_keys: tuple[str, ...] = ("cpu_milli", "mem_mib", *(f"{k}_milli" for k in self.kinds.names))
         self.max_devices = max((sum(d.count for d in g.devices) for g in groups), default=0)
+        if base is not None:
+            self.max_devices = max(self.max_devices, base.max_devices)
+        self._by_name: dict[tuple[int, str], list[int]] | None = None  # (site, group name) -> groups (node_by_name)
 
         counts = np.array([g.n_nodes for g in groups], dtype=np.int64)
         self.node_group = np.repeat(np.arange(len(groups), dtype=np.int32), counts)
@@ -127,30 +141,10 @@ class Fleet:
         self.node_tier = self.site_tier[self.node_site]
         self.node_arch = np.array([self.archs.code(g.arch) for g in groups], dtype=np.int16)[self.node_group]
 
-        fabric = np.full((len(groups), len(FABRIC_LEVELS)), -1, dtype=np.int64)
-        per_site: list[int] = []  # groups on many sites whose ethernet is each site's own
-        eth = FABRIC_LEVELS.index("ethernet")
-        for gi, g in enumerate(groups):
-            for li, level in enumerate(FABRIC_LEVELS):
-                name = g.fabrics.get(level)
-                if level == "ethernet" and name is None:
-                    if g.site_count > 1:
-                        per_site.append(gi)
-                        continue
-                    name = self.site_table.names.name(g.site)  # every node has an ethernet; the site's by default
-                if name is not None:
-                    fabric[gi, li] = self.domains.code(f"{level}:{name}")
-        self.node_fabric = fabric[self.node_group]
-        if per_site:  # the sites' own ethernets, numbered past every named domain
-            base = len(self.domains)
-            for gi in per_site:
-                g = groups[gi]
-                first = self.group_first_node[gi]
-                rows = slice(first, first + g.n_nodes)
-                self.node_fabric[rows, eth] = base + self.node_site[rows] - self.node_site[first]
-                base += g.site_count
-        if self.n_nodes < 2**31:
-            self.node_fabric = self.node_fabric.astype(np.int32)
+        self.node_fabric = self._fabric_codes(groups, base)
+        self.retired = np.zeros(self.n_nodes, bool)  # nodes removed from a live server's fleet (kept numbered)
+        if base is not None:
+            self.retired[:base.n_nodes] = base.retired
 
         r = len(self.resources)
         cap = np.zeros((len(groups), r), dtype=np.int64)
@@ -172,7 +166,43 @@ class Fleet:
         self.node_dev_kind = dev_kind[self.node_group]
         self.node_dev_model = dev_model[self.node_group]
         self.node_dev_shareable = dev_share[self.node_group]
-        self.network = self.fresh_network()
+        self.network = network if network is not None else self.fresh_network()  # given: a grown fleet's, paths as they were
+
+    def _domain(self, name: str) -> int:
+        code = self.domains.index.get(name)
+        if code is None:
+            code = self.domain_next
+            self.domains.index[name] = code
+            self.domains.names.append(name)
+            self.domain_next += 1
+        return code
+
+    def _fabric_codes(self, groups: Sequence[NodeGroup], base: "Fleet | None") -> np.ndarray:
+        """Per node and fabric level, its domain's code (-1: none). Every node
+        has an ethernet: its site's by default; a group spanning many sites
+        (a population's) has each site's own, numbered in a block. A grown
+        fleet keeps its base's codes and numbers new domains past them."""
+        old = len(base.groups) if base is not None else 0
+        fabric = np.full((len(groups), len(FABRIC_LEVELS)), -1, dtype=np.int64)
+        eth = FABRIC_LEVELS.index("ethernet")
+        for gi, g in enumerate(groups[old:], old):
+            for li, level in enumerate(FABRIC_LEVELS):
+                name = g.fabrics.get(level)
+                if level == "ethernet" and name is None and g.site_count == 1:
+                    name = self.site_table.names.name(g.site)  # every node has an ethernet; the site's by default
+                if name is not None:
+                    fabric[gi, li] = self._domain(f"{level}:{name}")
+        node_fabric = fabric[self.node_group]
+        for gi in range(old, len(groups)):
+            g = groups[gi]
+            if g.site_count > 1 and g.fabrics.get("ethernet") is None:  # the sites' own ethernets
+                first = self.group_first_node[gi]
+                rows = slice(first, first + g.n_nodes)
+                node_fabric[rows, eth] = self.domain_next + self.node_site[rows] - self.node_site[first]
+                self.domain_next += g.site_count
+        if base is not None:
+            node_fabric[:base.n_nodes] = base.node_fabric
+        return node_fabric.astype(np.int32) if self.n_nodes < 2**31 else node_fabric
 
     def sites_able(self, vec: np.ndarray) -> tuple[np.ndarray, bool]:
         """(bool[S] read-only, whether that is every site): the sites with a
@@ -242,18 +272,45 @@ class Fleet:
         g = self.groups[int(self.node_group[node])]
         local = node - int(self.group_first_node[g.index])
         site = g.site + local // max(g.count, 1)
-        return f"{self.site_table.names.name(site)}/{g.name}-{local % max(g.count, 1)}"
+        if g.single:
+            return f"{self.site_table.names.name(site)}/{g.name}"
+        return f"{self.site_table.names.name(site)}/{g.name}-{g.first + local % max(g.count, 1)}"
 
     def node_by_name(self, name: str) -> int:
+        """The node's number. A name that a removed node and a later one share
+        (a live fleet's) is the later one's."""
         site, _, rest = name.partition("/")
-        gname, _, idx = rest.rpartition("-")
         s = self.site_table.names.get(site)
-        if s < 0 or not idx.isdigit():
+        if s < 0:
             raise KeyError(name)
-        for g in self.groups:
-            if g.site <= s < g.site + g.site_count and g.name == gname and int(idx) < g.count:
-                return int(self.group_first_node[g.index]) + (s - g.site) * g.count + int(idx)
-        raise KeyError(name)
+        if self._by_name is None:
+            self._by_name = {}
+            for g in self.groups:
+                if g.site_count == 1:
+                    self._by_name.setdefault((g.site, g.name), []).append(g.index)
+        found = -1
+        for gi in reversed(self._by_name.get((s, rest), ())):  # one that registered itself
+            if self.groups[gi].single:
+                found = int(self.group_first_node[gi])
+                if not self.retired[found]:
+                    return found
+        gname, _, idx = rest.rpartition("-")
+        if found < 0 and idx.isdigit():
+            i = int(idx)
+            for gi in reversed(self._by_name.get((s, gname), ())):
+                g = self.groups[gi]
+                if not g.single and g.first <= i < g.first + g.count:
+                    node = int(self.group_first_node[gi]) + i - g.first
+                    if not self.retired[node]:
+                        return node
+                    found = node if found < 0 else found
+            if found < 0:
+                for g in self.groups:  # a population's groups span many sites
+                    if g.site_count > 1 and g.site <= s < g.site + g.site_count and g.name == gname and i < g.count:
+                        return int(self.group_first_node[g.index]) + (s - g.site) * g.count + i
+        if found < 0:
+            raise KeyError(name)
+        return found
 
     def site_of(self, node: int) -> Site:
         return self.sites[int(self.node_site[node])]
@@ -263,4 +320,7 @@ class Fleet:
         return self.site_table.names.name(int(self.node_site[node]))
 
     def total_capacity(self) -> np.ndarray:
+        """What the nodes in the fleet hold, removed ones left out."""
+        if self.retired.any():
+            return self.node_capacity[~self.retired].sum(axis=0)
         return self.node_capacity.sum(axis=0)

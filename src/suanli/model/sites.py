@@ -11,6 +11,7 @@ parses it back, so the table holds no Python object per site.
 from __future__ import annotations
 
 import bisect
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
@@ -254,6 +255,32 @@ class SiteTable:
             self.population_of[first: first + count] = p
         self._tier = self._region = self._intra = self._labels = []
         return self
+
+    def grown(self, sites: Sequence[Site]) -> "SiteTable":
+        """A frozen copy where the listed ``sites`` are as given: a known name
+        keeps its id and takes the new tier, region, rtt and labels; a new one
+        is appended (a live server's fleet, changed at run time)."""
+        t = SiteTable()
+        t.names = copy.copy(self.names)
+        t.names._index, t.names._listed = dict(self.names._index), dict(self.names._listed)
+        t._regions = Codes(self.regions)
+        t.label_sets = list(self.label_sets)
+        t.population_names = list(self.population_names)
+        t._private = list(self._private)
+        t.listed = list(self.listed)
+        at = {i: k for k, (i, *_) in enumerate(t.listed)}
+        arrays = [self.tier.copy(), self.region.copy(), self.intra_rtt_ms.copy(), self.label_set.copy()]
+        t._tier, t._region, t._intra, t._labels = ([a] for a in arrays)
+        for s in sites:
+            i = t.names.get(s.name)
+            if i < 0:
+                t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels)
+                continue
+            arrays[0][i], arrays[1][i], arrays[2][i] = TIERS.index(s.tier), t.region_code(s.region), s.intra_site_rtt_ms
+            arrays[3][i] = len(t.label_sets)
+            t.label_sets.append(dict(s.labels))
+            t.listed[at[i]] = (i, s.name, s.tier, s.region, t.label_sets[-1])
+        return t.freeze()
 
     @staticmethod
     def of(sites: Sequence[Site]) -> "SiteTable":

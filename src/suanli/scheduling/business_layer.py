@@ -139,7 +139,7 @@ class TaskExtras(Extras):
         if anti is not None:
             key, scope = anti
             where = int(table.node[a.row] if scope == "node" else table.site[a.row])
-            taken = self.layer.occupied.setdefault(key, self.layer.empty_counts(scope))
+            taken = self.layer.counts_of(key, scope)
             taken[where] += 1
             stmt.did(lambda: taken.__setitem__(where, taken[where] - 1))
 
@@ -151,6 +151,7 @@ class BusinessLayer:
     rng: np.random.Generator
     unscheduled: list[Unscheduled] = field(default_factory=list)
     occupied: dict[tuple, np.ndarray] = field(default_factory=dict)  # anti-affinity group -> tasks per node/site
+    occupied_scope: dict[tuple, str] = field(default_factory=dict)  # anti-affinity group -> node or site
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
     _near_keys: dict = field(default_factory=dict)  # near site name -> keys of the requests bound near it
@@ -167,9 +168,24 @@ class BusinessLayer:
     def network(self):
         return self.state.fleet.network
 
-    def empty_counts(self, scope: str) -> np.ndarray:
-        n = self.state.fleet.n_nodes if scope == "node" else len(self.state.fleet.sites)
-        return np.zeros(n, np.int32)
+    def counts_of(self, key: tuple, scope: str) -> np.ndarray:
+        """An anti-affinity group's tasks per node (or per site), made at first use."""
+        taken = self.occupied.get(key)
+        if taken is None:
+            n = self.state.fleet.n_nodes if scope == "node" else len(self.state.fleet.sites)
+            taken = self.occupied[key] = np.zeros(n, np.int32)
+            self.occupied_scope[key] = scope
+        return taken
+
+    def grow(self) -> None:
+        """The fleet grew: the counts per node and per site have rows for the new ones,
+        and what was compiled against the old fleet goes."""
+        fleet = self.state.fleet
+        for key, taken in self.occupied.items():
+            n = fleet.n_nodes if self.occupied_scope.get(key) == "node" else len(fleet.sites)
+            if len(taken) < n:
+                self.occupied[key] = np.concatenate([taken, np.zeros(n - len(taken), np.int32)])
+        self.forget_requests()
 
     def release(self, comp: Component, node: int) -> None:
         """A task of ``comp`` left ``node``: it no longer repels its anti-affinity group."""
@@ -185,7 +201,7 @@ class BusinessLayer:
         if comp.anti_affinity is None:
             return
         group, scope = comp.anti_affinity
-        taken = self.occupied.setdefault((comp.app, group), self.empty_counts(scope))
+        taken = self.counts_of((comp.app, group), scope)
         taken[node if scope == "node" else int(self.state.fleet.node_site[node])] += 1
 
     def forget_requests(self, sites: "set[str] | None" = None) -> None:

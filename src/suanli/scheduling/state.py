@@ -402,8 +402,63 @@ class PlacementState:
 
     # ------------------------------------------------------------ nodes
 
+    def adopt(self, fleet) -> None:
+        """The fleet grew while running (``Fleet(base=...)``): its new nodes
+        become rows of the node table, free; every table's rows read their
+        site's tier again (a site may have changed), and what was kept per
+        request over the old rows is dropped."""
+        n0 = self.fleet.n_nodes
+        self.fleet = fleet
+        object.__setattr__(self.world, "fleet", fleet)
+        tables = [self.nodes] + [vc.table for vc in self.vcs.values() if not vc.default]
+        for t in tables:
+            t.widen(fleet.max_devices)
+        self.nodes.append_nodes(fleet, n0)
+        for t in tables:
+            t.tier[:t.n] = fleet.node_tier[t.node[:t.n]]
+            t.version += 1
+            t.forget_caches()
+        self.total = fleet.total_capacity().astype(np.int64)
+        self._component_masks.clear()
+
+    def set_tenant(self, tenant) -> None:
+        """A tenant added or changed while running: its row of usage and quota
+        (a new one gets a row; rows are never reused by another name)."""
+        self.world.tenants[tenant.name] = tenant
+        i = self.tenant_index.get(tenant.name)
+        if i is None:
+            i = self.tenant_index[tenant.name] = len(self.tenant_index)
+            r = self.used.shape[1]
+            self.used = np.vstack([self.used, np.zeros((1, r), np.int64)])
+            self.quota_table = np.vstack([self.quota_table, np.zeros((1, r), np.int64)])
+            self.weights = np.append(self.weights, 0.0)
+            self.tenant_used = TenantRows(self.tenant_index, self.used)
+            self.quota = TenantRows(self.tenant_index, self.quota_table)
+        self.quota_table[i] = self._quota_vector(tenant.name)
+        self.weights[i] = float(tenant.weight)
+
+    def add_vc(self, vc) -> VCState:
+        """A virtual cluster added while running (no hosts yet)."""
+        self.world.vcs[vc.name] = vc
+        table = self.nodes if vc.default else CandidateTable(len(self.fleet.resources), self.fleet.max_devices)
+        got = self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
+        return got
+
+    def retire_node(self, node: int) -> None:
+        """A node leaves the fleet for good (after its work and hosts were moved
+        off): never a candidate again, and no longer counted in what there is."""
+        self.nodes.set_enabled(node, False)
+        if not self.nodes.retired[node]:
+            self.nodes.retired[node] = True
+            self.nodes.n_retired += 1
+        self.fleet.retired[node] = True
+        self.total = self.fleet.total_capacity().astype(np.int64)
+
     def set_node_enabled(self, node: int, enabled: bool) -> list[str]:
-        """Take a node out of service (or back); returns the tasks running on it."""
+        """Take a node out of service (or back); returns the tasks running on it.
+        A node removed from the fleet does not come back."""
+        if enabled and self.nodes.retired[node]:
+            return []
         self.nodes.set_enabled(node, enabled)
         for vc in self.vcs.values():
             if vc.default:

@@ -107,6 +107,52 @@ class CandidateTable:
         t.enabled[:n] = True
         return t
 
+    def append_nodes(self, fleet: Fleet, first: int) -> None:
+        """The fleet's nodes ``first`` .. as new rows, all free (a grown fleet's)."""
+        n = fleet.n_nodes
+        while len(self.node) < n:
+            self._grow()
+        rows = slice(first, n)
+        self.node[rows] = np.arange(first, n)
+        self.group[rows] = fleet.node_group[rows]
+        self.site[rows] = fleet.node_site[rows]
+        self.tier[rows] = fleet.node_tier[rows]
+        self.arch[rows] = fleet.node_arch[rows]
+        self.fabric[rows] = fleet.node_fabric[rows]
+        d = fleet.node_dev_kind.shape[1]
+        self.cap[:, rows] = fleet.node_capacity[rows].T
+        self.free[:, rows] = fleet.node_capacity[rows].T
+        self.dev_kind[:d, rows] = fleet.node_dev_kind[rows].T
+        self.dev_model[:d, rows] = fleet.node_dev_model[rows].T
+        present = fleet.node_dev_kind[rows].T >= 0
+        self.dev_cap[:d, rows] = np.where(present, 1000, 0)
+        self.dev_free[:d, rows] = self.dev_cap[:d, rows]
+        self.dev_shareable[:d, rows] = fleet.node_dev_shareable[rows].T
+        self.dev_index[:d, rows] = np.where(present, np.arange(d, dtype=np.int16)[:, None], -1)
+        self.enabled[rows] = True
+        self.retired[rows] = False
+        self.n = max(self.n, n)
+        self.version += 1
+        for row in range(first, n):
+            self.touch(row)
+
+    def widen(self, slots: int) -> None:
+        """Room for ``slots`` devices per row (a node with more devices than any before)."""
+        d = self.dev_kind.shape[0]
+        if slots <= d:
+            return
+        for name in ("dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"):
+            old = getattr(self, name)
+            fill = -1 if name in ("dev_kind", "dev_model", "dev_index") else 0
+            arr = np.full((slots, old.shape[1]), fill, old.dtype)
+            arr[:d] = old
+            setattr(self, name, arr)
+        self.version += 1
+
+    def forget_caches(self) -> None:
+        """Drop what requests kept over the rows (their number or facts changed)."""
+        self._owner_caches.clear()
+
     def append_row(self, source: "CandidateTable", src_row: int, vec: np.ndarray,
                    slots: tuple[int, ...], milli: tuple[int, ...]) -> int:
         """Add a row that is a slice of ``source``'s row (a host on a node)."""

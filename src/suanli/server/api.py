@@ -42,12 +42,13 @@ from suanli.executors.tasks import safe
 from suanli.console import COOKIE
 from suanli.server.audit import AuditLog, Observer
 from suanli.server.metrics import Observed, gauge
+from suanli.server.objects_api import Context, add_object_routes, refresher
 from suanli.server.bodies import BodyError, read_body
 from suanli.model.work import World
 from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
 from suanli.server.remote import ControllerUnavailable, RemoteController
 from suanli.server.streams import EventHub, StreamsFull
-from suanli.server.store import AppRow, Conflict, KeyReused, Principal, Store, TaskRow, digest
+from suanli.server.store import ROLES, TENANT_ROLES, AppRow, Conflict, KeyReused, Principal, Store, TaskRow, digest
 from suanli.server.store import TokenRow, token_state
 from suanli.model.quantities import QuantityError, parse_duration_s
 
@@ -175,7 +176,7 @@ class NodeOut(BaseModel):
     site: str
     tier: str
     arch: str
-    state: Literal["ready", "cordoned", "drained", "down"]
+    state: Literal["ready", "cordoned", "drained", "down", "removed"]
     capacity: dict[str, int]
     free: dict[str, int]
     tasks: int
@@ -237,6 +238,8 @@ class TokenIn(BaseModel):
     ttl: str | None = Field(None, max_length=32, examples=["30d"], description="how long it is valid: "
                             "'30d', '12h', '90m' (at most 3650d); none: until revoked")
     name: str | None = Field(None, max_length=200, description="a note: whom or what the token is for")
+    role: Literal[ROLES] | None = Field(None, description="with a tenant: tenant-admin, member (the default) or "
+                                        "viewer; without: admin (the default) or agent")
 
 
 class TokenOut(BaseModel):
@@ -244,6 +247,7 @@ class TokenOut(BaseModel):
     id: str = Field(description="its public id (tok_...), as listings show it and revocation takes it")
     tenant: str | None
     name: str | None = None
+    role: str = "admin"
     expires_at: str | None = None
 
 
@@ -251,6 +255,7 @@ class TokenInfo(BaseModel):
     id: str
     tenant: str | None
     name: str | None
+    role: str = "admin"
     source: Literal["minted", "env"] = Field(description="env: the SUANLI_ADMIN_TOKEN of the server's start")
     scheme: Literal["sha256", "hmac-sha256"] = Field(description="how its digest is made (sha256: an older token)")
     state: Literal["active", "expired", "revoked"]
@@ -290,7 +295,7 @@ def iso(t: float | None) -> str | None:
 
 def token_info(row: TokenRow, now: float) -> dict[str, Any]:
     """A token as an admin's listing shows it: never the token, which is not kept."""
-    return {"id": row.public_id, "tenant": row.tenant, "name": row.name, "source": row.source,
+    return {"id": row.public_id, "tenant": row.tenant, "name": row.name, "role": row.role, "source": row.source,
             "scheme": row.scheme, "state": token_state(row, now), "created_at": iso(row.created_at),
             "expires_at": iso(row.expires_at), "revoked_at": iso(row.revoked_at)}
 
@@ -451,10 +456,10 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     by_tenant = RateLimiter(limits.rate, limits.burst)  # admins share one bucket
     by_address = RateLimiter(limits.address_rate, limits.address_burst)
     hub = EventHub(store, limits.events_page, limits.streams_per_token, limits.streams)
-    fleet = world.fleet
     bearer = HTTPBearer(auto_error=False, description="a token from `suanli token create`")
 
     audit = AuditLog(store)
+    refresh = refresher(world, store)  # the configuration as the store has it (any process may change it)
 
     async def retain() -> None:
         """Prune the store every ``limits.prune_every_s`` (``Limits``' retention), and have the
@@ -545,9 +550,12 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             by_address.allow(address, UNKNOWN_TOKEN_COST - 1)  # guessing drains the address's bucket
             raise ProblemError(401, "Unauthorized", "the token is not valid (unknown, expired or revoked)",
                                headers={"WWW-Authenticate": "Bearer"})
+        refresh(False)
         if who.tenant is not None and who.tenant not in world.tenants:
             raise ProblemError(403, "Forbidden", f"tenant {who.tenant!r} is no longer served: its Tenant "
-                               "document is not among the server's files")
+                               "document was removed")
+        if who.role == "agent" and not request.url.path.startswith("/v1/agents"):
+            raise ProblemError(403, "Forbidden", "an agent's token registers nodes and renews their leases only")
         wait = by_tenant.allow(who.tenant or "")
         if wait:
             raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant")
@@ -559,6 +567,13 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         if not who.admin:
             raise ProblemError(403, "Forbidden", "this needs an admin token")
         return who
+
+    async def writer(who: Principal = Depends(principal)) -> Principal:
+        if not who.writes:
+            raise ProblemError(403, "Forbidden", f"a {who.role} token reads only")
+        return who
+
+    add_object_routes(api, Context(world, store, controller, principal, admin, ProblemError, refresh))
 
     def tenant_of(who: Principal, tenant: str | None) -> str:
         """The tenant a request acts for: a tenant token's own; an admin names one."""
@@ -656,6 +671,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     @api.get("/v1/sites", response_model=list[SiteOut], responses=ERRORS)
     def get_sites(who: Principal = Depends(principal)):
+        fleet = world.fleet
         counts = np.bincount(fleet.node_site, minlength=len(fleet.sites)).tolist()
         return [{"name": s.name, "tier": s.tier, "region": s.region, "nodes": counts[s.index]}
                 for s in fleet.sites]
@@ -664,11 +680,10 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     def get_nodes(who: Principal = Depends(principal), site: str | None = None):
         return controller.ask("nodes", site)
 
-    def _node_index(name: str) -> int:
-        try:
-            return fleet.node_by_name(name)
-        except (KeyError, ValueError):
-            raise not_found("node", name) from None
+    def _node_index(name: str) -> None:
+        """404 unless the scheduler has a node of that name (an agent's too)."""
+        if not controller.ask("has_node", name):
+            raise not_found("node", name)
 
     def node_action(action: str):
         def act(node: str, who: Principal = Depends(admin)):
@@ -733,7 +748,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
               responses={**ERRORS, 200: {"model": AppOut, "description": "the same idempotency key again"},
                          **problems(400, 403, 409)},
               openapi_extra=APP_BODY)
-    async def create_application(request: Request, who: Principal = Depends(principal),
+    async def create_application(request: Request, who: Principal = Depends(writer),
                                  idempotency_key: str | None = Header(None, min_length=1, max_length=256, pattern=r"\S")):
         """Submit an Application document (JSON, or YAML with a YAML content type). A
         repeated ``Idempotency-Key`` with the same document returns the application
@@ -808,7 +823,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return _app_out(row)
 
     @api.delete("/v1/applications/{name}", status_code=204, responses=ERRORS)
-    def delete_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
+    def delete_application(name: str, who: Principal = Depends(writer), tenant: str | None = None):
         """Delete an application: its running tasks stop, its records go."""
         owner = tenant_of(who, tenant)
         app_id = store.delete_app(owner, name)
@@ -946,32 +961,52 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     # -------------------------------------------------------- tokens
 
+    async def token_keeper(who: Principal = Depends(principal)) -> Principal:
+        if who.role not in ("admin", "tenant-admin"):
+            raise ProblemError(403, "Forbidden", "this needs an admin or tenant-admin token")
+        return who
+
     @api.post("/v1/tokens", status_code=201, response_model=TokenOut, responses={**ADMIN_ERRORS, **problems(400)})
-    def create_token(body: TokenIn, who: Principal = Depends(admin)):
-        """Mint a token for a tenant (or, with no tenant, another admin token), valid
-        for ``ttl`` (none: until revoked). It is shown once, with its id."""
-        if body.tenant is not None and body.tenant not in world.tenants:
-            raise ProblemError(422, "Unprocessable Content", f"no tenant {body.tenant!r}",
+    def create_token(body: TokenIn, who: Principal = Depends(token_keeper)):
+        """Mint a token for a tenant with a role (tenant-admin, member, viewer), or,
+        with no tenant, another admin token or an agent's; valid for ``ttl`` (none:
+        until revoked). It is shown once, with its id. A tenant-admin mints its own
+        tenant's tokens only."""
+        tenant = body.tenant if who.admin else (body.tenant or who.tenant)
+        if not who.admin and tenant != who.tenant:
+            raise ProblemError(403, "Forbidden", "a tenant-admin mints its own tenant's tokens only",
+                               [{"path": "tenant", "message": f"must be {who.tenant!r} or absent"}])
+        if tenant is not None and tenant not in world.tenants:
+            raise ProblemError(422, "Unprocessable Content", f"no tenant {tenant!r}",
                                [{"path": "tenant", "message": f"tenants are {', '.join(sorted(world.tenants))}"}])
-        token, row = store.issue(body.tenant, ttl_s=token_ttl_s(body.ttl), name=body.name)
-        return {"token": token, "id": row.public_id, "tenant": row.tenant, "name": row.name,
+        role = body.role or ("member" if tenant is not None else "admin")
+        allowed = TENANT_ROLES if tenant is not None else ("admin", "agent")
+        if role not in allowed:
+            raise ProblemError(422, "Unprocessable Content", f"a {'tenant' if tenant else 'tenantless'} token's role "
+                               f"is one of {', '.join(allowed)}", [{"path": "role", "message": f"got {role!r}"}])
+        token, row = store.issue(tenant, ttl_s=token_ttl_s(body.ttl), name=body.name, role=role)
+        return {"token": token, "id": row.public_id, "tenant": row.tenant, "name": row.name, "role": row.role,
                 "expires_at": iso(row.expires_at)}
 
     @api.get("/v1/tokens", response_model=list[TokenInfo], responses=ADMIN_ERRORS)
-    def list_tokens(request: Request, response: Response, who: Principal = Depends(admin),
+    def list_tokens(request: Request, response: Response, who: Principal = Depends(token_keeper),
                     limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
-        """Tokens, oldest first, in any state: id, tenant, name, source, state and
-        times; a page at a time, as the other listings."""
+        """Tokens, oldest first, in any state: id, tenant, role, name, source, state
+        and times; a page at a time, as the other listings. A tenant-admin sees its
+        tenant's."""
         now = time.time()
         rows = store.tokens(after=_cursor(cursor, _an_id), limit=limit)
         if len(rows) == limit:
             _next_page(request, response, rows[-1].id)
-        return [token_info(r, now) for r in rows]
+        return [token_info(r, now) for r in rows if who.admin or r.tenant == who.tenant]
 
     @api.delete("/v1/tokens/{token_id}", status_code=204, responses=ADMIN_ERRORS)
-    def revoke_token(token_id: str, who: Principal = Depends(admin)):
+    def revoke_token(token_id: str, who: Principal = Depends(token_keeper)):
         """Revoke a token by its id: from now on it answers 401 (in every process of the
-        server within a second). Revoking it again changes nothing."""
+        server within a second). Revoking it again changes nothing. A tenant-admin
+        revokes its tenant's tokens only."""
+        if not who.admin and not any(r.public_id == token_id and r.tenant == who.tenant for r in store.tokens()):
+            raise not_found("token", token_id)
         if not store.revoke(token_id):
             raise not_found("token", token_id)
         return Response(status_code=204)

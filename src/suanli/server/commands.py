@@ -31,6 +31,7 @@ from suanli.render import OutputFormat as Output
 from suanli.spec.problems import Problem, SpecError
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+CONFIG_PATHS = {"Tenant": "tenants", "VirtualCluster": "vcs", "Fleet": "fleets"}
 SERVER = typer.Option(None, "--server", envvar="SUANLI_SERVER", help=f"The server's URL (default {DEFAULT_SERVER}).")
 TOKEN = typer.Option(None, "--token", envvar="SUANLI_TOKEN", help="A bearer token (suanli token create).")
 CA = typer.Option(None, "--ca", envvar="SUANLI_CA", help="A PEM file of the certificate authority that signed an "
@@ -45,6 +46,7 @@ class Kind(str, Enum):
     vcs = "vcs"
     nodes = "nodes"
     tenants = "tenants"
+    agents = "agents"
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -162,7 +164,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def serve(
-        files: List[Path] = typer.Argument(..., help="Fleet, Tenant and VirtualCluster documents."),
+        files: Optional[List[Path]] = typer.Argument(None, help="Fleet, Tenant and VirtualCluster documents, "
+                                                     "applied at start over those the store has (none: what it has)."),
         db: str = typer.Option("sqlite:///suanli.db", "--db", help="Database URL: a SQLite file, or "
                                "postgresql+psycopg://USER:PASSWORD@HOST/DB."),
         host: str = typer.Option("127.0.0.1", "--host"),
@@ -196,10 +199,11 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from suanli.server.api import Limits, create_api
+        from suanli.server.config import seed
+        from suanli.server.controller import load_config
         from suanli.server.remote import RemoteController
         from suanli.server.store import Store, admin_token_problem
-        from suanli.spec.build import build_world
-        from suanli.spec.loader import load_documents
+        from suanli.spec.loader import Documents, load_documents
 
         problems = []
         running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address,
@@ -228,15 +232,12 @@ def register(app: typer.Typer) -> None:
         if problems:
             _fail_problems(problems)
         try:
-            docs = load_documents(files)
+            docs = load_documents(files) if files else Documents()
             extra = [(d.src, d.doc.kind) for d in [*docs.applications, *docs.scenarios]]
             if extra:
                 raise SpecError([Problem(src.file, f"a {kind} document: serve takes Fleet, Tenant and "
                                          "VirtualCluster documents; submit applications with suanli apply",
                                          document=src.index, label=src.label) for src, kind in extra])
-            if not docs.fleets:
-                raise SpecError([Problem(", ".join(docs.files), "no Fleet document among the files")])
-            world = build_world(docs)
         except SpecError as exc:
             _fail_problems(exc.problems)
         supplied = os.environ.get("SUANLI_ADMIN_TOKEN") or None
@@ -247,8 +248,18 @@ def register(app: typer.Typer) -> None:
             store = Store(db)
         except Exception as exc:  # a bad URL, a database that is not there
             _fail_problems([Problem("--db", f"cannot open the database: {exc}".splitlines()[0])])
+        seeded = seed(store, docs)
+        if seeded:
+            _fail_problems(seeded)
+        try:
+            world = load_config(store).world
+        except ValueError as exc:
+            _fail_problems([Problem("--db", str(exc))])
+        if not len(world.fleet.site_table):
+            _fail_problems([Problem(", ".join(docs.files) or "(no files)", "no Fleet document among the files "
+                                    "or in the store")])
         _tokens_at_start(store, db, secret_file, supplied)
-        controller = RemoteController(files, db, speed=speed,
+        controller = RemoteController(files or [], db, speed=speed,
                                       executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate)),
@@ -296,12 +307,15 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def apply(
-        file: Path = typer.Option(..., "-f", "--file", help="A YAML file of Application documents."),
+        file: Path = typer.Option(..., "-f", "--file", help="A YAML file of Application, Tenant, VirtualCluster "
+                                  "or Fleet documents."),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """Submit the applications of a file (the same document again is left as it is)."""
+        """Submit the applications of a file (the same document again is left as it is),
+        and apply its Tenant, VirtualCluster and Fleet documents (made, or changed as
+        they say; needs an admin token, or a tenant-admin's for its virtual clusters)."""
         import yaml
 
         try:
@@ -310,13 +324,23 @@ def register(app: typer.Typer) -> None:
             _fail(f"{file}: cannot read file: {exc.strerror or exc}")
         except yaml.YAMLError as exc:
             _fail(f"{file}: malformed YAML: {exc}")
-        bad = [i for i, d in enumerate(docs) if not isinstance(d, dict) or d.get("kind") != "Application"]
+        kinds = ("Application", *CONFIG_PATHS)
+        bad = [i for i, d in enumerate(docs) if not isinstance(d, dict) or d.get("kind") not in kinds]
         if bad or not docs:
-            _fail(f"{file}: document {bad[0] if bad else 0}: apply takes Application documents"
+            _fail(f"{file}: document {bad[0] if bad else 0}: apply takes {', '.join(kinds)} documents"
                   if bad else f"{file}: no documents")
         client = Client(server, token, ca)
         out = Console(highlight=False, soft_wrap=True)
         for i, doc in enumerate(docs):
+            kind = doc["kind"]
+            if kind != "Application":
+                name = str((doc.get("metadata") or {}).get("name", ""))
+                if not name:
+                    _fail(f"{file}: document {i}: metadata.name: required")
+                r = client.request("PUT", f"/v1/{CONFIG_PATHS[kind]}/{name}", json=doc, where=f"{file}: document {i}: ")
+                out.print(f"{kind.lower()}/{name} {'created' if r.status_code == 201 else 'configured'} "
+                          f"(configuration version {r.json()['version']})")
+                continue
             key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
             r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
                                where=f"{file}: document {i}: ")
@@ -325,17 +349,17 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def get(
-        kind: Kind = typer.Argument(..., help="apps, tasks, vcs, nodes or tenants"),
+        kind: Kind = typer.Argument(..., help="apps, tasks, vcs, nodes, tenants or agents"),
         output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
         app_name: Optional[str] = typer.Option(None, "--app", help="tasks: of this application only"),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """List objects: apps, tasks, vcs, nodes or tenants."""
+        """List objects: apps, tasks, vcs, nodes, tenants or agents."""
         client = Client(server, token, ca)
         path = {"apps": "/v1/applications", "tasks": "/v1/tasks", "vcs": "/v1/vcs", "nodes": "/v1/nodes",
-                "tenants": "/v1/tenants"}[kind.value]
+                "tenants": "/v1/tenants", "agents": "/v1/agents"}[kind.value]
         params = {"app": app_name} if app_name and kind is Kind.tasks else {}
         items = client.every(path, params)
         if output is Output.json:
@@ -351,6 +375,7 @@ def register(app: typer.Typer) -> None:
             "nodes": [("NODE", "node"), ("SITE", "site"), ("TIER", "tier"), ("STATE", "state"), ("TASKS", "tasks"),
                       ("FREE CPU", "free.cpu_milli"), ("FREE MEM MiB", "free.mem_mib")],
             "tenants": [("NAME", "name"), ("WEIGHT", "weight"), ("ALLOWED SITES", "allowed_sites")],
+            "agents": [("NAME", "name"), ("SITE", "site"), ("STATE", "state"), ("LEASE s", "lease_s")],
         }[kind.value]
         table = Table(box=None, pad_edge=False, header_style="bold")
         for head, _ in columns:
@@ -389,18 +414,26 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def delete(
-        kind: str = typer.Argument(..., help="app"),
+        kind: str = typer.Argument(..., help="app, tenant, vc, fleet or agent"),
         name: str = typer.Argument(...),
         tenant: Optional[str] = ADMIN_TENANT,
+        cascade: bool = typer.Option(False, "--cascade", help="tenant, vc: their applications go too (without "
+                                     "it, one that has applications is refused)"),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """Delete an application: its running tasks stop."""
-        if kind not in ("app", "apps", "application"):
-            _fail(f"delete takes 'app', got {kind!r}")
-        Client(server, token, ca).request("DELETE", f"/v1/applications/{name}", params=_tenant(tenant))
-        Console(highlight=False, soft_wrap=True).print(f"application/{name} deleted")
+        """Delete an application (its running tasks stop), a tenant (its virtual
+        clusters go and its tokens are revoked), a virtual cluster, a Fleet
+        document (its sites' nodes are removed) or an agent (its node is removed)."""
+        paths = {"app": "applications", "apps": "applications", "application": "applications",
+                 "tenant": "tenants", "vc": "vcs", "fleet": "fleets", "agent": "agents"}
+        if kind not in paths:
+            _fail(f"delete takes app, tenant, vc, fleet or agent, got {kind!r}")
+        params = {**_tenant(tenant), **({"cascade": "true"} if cascade else {})}
+        Client(server, token, ca).request("DELETE", f"/v1/{paths[kind]}/{name}", params=params)
+        Console(highlight=False, soft_wrap=True).print(f"{paths[kind].rstrip('s').replace('applications', 'application')}"
+                                                       f"/{name} deleted")
 
     @app.command()
     def audit(
@@ -459,6 +492,71 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             pass
 
+    @app.command()
+    def agent(
+        site: str = typer.Option(..., "--site", help="The site this node is at; a population's site for a device."),
+        name: Optional[str] = typer.Option(None, "--name", help="The node's name at its site (it is SITE/NAME); "
+                                           "none for a population's device."),
+        cpu: Optional[str] = typer.Option(None, "--cpu", help="Cores it offers: 8, 500m."),
+        memory: Optional[str] = typer.Option(None, "--memory", help="Memory it offers: 16Gi."),
+        arch: str = typer.Option("x86_64", "--arch", help="x86_64, arm64, ..."),
+        accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT, e.g. gpu:A100:8 "
+                                              "(again for another kind)."),
+        label: List[str] = typer.Option([], "--label", help="KEY=VALUE (again for another)."),
+        lease: str = typer.Option("10s", "--lease", help="The node is lost when no renewal comes for this long; "
+                                  "renewed three times per lease."),
+        server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Register this node (or a population's device) with the server, and keep
+        its lease until stopped: stopped (SIGTERM, Ctrl-C), the node leaves the
+        fleet; killed, it is lost when its lease runs out, and found again when
+        the agent registers again. Needs an agent token (token create --role agent)."""
+        import signal
+        import threading
+
+        body: dict[str, Any] = {"site": site, "lease": lease}
+        if name is not None or cpu is not None or memory is not None:
+            if name is None or cpu is None or memory is None:
+                _fail("a node registers with --name, --cpu and --memory (a device of a population with --site alone)")
+            accels = []
+            for i, a in enumerate(accelerator):
+                kind, _, rest = a.partition(":")
+                model, _, count = rest.partition(":")
+                if not kind or not model or not count.isdigit():
+                    _fail(f"--accelerator {a!r}: expected KIND:MODEL:COUNT, e.g. gpu:A100:8")
+                accels.append({"kind": kind, "model": model, "count": int(count)})
+            labels = {}
+            for lb in label:
+                key, eq, value = lb.partition("=")
+                if not eq or not key:
+                    _fail(f"--label {lb!r}: expected KEY=VALUE")
+                labels[key] = value
+            body.update(name=name, node={"cpu": cpu, "memory": memory, "arch": arch, "accelerators": accels,
+                                         "labels": labels})
+        client = Client(server, token, ca)
+        got = client.request("POST", "/v1/agents", json=body, where="agent: ").json()
+        node, every = got["name"], max(0.2, got["lease_s"] / 3)
+        err.print(f"agent {escape(node)} registered (was {got.get('was')}); lease {got['lease_s']:g}s", soft_wrap=True)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(every):
+            try:
+                r = client.http.put(f"/v1/agents/{node}/lease")
+            except client._httpx.TransportError as exc:  # the server is away: keep trying, the lease may hold
+                err.print(f"agent {escape(node)}: cannot renew: {escape(str(exc))}", soft_wrap=True)
+                continue
+            if r.status_code in (404, 409):  # lost meanwhile (or forgotten): register again
+                client.request("POST", "/v1/agents", json=body, where="agent: ")
+                err.print(f"agent {escape(node)} registered again", soft_wrap=True)
+            elif r.status_code >= 400:
+                err.print(f"agent {escape(node)}: renewal refused ({r.status_code}): {escape(r.text[:300])}",
+                          soft_wrap=True)
+        client.request("DELETE", f"/v1/agents/{node}")
+        err.print(f"agent {escape(node)} left", soft_wrap=True)
+
     token_app = typer.Typer(no_args_is_help=True, help="Tokens for the control plane's API.")
     app.add_typer(token_app, name="token")
 
@@ -468,18 +566,22 @@ def register(app: typer.Typer) -> None:
         ttl: Optional[str] = typer.Option(None, "--ttl", help="How long it is valid: 30d, 12h, 90m (at most "
                                           "3650d); default: until revoked."),
         name: Optional[str] = typer.Option(None, "--name", help="A note: whom or what it is for."),
+        role: Optional[str] = typer.Option(None, "--role", help="With --tenant: tenant-admin, member (default) or "
+                                           "viewer; without: admin (default) or agent."),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """Mint a token (needs an admin token); it is printed once.
+        """Mint a token (needs an admin token, or a tenant-admin's for its own
+        tenant); it is printed once.
 
         The token goes to standard output, its id and expiry to standard error."""
         body = Client(server, token, ca).request("POST", "/v1/tokens", json={"tenant": tenant, "ttl": ttl,
-                                                                         "name": name}).json()
+                                                                         "name": name, "role": role}).json()
         sys.stdout.write(body["token"] + "\n")
         until = f"expires {body['expires_at']}" if body.get("expires_at") else "valid until revoked"
-        err.print(f"{body['id']} for {escape(tenant or 'an admin')}, {until}", soft_wrap=True)
+        err.print(f"{body['id']} ({body.get('role')}) for {escape(body.get('tenant') or 'no tenant')}, {until}",
+                  soft_wrap=True)
 
     @token_app.command("list")
     def token_list(

@@ -28,13 +28,15 @@ from collections import deque
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
 
 from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
 from suanli.model.work import Application, World
 from suanli.output import resources_json
-from suanli.server.store import ENDED_STATUSES, AppRow, Store, TaskRow
+from suanli.server.store import ENDED_STATUSES, AgentRow, AppRow, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
 from suanli.spec.build import build_application
@@ -104,9 +106,56 @@ def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) ->
     return build_application(internal(tenant, name), tenant, document.spec)
 
 
+WATCH_S = 0.25  # how often the store's configuration and agents are looked at
+
+
+class Loaded(NamedTuple):
+    """What the store says the server runs: the world, its documents, their version, the agents."""
+
+    world: World
+    docs: Any
+    version: int
+    agents: dict[str, AgentRow]
+
+
+def agent_list(agents: dict[str, AgentRow], fleet) -> list[tuple[str, str, dict, bool]]:
+    """The agents with a node of their own (not a population's device, not departed)."""
+    return [(a.name, a.site, a.spec, a.state == "ready") for a in agents.values()
+            if a.state != "left" and not _is_device(fleet, a.site)]
+
+
+def _is_device(fleet, site: str) -> bool:
+    at = fleet.site_table.names.get(site)
+    return at >= 0 and fleet.site_table.population_of[at] >= 0
+
+
+def load_config(store: Store) -> Loaded:
+    """The world of the stored documents and agents (a problem raises ValueError)."""
+    from suanli.server.config import as_rows, documents, world_of
+
+    version = store.config_version()
+    docs, problems = documents(as_rows(store.objects()))
+    if problems:
+        p = problems[0]
+        raise ValueError(f"the stored configuration is not valid: {p.file}: {p.path}: {p.message}")
+    agents = {a.name: a for a in store.agents()}
+    world = world_of(docs)
+    fleet_agents = agent_list(agents, world.fleet)
+    if fleet_agents:
+        world = world_of(docs, fleet_agents)
+    return Loaded(world, docs, version, agents)
+
+
 class Controller:
-    def __init__(self, world: World, store: Store, *, speed: float = 1.0, policy: str | None = None,
+    def __init__(self, world: World | Loaded, store: Store, *, speed: float = 1.0, policy: str | None = None,
                  executor: Callable[[Simulation], Executor] | None = None) -> None:
+        loaded = world if isinstance(world, Loaded) else None
+        world = loaded.world if loaded else world
+        self.docs = loaded.docs if loaded else None  # None: a world made elsewhere, not changed at run time
+        self.version = loaded.version if loaded else 0
+        self.agents: dict[str, AgentRow] = dict(loaded.agents) if loaded else {}
+        self.agents_seen = max((a.changed for a in self.agents.values()), default=0)
+        self.watched = 0.0  # when the store was last looked at for changes
         self.world = world
         self.store = store
         self.clock = WallClock(speed)
@@ -140,7 +189,11 @@ class Controller:
         """Rebuild from the store, then run the scheduler's thread."""
         self.sim.start()
         self._restore()
+        for a in self.agents.values():  # nodes whose agents were lost when the server stopped: down
+            if a.state == "lost":
+                self._agent_news(a, None)
         self._turn()
+        self._watch()
         self._thread = threading.Thread(target=self._run, name="suanli-controller", daemon=True)
         self._thread.start()
 
@@ -286,6 +339,96 @@ class Controller:
         (self.cordoned.add if action == "cordon" else self.cordoned.discard)(node)
         self.sim.apply(node_event(node, action))
 
+    def poke(self) -> None:
+        """Look at the store's configuration and agents now (the API changed them)."""
+        self.inbox.put(lambda now: self._watch())
+
+    # ------------------------------------------------------------ what the server runs, changed
+
+    def _watch(self) -> None:
+        """Changes of the configuration and of agents, from the store (any server
+        process of this database may have made them), and leases that ran out."""
+        self.watched = time.monotonic()
+        if self.docs is None:
+            return
+        version = self.store.config_version()
+        if version != self.version:
+            self._turn()  # what was asked before (a cascade's deletions) has happened
+            self._configure(version)
+        expired = self.store.expired_agents(time.time())
+        if expired:
+            self.store.end_agents(expired, "lost", only_if_expired=True)
+        rows = self.store.agents(self.agents_seen)
+        if rows:
+            self._agents_changed(rows)
+
+    def _configure(self, version: int) -> None:
+        from suanli.server.config import as_rows, documents, world_of
+
+        docs, problems = documents(as_rows(self.store.objects()))
+        if problems:  # the API checked it: another version of the server wrote something else
+            log.error("configuration version %d not applied: %s: %s", version, problems[0].path, problems[0].message)
+            self.version = version
+            return
+        now = self.clock.now()
+        fresh = world_of(docs)
+        undone = self.sim.set_tenancy(now, fresh.tenants, fresh.vcs)
+        for why in undone:
+            log.warning(why)
+        self._vc_tenant = {name: vc.tenant for name, vc in self.world.vcs.items()}
+        self.docs, self.version = docs, version
+        self._grow()
+        self.sim.log(now, "configured", version=version)
+
+    def _grow(self) -> None:
+        """The fleet as the documents and agents say (nodes added, retired)."""
+        from suanli.server.config import grown_fleet
+
+        fleet = self.world.fleet
+        grown, retire, paths = grown_fleet(fleet, self.docs, agent_list(self.agents, fleet))
+        now = self.clock.now()
+        if grown is not None:
+            self.sim.grow_fleet(now, grown, paths)
+        for node in retire:
+            self.sim.retire_node(now, node, "removed from the fleet")
+
+    def _agents_changed(self, rows: list[AgentRow]) -> None:
+        """Agents registered, lost or gone: nodes added, found, lost or retired."""
+        grow = False
+        for row in rows:
+            self.agents_seen = max(self.agents_seen, row.changed)
+            before = self.agents.get(row.name)
+            self.agents[row.name] = row
+            if _is_device(self.world.fleet, row.site):
+                self._agent_news(row, before)
+            elif row.state == "left" or before is None or before.state == "left" or before.spec != row.spec \
+                    or before.site != row.site:
+                grow = True
+            else:
+                self._agent_news(row, before)
+        if grow:
+            self._grow()
+            for row in rows:  # registered again after a loss, on the node it had
+                if row.state != "left" and not _is_device(self.world.fleet, row.site):
+                    self._agent_news(row, None)
+
+    def _agent_news(self, row: AgentRow, before: AgentRow | None) -> None:
+        """A ready agent's node is found, a lost one's lost (as a failed machine:
+        its work waits again and is placed elsewhere); a device comes online or goes offline."""
+        from suanli.executors.base import NodeFound, NodeLost
+
+        sim, fleet = self.sim, self.world.fleet
+        if _is_device(fleet, row.site):
+            kind = "deviceOnline" if row.state == "ready" else "deviceOffline"
+            cls = schema.DeviceOnlineEvent if row.state == "ready" else schema.DeviceOfflineEvent
+            sim.apply(cls.model_construct(at=0, kind=kind, site=row.site))
+            return
+        if row.state == "ready":
+            if row.name in sim.lost_nodes:
+                sim.loop.post(NodeFound(row.name, "its agent registered again"))
+        elif row.state == "lost":
+            sim.loop.post(NodeLost(row.name, f"its agent's lease of {row.lease_s:g}s ran out"))
+
     # ------------------------------------------------------------ the thread
 
     def _run(self) -> None:
@@ -314,6 +457,8 @@ class Controller:
                     self.errors += 1
                     log.exception("a command failed")
             try:
+                if self.docs is not None and time.monotonic() - self.watched >= WATCH_S:
+                    self._watch()
                 self._turn()
             except Exception:
                 self.errors += 1
@@ -445,7 +590,7 @@ class Controller:
 def _node_states(c: Controller) -> list[str]:
     sim, fleet = c.sim, c.world.fleet
     drained, enabled = sim.hosts.draining, sim.state.nodes.enabled
-    return ["ready" if enabled[n] else "drained" if n in drained else
+    return ["ready" if enabled[n] else "removed" if fleet.retired[n] else "drained" if n in drained else
             "cordoned" if fleet.node_name(n) in c.cordoned else "down" for n in range(fleet.n_nodes)]
 
 
@@ -462,9 +607,18 @@ def _node_out(c: Controller, n: int, state: str) -> dict[str, Any]:
 def _nodes(c: Controller, site: str | None) -> list[dict[str, Any]]:
     fleet, states = c.world.fleet, _node_states(c)
     if site is None:
-        return [_node_out(c, n, states[n]) for n in range(fleet.n_nodes)]
+        return [_node_out(c, n, states[n]) for n in np.flatnonzero(~fleet.retired).tolist()]
     at = fleet.site_index.get(site)
-    return [_node_out(c, n, states[n]) for n in fleet.nodes_of(at).tolist()] if at >= 0 else []
+    return [_node_out(c, n, states[n]) for n in fleet.nodes_of(at).tolist() if not fleet.retired[n]] if at >= 0 else []
+
+
+def _has_node(c: Controller, name: str) -> bool:
+    """A node of that name is in the fleet (not removed)."""
+    fleet = c.world.fleet
+    try:
+        return not fleet.retired[fleet.node_by_name(name)]
+    except KeyError:
+        return False
 
 
 def _node(c: Controller, name: str) -> dict[str, Any]:
@@ -474,10 +628,10 @@ def _node(c: Controller, name: str) -> dict[str, Any]:
 
 def _fleet(c: Controller) -> dict[str, Any]:
     sim, fleet = c.sim, c.world.fleet
-    nodes, n = sim.state.nodes, fleet.n_nodes
-    return {"sites": len(fleet.sites), "nodes": n,
-            "capacity": resources_json(sim.state, nodes.cap[:, :n].sum(axis=1)),
-            "free": resources_json(sim.state, nodes.free[:, :n].sum(axis=1))}
+    nodes, live = sim.state.nodes, ~fleet.retired
+    return {"sites": len(fleet.sites), "nodes": int(live.sum()),
+            "capacity": resources_json(sim.state, nodes.cap[:, :fleet.n_nodes][:, live].sum(axis=1)),
+            "free": resources_json(sim.state, nodes.free[:, :fleet.n_nodes][:, live].sum(axis=1))}
 
 
 def _vcs(c: Controller, names: list[str]) -> list[dict[str, Any]]:
@@ -519,6 +673,6 @@ def _plan(c: Controller) -> dict[str, Any]:
 
 
 QUERIES: dict[str, Callable[..., Any]] = {
-    "node_states": _node_states, "nodes": _nodes, "node": _node, "fleet": _fleet, "vcs": _vcs, "plan": _plan,
+    "node_states": _node_states, "nodes": _nodes, "node": _node, "has_node": _has_node, "fleet": _fleet, "vcs": _vcs, "plan": _plan,
     "console": _console,
 }

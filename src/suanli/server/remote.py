@@ -174,6 +174,10 @@ class RemoteController:
     def node(self, node: str, action: str) -> None:
         self._send(("node", node, action))
 
+    def poke(self) -> None:
+        """The store's configuration or agents changed: the controller looks now."""
+        self._send(("poke",))
+
     def ask(self, query: str, *args: Any) -> Any:
         return self._question(ASK_TIMEOUT_S, "ask", query, *args)
 
@@ -240,15 +244,13 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None, ex
     import gc
 
     from suanli.executors import make
-    from suanli.server.controller import Controller
+    from suanli.server.controller import Controller, load_config
     from suanli.server.store import Store
-    from suanli.spec.build import build_world
-    from suanli.spec.loader import load_documents
 
     try:
-        world = build_world(load_documents(files))
+        store = Store(db, upgrade=False)
         factory = make(**executor) if executor else None
-        controller = Controller(world, Store(db, upgrade=False), speed=speed, policy=policy, executor=factory)
+        controller = Controller(load_config(store), store, speed=speed, policy=policy, executor=factory)
         controller.start()
     except Exception as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
@@ -280,6 +282,8 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None, ex
             controller.delete(*message[1:])
         elif kind == "node":
             controller.node(*message[1:])
+        elif kind == "poke":
+            controller.poke()
         elif message[2] == "stats":
             answer(message[1], controller.stats)
         else:  # ("q", key, "ask", query, *args): answered by the controller's thread, between instants

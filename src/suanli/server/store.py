@@ -56,6 +56,7 @@ class TokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float)  # None: never
     revoked_at: Mapped[float | None] = mapped_column(Float)
+    role: Mapped[str] = mapped_column(String(16), server_default="member")  # ROLES
     __table_args__ = (UniqueConstraint("public_id", name="uq_tokens_public_id"),)
 
 
@@ -120,6 +121,41 @@ class AuditRow(Base):
     request_id: Mapped[str] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))
     __table_args__ = (Index("ix_audit_tenant_id", "tenant", "id"),)
+
+
+class ObjectRow(Base):
+    """A Fleet, Tenant or VirtualCluster document the server runs, as last applied."""
+
+    __tablename__ = "objects"
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(300), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(128))  # a VirtualCluster's tenant; a Tenant's own name
+    document: Mapped[dict] = mapped_column(JSON)
+    version: Mapped[int] = mapped_column(Integer, index=True)  # the configuration's version it was written at
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ConfigVersionRow(Base):
+    __tablename__ = "config_versions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class AgentRow(Base):
+    """A node that registered itself (``suanli agent``), and its lease."""
+
+    __tablename__ = "agents"
+    name: Mapped[str] = mapped_column(String(300), primary_key=True)  # SITE/NAME, or a device's site
+    site: Mapped[str] = mapped_column(String(128))
+    spec: Mapped[dict] = mapped_column(JSON)  # its node as registered ({} for a population's device)
+    lease_s: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(8))  # ready | lost | left
+    token_id: Mapped[str | None] = mapped_column(String(32))
+    registered_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    changed: Mapped[int] = mapped_column(Integer, index=True)  # bumps on registration, loss and leave
+    __table_args__ = (Index("ix_agents_state_expires", "state", "expires_at"),)
 
 
 class NodeStateRow(Base):
@@ -286,16 +322,29 @@ class _Remembered:
         self.who, self.token_id, self.fresh_until, self.expires_at = who, token_id, fresh_until, expires_at
 
 
+# What a token may do. admin: everything. Of one tenant: tenant-admin (its
+# applications, virtual clusters and tokens), member (its applications),
+# viewer (reads only). agent: registers nodes and renews their leases, nothing else.
+ROLES = ("admin", "tenant-admin", "member", "viewer", "agent")
+TENANT_ROLES = ("tenant-admin", "member", "viewer")
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request speaks for: a tenant, or an admin (``tenant`` None)."""
+    """Who a request speaks for: a tenant (with a role in it), an admin or an agent."""
 
     tenant: str | None
     token_id: str | None = None  # the token's public id (tok_...), for the audit log
+    role: str = "admin"
 
     @property
     def admin(self) -> bool:
-        return self.tenant is None
+        return self.role == "admin"
+
+    @property
+    def writes(self) -> bool:
+        """May change its tenant's applications."""
+        return self.role in ("admin", "tenant-admin", "member")
 
 
 class Conflict(Exception):
@@ -534,7 +583,7 @@ class Store:
         return None
 
     def _new_row(self, tenant: str | None, *, source: str = "minted", name: str | None = None,
-                 ttl_s: float | None = None, token: str | None = None) -> tuple[str, TokenRow]:
+                 ttl_s: float | None = None, token: str | None = None, role: str | None = None) -> tuple[str, TokenRow]:
         """A token and its row (not yet added): a new token, or ``token`` as given
         (SUANLI_ADMIN_TOKEN), with a new public id."""
         made, public_id = new_token()
@@ -542,7 +591,8 @@ class Store:
         now = time.time()
         return token, TokenRow(public_id=public_id, digest=keyed_digest(self._key(), token), scheme=KEYED,
                                tenant=tenant, name=name, source=source, created_at=now,
-                               expires_at=None if ttl_s is None else now + ttl_s)
+                               expires_at=None if ttl_s is None else now + ttl_s,
+                               role=role or ("admin" if tenant is None else "member"))
 
     @staticmethod
     def _retried(work: Callable[[], T]) -> T:
@@ -618,11 +668,12 @@ class Store:
                                "expired is not made valid again; set a new value")
 
     def issue(self, tenant: str | None, *, ttl_s: float | None = None,
-              name: str | None = None) -> tuple[str, TokenRow]:
-        """A new token for ``tenant`` (None: an admin), valid for ``ttl_s`` seconds
-        (None: until revoked): the token, to be shown once, and its row."""
+              name: str | None = None, role: str | None = None) -> tuple[str, TokenRow]:
+        """A new token for ``tenant`` (None: an admin, or an agent with that
+        ``role``), valid for ``ttl_s`` seconds (None: until revoked): the token,
+        to be shown once, and its row."""
         def work() -> tuple[str, TokenRow]:
-            made, row = self._new_row(tenant, name=name, ttl_s=ttl_s)
+            made, row = self._new_row(tenant, name=name, ttl_s=ttl_s, role=role)
             with self._writing() as s:
                 s.add(row)
             return made, row
@@ -657,6 +708,16 @@ class Store:
         self._forget([token_id])
         return True
 
+    def revoke_tenant(self, tenant: str) -> list[str]:
+        """Revoke every token of ``tenant`` (it was removed); their ids."""
+        with self._writing() as s:
+            rows = list(s.scalars(select(TokenRow).where(TokenRow.tenant == tenant, TokenRow.revoked_at.is_(None))))
+            for row in rows:
+                row.revoked_at = time.time()
+            ids = [r.public_id for r in rows]
+        self._forget(ids)
+        return ids
+
     def _forget(self, token_ids: Iterable[str]) -> None:
         """Stop believing these tokens in this process (a lookup running now is not remembered)."""
         ids = set(token_ids)
@@ -689,7 +750,7 @@ class Store:
         if row is None or token_state(row, time.time()) != "active":
             self._principals.pop(key, None)
             return None
-        who = Principal(row.tenant, row.public_id)
+        who = Principal(row.tenant, row.public_id, row.role or ("admin" if row.tenant is None else "member"))
         if revocations == self._revocations:
             self._remember(key, _Remembered(who, row.public_id, time.monotonic() + PRINCIPAL_CACHE_S,
                                             row.expires_at))
@@ -994,6 +1055,103 @@ class Store:
             return s.scalar(select(EventRow.id).order_by(EventRow.id.desc()).limit(1)) or 0
 
     # ------------------------------------------------------------ nodes
+
+    # ------------------------------------------------------------ what the server runs
+
+    def objects(self) -> list[ObjectRow]:
+        """The Fleet, Tenant and VirtualCluster documents, in the order they were first written."""
+        with self.session() as s:
+            return list(s.scalars(select(ObjectRow).order_by(ObjectRow.version, ObjectRow.kind, ObjectRow.name)))
+
+    def config_version(self) -> int:
+        """The configuration's version: it grows with every change of the objects."""
+        with self.session() as s:
+            return int(s.scalar(select(func.max(ConfigVersionRow.id))) or 0)
+
+    def put_objects(self, put: Sequence[tuple[str, str, str | None, dict]], remove: Sequence[tuple[str, str]] = (),
+                    expect: int | None = None) -> int | None:
+        """Write documents (kind, name, tenant, document) and delete others, as one
+        change; its version. ``expect``: only if the configuration is still at that
+        version (None back otherwise: someone changed it meanwhile)."""
+        def write(conn: Connection) -> int | None:
+            if expect is not None and int(conn.scalar(select(func.max(ConfigVersionRow.id))) or 0) != expect:
+                return None
+            now = time.time()
+            version = conn.execute(insert(ConfigVersionRow).values(at=now)).inserted_primary_key[0]
+            for kind, name in remove:
+                conn.execute(delete(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name))
+            for kind, name, tenant, document in put:
+                done = conn.execute(update(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name)
+                                    .values(document=document, tenant=tenant, updated_at=now))
+                if not done.rowcount:
+                    conn.execute(insert(ObjectRow).values(kind=kind, name=name, tenant=tenant, document=document,
+                                                          version=version, updated_at=now))
+            return int(version)
+
+        return self._write(write)
+
+    def agents(self, changed_after: int = 0) -> list[AgentRow]:
+        """Agents (every state) whose registration, loss or leave came after ``changed_after``."""
+        with self.session() as s:
+            return list(s.scalars(select(AgentRow).where(AgentRow.changed > changed_after).order_by(AgentRow.changed)))
+
+    def agent(self, name: str) -> AgentRow | None:
+        with self.session() as s:
+            return s.get(AgentRow, name)
+
+    def _agent_change(self, conn: Connection) -> int:
+        return int(conn.scalar(select(func.max(AgentRow.changed))) or 0) + 1
+
+    def register_agent(self, name: str, site: str, spec: dict, lease_s: float, token_id: str | None) -> str:
+        """A node registers (or again, after a loss or a leave): ready, with a lease of
+        ``lease_s``. Returns its state before (``new`` if it was never seen)."""
+        def write(conn: Connection) -> str:
+            now = time.time()
+            row = conn.execute(select(AgentRow.state).where(AgentRow.name == name)).first()
+            values = dict(site=site, spec=spec, lease_s=lease_s, state="ready", token_id=token_id,
+                          registered_at=now, expires_at=now + lease_s, changed=self._agent_change(conn))
+            if row is None:
+                conn.execute(insert(AgentRow).values(name=name, **values))
+                return "new"
+            conn.execute(update(AgentRow).where(AgentRow.name == name).values(**values))
+            return row[0]
+
+        return self._write(write)
+
+    def renew_agent(self, name: str) -> str | None:
+        """A heartbeat: the lease of a ready agent runs again from now. Its state
+        (None: unknown); a lost or departed one must register again."""
+        def write(conn: Connection) -> str | None:
+            row = conn.execute(select(AgentRow.state, AgentRow.lease_s).where(AgentRow.name == name)).first()
+            if row is None:
+                return None
+            if row[0] == "ready":
+                conn.execute(update(AgentRow).where(AgentRow.name == name)
+                             .values(expires_at=time.time() + row[1]))
+            return row[0]
+
+        return self._write(write)
+
+    def end_agents(self, names: Sequence[str], state: str, only_if_expired: bool = False) -> list[str]:
+        """Agents that are ready become ``state`` (lost: the lease ran out; left:
+        it said goodbye); the names that did."""
+        def write(conn: Connection) -> list[str]:
+            q = select(AgentRow.name).where(AgentRow.name.in_(list(names)), AgentRow.state == "ready")
+            if only_if_expired:
+                q = q.where(AgentRow.expires_at < time.time())
+            ended = [r[0] for r in conn.execute(q)]
+            change = self._agent_change(conn)
+            for i, name in enumerate(ended):
+                conn.execute(update(AgentRow).where(AgentRow.name == name).values(state=state, changed=change + i))
+            return ended
+
+        return self._write(write) if names else []
+
+    def expired_agents(self, now: float, limit: int = 10_000) -> list[str]:
+        """Ready agents whose lease ran out."""
+        with self.session() as s:
+            return list(s.scalars(select(AgentRow.name).where(AgentRow.state == "ready", AgentRow.expires_at < now)
+                                  .limit(limit)))
 
     def set_node_state(self, node: str, state: str | None) -> None:
         with self._writing() as s:

@@ -134,6 +134,29 @@ class Recorder:
             return None
         return np.unique(np.concatenate([np.asarray(x, np.int64) for x in touched])) if len(touched) > 1 else touched[0]
 
+    def grow(self, fleet) -> None:
+        """The fleet grew (or lost nodes) while running: per-node and per-site
+        rows for the new ones, capacity as it is now."""
+        n_res = len(fleet.resources)
+        cap = np.where(fleet.retired[:, None], 0, fleet.node_capacity)
+        self.capacity[:] = 0
+        np.add.at(self.capacity, fleet.node_tier, cap)
+        self._kind_capacity = self.capacity.sum(axis=0)[2:]
+        site_capacity = np.zeros((len(fleet.sites), n_res), np.int64)
+        np.add.at(site_capacity, fleet.node_site, cap)
+        self.site_capacity = site_capacity
+        extra = fleet.n_nodes - self._held.shape[1]
+        if extra > 0:
+            pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], extra))], axis=1)  # noqa: E731
+            self._held, self._used, self._idle, self._stranded = (pad(a) for a in (self._held, self._used, self._idle,
+                                                                                    self._stranded))
+        more = len(fleet.sites) - len(self._site_last)
+        if more > 0:
+            grow = lambda a: np.concatenate([a, np.zeros((more,) + a.shape[1:])])  # noqa: E731
+            self._site_now, self._site_area, self._site_peak = (grow(a) for a in (self._site_now, self._site_area,
+                                                                                    self._site_peak))
+            self._site_last = np.concatenate([self._site_last, np.full(more, self._site_last.max(initial=0.0))])
+
     def sample(self, t: float, keep: bool = False) -> None:
         """The figures after the instant ``t``; ``keep``: this sample stays in the
         series (the last of a run)."""

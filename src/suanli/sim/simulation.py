@@ -198,6 +198,7 @@ class Simulation:
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
         self.offline: dict[int, tuple] = {}  # device site -> its links while it is offline
+        self.down_links: set[tuple[int, int]] = set()  # site pairs whose links a linkDown took down
         self._mobility: list[Iterator] = []  # mobility streams (handovers, offline spells)
         self._next_mobility: list[tuple | None] = []
         self.recorder = Recorder(self.state, self._near_violations)
@@ -569,6 +570,7 @@ class Simulation:
         elif ev.kind in ("linkDown", "linkUp"):
             a, b = (fleet.site_index[s] for s in ev.between)
             (fleet.network.link_down if ev.kind == "linkDown" else fleet.network.link_up)(a, b)  # in place
+            (self.down_links.add if ev.kind == "linkDown" else self.down_links.discard)((min(a, b), max(a, b)))
             self.log(t, ev.kind, between=list(ev.between))
             self._network_changed(t)
         elif ev.kind == "handover":
@@ -627,10 +629,7 @@ class Simulation:
         links = network.links_of(site)[:3]
         if going:
             self.offline[site] = links
-            if network.leaf[site]:  # its one link goes down: the core stays as it is
-                network.link_down(site, int(links[0][0]))
-            else:
-                network.attach(site, [], [], [])
+            _cut_off(network, site, links)
             for node in nodes:
                 tasks = self.state.set_node_enabled(node, False)
                 self.executor.node_down(node, t)
@@ -650,6 +649,121 @@ class Simulation:
                 self.hosts.node_back(node)
             self.pending.wake(site)
         self._network_changed(t, {site} if len(links[0]) <= 1 else None)
+
+    # ------------------------------------------------------------ the fleet changed while running
+
+    def grow_fleet(self, t: float, fleet: Any, paths: bool) -> None:
+        """Run on ``fleet`` from now: the fleet this one grew (``Fleet(base=the
+        current one)``, its nodes numbered as before), with nodes, sites or
+        links added, or facts of sites changed. ``paths``: sites or links
+        changed, so the network is made again (links taken down and devices
+        offline stay so); otherwise the current network goes on as it is."""
+        old = self.world.fleet
+        if paths:
+            network = fleet.network
+            for a, b in self.down_links:
+                network.link_down(a, b)
+            for site, links in self.offline.items():
+                _cut_off(network, site, links)
+        else:
+            fleet.network = old.network
+        self.state.adopt(fleet)
+        self.recorder.grow(fleet)
+        self.business.grow()
+        self.global_layer.forget_requests()
+        if paths:
+            self._network_changed(t)
+        else:
+            self.state.forget_network(None)
+        self.pending.wake_all()  # what waited may fit on a new node
+        self._unpark(self._room.items())
+        self.wake_at(t)
+
+    def set_tenancy(self, t: float, tenants: Mapping[str, Any], vcs: Mapping[str, Any]) -> list[str]:
+        """Tenants and virtual clusters as given, from now (a live server's,
+        changed through its API). A tenant's weight, quota and allowed sites
+        hold for placements from now on: work above a lowered quota keeps
+        running, and is reclaimed only as the rescheduling policy reclaims.
+        A removed tenant or VC must have no work left (its applications were
+        deleted first). A VC's groups take their new bounds: hosts are placed
+        up to a fixed count or a minimum, idle ones removed down to it or to
+        a maximum; a group removed or given another shape loses its idle
+        hosts. Returns what could not be done (hosts that could not be placed)."""
+        state, world, out = self.state, self.world, []
+        for name in [n for n in world.vcs if n not in vcs]:
+            self._drop_vc(t, name)
+        for name in [n for n in world.tenants if n not in tenants]:
+            del world.tenants[name]
+            i = state.tenant_index[name]
+            state.quota_table[i] = 0  # a row stays (its number is in use); it takes nothing more
+        for tenant in tenants.values():
+            if world.tenants.get(tenant.name) != tenant:
+                state.set_tenant(tenant)
+        for vc in vcs.values():
+            old = world.vcs.get(vc.name)
+            if old == vc:
+                continue
+            vcs_state = state.vcs.get(vc.name) or state.add_vc(vc)
+            world.vcs[vc.name] = vc
+            if vc.default:
+                continue
+            for h in list(vcs_state.hosts):  # a group gone or reshaped: its hosts are no longer the VC's kind
+                if _shape(vc, h.group) is None or _shape(old, h.group) != _shape(vc, h.group):
+                    self._remove_idle(t, vcs_state, h)
+            for g in vc.host_groups:
+                mine = [h for h in vcs_state.hosts if h.group == g.name]
+                for h in mine[g.limit:]:
+                    self._remove_idle(t, vcs_state, h)
+                short = g.initial - len([h for h in vcs_state.hosts if h.group == g.name])
+                if short > 0:
+                    self.global_layer.forget_requests()
+                    got = self.global_layer.place_hosts(vc, g, short)
+                    if not isinstance(got, list):
+                        out.append(f"virtual cluster {vc.name}: {short} hosts of group {g.name} could not be placed")
+        self.global_layer.forget_requests()
+        self.business.forget_requests()
+        self.flush_hosts(t)
+        self.pending.wake_all()
+        self._unpark(self._room.items())
+        self.wake_at(t)
+        return out
+
+    def _remove_idle(self, t: float, vcs_state: Any, host: Any) -> None:
+        if host in vcs_state.hosts and _host_idle(vcs_state, host):
+            self.flush_hosts(t)
+            self.state.remove_host(vcs_state, host)
+            self.flush_hosts(t, reason="its virtual cluster changed")
+
+    def _drop_vc(self, t: float, name: str) -> None:
+        vcs_state = self.state.vcs.get(name)
+        if vcs_state is not None and not vcs_state.default:
+            for h in list(vcs_state.hosts):
+                self._remove_idle(t, vcs_state, h)
+            if not vcs_state.hosts:
+                del self.state.vcs[name]
+        elif vcs_state is not None:
+            del self.state.vcs[name]
+        self.world.vcs.pop(name, None)
+
+    def retire_node(self, t: float, node: int, why: str) -> None:
+        """A node leaves the fleet for good: its work stops as on a failed node
+        (and waits again by its restart policy), its explicit VCs' hosts move,
+        and it is never a candidate again."""
+        fleet = self.world.fleet
+        if fleet.retired[node]:
+            return
+        name = fleet.node_name(node)
+        self.log(t, "nodeRemoved", node=name, reason=why)
+        tasks = self.state.set_node_enabled(node, False)
+        self.executor.node_down(node, t)
+        for uid in dict.fromkeys(self._tasks[task].unit for task in tasks):
+            self._stop_unit(t, uid, node)
+        self.hosts.node_out(node)
+        self.hosts.draining.pop(node, None)
+        self.lost_nodes.discard(name)
+        self.state.retire_node(node)
+        self.recorder.grow(fleet)
+        self.wake_at(t)
 
     def _device_busy(self, t: float, ev: Any) -> None:
         """Local work outside the scheduler claims capacity on a node (the site's
@@ -1160,6 +1274,27 @@ class Simulation:
         append = self.events.append
         for (kind, _), h in changes.items():
             append({"t": rounded, "kind": kind, "vc": h.vc, "host": h.name, "node": name(h.node), **why})
+
+
+def _shape(vc: Any, group: str | None) -> tuple | None:
+    """What a VC's host group's hosts are like (bounds apart)."""
+    g = next((g for g in vc.host_groups if g.name == group), None) if vc is not None else None
+    return None if g is None else (g.resources, g.coupling, g.selector, g.near, g.arch)
+
+
+def _host_idle(vcs_state: Any, host: Any) -> bool:
+    t = vcs_state.table
+    r = host.row
+    return bool((t.free[:, r] == t.cap[:, r]).all() and (t.dev_free[:, r] == t.dev_cap[:, r]).all())
+
+
+def _cut_off(network: Any, site: int, links: tuple) -> None:
+    """A device's site leaves the network (offline): its one link goes down,
+    the core staying as it is; with several, it is detached."""
+    if network.leaf[site]:
+        network.link_down(site, int(links[0][0]))
+    else:
+        network.attach(site, [], [], [])
 
 
 def cannot_schedule(exc: BaseException) -> str:

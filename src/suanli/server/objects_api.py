@@ -1,0 +1,338 @@
+"""The routes that change what a live server runs: Fleet, Tenant and
+VirtualCluster documents (``PUT`` to apply, ``DELETE`` to remove) and the
+agents of nodes that register themselves (register, renew the lease, leave).
+
+Every change is checked as files are (``config.documents``), written as one
+new configuration version (refused with 409 when another change came first),
+and the scheduler is told at once; every server process of the database sees
+it within a second.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+
+from suanli.model.quantities import QuantityError, parse_duration_s
+from suanli.model.work import World
+from suanli.server.bodies import BodyError, read_body
+from suanli.server.config import (KINDS, PATHS, as_rows, documents, runtime_problems, tenant_of, world_of)
+from suanli.server.store import Principal, Store
+from suanli.spec import schema
+
+LEASE_DEFAULT_S = 10.0
+LEASE_MIN_S, LEASE_MAX_S = 1.0, 3600.0
+
+
+class ObjectOut(BaseModel):
+    kind: str
+    name: str
+    tenant: str | None = None
+    version: int = Field(description="the configuration's version after this change")
+    created: bool = False
+    document: dict | None = None
+
+
+class AgentIn(BaseModel):
+    site: str = Field(description="the site the node is at; a population's site for one of its devices")
+    name: str | None = Field(None, max_length=200, pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$",
+                             description="the node's name at its site (the node is SITE/NAME); none for a device")
+    node: dict | None = Field(None, description="what the node has, as a node group has it (cpu, memory, arch, "
+                              "accelerators, fabrics, labels, costPerHour); none for a device")
+    lease: str = Field("10s", max_length=32, description="the node is lost when no renewal comes for this long")
+
+
+class AgentOut(BaseModel):
+    name: str
+    site: str
+    state: str
+    lease_s: float
+    expires_at: float | None = None
+    was: str | None = Field(None, description="its state before this registration (new: never seen)")
+
+
+@dataclass
+class Context:
+    """What the routes share with the rest of the API."""
+
+    world: World
+    store: Store
+    controller: Any
+    principal: Callable
+    admin: Callable
+    problem: Callable  # (status, title, detail, errors) -> an exception to raise
+    refresh: Callable[[bool], None]
+
+
+def add_object_routes(api: FastAPI, ctx: Context) -> None:
+    world, store, controller, fail = ctx.world, ctx.store, ctx.controller, ctx.problem
+
+    def may_change(who: Principal, kind: str, tenant: str | None) -> None:
+        if who.admin:
+            return
+        if kind == "VirtualCluster" and who.role == "tenant-admin" and tenant == who.tenant:
+            return
+        what = "its tenant's virtual clusters" if who.role == "tenant-admin" else "nothing of the configuration"
+        raise fail(403, "Forbidden", f"a {who.role} token changes {what}")
+
+    def visible(who: Principal, kind: str, tenant: str | None) -> bool:
+        return who.admin or (kind != "Fleet" and tenant == who.tenant and who.role != "agent")
+
+    def read(raw: bytes, ctype: str, kind: str, name: str, who: Principal) -> dict:
+        try:
+            doc = read_body(raw, ctype)
+        except BodyError as exc:
+            raise fail(exc.status, "Bad Request" if exc.status == 400 else "Unprocessable Content", exc.message,
+                       [{"path": exc.path, "message": exc.message}] if exc.status == 422 else None) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+            raise fail(422, "Unprocessable Content", f"the body is one {kind} document",
+                       [{"path": "metadata", "message": "a mapping with name is required"}])
+        if doc.get("kind") != kind:
+            raise fail(422, "Unprocessable Content", f"the body is one {kind} document",
+                       [{"path": "kind", "message": f"expected {kind!r}, got {doc.get('kind')!r}"}])
+        if doc["metadata"].get("name") != name:
+            raise fail(422, "Unprocessable Content", "the document's name is the path's",
+                       [{"path": "metadata.name", "message": f"expected {name!r}, got {doc['metadata'].get('name')!r}"}])
+        if kind == "VirtualCluster" and not who.admin and doc["metadata"].get("tenant") is None:
+            doc["metadata"]["tenant"] = who.tenant
+        return doc
+
+    def checked(rows: list[tuple[str, str, dict]], before: list[tuple[str, str, dict]]):
+        docs, problems = documents(rows)
+        if not problems:
+            problems = runtime_problems(documents(before)[0], docs)
+        if problems:
+            raise fail(422, "Unprocessable Content", "the configuration would not be valid",
+                       [{"path": f"{p.file}: {p.path}".rstrip(": ") if p.file else p.path, "message": p.message}
+                        for p in problems])
+        return docs
+
+    def write(put, remove, version: int) -> int:
+        got = store.put_objects(put, remove, expect=version)
+        if got is None:
+            raise fail(409, "Conflict", "the configuration changed meanwhile; read it again and retry")
+        ctx.refresh(True)
+        controller.poke()
+        return got
+
+    def apps_using(kind: str, name: str) -> list:
+        if kind == "Tenant":
+            return store.apps(name)
+        if kind == "VirtualCluster":
+            vc = world.vcs.get(name)
+            if vc is None:
+                return []
+            return [a for a in store.apps(vc.tenant)
+                    if ((a.document.get("spec") or {}).get("virtualCluster") or "") == name]
+        return []
+
+    def apply(kind: str):
+        async def put(name: str, request: Request, who: Principal = Depends(ctx.principal)):
+            raw = await request.body()
+            return put_object(kind, name, raw, request.headers.get("content-type", ""), who)
+        put.__name__ = f"apply_{PATHS[kind]}"
+        put.__doc__ = (f"Apply a {kind} document (JSON, or YAML with a YAML content type): made, or changed "
+                       "as it says. The whole configuration after the change is checked as files are.")
+        return put
+
+    def put_object(kind: str, name: str, raw: bytes, ctype: str, who: Principal):
+        doc = read(raw, ctype, kind, name, who)
+        tenant = tenant_of(kind, doc)
+        may_change(who, kind, tenant)
+        version = store.config_version()
+        before = as_rows(store.objects())
+        old = next((d for k, n, d in before if (k, n) == (kind, name)), None)
+        if old is not None and kind == "VirtualCluster" and tenant_of(kind, old) != tenant:
+            raise fail(422, "Unprocessable Content", "a virtual cluster keeps its tenant",
+                       [{"path": "metadata.tenant", "message": f"is {tenant_of(kind, old)!r}"}])
+        after = [(k, n, d) for k, n, d in before if (k, n) != (kind, name)] + [(kind, name, doc)]
+        checked(after, before)
+        if kind == "VirtualCluster" and old is not None and apps_using(kind, name):
+            shape = lambda d: {g["name"]: {k: v for k, v in g.items() if k not in ("count", "min", "max")}  # noqa: E731
+                               for g in (d.get("spec") or {}).get("hostGroups") or []}
+            was, now = shape(old), shape(doc)
+            if any(g not in now or now[g] != spec for g, spec in was.items()):
+                raise fail(409, "Conflict", f"virtual cluster {name!r} has applications: while it has, its host "
+                           "groups may change their count, min and max, and new groups may come, but none may go "
+                           "or change its hosts; delete its applications first")
+        got = write([(kind, name, tenant, doc)], (), version)
+        return JSONResponse({"kind": kind, "name": name, "tenant": tenant, "version": got, "created": old is None},
+                            status_code=201 if old is None else 200)
+
+    def remove(kind: str):
+        def delete(name: str, who: Principal = Depends(ctx.principal),
+                   cascade: bool = Query(False, description="Tenant, VirtualCluster: delete their applications "
+                                         "too (without it, one that has applications is refused)")):
+            return delete_object(kind, name, who, cascade)
+        delete.__name__ = f"delete_{PATHS[kind]}"
+        delete.__doc__ = (f"Remove a {kind}. A tenant's virtual clusters go with it, and its tokens are revoked. "
+                          "Whatever has applications is refused without ?cascade=true.")
+        return delete
+
+    def delete_object(kind: str, name: str, who: Principal, cascade: bool):
+        version = store.config_version()
+        before = as_rows(store.objects())
+        old = next((d for k, n, d in before if (k, n) == (kind, name)), None)
+        if old is None or not visible(who, kind, tenant_of(kind, old)):
+            raise fail(404, "Not Found", f"no {kind} {name!r}")
+        may_change(who, kind, tenant_of(kind, old))
+        gone = {(kind, name)}
+        if kind == "Tenant":
+            gone |= {(k, n) for k, n, d in before if k == "VirtualCluster" and tenant_of(k, d) == name}
+        after = [(k, n, d) for k, n, d in before if (k, n) not in gone]
+        checked(after, before)
+        apps = apps_using(kind, name)
+        if apps and not cascade:
+            raise fail(409, "Conflict", f"{kind} {name!r} has {len(apps)} applications ({', '.join(a.name for a in apps[:5])}"
+                       f"{', ...' if len(apps) > 5 else ''}); delete them first, or add ?cascade=true")
+        for app in apps:
+            app_id = store.delete_app(app.tenant, app.name)
+            if app_id is not None:
+                controller.delete(app.tenant, app.name, app_id)
+        write((), sorted(gone), version)
+        if kind == "Tenant":
+            store.revoke_tenant(name)
+        return Response(status_code=204)
+
+    def listing(kind: str):
+        def get_all(who: Principal = Depends(ctx.principal)):
+            return [{"kind": r.kind, "name": r.name, "tenant": r.tenant, "version": r.version, "document": r.document}
+                    for r in store.objects() if r.kind == kind and visible(who, kind, r.tenant)]
+        get_all.__name__ = f"list_{PATHS[kind]}_documents"
+        get_all.__doc__ = f"The {kind} documents the server runs, as last applied."
+        return get_all
+
+    for kind in KINDS:
+        path = PATHS[kind] + ("/{name:path}" if kind == "VirtualCluster" else "/{name}")  # a VC's name has a /
+        api.put(f"/v1/{path}", response_model=ObjectOut, summary=f"Apply a {kind}")(apply(kind))
+        api.delete(f"/v1/{path}", status_code=204, summary=f"Remove a {kind}")(remove(kind))
+        api.get(f"/v1/config/{PATHS[kind]}", response_model=list[ObjectOut], summary=f"{kind} documents")(listing(kind))
+
+    # -------------------------------------------------------- agents
+
+    def agent_only(who: Principal) -> None:
+        if who.role not in ("admin", "agent"):
+            raise fail(403, "Forbidden", "this needs an agent or admin token")
+
+    @api.post("/v1/agents", status_code=201, response_model=AgentOut)
+    def register_agent(body: AgentIn, who: Principal = Depends(ctx.principal)):
+        """A node registers itself (again, after a loss): it is added to the fleet, or
+        found again, and is lost when ``lease`` passes without a renewal."""
+        agent_only(who)
+        try:
+            lease_s = parse_duration_s(body.lease)
+        except QuantityError as exc:
+            raise fail(422, "Unprocessable Content", "the lease is not a duration",
+                       [{"path": "lease", "message": str(exc)}]) from None
+        if not LEASE_MIN_S <= lease_s <= LEASE_MAX_S:
+            raise fail(422, "Unprocessable Content", "the lease is out of bounds",
+                       [{"path": "lease", "message": f"between {LEASE_MIN_S:g}s and {LEASE_MAX_S:g}s, got {lease_s:g}s"}])
+        fleet = world.fleet
+        table = fleet.site_table
+        at = table.names.get(body.site)
+        if at < 0:
+            raise fail(422, "Unprocessable Content", f"no site {body.site!r} in the fleet",
+                       [{"path": "site", "message": "an agent registers at a site of the fleet (apply the Fleet "
+                         "document with the site first)"}])
+        device = table.population_of[at] >= 0
+        if device:
+            name, spec = body.site, {}
+            if body.name is not None or body.node is not None:
+                raise fail(422, "Unprocessable Content", f"{body.site!r} is a device of population "
+                           f"{table.population_names[table.population_of[at]]!r}: its nodes are the population's",
+                           [{"path": "node" if body.node is not None else "name", "message": "not for a device"}])
+        else:
+            if body.name is None or body.node is None:
+                raise fail(422, "Unprocessable Content", "a node registers with its name and what it has",
+                           [{"path": "name" if body.name is None else "node", "message": "required"}])
+            spec = dict(body.node)
+            try:
+                group = schema.NodeGroupSpec.model_validate({**spec, "name": body.name, "count": 1})
+            except ValidationError as exc:
+                raise fail(422, "Unprocessable Content", "the node is not valid",
+                           [{"path": "node." + ".".join(str(x) for x in e["loc"]), "message": e["msg"]}
+                            for e in exc.errors()]) from None
+            known = set(fleet.kinds.names)
+            for i, a in enumerate(group.accelerators):
+                if a.kind not in known:
+                    raise fail(422, "Unprocessable Content", f"accelerator kind {a.kind!r} is new to the server: a "
+                               "kind is a resource of quotas and placements, so a new one needs a restart",
+                               [{"path": f"node.accelerators[{i}].kind", "message": f"kinds are {sorted(known)}"}])
+            name = f"{body.site}/{body.name}"
+            if _listed_node(fleet, name):
+                raise fail(409, "Conflict", f"node {name!r} is one of the Fleet document's; an agent's name is its own")
+        was = store.register_agent(name, body.site, spec, lease_s, who.token_id)
+        controller.poke()
+        return JSONResponse({"name": name, "site": body.site, "state": "ready", "lease_s": lease_s,
+                             "expires_at": time.time() + lease_s, "was": was}, status_code=201)
+
+    @api.put("/v1/agents/{name:path}/lease", response_model=AgentOut)
+    def renew_agent(name: str, who: Principal = Depends(ctx.principal)):
+        """A heartbeat: the lease runs again from now. A lost or departed agent
+        answers 409 and registers again."""
+        agent_only(who)
+        state = store.renew_agent(name)
+        if state is None:
+            raise fail(404, "Not Found", f"no agent {name!r}")
+        if state != "ready":
+            raise fail(409, "Conflict", f"agent {name!r} is {state}: register again")
+        row = store.agent(name)
+        return {"name": name, "site": row.site, "state": state, "lease_s": row.lease_s, "expires_at": row.expires_at}
+
+    @api.delete("/v1/agents/{name:path}", status_code=204)
+    def leave_agent(name: str, who: Principal = Depends(ctx.principal)):
+        """The agent leaves: its node is removed from the fleet (its work moves, as
+        off a failed node); a device goes offline."""
+        agent_only(who)
+        if store.agent(name) is None:
+            raise fail(404, "Not Found", f"no agent {name!r}")
+        store.end_agents([name], "left")
+        controller.poke()
+        return Response(status_code=204)
+
+    @api.get("/v1/agents", response_model=list[AgentOut])
+    def list_agents(who: Principal = Depends(ctx.admin)):
+        """Every agent with its state (ready, lost, left) and lease."""
+        return [{"name": a.name, "site": a.site, "state": a.state, "lease_s": a.lease_s, "expires_at": a.expires_at}
+                for a in store.agents()]
+
+
+def _listed_node(fleet, name: str) -> bool:
+    """A node of the fleet's documents (not an agent's own)."""
+    try:
+        node = fleet.node_by_name(name)
+    except KeyError:
+        return False
+    return not fleet.groups[int(fleet.node_group[node])].single
+
+
+def refresher(world: World, store: Store, every_s: float = 1.0) -> Callable[[bool], None]:
+    """A function that brings ``world`` (in place) to the store's configuration:
+    at once when forced, else at most once every ``every_s``."""
+    seen = {"version": store.config_version(), "at": time.monotonic()}
+
+    def refresh(force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - seen["at"] < every_s:
+            return
+        seen["at"] = now
+        version = store.config_version()
+        if version == seen["version"]:
+            return
+        docs, problems = documents(as_rows(store.objects()))
+        if problems:
+            return
+        fresh = world_of(docs)
+        for mine, new in ((world.tenants, fresh.tenants), (world.vcs, fresh.vcs)):
+            mine.update(new)
+            for name in [n for n in mine if n not in new]:
+                del mine[name]
+        object.__setattr__(world, "fleet", fresh.fleet)
+        seen["version"] = version
+
+    return refresh
