@@ -143,6 +143,7 @@ def test_tenants_and_nodes_change_while_the_server_runs(runtime):
     killed_at = time.monotonic()
     wait(lambda: node_state("edge/a1") == "down", timeout=15, what="edge/a1 lost")
     lost_after = time.monotonic() - killed_at
+    print(f"node lost {lost_after:.2f} s after its agent was killed (lease 2 s)")
     assert lost_after < 2 + 2, lost_after  # the lease, and at most a look at the store's agents
     wait(lambda: next(t for t in tasks(gamma, "w") if t["task"] == waiting["task"]).get("node") == "edge/a2",
          what="the replica moved to edge/a2")
@@ -216,3 +217,48 @@ def test_runtime_changes_are_checked_as_files_are(runtime):
     cli(server, ADMIN, "apply", "-f", tmp / "fleet4.yaml")
     wait(lambda: {x["node"] for x in http.get("/v1/nodes", headers=admin).json()} == {"dc/cpu-0"},
          what="the fleet as it was")
+
+
+def test_a_tenant_admin_manages_its_virtual_clusters_and_tokens(runtime):
+    server, tmp, _ = runtime
+    http = httpx.Client(base_url=server.url, timeout=10)
+    boss = cli(server, ADMIN, "token", "create", "--tenant", "alpha", "--role", "tenant-admin").stdout.strip()
+    auth = {"Authorization": f"Bearer {boss}"}
+
+    def vc(count: int, tenant: str = "alpha") -> dict:
+        return {"apiVersion": "suanli/v1", "kind": "VirtualCluster", "metadata": {"name": "pool", "tenant": tenant},
+                "spec": {"hostGroups": [{"name": "g", "count": count, "resources": {"cpu": "1", "memory": "1Gi"}}]}}
+
+    def hosts() -> list:
+        r = http.get("/v1/vcs/pool", headers=auth)
+        return r.json()["hosts"] if r.status_code == 200 else []
+
+    assert http.put("/v1/vcs/pool", json=vc(1, "gamma"), headers=auth).status_code == 403  # not its tenant
+    tenant = {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": "alpha"}, "spec": {"weight": 5}}
+    assert http.put("/v1/tenants/alpha", json=tenant, headers=auth).status_code == 403  # its weight is the admin's
+    assert http.put("/v1/vcs/pool", json=vc(1), headers=auth).status_code == 201
+    wait(lambda: len(hosts()) == 1, what="the VC's first host")
+    assert http.put("/v1/vcs/pool", json=vc(3), headers=auth).status_code == 200
+    wait(lambda: len(hosts()) == 3, what="the VC grown to 3 hosts")
+    doc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "in-pool"},
+           "spec": {"virtualCluster": "pool", "components": [{"name": "c", "lifetime": "service", "replicas": 1,
+                                                               "resources": {"cpu": "1", "memory": "1Gi"}}]}}
+    assert http.post("/v1/applications", json=doc, headers=auth).status_code == 201
+    wait(lambda: (t := http.get("/v1/tasks", headers=auth).json()) and t[0]["status"] == "running",
+         what="in-pool running")
+    assert http.put("/v1/vcs/pool", json=vc(1), headers=auth).status_code == 200  # the idle hosts go
+    wait(lambda: len(hosts()) == 1, what="the VC shrunk to the host in use")
+    reshaped = vc(1)
+    reshaped["spec"]["hostGroups"][0]["resources"]["cpu"] = "2"
+    r = http.put("/v1/vcs/pool", json=reshaped, headers=auth)
+    assert r.status_code == 409 and "has applications" in r.json()["detail"], r.text
+    assert http.delete("/v1/vcs/pool", headers=auth).status_code == 409
+    # its own tenant's tokens: minted, listed, revoked; never another tenant's
+    made = http.post("/v1/tokens", json={"role": "viewer"}, headers=auth).json()
+    assert made["tenant"] == "alpha" and made["role"] == "viewer"
+    assert http.post("/v1/tokens", json={"tenant": "gamma"}, headers=auth).status_code == 403
+    assert {t["tenant"] for t in http.get("/v1/tokens", headers=auth).json()} == {"alpha"}
+    assert http.delete(f"/v1/tokens/{made['id']}", headers=auth).status_code == 204
+    assert http.delete("/v1/vcs/pool?cascade=true", headers=auth).status_code == 204
+    wait(lambda: http.get("/v1/vcs/pool", headers=auth).status_code == 404, what="the VC gone")
+    assert http.get("/v1/applications/in-pool", headers=auth).status_code == 404

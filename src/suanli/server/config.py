@@ -111,31 +111,25 @@ def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str
         wanted[(made.site, made.name, True)] = (made, 1)
 
     retire: list[int] = []
-    have: dict[tuple[int, str, bool], set[int]] = {}  # live numbers in the names, per key
+    have: dict[tuple[int, str, bool], np.ndarray] = {}  # per key: which numbers in the names are live
     for g in current.groups:
         if g.site_count > 1:
             continue  # a population's: set at start
         key = (g.site, g.name, g.single)
-        first_node = int(current.group_first_node[g.index])
-        live = [i for i in range(g.count) if not current.retired[first_node + i]]
+        first = int(current.group_first_node[g.index])
+        live = np.flatnonzero(~current.retired[first:first + g.count])
         want = wanted.get(key)
-        for i in live:
-            if want is None or _facts(want[0]) != _facts(g) or g.first + i >= want[1]:
-                retire.append(first_node + i)
-            else:
-                have.setdefault(key, set()).add(g.first + i)
+        keep = live[g.first + live < want[1]] if want is not None and _facts(want[0]) == _facts(g) else live[:0]
+        retire += (first + np.setdiff1d(live, keep)).tolist()
+        if keep.size:
+            mask = have.setdefault(key, np.zeros(want[1], bool))
+            mask[g.first + keep] = True
     groups = list(current.groups)
     for key, (made, count) in wanted.items():
-        got = have.get(key, set())
-        i = 0
-        while i < count:  # the missing numbers, in runs: a group each
-            if i in got:
-                i += 1
-                continue
-            start = i
-            while i < count and i not in got:
-                i += 1
-            groups.append(dataclasses.replace(made, index=len(groups), first=start, count=i - start))
+        missing = ~have.get(key, np.zeros(count, bool))
+        edges = np.diff(np.concatenate([[0], missing.astype(np.int8), [0]]))
+        for start, end in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):  # runs: a group each
+            groups.append(dataclasses.replace(made, index=len(groups), first=int(start), count=int(end - start)))
 
     links = _links(current, new_table, docs)
     la = current.link_arrays

@@ -712,8 +712,10 @@ class Simulation:
                     self._remove_idle(t, vcs_state, h)
             for g in vc.host_groups:
                 mine = [h for h in vcs_state.hosts if h.group == g.name]
-                for h in mine[g.limit:]:
-                    self._remove_idle(t, vcs_state, h)
+                excess = len(mine) - g.limit  # idle hosts go, the newest first; busy ones stay
+                for h in reversed(mine):
+                    if excess > 0 and self._remove_idle(t, vcs_state, h):
+                        excess -= 1
                 short = g.initial - len([h for h in vcs_state.hosts if h.group == g.name])
                 if short > 0:
                     self.global_layer.forget_requests()
@@ -728,11 +730,14 @@ class Simulation:
         self.wake_at(t)
         return out
 
-    def _remove_idle(self, t: float, vcs_state: Any, host: Any) -> None:
+    def _remove_idle(self, t: float, vcs_state: Any, host: Any) -> bool:
+        """Remove the host if nothing runs on it; whether it was."""
         if host in vcs_state.hosts and _host_idle(vcs_state, host):
             self.flush_hosts(t)
             self.state.remove_host(vcs_state, host)
             self.flush_hosts(t, reason="its virtual cluster changed")
+            return True
+        return False
 
     def _drop_vc(self, t: float, name: str) -> None:
         vcs_state = self.state.vcs.get(name)
