@@ -18,6 +18,8 @@ documents and the agents.
 from __future__ import annotations
 
 import dataclasses
+import json
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -74,12 +76,19 @@ def runtime_problems(before: Documents, after: Documents) -> list[Problem]:
 
 def agent_group(spec: dict, site: int, name: str, index: int) -> NodeGroup:
     """The node an agent registered, as a group of one named ``SITE/NAME``."""
-    g = schema.NodeGroupSpec.model_validate({**spec, "name": name, "count": 1})
-    return dataclasses.replace(_group(index, site, g), single=True)
+    return dataclasses.replace(_agent_group(json.dumps(spec, sort_keys=True), site, name), index=index)
 
 
-def _facts(g: NodeGroup) -> NodeGroup:
-    return dataclasses.replace(g, index=0, site=0, count=0, first=0)
+@lru_cache(maxsize=1 << 16)
+def _agent_group(spec: str, site: int, name: str) -> NodeGroup:
+    g = schema.NodeGroupSpec.model_validate({**json.loads(spec), "name": name, "count": 1})
+    return dataclasses.replace(_group(0, site, g), single=True)
+
+
+def _facts(g: NodeGroup) -> tuple:
+    """What a node of the group is, wherever it is and whatever it is called."""
+    return (g.arch, g.cpu_milli, g.mem_mib, g.devices, tuple(sorted(g.fabrics.items())),
+            tuple(sorted(g.labels.items())), g.cost_per_hour, g.single)
 
 
 def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str, dict, bool]] = ()
@@ -107,7 +116,7 @@ def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str
             made = _group(0, sites[s.name], g)
             wanted[(made.site, g.name, False)] = (made, g.count)
     for name, site, spec, _present in agents:
-        made = agent_group(spec, sites[site], name.partition("/")[2], 0)
+        made = _agent_group(json.dumps(spec, sort_keys=True), sites[site], name.partition("/")[2])
         wanted[(made.site, made.name, True)] = (made, 1)
 
     retire: list[int] = []
@@ -117,15 +126,25 @@ def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str
             continue  # a population's: set at start
         key = (g.site, g.name, g.single)
         first = int(current.group_first_node[g.index])
-        live = np.flatnonzero(~current.retired[first:first + g.count])
         want = wanted.get(key)
-        keep = live[g.first + live < want[1]] if want is not None and _facts(want[0]) == _facts(g) else live[:0]
+        same = want is not None and (want[0] is g or _facts(want[0]) == _facts(g))
+        if g.count == 1:  # most are (agents' nodes): no arrays
+            if current.retired[first]:
+                continue
+            if same and g.first < want[1]:
+                have.setdefault(key, np.zeros(want[1], bool))[g.first] = True
+            else:
+                retire.append(first)
+            continue
+        live = np.flatnonzero(~current.retired[first:first + g.count])
+        keep = live[g.first + live < want[1]] if same else live[:0]
         retire += (first + np.setdiff1d(live, keep)).tolist()
         if keep.size:
-            mask = have.setdefault(key, np.zeros(want[1], bool))
-            mask[g.first + keep] = True
+            have.setdefault(key, np.zeros(want[1], bool))[g.first + keep] = True
     groups = list(current.groups)
     for key, (made, count) in wanted.items():
+        if count == 1 and key in have:
+            continue
         missing = ~have.get(key, np.zeros(count, bool))
         edges = np.diff(np.concatenate([[0], missing.astype(np.int8), [0]]))
         for start, end in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):  # runs: a group each
