@@ -69,7 +69,17 @@ class Context:
     refresh: Callable[[bool], None]
 
 
+def _body(kind: str) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "description": f"a {kind} document, as in a file (apiVersion, kind, metadata, spec)",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                       "metadata": {"type": "object"}, "spec": {"type": "object"}}}}}}}
+
+
 def add_object_routes(api: FastAPI, ctx: Context) -> None:
+    from suanli.server.api import ADMIN_ERRORS, ERRORS, problems  # (made before the API is)
+
     world, store, controller, fail = ctx.world, ctx.store, ctx.controller, ctx.problem
 
     def may_change(who: Principal, kind: str, tenant: str | None) -> None:
@@ -209,9 +219,13 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
 
     for kind in KINDS:
         path = PATHS[kind] + ("/{name:path}" if kind == "VirtualCluster" else "/{name}")  # a VC's name has a /
-        api.put(f"/v1/{path}", response_model=ObjectOut, summary=f"Apply a {kind}")(apply(kind))
-        api.delete(f"/v1/{path}", status_code=204, summary=f"Remove a {kind}")(remove(kind))
-        api.get(f"/v1/config/{PATHS[kind]}", response_model=list[ObjectOut], summary=f"{kind} documents")(listing(kind))
+        api.put(f"/v1/{path}", response_model=ObjectOut, summary=f"Apply a {kind}", openapi_extra=_body(kind),
+                responses={**ERRORS, 201: {"model": ObjectOut, "description": "made"}, **problems(400, 403, 409)}
+                )(apply(kind))
+        api.delete(f"/v1/{path}", status_code=204, summary=f"Remove a {kind}",
+                   responses={**ERRORS, **problems(403, 409)})(remove(kind))
+        api.get(f"/v1/config/{PATHS[kind]}", response_model=list[ObjectOut], summary=f"{kind} documents",
+                responses=ERRORS)(listing(kind))
 
     # -------------------------------------------------------- agents
 
@@ -219,7 +233,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         if who.role not in ("admin", "agent"):
             raise fail(403, "Forbidden", "this needs an agent or admin token")
 
-    @api.post("/v1/agents", status_code=201, response_model=AgentOut)
+    @api.post("/v1/agents", status_code=201, response_model=AgentOut, responses={**ERRORS, **problems(403, 409)})
     def register_agent(body: AgentIn, who: Principal = Depends(ctx.principal)):
         """A node registers itself (again, after a loss): it is added to the fleet, or
         found again, and is lost when ``lease`` passes without a renewal."""
@@ -271,7 +285,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         return JSONResponse({"name": name, "site": body.site, "state": "ready", "lease_s": lease_s,
                              "expires_at": time.time() + lease_s, "was": was}, status_code=201)
 
-    @api.put("/v1/agents/{name:path}/lease", response_model=AgentOut)
+    @api.put("/v1/agents/{name:path}/lease", response_model=AgentOut, responses={**ERRORS, **problems(403, 409)})
     def renew_agent(name: str, who: Principal = Depends(ctx.principal)):
         """A heartbeat: the lease runs again from now. A lost or departed agent
         answers 409 and registers again."""
@@ -284,7 +298,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         row = store.agent(name)
         return {"name": name, "site": row.site, "state": state, "lease_s": row.lease_s, "expires_at": row.expires_at}
 
-    @api.delete("/v1/agents/{name:path}", status_code=204)
+    @api.delete("/v1/agents/{name:path}", status_code=204, responses={**ERRORS, **problems(403)})
     def leave_agent(name: str, who: Principal = Depends(ctx.principal)):
         """The agent leaves: its node is removed from the fleet (its work moves, as
         off a failed node); a device goes offline."""
@@ -295,7 +309,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         controller.poke()
         return Response(status_code=204)
 
-    @api.get("/v1/agents", response_model=list[AgentOut])
+    @api.get("/v1/agents", response_model=list[AgentOut], responses=ADMIN_ERRORS)
     def list_agents(who: Principal = Depends(ctx.admin)):
         """Every agent with its state (ready, lost, left) and lease."""
         return [{"name": a.name, "site": a.site, "state": a.state, "lease_s": a.lease_s, "expires_at": a.expires_at}
