@@ -91,7 +91,7 @@ def test_a_minted_token_has_an_id_a_name_and_an_expiry_and_is_listed_without_its
     assert api.status(bearer(made["token"])) == 200
     r = api.client.get("/v1/tokens", headers=api.admin)
     listed = {t["id"]: t for t in r.json()}[made["id"]]
-    assert listed == {"id": made["id"], "tenant": A, "name": "ci deploys", "source": "minted",
+    assert listed == {"id": made["id"], "tenant": A, "name": "ci deploys", "role": "member", "source": "minted",
                       "scheme": "hmac-sha256", "state": "active", "created_at": listed["created_at"],
                       "expires_at": made["expires_at"], "revoked_at": None}
     secret_part = made["token"].split("_", 2)[2]

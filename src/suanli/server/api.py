@@ -266,7 +266,9 @@ class TokenInfo(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "failing"]
-    controller: Literal["starting", "running", "restarting", "stopped"]
+    controller: Literal["starting", "running", "standby", "restarting", "stopped"] = Field(
+        description="standby: another server's controller on this database is active; this one takes over "
+                    "when that one's lease runs out")
     instants: int
     since_turn_s: float | None = Field(None, description="seconds since a turn of the scheduler went through")
     store: str = Field(description="ok, or why the store takes no writes")
@@ -450,8 +452,15 @@ def _serve_docs(api: FastAPI) -> None:
 
 
 
+FORWARDED = "x-suanli-forwarded"  # a request a standby server sent on: answered here, never sent on again
+FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "idempotency-key", "cookie")
+
+
 def create_api(world: World, store: Store, controller: "Controller | RemoteController", limits: Limits | None = None,
-               start_controller: bool = True, logs_dir: Path | None = None, docs: bool = True) -> FastAPI:
+               start_controller: bool = True, logs_dir: Path | None = None, docs: bool = True,
+               forward_verify: Any = True) -> FastAPI:
+    """``forward_verify``: how a standby server checks the active one's certificate
+    when it sends it a question (httpx's ``verify``)."""
     limits = limits or Limits()
     by_tenant = RateLimiter(limits.rate, limits.burst)  # admins share one bucket
     by_address = RateLimiter(limits.address_rate, limits.address_burst)
@@ -516,8 +525,35 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     @api.exception_handler(ControllerUnavailable)
     async def _unavailable(request: Request, exc: ControllerUnavailable):
+        if getattr(controller, "state", None) == "standby" and FORWARDED not in request.headers:
+            answer = await _forward(request)  # the active server's scheduler answers
+            if answer is not None:
+                return answer
         return problem_response(request, 503, "Service Unavailable", f"{exc}; try again shortly",
                                 headers={"Retry-After": "1"})
+
+    async def _forward(request: Request) -> Response | None:
+        """A request this standby server's scheduler cannot answer, sent as it came
+        to the server whose controller is active (its address in the lease), and
+        its answer; None when there is none to ask."""
+        import httpx
+
+        from suanli.server.remote import LEASE
+
+        lease = await asyncio.to_thread(store.lease, LEASE)
+        if lease is None or not lease.address or lease.expires_at < time.time() or \
+                lease.holder == getattr(controller, "holder", None):
+            return None
+        headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARD_HEADERS}
+        try:
+            async with httpx.AsyncClient(base_url=lease.address, timeout=10, verify=forward_verify) as http:
+                r = await http.request(request.method, request.url.path, params=request.query_params,
+                                       headers={**headers, FORWARDED: "1"}, content=await request.body())
+        except httpx.HTTPError:
+            return None
+        keep = {k: v for k, v in r.headers.items() if k.lower() not in ("content-length", "transfer-encoding",
+                                                                         "connection", "content-encoding")}
+        return Response(r.content, status_code=r.status_code, headers=keep)
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -689,7 +725,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         def act(node: str, who: Principal = Depends(admin)):
             _node_index(node)
             state = {"cordon": "cordoned", "drain": "drained", "uncordon": None}[action]
-            store.set_node_state(node, state)
+            store.set_node_state(node, state, action)
             controller.node(node, action)
             return controller.ask("node", node)
         act.__name__ = f"{action}_node"

@@ -142,6 +142,16 @@ def _print_log_file(task: str, work_dir: Path, tenant: str | None) -> None:
         sys.stdout.buffer.write(f.read())
 
 
+def _forward_verify():
+    """How a standby checks the active server's certificate: SUANLI_CA's authority, else the system's."""
+    ca = os.environ.get("SUANLI_CA")
+    if not ca:
+        return True
+    import ssl
+
+    return ssl.create_default_context(cafile=ca)
+
+
 def _tls_problems(cert: Path | None, key: Path | None) -> list[Problem]:
     """--tls-cert and --tls-key: both or neither, a certificate and its key that load together."""
     if cert is None and key is None:
@@ -191,6 +201,12 @@ def register(app: typer.Typer) -> None:
         prune_every: str = typer.Option("1m", "--prune-every", help="How often the store is pruned."),
         access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="A JSON line per request on "
                                         "standard error: request id, method, path, route, status, ms, token id."),
+        advertise: Optional[str] = typer.Option(None, "--advertise", help="The URL other servers of this database "
+                                                "reach this one at, to ask its scheduler while it is the active one "
+                                                "(default: scheme://HOST:PORT)."),
+        name: Optional[str] = typer.Option(None, "--name", help="This server among those sharing its database "
+                                           "(default HOST:PORT): one of their controllers is active, under a "
+                                           "lease; the others stand by and take over when it lapses."),
         secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
                                                    "at first start (default: DB.secret beside a SQLite database, "
                                                    "else ./suanli.secret); SUANLI_SECRET, when set, is used instead."),
@@ -259,7 +275,12 @@ def register(app: typer.Typer) -> None:
             _fail_problems([Problem(", ".join(docs.files) or "(no files)", "no Fleet document among the files "
                                     "or in the store")])
         _tokens_at_start(store, db, secret_file, supplied)
-        controller = RemoteController(files or [], db, speed=speed,
+        import socket
+
+        scheme = "https" if tls_cert is not None else "http"
+        reach = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        controller = RemoteController(db, speed=speed, holder=name or f"{socket.gethostname()}:{port}",
+                                      address=advertise or f"{scheme}://{reach}:{port}",
                                       executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate)),
@@ -267,8 +288,8 @@ def register(app: typer.Typer) -> None:
                                                           keep_events=keep_events_count or None,
                                                           keep_ended_s=keep["--keep-ended"],
                                                           prune_every_s=keep["--prune-every"] or 60.0),
-                         logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None)
-        scheme = "https" if tls_cert is not None else "http"
+                         logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None,
+                         forward_verify=_forward_verify())
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on {scheme}://{host}:{port} (docs at /docs, "
                   "the console at /)")
         # What start-up built (modules, the fleet) lives as long as the process: frozen,
@@ -580,8 +601,8 @@ def register(app: typer.Typer) -> None:
                                                                          "name": name, "role": role}).json()
         sys.stdout.write(body["token"] + "\n")
         until = f"expires {body['expires_at']}" if body.get("expires_at") else "valid until revoked"
-        err.print(f"{body['id']} ({body.get('role')}) for {escape(body.get('tenant') or 'no tenant')}, {until}",
-                  soft_wrap=True)
+        who = body.get("tenant") or ("an admin" if body.get("role", "admin") == "admin" else "an agent")
+        err.print(f"{body['id']} for {escape(who)}, {until}; role {body.get('role')}", soft_wrap=True)
 
     @token_app.command("list")
     def token_list(

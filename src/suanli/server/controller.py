@@ -23,6 +23,7 @@ executors' processes are killed when the process that started them ends).
 from __future__ import annotations
 
 import logging
+import os
 import queue
 from collections import deque
 import threading
@@ -36,7 +37,7 @@ from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
 from suanli.model.work import Application, World
 from suanli.output import resources_json
-from suanli.server.store import ENDED_STATUSES, AgentRow, AppRow, Store, TaskRow
+from suanli.server.store import ENDED_STATUSES, AgentRow, AppRow, LeaseLost, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
 from suanli.spec.build import build_application
@@ -106,7 +107,8 @@ def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) ->
     return build_application(internal(tenant, name), tenant, document.spec)
 
 
-WATCH_S = 0.25  # how often the store's configuration and agents are looked at
+WATCH_S = 0.25  # how often the store's commands, configuration and agents are looked at
+COMMAND_HOLE_S = 10.0  # a command id missing this long belonged to a transaction that rolled back
 
 
 class Loaded(NamedTuple):
@@ -148,7 +150,17 @@ def load_config(store: Store) -> Loaded:
 
 class Controller:
     def __init__(self, world: World | Loaded, store: Store, *, speed: float = 1.0, policy: str | None = None,
-                 executor: Callable[[Simulation], Executor] | None = None) -> None:
+                 executor: Callable[[Simulation], Executor] | None = None,
+                 lease: tuple[str, str, int, float] | None = None) -> None:
+        """``lease``: (name, holder, epoch, seconds) of the store's lease this
+        controller is active under (renewed every third of it; lost, the
+        process ends at once); None: the only controller of its store."""
+        self.lease = lease
+        self.renewed = time.monotonic()
+        self.cmd_seen = 0  # the store's commands up to this id were taken (or had been, by the rebuild)
+        self._cmd_taken: set[int] = set()  # ids past cmd_seen taken
+        self._cmd_holes: dict[int, float] = {}  # ids missing past cmd_seen -> when first missed
+        self._poked = False
         loaded = world if isinstance(world, Loaded) else None
         world = loaded.world if loaded else world
         self.docs = loaded.docs if loaded else None  # None: a world made elsewhere, not changed at run time
@@ -173,6 +185,7 @@ class Controller:
         self._reasons: dict[str, int] = {}  # pending task -> id of the reasons last written
         self._vc_tenant = {name: vc.tenant for name, vc in world.vcs.items()}
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
+        self._node_state: dict[str, str | None] = {}  # node -> cordoned | drained | None, as last acted on
         self.app_ids: set[int] = set()  # the store's applications the scheduler has
         self._app_of: dict[str, int] = {}  # TENANT:NAME -> the store's id of the application its events are of
         self._next_app: dict[str, deque[int]] = {}  # ids of applications submitted by that name, not yet seen
@@ -188,6 +201,7 @@ class Controller:
     def start(self) -> None:
         """Rebuild from the store, then run the scheduler's thread."""
         self.sim.start()
+        self.cmd_seen = self.store.last_command()  # read before the store's state: what comes later is taken
         self._restore()
         for a in self.agents.values():  # nodes whose agents were lost when the server stopped: down
             if a.state == "lost":
@@ -336,12 +350,89 @@ class Controller:
         return done.result(timeout)
 
     def _node(self, node: str, action: str) -> None:
+        self._node_state[node] = {"cordon": "cordoned", "drain": "drained"}.get(action)
         (self.cordoned.add if action == "cordon" else self.cordoned.discard)(node)
         self.sim.apply(node_event(node, action))
 
     def poke(self) -> None:
-        """Look at the store's configuration and agents now (the API changed them)."""
-        self.inbox.put(lambda now: self._watch())
+        """Look at the store's commands, configuration and agents now (the API changed them)."""
+        def command(now: float) -> None:
+            self._poked = True
+        self.inbox.put(command)
+
+    # ------------------------------------------------------------ the lease, and other servers' commands
+
+    def _renew(self) -> None:
+        name, holder, epoch, ttl = self.lease
+        if not self.store.renew_lease(name, holder, epoch, ttl):
+            self._lost(f"the lease {name!r} (epoch {epoch}) was not renewed in time")
+        self.renewed = time.monotonic()
+
+    def _lost(self, why: str) -> None:
+        """Another controller may be active now: write nothing more, end the process
+        (its server starts another, which stands by)."""
+        log.critical("this controller is no longer the active one: %s", why)
+        os._exit(4)
+
+    def release(self) -> None:
+        """Give the lease up (a clean stop): a standby takes over at its next try."""
+        if self.lease is not None:
+            name, holder, epoch, _ = self.lease
+            try:
+                self.store.renew_lease(name, holder, epoch, -1.0)
+            except Exception:  # the store away: the lease runs out by itself
+                pass
+
+    def _intake(self) -> None:
+        """The store's commands past those taken: changes accepted by any server of
+        this store. A command whose id is missing yet (a transaction that took
+        its id and has not committed) is looked for again, for a while."""
+        low = min(self._cmd_holes, default=self.cmd_seen + 1) - 1
+        rows = self.store.commands(low)
+        if not rows:
+            return
+        now = time.monotonic()
+        for row in rows:
+            if row.id in self._cmd_taken or row.id <= self.cmd_seen and row.id not in self._cmd_holes:
+                continue
+            self._cmd_taken.add(row.id)
+            self._cmd_holes.pop(row.id, None)
+            self._command(row)
+        top = rows[-1].id
+        for i in range(self.cmd_seen + 1, top):
+            if i not in self._cmd_taken:
+                self._cmd_holes.setdefault(i, now)
+        for i, since in list(self._cmd_holes.items()):
+            if now - since > COMMAND_HOLE_S:  # a transaction that rolled back: never to come
+                del self._cmd_holes[i]
+        seen = self.cmd_seen
+        while seen + 1 in self._cmd_taken or (seen + 1 <= top and seen + 1 not in self._cmd_holes):
+            seen += 1
+            self._cmd_taken.discard(seen)
+        self.cmd_seen = seen
+
+    def _command(self, row) -> None:
+        """One command of the store, as the pipe's would have been (those the pipe
+        brought already change nothing again)."""
+        if row.kind == "submit":
+            if row.app_id in self.app_ids:
+                return
+            app = self.store.app_by_id(row.app_id)
+            if app is None:  # deleted meanwhile
+                return
+            try:
+                built = build_app(app.tenant, app.name, app.document)
+            except Exception as exc:  # noqa: BLE001 - the API accepted it; one bad one must not stop the others
+                log.warning("application %s of tenant %s not scheduled: %s", app.name, app.tenant, exc)
+                return
+            self.submit(built, app.id)
+        elif row.kind == "delete":
+            if row.app_id in self.app_ids:
+                self.delete(row.tenant, row.name, row.app_id)
+        elif row.kind == "node":
+            state = {"cordon": "cordoned", "drain": "drained"}.get(row.action)
+            if self._node_state.get(row.name) != state:
+                self.node(row.name, row.action)
 
     # ------------------------------------------------------------ what the server runs, changed
 
@@ -457,7 +548,11 @@ class Controller:
                     self.errors += 1
                     log.exception("a command failed")
             try:
-                if self.docs is not None and time.monotonic() - self.watched >= WATCH_S:
+                if self.lease is not None and time.monotonic() - self.renewed >= self.lease[3] / 3:
+                    self._renew()
+                if self._poked or time.monotonic() - self.watched >= WATCH_S:
+                    self._poked = False
+                    self._intake()
                     self._watch()
                 self._turn()
             except Exception:

@@ -233,7 +233,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         if who.role not in ("admin", "agent"):
             raise fail(403, "Forbidden", "this needs an agent or admin token")
 
-    @api.post("/v1/agents", status_code=201, response_model=AgentOut, responses={**ERRORS, **problems(403, 409)})
+    @api.post("/v1/agents", status_code=201, response_model=AgentOut, responses={**ERRORS, **problems(400, 403, 409)})
     def register_agent(body: AgentIn, who: Principal = Depends(ctx.principal)):
         """A node registers itself (again, after a loss): it is added to the fleet, or
         found again, and is lost when ``lease`` passes without a renewal."""

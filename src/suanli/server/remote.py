@@ -13,6 +13,16 @@ Durability does not depend on the pipe: a submission is in the store before
 it is sent, and the child rebuilds from the store when it starts. The child
 ends when the pipe closes, so it does not outlive the server (not even a
 ``kill -9`` of it).
+
+Several servers may share one database (PostgreSQL): each runs a child, and
+one of them is active under a lease in the store (``LEASE``); the others
+are standing by, trying to take it, and take over when it runs out (its
+holder died or stopped renewing). An active child writes only while it holds
+the lease (the store checks it in the transaction of every write), and ends
+at once when it lost it. Every change the API takes is also a command in the
+store, so the active child takes those accepted by any server; the pipe only
+makes those of its own server quicker. A standby server sends the questions
+its scheduler cannot answer to the active one (the lease names its address).
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from suanli.model.work import Application
 
@@ -33,6 +43,9 @@ log = logging.getLogger("suanli.server")
 
 ASK_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0
+LEASE = "controller"  # the store's lease that the active controller holds
+LEASE_S = 3.0  # held this long past each renewal; a standby takes over within this and LEASE_TRY_S
+LEASE_TRY_S = 0.5  # how often a standby tries to take the lease
 MAX_RESTARTS = 5  # deaths of the controller's process within the window, then the server gives up
 RESTART_WINDOW_S = 300.0
 
@@ -53,9 +66,16 @@ class RemoteController:
     child's rebuild already saw is not applied twice. Questions answer
     ``ControllerUnavailable`` (the API's 503)."""
 
-    def __init__(self, files: Sequence[str], db: str, *, speed: float = 1.0, policy: str | None = None,
-                 executor: dict[str, Any] | None = None, on_give_up: Callable[[str], None] | None = None) -> None:
-        self.args = ([str(f) for f in files], db, speed, policy, executor or {})
+    def __init__(self, db: str, *, speed: float = 1.0, policy: str | None = None,
+                 executor: dict[str, Any] | None = None, on_give_up: Callable[[str], None] | None = None,
+                 holder: str | None = None, address: str | None = None) -> None:
+        """``holder``: who this server is to the others on its database (its
+        name in the lease); the same name again (a restart) takes its own lease at once."""
+        import socket
+        import uuid
+
+        self.holder = holder or f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+        self.args = (db, speed, policy, executor or {}, self.holder, address)
         self._ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or pools copied
         self._proc = None
         self._conn = None
@@ -67,7 +87,8 @@ class RemoteController:
         self._stopping = False
         self.restarts = 0
         self._deaths: list[float] = []  # monotonic times the child died
-        self.state = "stopped"  # starting | running | restarting | stopped
+        self.state = "stopped"  # starting | running | standby | restarting | stopped
+        self.took_over_at: float | None = None  # when this server's controller became the active one
         self.last_exit: str | None = None
         self._on_give_up = on_give_up or _exit_server
         self._supervisor: threading.Thread | None = None
@@ -94,9 +115,20 @@ class RemoteController:
             proc.join(5)
             raise RuntimeError(f"the controller's process ended while starting "
                                f"(exit status {proc.exitcode})") from None
+        if kind == "standby":  # another server's controller is active: this one waits for its lease
+            with self._send_lock:
+                self._proc, self._conn = proc, ours
+                self._held = []  # the store has them, for the active one
+                self.state = "standby"
+            threading.Thread(target=self._await_lease, args=(proc, ours), name="suanli-controller-standby",
+                             daemon=True).start()
+            return
         if kind != "ready":
             proc.join(5)
             raise RuntimeError(f"the controller failed to start: {detail}")
+        self._activate(proc, ours)
+
+    def _activate(self, proc, ours) -> None:
         with self._send_lock:
             self._proc, self._conn = proc, ours
             held, self._held = self._held, []
@@ -104,7 +136,18 @@ class RemoteController:
                 ours.send(message)
             self._ready = True
             self.state = "running"
+            self.took_over_at = time.time()
         threading.Thread(target=self._read, args=(ours,), name="suanli-controller-answers", daemon=True).start()
+
+    def _await_lease(self, proc, ours) -> None:
+        """A standby child says when it took the lease and is ready."""
+        try:
+            kind, detail = ours.recv()
+        except (EOFError, OSError):
+            return  # it died: the supervisor starts another
+        if kind == "ready":
+            log.warning("this server's controller took over (%s)", detail or "the lease was free")
+            self._activate(proc, ours)
 
     def _supervise(self) -> None:
         """Wait for the child to end; start another unless the server is stopping."""
@@ -156,8 +199,8 @@ class RemoteController:
 
     @property
     def alive(self) -> bool:
-        """Running, or being started again (not given up)."""
-        return self.state in ("running", "restarting")
+        """Running, standing by, or being started again (not given up)."""
+        return self.state in ("running", "restarting", "standby")
 
     @property
     def ready(self) -> bool:
@@ -186,7 +229,8 @@ class RemoteController:
 
     def _question(self, timeout: float, *message: Any) -> Any:
         if not self.ready:
-            raise ControllerUnavailable(f"the scheduler is {self.state}")
+            raise ControllerUnavailable("this server's scheduler is standing by (another server's is active)"
+                                        if self.state == "standby" else f"the scheduler is {self.state}")
         answer: Future = Future()
         key = next(self._ids)
         self._waiting[key] = answer
@@ -204,6 +248,8 @@ class RemoteController:
         """A command: to the child, or kept for the next one. Its effect is in the
         store already, so a command lost with a dying child is seen by the next."""
         with self._send_lock:
+            if self.state == "standby":
+                return  # the active controller (another server's) takes it from the store
             if not self._ready:
                 self._held.append(message)
                 return
@@ -237,10 +283,12 @@ def _exit_server(why: str) -> None:
     os._exit(3)
 
 
-def _child(conn, files: list[str], db: str, speed: float, policy: str | None, executor: dict[str, Any]) -> None:
-    """The controller's process: build the world, rebuild from the store, then
-    take commands from the pipe until it closes. ``executor``: the keywords
-    of ``executors.make`` (none: the simulated executor)."""
+def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, Any], holder: str,
+           address: str | None) -> None:
+    """The controller's process: take the lease (standing by while another
+    server's controller holds it), build the world and rebuild from the
+    store, then take commands from the pipe until it closes. ``executor``:
+    the keywords of ``executors.make`` (none: the simulated executor)."""
     import gc
 
     from suanli.executors import make
@@ -249,15 +297,29 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None, ex
 
     try:
         store = Store(db, upgrade=False)
+        epoch = store.take_lease(LEASE, holder, LEASE_S, address)
+        if epoch is None:
+            conn.send(("standby", None))
+            while epoch is None:
+                if conn.poll(LEASE_TRY_S):
+                    message = conn.recv()
+                    if message[0] == "stop":
+                        os._exit(0)
+                    continue  # commands are the active controller's (from the store); no questions come
+                epoch = store.take_lease(LEASE, holder, LEASE_S, address)
+        store.fence = (LEASE, holder, epoch)
         factory = make(**executor) if executor else None
-        controller = Controller(load_config(store), store, speed=speed, policy=policy, executor=factory)
+        controller = Controller(load_config(store), store, speed=speed, policy=policy, executor=factory,
+                                lease=(LEASE, holder, epoch, LEASE_S))
         controller.start()
+    except EOFError:
+        os._exit(0)
     except Exception as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     gc.collect()
     gc.freeze()  # what start-up built lives as long as the process: not walked by every collection
-    conn.send(("ready", None))
+    conn.send(("ready", f"epoch {epoch}"))
     send_lock = threading.Lock()
 
     def answer(key: int, fn) -> None:
@@ -291,4 +353,5 @@ def _child(conn, files: list[str], db: str, speed: float, policy: str | None, ex
             controller.inbox.put(lambda now, key=key, query=query, args=args:
                                  answer(key, lambda: controller.ask_here(query, *args)))
     controller.stop()
+    controller.release()
     os._exit(0)  # the pipe is closed: the server has gone, nothing is left to do

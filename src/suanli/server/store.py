@@ -158,6 +158,35 @@ class AgentRow(Base):
     __table_args__ = (Index("ix_agents_state_expires", "state", "expires_at"),)
 
 
+class CommandRow(Base):
+    """A change the API accepted, for the active controller to take (in id order)."""
+
+    __tablename__ = "commands"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16))  # submit | delete | node
+    tenant: Mapped[str | None] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(300))
+    app_id: Mapped[int | None] = mapped_column(Integer)
+    action: Mapped[str | None] = mapped_column(String(16))
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class LeaseRow(Base):
+    """Who holds a lease (the active controller's), until when."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    address: Mapped[str | None] = mapped_column(String(300))
+    epoch: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class LeaseLost(RuntimeError):
+    """This process no longer holds the lease it writes under: another took it."""
+
+
 class NodeStateRow(Base):
     __tablename__ = "node_states"
     node: Mapped[str] = mapped_column(String(300), primary_key=True)
@@ -172,7 +201,8 @@ PLAIN, KEYED = "sha256", "hmac-sha256"
 TOKEN_ID_PREFIX = "tok_"
 TOKEN_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 TOKEN_ID_LENGTH = 8
-PRINCIPAL_CACHE_S = 1.0  # a token looked up is believed this long, then looked up again
+PRINCIPAL_CACHE_S = 1.0
+COMMANDS_KEPT_S = 600.0  # commands are pruned after this long (a controller that starts reads the store)  # a token looked up is believed this long, then looked up again
 REMEMBERED_AT_MOST = 10_000  # tokens remembered at once
 SECRET_ENV = "SUANLI_SECRET"
 SECRET_BYTES = 32  # a secret file made at first start holds this many random bytes; a given one at least this many
@@ -365,6 +395,7 @@ class KeyReused(Exception):
 INSERT_APP = insert(AppRow.__table__)
 INSERT_TASKS = insert(TaskRow.__table__)
 INSERT_EVENTS = insert(EventRow.__table__)
+INSERT_COMMAND = insert(CommandRow.__table__)
 
 
 @lru_cache(maxsize=64)
@@ -477,6 +508,7 @@ def _private_file(path: str) -> None:
 
 class Store:
     on_commit: Callable[[float], None] | None = None  # told each commit's seconds (for /metrics)
+    fence: tuple[str, str, int] | None = None  # (lease, holder, epoch): record() writes only while it is held
     def __init__(self, url: str, *, upgrade: bool = True, secret: bytes | None = None) -> None:
         """``secret``: the key of token digests (``self.secret``, which may also be set
         before the first token is made or checked); None: ``load_secret(url)`` at
@@ -784,6 +816,8 @@ class Store:
             if tasks:
                 conn.execute(INSERT_TASKS, [dict(tenant=tenant, name=t, app_id=app_id, status="pending",
                                                  placements=0, submitted_at=now, updated_at=now) for t in tasks])
+            conn.execute(INSERT_COMMAND, dict(at=now, kind="submit", tenant=tenant, name=name, app_id=app_id,
+                                              action=None))
             return app_id
 
         try:
@@ -809,6 +843,7 @@ class Store:
             app_id = row.id
             s.execute(delete(TaskRow).where(TaskRow.app_id == row.id))
             s.delete(row)
+            s.add(CommandRow(at=time.time(), kind="delete", tenant=tenant, name=name, app_id=app_id))
         return app_id
 
     def apps(self, tenant: str | None = None, after: int | None = None, limit: int | None = None) -> list[AppRow]:
@@ -830,6 +865,10 @@ class Store:
     def app(self, tenant: str, name: str) -> AppRow | None:
         with self.session() as s:
             return s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.name == name))
+
+    def app_by_id(self, app_id: int) -> AppRow | None:
+        with self.session() as s:
+            return s.get(AppRow, app_id)
 
     # ------------------------------------------------------------ tasks
 
@@ -974,6 +1013,10 @@ class Store:
                     gone += conn.execute(delete(e).where(e.c.app_id.in_(ids))).rowcount or 0
                     conn.execute(delete(a).where(a.c.id.in_(ids)))
                     out["apps"] = [(r.tenant, r.name, r.id) for r in old]
+                    conn.execute(INSERT_COMMAND, [dict(at=now, kind="delete", tenant=r.tenant, name=r.name,
+                                                       app_id=r.id, action=None) for r in old])
+            c = CommandRow.__table__  # a controller that starts reads the store; commands are for the running one
+            conn.execute(delete(c).where(c.c.at < now - COMMANDS_KEPT_S))
             out["events"] = gone
 
         self._write(work)
@@ -1025,7 +1068,16 @@ class Store:
             by_fields.setdefault(tuple(sorted(fields)), []).append({"k_tenant": tenant, "k_name": task, **params})
         rows_of_events = [{"tenant": None, "task": None, "app_id": None, **e} for e in events]
 
+        fence = self.fence
+
         def write(conn: Connection) -> None:
+            if fence is not None:  # written only while the lease is ours (its row stays locked to the commit)
+                t = LeaseRow.__table__
+                name, holder, epoch = fence
+                held = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch,
+                                                    t.c.expires_at > time.time()).values(epoch=epoch))
+                if not held.rowcount:
+                    raise LeaseLost(f"the lease {name!r} of epoch {epoch} is no longer {holder}'s")
             for fields, rows in by_fields.items():
                 conn.execute(task_update(fields), rows)
             if rows_of_events:
@@ -1055,6 +1107,57 @@ class Store:
             return s.scalar(select(EventRow.id).order_by(EventRow.id.desc()).limit(1)) or 0
 
     # ------------------------------------------------------------ nodes
+
+    # ------------------------------------------------------------ commands and the controller's lease
+
+    def commands(self, after: int, limit: int = 10_000) -> list[CommandRow]:
+        """Commands past id ``after``, in id order."""
+        with self.session() as s:
+            return list(s.scalars(select(CommandRow).where(CommandRow.id > after).order_by(CommandRow.id)
+                                  .limit(limit)))
+
+    def commands_in(self, ids: Sequence[int]) -> list[CommandRow]:
+        with self.session() as s:
+            return list(s.scalars(select(CommandRow).where(CommandRow.id.in_(list(ids))).order_by(CommandRow.id)))
+
+    def last_command(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.max(CommandRow.id))) or 0)
+
+    def take_lease(self, name: str, holder: str, ttl_s: float, address: str | None = None) -> int | None:
+        """Take the lease ``name`` if it is free, expired or ours: its epoch (bumped
+        when it changes hands), or None while another holds it."""
+        def write(conn: Connection) -> int | None:
+            now = time.time()
+            t = LeaseRow.__table__
+            row = conn.execute(select(t.c.holder, t.c.epoch, t.c.expires_at).where(t.c.name == name)).first()
+            if row is None:
+                conn.execute(insert(t).values(name=name, holder=holder, address=address, epoch=1,
+                                              expires_at=now + ttl_s))
+                return 1
+            if row.holder != holder and row.expires_at > now:
+                return None
+            epoch = row.epoch if row.holder == holder else row.epoch + 1
+            done = conn.execute(update(t).where(t.c.name == name, t.c.epoch == row.epoch)
+                                .values(holder=holder, address=address, epoch=epoch, expires_at=now + ttl_s))
+            return epoch if done.rowcount else None
+
+        return self._write(write)
+
+    def renew_lease(self, name: str, holder: str, epoch: int, ttl_s: float) -> bool:
+        """Extend a lease held now (not expired); False when it was lost."""
+        def write(conn: Connection) -> bool:
+            now = time.time()
+            t = LeaseRow.__table__
+            done = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch,
+                                                t.c.expires_at > now).values(expires_at=now + ttl_s))
+            return bool(done.rowcount)
+
+        return self._write(write)
+
+    def lease(self, name: str) -> LeaseRow | None:
+        with self.session() as s:
+            return s.get(LeaseRow, name)
 
     # ------------------------------------------------------------ what the server runs
 
@@ -1153,8 +1256,11 @@ class Store:
             return list(s.scalars(select(AgentRow.name).where(AgentRow.state == "ready", AgentRow.expires_at < now)
                                   .limit(limit)))
 
-    def set_node_state(self, node: str, state: str | None) -> None:
+    def set_node_state(self, node: str, state: str | None, action: str | None = None) -> None:
+        """A node's state kept (None: back in service), and ``action`` queued for the controller."""
         with self._writing() as s:
+            if action is not None:
+                s.add(CommandRow(at=time.time(), kind="node", name=node, action=action))
             row = s.get(NodeStateRow, node)
             if state is None:
                 if row is not None:
