@@ -380,6 +380,7 @@ def test_metrics_are_prometheus_exposition_with_latency_histograms(live):
     assert samples("suanli_http_requests", "_total", method="POST", route="/v1/applications", status="201") == [2]
     assert samples("suanli_store_commit_seconds", "_count")[0] > 0
     assert samples("suanli_controller_turn_seconds", "_count")[0] > 0
+    assert samples("suanli_scheduling_decision_seconds", "_count")[0] >= 2  # a unit each at least
     waited = samples("suanli_submission_to_placement_seconds", "_count", tenant=A)
     assert waited == [6]  # each task once, at its first placement
     buckets = samples("suanli_submission_to_placement_seconds", "_bucket", tenant=A)

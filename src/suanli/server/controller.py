@@ -192,6 +192,8 @@ class Controller:
         self._deleting: set[str] = set()  # names whose application was deleted: events are the old one's
         self.last_ok = time.monotonic()  # when a turn last went through
         self.turn_seconds, self.commit_seconds = Buckets(), Buckets()  # for /metrics
+        self.decision_seconds = Buckets()
+        self.sim.on_pass = lambda seconds, units: self.decision_seconds.observe(seconds / units, units)
         self.placement_seconds: dict[str, Buckets] = {}  # tenant -> from submission to first placement
         store.on_commit = self.commit_seconds.observe
         self.restarts = 0  # in process, never started again (RemoteController's count)
@@ -324,6 +326,7 @@ class Controller:
         return {"instants": self.instants, "errors": self.errors, "published": self.published,
                 "since_turn_s": round(time.monotonic() - self.last_ok, 3),
                 "histograms": {"turn_seconds": self.turn_seconds.snapshot(),
+                               "decision_seconds": self.decision_seconds.snapshot(),
                                "commit_seconds": self.commit_seconds.snapshot(),
                                "placement_seconds": {t: b.snapshot() for t, b in self.placement_seconds.items()}}}
 

@@ -32,9 +32,10 @@ class Buckets:
         self.counts = [0] * (len(BOUNDS) + 1)
         self.total = 0.0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BOUNDS, seconds)] += 1
-        self.total += seconds
+    def observe(self, seconds: float, times: int = 1) -> None:
+        """``times`` observations of ``seconds`` each."""
+        self.counts[bisect.bisect_left(BOUNDS, seconds)] += times
+        self.total += seconds * times
 
     def snapshot(self) -> dict[str, Any]:
         return {"counts": list(self.counts), "sum": self.total}
@@ -76,6 +77,11 @@ class Observed:
             f = _family("suanli_controller_turn_seconds", "A turn of the scheduler: the instants due, handled "
                         "and written.")
             _add(f, histograms["turn_seconds"])
+            yield f
+        if "decision_seconds" in histograms:
+            f = _family("suanli_scheduling_decision_seconds", "Time the scheduler took to decide a unit (a task, "
+                        "or a gang whole): each pass's time shared among the units it tried.")
+            _add(f, histograms["decision_seconds"])
             yield f
         if "commit_seconds" in histograms:
             f = _family("suanli_controller_commit_seconds", "Store commits of the controller's process.")

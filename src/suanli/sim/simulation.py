@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 import zlib
 from bisect import bisect_left
 from collections import Counter
@@ -211,6 +212,7 @@ class Simulation:
         self._own: dict[str, Counter] = {}  # per tenant, the priorities of its running units, counted
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
+        self.on_pass: Callable[[float, int], None] | None = None  # told each scheduling pass's seconds and units
         self._frozen_at = -1  # in ``run``: task records when what it holds was last set aside from collection
         self._reclaimed_at: float | None = None
         self._defragged_at: float | None = None
@@ -841,7 +843,10 @@ class Simulation:
         ready = self.pending.ready()
         if not ready and not risen:
             return
+        started = time.perf_counter() if self.on_pass is not None else 0.0
         tried, failed, broken = self._pass(ready, risen)  # tried: in queue order
+        if self.on_pass is not None and tried:
+            self.on_pass(time.perf_counter() - started, len(tried))
         for unit, exc in broken:
             self._refuse(t, unit.app.name, exc)
         if broken:
