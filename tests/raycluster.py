@@ -65,10 +65,11 @@ class LocalRayCluster:
             self.join(name)
         return self
 
-    def join(self, name: str) -> None:
-        """Start a worker node labelled ``name`` (again, after its raylet was killed): a port of its
-        own for its agent (not the default, which the head has), no log monitor left behind."""
-        self._ray("start", f"--address={self.address}", f"--labels=suanli.node={name}",
+    def join(self, name: str, site: str | None = None) -> None:
+        """Start a worker node labelled ``name`` (and ``site``; again, after its raylet was killed): a
+        port of its own for its agent (not the default, which the head has), no log monitor left behind."""
+        labels = f"suanli.node={name}" + (f",suanli.site={site}" if site else "")
+        self._ray("start", f"--address={self.address}", f"--labels={labels}",
                   f"--dashboard-agent-listen-port={free_port()}", "--include-log-monitor=false",
                   f"--num-cpus={self.cpus}", f"--object-store-memory={self.store}", "--disable-usage-stats")
 

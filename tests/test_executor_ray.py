@@ -162,3 +162,44 @@ def test_serve_runs_tasks_on_the_ray_executor(cluster, tmp_path):
             assert ran_as_a_tenant(r.stdout), r.stdout  # the actor's task: no server secret, a tenant's uid
         finally:
             server.stop()
+
+
+def test_a_ray_node_that_joins_under_a_new_name_registers_itself(cluster, tmp_path):
+    """``suanli serve --executor ray``: a Ray node labelled with a site of the fleet
+    (suanli.site) and a name it does not have (suanli.node) becomes a node of the fleet (as an
+    agent's, with Ray's count of its CPUs and memory) without a file edit; its
+    raylet killed, the node is lost."""
+    import httpx
+
+    from serving import ADMIN, Server, free_port, wait
+
+    from suanli.server.store import sqlite_url
+
+    fleet = tmp_path / "fleet.yaml"
+    with open(LIVE) as f:
+        fleet.write_text(yaml.safe_dump_all([d for d in yaml.safe_load_all(f) if d["kind"] in ("Fleet", "Tenant")]))
+    with open(tmp_path / "server.log", "ab") as log:
+        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "ray",
+                        "--ray-address", cluster.address, "--work-dir", str(tmp_path / "w"), speed=1,
+                        files=(fleet,))
+        server.start()
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+
+        def node() -> dict | None:
+            r = httpx.get(server.url + "/v1/nodes/edge-1/ray-7", headers=admin, timeout=10)
+            return r.json() if r.status_code == 200 else None
+
+        try:
+            assert node() is None
+            cluster.join("ray-7", site="edge-1")
+            got = wait(lambda: (n := node()) and n["state"] == "ready" and n, timeout=60, what="edge-1/ray-7 joined")
+            assert got["capacity"]["cpu_milli"] == 1000 * cluster.cpus, got
+            agents = httpx.get(server.url + "/v1/agents", headers=admin).json()
+            assert [(a["name"], a["state"]) for a in agents] == [("edge-1/ray-7", "ready")]
+            cluster.kill_raylet("ray-7")
+            wait(lambda: node()["state"] == "down", timeout=20, what="edge-1/ray-7 lost")
+            events = httpx.get(server.url + "/v1/events", headers=admin, params={"limit": 1000}).json()
+            lost = [e["body"]["reason"] for e in events if e["kind"] == "nodeLost"]
+            assert lost and "died" in lost[-1], lost  # the executor saw it die (not its lease running out)
+        finally:
+            server.stop()

@@ -262,3 +262,42 @@ def test_a_tenant_admin_manages_its_virtual_clusters_and_tokens(runtime):
     assert http.delete("/v1/vcs/pool?cascade=true", headers=auth).status_code == 204
     wait(lambda: http.get("/v1/vcs/pool", headers=auth).status_code == 404, what="the VC gone")
     assert http.get("/v1/applications/in-pool", headers=auth).status_code == 404
+
+
+DEVICES = FLEET.replace("  links:", """  populations:
+    - name: cars
+      sites: car-##
+      count: 8
+      tier: device
+      attach: {to: {names: [edge]}, rttMs: 20, bandwidth: 100Mbps}
+      nodeGroups:
+        - {name: soc, count: 1, arch: arm64, cpu: "2", memory: 4Gi}
+  links:""")
+
+
+def test_a_device_of_a_population_comes_and_goes_with_its_agent(runtime):
+    """A device registers by its site alone; without renewals it goes offline when
+    its lease runs out, and comes online again when it registers again."""
+    server, tmp, _ = runtime
+    (tmp / "fleet.yaml").write_text(DEVICES)
+    server.stop()
+    server.start()
+    http = httpx.Client(base_url=server.url, timeout=10)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    agent = {"Authorization": "Bearer " + cli(server, ADMIN, "token", "create", "--role", "agent").stdout.strip()}
+
+    def state() -> str:
+        return http.get("/v1/nodes/car-03/soc-0", headers=admin).json()["state"]
+
+    r = http.post("/v1/agents", json={"site": "car-03", "name": "x", "node": {}}, headers=agent)
+    assert r.status_code == 422 and "population 'cars'" in r.json()["detail"], r.text
+    r = http.post("/v1/agents", json={"site": "car-03", "lease": "1s"}, headers=agent)
+    assert r.status_code == 201 and r.json()["name"] == "car-03", r.text
+    assert state() == "ready"
+    wait(lambda: state() == "down", timeout=10, what="car-03 offline once its lease ran out")
+    kinds = [e["kind"] for e in http.get("/v1/events", headers=admin, params={"limit": 1000}).json()]
+    assert "deviceOffline" in kinds
+    assert http.put("/v1/agents/car-03/lease", headers=agent).status_code == 409  # lost: register again
+    assert http.post("/v1/agents", json={"site": "car-03", "lease": "10s"}, headers=agent).status_code == 201
+    wait(lambda: state() == "ready", what="car-03 online again")
+    assert [a["state"] for a in http.get("/v1/agents", headers=admin).json()] == ["ready"]

@@ -41,7 +41,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.sim import keep_progress
@@ -54,6 +54,17 @@ if TYPE_CHECKING:
     from suanli.sim.simulation import Simulation
 
 LABEL = "suanli.node"
+SITE_LABEL = "suanli.site"  # with LABEL=NAME: the Ray node is the fleet's node SITE/NAME (a label has no /)
+
+
+def _label_of(labels: dict | None) -> str | None:
+    """The fleet name a Ray node's labels give: SITE/NAME with both, else the node label's value."""
+    labels = labels or {}
+    name = labels.get(LABEL)
+    if name is None:
+        return None
+    site = labels.get(SITE_LABEL)
+    return f"{site}/{name}" if site else name
 CONNECT_TIMEOUT_S = 3.0
 INIT_TIMEOUT_S = 60.0
 AGENT_THREADS = 1000  # processes one node's agent can run at once
@@ -281,10 +292,15 @@ class RayCluster:
         """The live Ray nodes' ids, and label value -> id for those labelled ``suanli.node``."""
         live = [n for n in self.ray.nodes() if n.get("Alive")]
         return ({n["NodeID"] for n in live},
-                {n["Labels"][LABEL]: n["NodeID"] for n in live if LABEL in (n.get("Labels") or {})})
+                {_label_of(n.get("Labels")): n["NodeID"] for n in live if _label_of(n.get("Labels"))})
 
     def labelled(self) -> dict[str, str]:
         return self.view()[1]
+
+    def resources(self) -> dict[str, dict[str, float]]:
+        """Label value -> the Ray resources of each live labelled node (CPU, memory in bytes, GPU ...)."""
+        return {_label_of(n.get("Labels")): dict(n.get("Resources") or {}) for n in self.ray.nodes()
+                if n.get("Alive") and _label_of(n.get("Labels"))}
 
     def alive(self) -> set[str]:
         return self.view()[0]
@@ -292,6 +308,30 @@ class RayCluster:
     def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None,
                  isolate_tenants: bool = False) -> "RayExecutor":
         return RayExecutor(sim, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants)
+
+
+RAY_NODE_LEASE_S = 30.0  # the lease of a Ray node registered as an agent's (renewed while it lives)
+
+
+def _an_agents(fleet, name: str) -> bool:
+    """The fleet's node ``name`` is one that registered itself (not the Fleet document's)."""
+    try:
+        return bool(fleet.groups[int(fleet.node_group[fleet.node_by_name(name)])].single)
+    except KeyError:
+        return False
+
+
+def ray_node_spec(resources: dict[str, float], kinds: list[str]) -> dict:
+    """A node group's spec (without name and count) for a Ray node's resources:
+    its CPUs, memory and GPUs (those of a kind the fleet knows), the model from
+    Ray's ``accelerator_type:...`` resource."""
+    spec: dict = {"cpu": f"{resources.get('CPU', 0):g}", "memory": f"{int(resources.get('memory', 0) // 2**20)}Mi",
+                  "arch": "x86_64"}
+    gpus = int(resources.get("GPU", 0))
+    if gpus and "gpu" in kinds:
+        model = next((k.partition(":")[2] for k in resources if k.startswith("accelerator_type:")), "unknown")
+        spec["accelerators"] = [{"kind": "gpu", "model": model or "unknown", "count": gpus}]
+    return spec
 
 
 def connect(address: str | None) -> RayCluster:
@@ -363,6 +403,12 @@ class RayExecutor:
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
         self.agents: dict[str, Any] = {}  # Ray node id -> its agent, for stateless tasks
+        # The controller's: registers a node (name SITE/NAME, site, node spec, lease) that a Ray
+        # node labelled with a name the fleet does not have stands for; renews it (name). None: none.
+        self.register_node: Callable[[str, str, dict, float], None] | None = None
+        self.renew_node: Callable[[str], None] | None = None
+        self._registered: dict[str, float] = {}  # label -> when last registered or renewed
+        self.exact: set[str] = set()  # fleet nodes only a Ray node labelled with their own name stands for
         self.lost: set[str] = set()  # Ray node ids seen dead
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -370,9 +416,10 @@ class RayExecutor:
         labelled = cluster.labelled()
         self.ray_node: dict[str, str] = {}  # fleet node -> Ray node id
         self.site = {fleet.node_name(n): fleet.site_of(n).name for n in range(fleet.n_nodes)}
+        self.exact |= {fleet.node_name(int(fleet.group_first_node[g.index])) for g in fleet.groups if g.single}
         missing = []
-        for name, site in self.site.items():
-            rid = labelled.get(name) or labelled.get(site)
+        for name in self.site:
+            rid = self._labelled_as(name, labelled)
             if rid is None:
                 missing.append(name)
             else:
@@ -392,6 +439,33 @@ class RayExecutor:
 
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))
+
+    def _labelled_as(self, name: str, labelled: dict[str, str]) -> str | None:
+        """The live Ray node that stands for fleet node ``name``: labelled with its
+        name, else with its site (not for a node that registered itself)."""
+        return labelled.get(name) or (None if name in self.exact else labelled.get(self.site[name]))
+
+    def nodes_added(self, nodes) -> None:
+        """Nodes added to the fleet while running: the Ray node labelled with the
+        name (or the site) stands for each; one without is lost until one comes."""
+        fleet = self.view.world.fleet
+        try:
+            labelled = self.cluster.labelled()
+        except Exception:
+            labelled = {}
+        with self._lock:
+            for n in nodes:
+                name = fleet.node_name(n)
+                self.site[name] = fleet.site_name_of(n)
+                if fleet.groups[int(fleet.node_group[n])].single:
+                    self.exact.add(name)  # a node that registered itself is its own Ray node, not its site's
+                rid = self._labelled_as(name, labelled)
+                if rid is not None and rid not in self.lost:
+                    self.ray_node[name] = rid
+                    self.missing.discard(name)
+                else:
+                    self.missing.add(name)
+                    self.loop.post(NodeLost(name, f"no live Ray node labelled {LABEL}={name} or its site"))
 
     def log_path(self, task: str) -> Path:
         return self.work / "logs" / f"{safe(task)}.log"
@@ -582,13 +656,45 @@ class RayExecutor:
                 if r == rid:
                     self.missing.add(name)
                     self.loop.post(NodeLost(name, f"Ray node {rid[:12]} died"))
+        if self.register_node is not None:
+            self._register_unknown(labelled)
         for name in sorted(self.missing):
-            rid = labelled.get(name) or labelled.get(self.site[name])
+            rid = self._labelled_as(name, labelled)
             if rid is not None and rid not in self.lost:
                 self.ray_node[name] = rid
                 self.missing.discard(name)
                 self.loop.post(NodeFound(name, f"Ray node {rid[:12]} labelled {LABEL}="
                                                f"{name if name in labelled else self.site[name]}"))
+
+    def _register_unknown(self, labelled: dict[str, str]) -> None:
+        """A live Ray node labelled ``suanli.site=SITE`` and ``suanli.node=NAME``
+        (``SITE/NAME`` here) with a site of the fleet and a name
+        it does not have (or one that registered so before) is a node that joined:
+        registered as an agent's (its CPU, memory and GPUs as Ray counts them;
+        found again if it had been lost), and its lease renewed while it lives."""
+        fleet = self.view.world.fleet
+        now = time.monotonic()
+        new = [label for label in labelled if "/" in label and label not in self._registered
+               and fleet.site_table.names.get(label.partition("/")[0]) >= 0
+               and (label not in self.site or _an_agents(fleet, label))]
+        if new:
+            resources = self.cluster.resources()
+            for label in new:
+                spec = ray_node_spec(resources.get(label, {}), fleet.kinds.names)
+                try:
+                    self.register_node(label, label.partition("/")[0], spec, RAY_NODE_LEASE_S)
+                except Exception as exc:  # noqa: BLE001 - a node that cannot be one (a bad name) stays out
+                    self.post("rayNodeRefused", label=label, error=str(exc)[:300])
+                self._registered[label] = now
+        for label, when in list(self._registered.items()):
+            if label not in labelled:
+                del self._registered[label]  # its lease runs out; a new Ray node under the label registers again
+            elif now - when > RAY_NODE_LEASE_S / 3:
+                self._registered[label] = now
+                try:
+                    self.renew_node(label)
+                except Exception:  # the store away: next time
+                    pass
 
     def _checkpoints(self) -> None:
         while not self._closed.wait(0.05):

@@ -196,6 +196,9 @@ class Controller:
         self.sim.on_pass = lambda seconds, units: self.decision_seconds.observe(seconds / units, units)
         self.placement_seconds: dict[str, Buckets] = {}  # tenant -> from submission to first placement
         store.on_commit = self.commit_seconds.observe
+        if self.docs is not None and hasattr(self.sim.executor, "register_node"):  # Ray nodes that join register
+            self.sim.executor.register_node = self._register_node
+            self.sim.executor.renew_node = self.store.renew_agent
         self.restarts = 0  # in process, never started again (RemoteController's count)
 
     # ------------------------------------------------------------ life
@@ -206,7 +209,7 @@ class Controller:
         self.cmd_seen = self.store.last_command()  # read before the store's state: what comes later is taken
         self._restore()
         for a in self.agents.values():  # nodes whose agents were lost when the server stopped: down
-            if a.state == "lost":
+            if a.state == "lost" or a.state == "left" and _is_device(self.world.fleet, a.site):
                 self._agent_news(a, None)
         self._turn()
         self._watch()
@@ -364,6 +367,14 @@ class Controller:
         self.inbox.put(command)
 
     # ------------------------------------------------------------ the lease, and other servers' commands
+
+    def _register_node(self, name: str, site: str, spec: dict, lease_s: float) -> None:
+        """A node the executor found (a Ray node that joined) registers as an agent's would
+        (from the executor's thread: the controller's next look at the store adds it)."""
+        before = self.store.agent(name)
+        if before is None or before.state != "ready":
+            self.store.register_agent(name, site, spec, lease_s, None)
+        self.inbox.put(lambda now: self._watch())
 
     def _renew(self) -> None:
         name, holder, epoch, ttl = self.lease

@@ -672,6 +672,9 @@ class Simulation:
         self.state.adopt(fleet)
         self.recorder.grow(fleet)
         self.business.grow()
+        added = getattr(self.executor, "nodes_added", None)  # a real executor finds what stands for them
+        if added is not None and fleet.n_nodes > old.n_nodes:
+            added(range(old.n_nodes, fleet.n_nodes))
         self.global_layer.forget_requests()
         if paths:
             self._network_changed(t)
