@@ -140,35 +140,12 @@ def test_tasks_land_on_the_labelled_nodes_and_a_lost_edge_is_replaced(cluster, t
     assert any(e["kind"] == "stateRestored" and e["node"] == "cloud-north/cpu-0" for e in live)
 
 
-def test_serve_runs_tasks_on_the_ray_executor(cluster, tmp_path):
-    from serving import ADMIN, Server, free_port
-
-    from suanli.server.store import sqlite_url
-
-    fleet = tmp_path / "fleet.yaml"
-    with open(LIVE) as f:
-        fleet.write_text(yaml.safe_dump_all([d for d in yaml.safe_load_all(f) if d["kind"] in ("Fleet", "Tenant")]))
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "ray",
-                        "--ray-address", cluster.address, "--work-dir", str(tmp_path / "w"), speed=1,
-                        files=(fleet,))
-        server.start()
-        try:
-            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
-            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "car-1-owner", env=env).stdout.strip()}
-            r = hello_ran(tmp_path, mine, timeout=60, extra="near: {site: edge-1},")
-            assert r.returncode == 0, r.stderr
-            assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
-            assert ran_as_a_tenant(r.stdout), r.stdout  # the actor's task: no server secret, a tenant's uid
-        finally:
-            server.stop()
-
-
-def test_a_ray_node_that_joins_under_a_new_name_registers_itself(cluster, tmp_path):
-    """``suanli serve --executor ray``: a Ray node labelled with a site of the fleet
-    (suanli.site) and a name it does not have (suanli.node) becomes a node of the fleet (as an
-    agent's, with Ray's count of its CPUs and memory) without a file edit; its
-    raylet killed, the node is lost."""
+def test_serve_runs_tasks_on_the_ray_executor_and_ray_nodes_that_join_register(cluster, tmp_path):
+    """``suanli serve --executor ray`` runs a tenant's task on the Ray node the
+    scheduler chose. Then a Ray node labelled with a site of the fleet
+    (suanli.site) and a name it does not have (suanli.node) becomes a node of
+    the fleet (as an agent's, with Ray's count of its CPUs) without a file
+    edit; its raylet killed, the node is lost as the executor sees it die."""
     import httpx
 
     from serving import ADMIN, Server, free_port, wait
@@ -190,6 +167,13 @@ def test_a_ray_node_that_joins_under_a_new_name_registers_itself(cluster, tmp_pa
             return r.json() if r.status_code == 200 else None
 
         try:
+            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
+            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "car-1-owner", env=env).stdout.strip()}
+            r = hello_ran(tmp_path, mine, timeout=60, extra="near: {site: edge-1},")
+            assert r.returncode == 0, r.stderr
+            assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
+            assert ran_as_a_tenant(r.stdout), r.stdout  # the actor's task: no server secret, a tenant's uid
+
             assert node() is None
             cluster.join("ray-7", site="edge-1")
             got = wait(lambda: (n := node()) and n["state"] == "ready" and n, timeout=60, what="edge-1/ray-7 joined")

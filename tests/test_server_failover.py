@@ -1,6 +1,6 @@
 """Failover: two ``suanli serve`` processes on one PostgreSQL database. Both
 answer the API; one controller is active under the store's lease. Eight
-clients submit 600 applications to either server (the other one when a
+clients submit 400 applications to either server (the other one when a
 request fails) while the active server is killed with SIGKILL, again and
 again, and started again (it then stands by). A standby server answers what needs the
 scheduler by asking the active one. Each time, the other server's
@@ -25,7 +25,7 @@ from test_server_crash import doc
 
 from suanli.server.store import Store
 
-CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 600, 4, 5.0
+CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 400, 4, 5.0
 STOPS = {"requeued", "lost", "preempted", "finished", "failed", "omitted", "migrated", "evicted"}
 
 
