@@ -54,6 +54,11 @@ def target_workload(pods: OpenbPods) -> TargetWorkload:
     return TargetWorkload.from_counts(pods.shape_counts())
 
 
+def pods_target(pods: OpenbPods, order: np.ndarray) -> TargetWorkload:
+    """The shapes and frequencies of the pods ``order`` lists (with repeats)."""
+    return TargetWorkload.from_counts(pods.shape_counts(order))
+
+
 def inflate(pods: OpenbPods, capacity_milli: int, seed: int, ratio: float = RATIO) -> np.ndarray:
     """Pod indices in arrival order: the trace shuffled, then copies drawn with
     replacement until the GPU request would exceed ``ratio`` x capacity (or
@@ -189,7 +194,8 @@ def experiment(nodes_csv: str | Path, pods_csv: str | Path, policies: list[str],
     for seed in seeds:
         order = inflate(pods, capacity, seed)
         for p in policies:
-            run = run_once(fleet, pods, order, p, seed, target)
+            # FGD's typical pods are those of the workload it runs (the trace inflated with the seed)
+            run = run_once(fleet, pods, order, p, seed, pods_target(pods, order) if p == "fgd" else target)
             runs.append(run)
             if on_run is not None:
                 on_run(run)

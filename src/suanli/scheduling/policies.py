@@ -326,6 +326,25 @@ class TargetWorkload:
         col = lambda i: np.array([k[i] for k, _ in items], np.int64)  # noqa: E731
         return cls(col(0), col(1), col(2), col(3), [k[4] for k, _ in items], w / max(w.sum(), 1e-300))
 
+    def typical(self, threshold: float = 0.95) -> "TargetWorkload":
+        """The study's "typical pods": shapes told apart by cpu, GPUs, share and
+        models only (memory plays no part in its fragmentation measure), the most
+        frequent first (ties: the larger cpu, share, GPU count first), as many as
+        it takes to cover ``threshold`` of the tasks, their weights scaled to sum to 1."""
+        merged: dict[tuple, float] = {}
+        for c, g, m, mo, w in zip(self.cpu.tolist(), self.gpus.tolist(), self.milli.tolist(), self.models,
+                                  self.weight.tolist()):
+            key = (c, 0, g, m, mo)
+            merged[key] = merged.get(key, 0.0) + w
+        items = sorted(merged.items(), key=lambda kv: (-kv[1], -kv[0][0], -kv[0][3], -kv[0][2], kv[0][4]))
+        total, kept, cum = sum(merged.values()), {}, 0.0
+        for key, w in items:
+            if cum >= threshold * total:
+                break
+            kept[key] = w
+            cum += w
+        return TargetWorkload.from_counts(kept)
+
 
 class FragModel:
     """The target workload compiled for fast fragmentation arithmetic.
@@ -395,11 +414,19 @@ class FragModel:
 
 class FgdPolicy(_GpuPolicy):
     """Fragmentation gradient descent (Weng et al., ATC 2023): the node and
-    device that least increase the cluster's fragmentation. Scored as
-    published, ``int(100 * sigmoid(decrease / 1000))``, ties to a seeded
-    draw between nodes and to the lowest index between a node's devices."""
+    device that least increase the cluster's fragmentation, as the study's
+    simulator has it. Scored as published, ``int(100 * sigmoid(decrease /
+    1000))``, against the study's typical pods (``TargetWorkload.typical``);
+    ties between nodes to the first in a seeded random order of the nodes
+    fixed for the run (the simulator's node names, see ``_GpuPolicy.ranks``),
+    between a node's devices to the lowest index. The coarse score ties
+    often (a whole GPU taken from a node whose other GPUs every typical shape
+    can still use changes nothing), and the fixed order then fills nodes one
+    after another: a draw per pod spreads whole-GPU tasks over empty nodes
+    (10.84% unallocated instead of 4.65 on the default trace, seed 42)."""
 
     name = "fgd"
+    tie_rule = "order"
 
     def __init__(self, target: TargetWorkload, models, kind: int = 0) -> None:
         super().__init__(kind)
@@ -519,7 +546,7 @@ class FgdPolicy(_GpuPolicy):
             _, first = np.unique(sid[missing], return_index=True)
             self._remember(table, req, rows[missing][first], cache, best, shares)
             known = best[sid]
-        row = self.choose(rows, known, cache, rng)
+        row = self.choose(table, rows, known, cache, rng)
         slot = None
         xs = shares.get(int(state[row]))
         if xs is not None:  # a share of one device: the lowest-index device with a best free share
@@ -532,10 +559,14 @@ class FgdPolicy(_GpuPolicy):
         """Which of the best free shares a row's device may have (FGD: any; the lowest index wins)."""
         return shares
 
-    def choose(self, rows: np.ndarray, known: np.ndarray, cache, rng) -> int:
-        """The row among the best-scored, by a seeded draw."""
+    def choose(self, table: CandidateTable, rows: np.ndarray, known: np.ndarray, cache, rng) -> int:
+        """The row among the best-scored: the first in the fixed order, or a seeded draw (``tie_rule``)."""
         winners = rows[known >= known.max() - 1e-9]
-        return int(winners[rng.integers(winners.size)]) if winners.size > 1 else int(winners[0])
+        if winners.size == 1:
+            return int(winners[0])
+        if self.tie_rule == "order":
+            return int(winners[np.argmin(self.ranks(table, rng)[winners])])
+        return int(winners[rng.integers(winners.size)])
 
     def _memo_for(self, req: Request, n_states: int):
         memo = self._memo.get(id(req))
@@ -607,6 +638,7 @@ class SuanliPolicy(FgdPolicy):
     """
 
     name = "suanli"
+    tie_rule = "draw"
     BOUND_SHARE = 0.05
 
     def __init__(self, target: TargetWorkload, models, kind: int = 0) -> None:
@@ -700,7 +732,9 @@ def make_policy(name: str, fleet, target: TargetWorkload | None = None) -> Polic
     if name in ("fgd", "suanli"):
         if target is None:
             raise ValueError(f"policy {name} needs a target workload")
-        return (FgdPolicy if name == "fgd" else SuanliPolicy)(target, fleet.models, max(kind, 0))
+        if name == "fgd":
+            return FgdPolicy(target.typical(), fleet.models, max(kind, 0))
+        return SuanliPolicy(target, fleet.models, max(kind, 0))
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
 
 

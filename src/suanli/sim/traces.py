@@ -512,13 +512,16 @@ class OpenbPods:
         """Total GPU request of each pod in milli-GPUs: ``num_gpu * gpu_milli``."""
         return self.num_gpu * self.gpu_milli
 
-    def shape_counts(self) -> dict[tuple[int, int, int, int, tuple[str, ...]], int]:
+    def shape_counts(self, order: np.ndarray | None = None) -> dict[tuple[int, int, int, int, tuple[str, ...]], int]:
         """How many pods ask for each (cpu, memory, GPUs, share per GPU, allowed models);
-        a CPU-only pod's share is 0."""
+        a CPU-only pod's share is 0. ``order``: the pods these indices list (with
+        repeats), instead of each pod once."""
         counts: dict[tuple, int] = {}
         models: dict[str, tuple[str, ...]] = {}
-        for cpu, mem, ng, gm, spec in zip(self.cpu_milli.tolist(), self.memory_mib.tolist(), self.num_gpu.tolist(),
-                                          self.gpu_milli.tolist(), self.gpu_spec.tolist()):
+        at = slice(None) if order is None else order
+        for cpu, mem, ng, gm, spec in zip(self.cpu_milli[at].tolist(), self.memory_mib[at].tolist(),
+                                          self.num_gpu[at].tolist(), self.gpu_milli[at].tolist(),
+                                          self.gpu_spec[at].tolist()):
             m = models.get(spec)
             if m is None:
                 m = models[spec] = _split_models(spec)
