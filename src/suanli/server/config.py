@@ -185,7 +185,11 @@ def _same_links(a: LinkArrays, b: LinkArrays) -> bool:
 
 def world_of(docs: Documents, agents: Sequence[tuple[str, str, dict, bool]] = ()) -> World:
     """The world of the documents, with the agents' nodes."""
-    world = build_world(docs)
+    return with_agents(build_world(docs), docs, agents)
+
+
+def with_agents(world: World, docs: Documents, agents: Sequence[tuple[str, str, dict, bool]]) -> World:
+    """``world`` (built from ``docs``) with the agents' nodes added to its fleet, in place."""
     if agents:
         fleet, _, _ = grown_fleet(world.fleet, docs, agents)
         if fleet is not None:

@@ -133,7 +133,7 @@ def _is_device(fleet, site: str) -> bool:
 
 def load_config(store: Store) -> Loaded:
     """The world of the stored documents and agents (a problem raises ValueError)."""
-    from suanli.server.config import as_rows, documents, world_of
+    from suanli.server.config import as_rows, documents, with_agents, world_of
 
     version = store.config_version()
     docs, problems = documents(as_rows(store.objects()))
@@ -141,11 +141,8 @@ def load_config(store: Store) -> Loaded:
         p = problems[0]
         raise ValueError(f"the stored configuration is not valid: {p.file}: {p.path}: {p.message}")
     agents = {a.name: a for a in store.agents()}
-    world = world_of(docs)
-    fleet_agents = agent_list(agents, world.fleet)
-    if fleet_agents:
-        world = world_of(docs, fleet_agents)
-    return Loaded(world, docs, version, agents)
+    world = world_of(docs)  # (which agents are devices is read from its sites; the world is built once)
+    return Loaded(with_agents(world, docs, agent_list(agents, world.fleet)), docs, version, agents)
 
 
 class Controller:
