@@ -98,6 +98,11 @@ class Run:
     skipped: int
     pods: int
     seconds: float
+    failed: dict[tuple[int, int], int] | None = None  # (GPUs, milli each) -> GPU milli failed up to 100% arrived
+
+    def failed_share(self, gpus: int, capacity: int) -> float:
+        """GPU demand of the failed pods of ``gpus`` whole GPUs up to 100% arrived, % of capacity."""
+        return 100.0 * sum(v for (g, m), v in (self.failed or {}).items() if g == gpus and m >= 1000) / max(capacity, 1)
 
 
 def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str, seed: int,
@@ -114,6 +119,7 @@ def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str,
     arrived = np.empty(order.size, np.int64)
     used = np.empty(order.size, np.int64)
     a_sum = u_sum = placed = 0
+    failed: dict[tuple[int, int], int] = {}
     start = time.perf_counter()
     for i, (cpu, mem, ng, gm, spec) in enumerate(zip(*(c[order].tolist() for c in cols))):
         key = (cpu, mem, ng, gm, spec)
@@ -134,10 +140,12 @@ def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str,
             placed += 1
             if gpu >= 0:
                 u_sum += int(a.vec[2 + gpu])
+        elif ng and a_sum <= capacity:
+            failed[(ng, gm)] = failed.get((ng, gm), 0) + ng * gm
         arrived[i], used[i] = a_sum, u_sum
     seconds = time.perf_counter() - start
     return Run(policy_name, seed, allocation_curve(arrived, used, capacity), placed, order.size - placed,
-               order.size, seconds)
+               order.size, seconds, failed)
 
 
 def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> np.ndarray:

@@ -12,9 +12,11 @@ and device slots) to take. Every mode uses the same plugins: ``schedule``,
   with their integer scores and tie rules, so that their published figures
   can be reproduced (``docs/fgd.md``).
 - ``suanli``: fragmentation gradient descent corrected by the device share a
-  row's cpu and memory could no longer feed, and (where tasks are bound to
-  models) by the share taken of models bound tasks press on; ties broken by
-  best fit and the row's fragmentation after (``SuanliPolicy``, ``docs/fgd.md``).
+  row's cpu and memory could no longer feed, by the whole rows whole-row
+  tasks still need, and (where tasks are bound to models) by the share taken
+  of models bound tasks press on; shares placed first where they lose least
+  of the devices' worth under the workload's packing LP; ties broken by best
+  fit and the row's fragmentation after (``SuanliPolicy``, ``docs/fgd.md``).
 
 All work on one accelerator kind (``gpu`` unless the fleet has another
 single shareable kind); a request's other kinds get best-fit devices.
@@ -33,6 +35,7 @@ from suanli.scheduling import scores
 from suanli.scheduling.filters import usable_slots
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.select import allocation
+from suanli.scheduling.share_values import BlockReserve, ShareValues
 from suanli.scheduling.table import Allocation, CandidateTable
 
 MILLI = 1000
@@ -527,7 +530,8 @@ class FgdPolicy(_GpuPolicy):
             cand += np.where(shared_whole, (Wa[:, fm.whole] * lost).sum(axis=1)[at], 0.0)
         return at, slot, F[rows[at]] - (row_part[at] + cand)
 
-    def score(self, decrease: np.ndarray, table=None, req=None, reps=None, at=None, cache=None) -> np.ndarray:
+    def score(self, decrease: np.ndarray, table=None, req=None, reps=None, at=None, cache=None,
+              slots=None) -> np.ndarray:
         return np.floor(100.0 / (1.0 + np.exp(-decrease / 1000.0)))
 
     def place(self, table, req, mask, network, rng):
@@ -584,7 +588,7 @@ class FgdPolicy(_GpuPolicy):
         """Score states not yet scored for this request (one row of each)."""
         state = cache[5]
         at, slots, dec = self.decrease(table, req, reps, cache)
-        s = self.score(dec, table, req, reps, at, cache)
+        s = self.score(dec, table, req, reps, at, cache, slots)
         per = np.full(reps.size, -np.inf)
         np.maximum.at(per, at, s)
         best[state[reps]] = per
@@ -596,45 +600,43 @@ class FgdPolicy(_GpuPolicy):
 
 
 class SuanliPolicy(FgdPolicy):
-    """suanli's policy for shared devices: fragmentation gradient descent,
-    with the ties FGD's coarse score leaves broken by best fit instead of by
-    chance, when the workload allows it.
+    """suanli's policy for shared devices: fragmentation gradient descent
+    that also prices what a placement costs the work still to come.
 
-    Measured on the openb traces (docs/fgd.md): packing the ties helps when
-    any task may use any device model, and hurts when a fifth of the tasks
-    are bound to models (the gpuspec traces), where chance spreads the load
-    over the models the bound tasks need. So:
+    The decrease of fragmentation FGD scores is corrected three ways:
 
-    - free choice of model (bound tasks under 5% of the device demand): the
-      decrease of fragmentation is bucketed as ``int(100 * sigmoid(d / 500))``
-      (twice FGD's resolution near zero); in the best bucket wins the row
-      left with the least free cpu and device share (each over the largest
-      row's, half and half) and the least fragmentation, these two weighed
-      equally; between a row's devices, the fullest of the best;
-    - otherwise: FGD's own score and draw (of the corrected decrease below).
+    1. **Stranded share.** Less the rise of the row's free device share its
+       free cpu or memory cannot carry at the workload's rate (cpu and
+       memory per milli of device demand, ``rho_cpu`` and ``rho_mem``):
 
-    In both, the decrease of fragmentation is first corrected by the change
-    of the row's *stranded* share: the free device share the row's free cpu
-    or memory cannot carry at the target workload's rate (cpu and memory per
-    milli of device demand, ``rho_cpu`` and ``rho_mem``):
+           S = max(0, G - c / rho_cpu, G - m / rho_mem)
 
-        S = max(0, G - c / rho_cpu, G - m / rho_mem)
+       FGD looks one task ahead: a row with 8 cores and two free devices is
+       no fragment to a task of 8 cores, yet after it the second device has
+       none left for anything. ``S`` sends cpu-hungry tasks to rows rich in
+       cpu and cpu-light ones to rows poor in it. The rate is the device
+       tasks' own, unless the cpu-only tasks ask for more cpu than the rows
+       have to spare beyond it (``rates``): then every device counts on the
+       whole workload's rate, cpu-only tasks included (cpu250: 5.2% left
+       instead of 6.8%). Where tasks are bound to models, only a rise of
+       ``S`` counts, not a fall (a fall draws tasks to the models the bound
+       ones need).
+    2. **Whole rows for whole-row work** (``BlockReserve``): less the worth
+       of the hosts of multi-device shapes the placement ends, priced by how
+       few hosts are left for the tasks expected.
+    3. **Bound models.** Where tasks are bound to models (5% or more of the
+       device demand, the gpuspec traces), less the share a task takes of a
+       model bound tasks press on, times ``pressure``.
 
-    FGD looks one task ahead: a row with 8 cores and two free devices is no
-    fragment to a task of 8 cores, yet after it the second device has none
-    left for anything. ``S`` counts what the row's cpu and memory can carry
-    once it fills up, so cpu-hungry tasks (the shares of 470 and 650 milli
-    take 12 cores, 25 per device) go to rows rich in cpu, and cpu-light ones
-    (810 milli with 3 cores) to rows poor in it, whose devices would strand
-    otherwise. Where tasks are bound to models, drawing tasks to a row can
-    take the models the bound tasks need, so there only a rise of ``S``
-    counts (a penalty), not a fall.
-
-    Where tasks are bound to models, the decrease is also charged for the
-    device share a task takes of a model bound tasks press on: share taken ×
-    ``pressure`` (how much more of the model bound tasks ask for than its
-    share of capacity). On gpuspec33, where bound tasks ask for more T4 than
-    there is, free tasks otherwise take T4s the bound ones cannot do without.
+    Then, where any task may use any model, a share of one device goes
+    first where it loses least of the devices' worth under the packing LP
+    of the workload (``ShareValues``: a placement the best packing would
+    make loses none); among those, and for every other task, the corrected
+    decrease is bucketed as ``int(100 * sigmoid(d / 500))`` and the bucket's
+    best is the row left with the least free cpu and device share (half and
+    half, over the largest row's) and the least fragmentation, weighed
+    equally; between a row's devices, the fullest of the best. Where tasks
+    are bound to models: FGD's own score and a seeded draw between ties.
     """
 
     name = "suanli"
@@ -650,28 +652,66 @@ class SuanliPolicy(FgdPolicy):
         self.pack = share < self.BOUND_SHARE
         self.target, self.model_codes = target, models
         self._pressure: tuple[tuple, np.ndarray] | None = None
-        total = max(float(demand[gpu].sum()), 1e-300)
-        self.rho_cpu = max(float((target.weight * target.cpu)[gpu].sum()) / total, 1e-9)
-        self.rho_mem = max(float((target.weight * target.mem)[gpu].sum()) / total, 1e-9)
+        self._demand = max(float(demand[gpu].sum()), 1e-300)
+        per = lambda col, sel: float((target.weight * col)[sel].sum())  # noqa: E731
+        every = np.ones(gpu.size, bool)
+        self._rates_gpu = tuple(max(per(c, gpu) / self._demand, 1e-9) for c in (target.cpu, target.mem))
+        self._rates_all = tuple(max(per(c, every) / self._demand, 1e-9) for c in (target.cpu, target.mem))
+        self._cpu_only = (per(target.cpu, ~gpu), per(target.mem, ~gpu))
+        self.rho_cpu, self.rho_mem = self._rates_gpu
+        self._rates_key: tuple | None = None
+        self.values = ShareValues.of(target) if self.pack else None
+        self.reserve = BlockReserve(target, models)
+
+    def rates(self, table: CandidateTable) -> None:
+        """``rho_cpu`` and ``rho_mem`` for the table: the device tasks' own
+        cpu (memory) per milli of device demand, unless the cpu-only tasks
+        ask for more cpu (memory) than the rows have beyond what device work
+        needs at that rate; then every device must count on the workload's
+        whole rate, cpu-only tasks included (``SuanliPolicy`` doc)."""
+        key = (id(table), table.version, table.n)
+        if self._rates_key == key:
+            return
+        self._rates_key = key
+        cap = table.view("cap")
+        devices = (table.view("dev_kind") == self.kind).sum(axis=0) * float(MILLI)
+        scale = devices.sum() / self._demand  # the workload scaled to fill the devices
+        rho = []
+        for i in range(2):
+            spare = np.maximum(cap[i] - devices * self._rates_gpu[i], 0.0).sum()
+            rho.append(self._rates_all[i] if self._cpu_only[i] * scale > spare else self._rates_gpu[i])
+        self.rho_cpu, self.rho_mem = rho
+        if self.values is not None and self.values.devices != int(devices.sum() // MILLI):
+            self.values.solve(int(devices.sum() // MILLI))
 
     def stranded(self, share: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         """The free device share that free cpu and memory cannot carry at the workload's rates."""
         return np.maximum(share - np.minimum(cpu * (1.0 / self.rho_cpu), mem * (1.0 / self.rho_mem)), 0.0)
 
     def decrease(self, table, req, rows, cache=None):
-        """FGD's decrease of fragmentation, less the rise of the row's stranded share."""
+        """FGD's decrease of fragmentation, less the rise of the row's stranded
+        share and the worth of the whole-row hosts the placement ends."""
         cache = cache or self._rows(table)
+        self.rates(table)
         at, slot, dec = super().decrease(table, req, rows, cache)
-        G = cache[1][rows]
+        G, full, model = cache[1], cache[2], cache[3]
         k, d = _pod_gpu(req, self.kind)
         cpu, mem = table.free[0, rows], table.free[1, rows]
-        rise = self.stranded(G - k * d, cpu - req.vec[0], mem - req.vec[1]) - self.stranded(G, cpu, mem)
+        rise = self.stranded(G[rows] - k * d, cpu - req.vec[0], mem - req.vec[1]) - self.stranded(G[rows], cpu, mem)
+        if self.reserve:
+            r = rows[at]
+            if d == MILLI or k == 0:
+                full_after = full[r] - k
+            else:
+                full_after = full[r] - (table.dev_free[slot, r] == MILLI)
+            dec = dec - self.reserve.cost(table, G, full, model, r, full_after,
+                                          table.free[0, r] - req.vec[0], table.free[1, r] - req.vec[1])
         if self.pack:
             return at, slot, dec - rise[at]
         dec = dec - np.maximum(rise, 0.0)[at]
         if k * d > 0:  # what the task takes of a model that bound tasks press on
             pressure = self.pressure(table)
-            dec = dec - pressure[cache[3][rows][at]] * (k * d)
+            dec = dec - pressure[model[rows][at]] * (k * d)
         return at, slot, dec
 
     def pressure(self, table: CandidateTable) -> np.ndarray:
@@ -700,7 +740,7 @@ class SuanliPolicy(FgdPolicy):
         self._pressure = (key, p)
         return p
 
-    def score(self, decrease, table=None, req=None, reps=None, at=None, cache=None):
+    def score(self, decrease, table=None, req=None, reps=None, at=None, cache=None, slots=None):
         if not self.pack:
             return super().score(decrease)
         bucket = np.floor(100.0 / (1.0 + np.exp(-decrease / 500.0)))
@@ -711,7 +751,13 @@ class SuanliPolicy(FgdPolicy):
         G, F = cache[1], cache[4]
         left = _left_after(table, req, rows, G[rows], self.kind, norms)
         fragmented = np.minimum((F[rows] - decrease) / gpu_n, 1.0)  # the row's fragmentation after
-        return bucket * 1000.0 + (1.0 - 0.5 * (left + fragmented)) * 999.0
+        s = bucket * 1000.0 + (1.0 - 0.5 * (left + fragmented)) * 999.0  # < 101,000
+        k, d = _pod_gpu(req, self.kind)
+        if self.values is not None and slots is not None and k == 1 and d < MILLI:
+            # first the share's loss of worth (in 0.1 milli steps), then the rest
+            loss = self.values.loss(table.dev_free[slots, rows].astype(np.int64), d)
+            s = s - np.round(loss, 1) * 1e7
+        return s
 
     def device_among(self, shares: set) -> set:
         return {min(shares)} if self.pack else shares
