@@ -314,7 +314,25 @@ def test_experiment_command_writes_the_curve_table_and_chart(small, tmp_path):
     assert sorted((r[1], r[2]) for r in rows[1:]) == sorted((p, s) for p in ("fgd", "suanli", "random") for s in "12")
     assert all(r[0] == "pods" for r in rows[1:])
     assert (out / "unallocated.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "median unallocated GPU at 100% arrived" in run.stdout
+    assert "pods: unallocated GPU % at 100% arrived, 2 seed(s)" in run.stdout
+    lines = {line.split()[1]: line for line in run.stdout.splitlines() if line.startswith("│")}
+    assert set(lines) == {"fgd", "suanli", "random"} and all("±" in v for v in lines.values())
+    assert "study" in run.stdout and "vs study fgd" not in run.stdout  # the study did not run this cut
+
+
+def test_the_studys_own_figures_are_there_for_every_family_and_seed():
+    """The study's artifact: FGD and BestFit on its 17 families, seeds 42..51."""
+    from suanli.experiments.fgd import study_figures
+
+    families = ["default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
+                "gpushare100", "multigpu20", "multigpu30", "multigpu40", "multigpu50", "gpuspec10", "gpuspec20",
+                "gpuspec25", "gpuspec33"]
+    for fam in families:
+        got = study_figures(fam)
+        assert sorted(got) == ["bestfit", "fgd"] and all(sorted(v) == list(range(42, 52)) for v in got.values())
+    assert np.mean(list(study_figures("default")["fgd"].values())) == pytest.approx(4.773)
+    assert np.mean(list(study_figures("gpushare100")["fgd"].values())) == pytest.approx(13.36)
+    assert study_figures("pods") == {}
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -350,7 +350,7 @@ def experiment_fgd(
 ) -> None:
     """The GPU-sharing experiment of the FGD study (docs/fgd.md): allocation
     against arrived GPU request, per policy and seed."""
-    from suanli.experiments.fgd import experiment, medians, parse_seeds, plot, write_csv
+    from suanli.experiments.fgd import experiment, parse_seeds, plot, write_csv
     from suanli.scheduling.policies import POLICY_NAMES
     from suanli.sim.traces import TraceError
     from suanli.spec.problems import Problem
@@ -385,11 +385,30 @@ def experiment_fgd(
         _fail(SpecError([Problem(str(exc).split(":")[0], str(exc))]), "nothing was run")
     write_csv(out / "allocation.csv", workload, runs)
     plot(out / "unallocated.png", workload, runs)
-    med = medians(runs)
-    Console(highlight=False).print(
-        f"{workload}: median unallocated GPU at 100% arrived over {len(seed_list)} seed(s): "
-        + ", ".join(f"{p} {100 - c[100]:.2f}%" for p, c in sorted(med.items(), key=lambda kv: -kv[1][100]))
-        + f"\n  allocation {out / 'allocation.csv'}\n  chart      {out / 'unallocated.png'}")
+    import numpy as np
+    from rich.table import Table
+
+    from suanli.experiments.fgd import fleet_capacity, openb_fleet, study_figures, summarize
+
+    summary = summarize(runs, fleet_capacity(openb_fleet(nodes)))
+    study = {p: [v[s] for s in seed_list if s in v] for p, v in study_figures(workload).items()}
+    study = {p: v for p, v in study.items() if len(v) == len(seed_list)}  # only where the study ran these seeds
+    table = Table(title=f"{workload}: unallocated GPU % at 100% arrived, {len(seed_list)} seed(s)", title_justify="left")
+    for col in ("policy", "mean ± sd", "median", "8-GPU failed", "study"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    if "fgd" in study:
+        table.add_column("vs study fgd", justify="right")
+    for name, s in sorted(summary.items(), key=lambda kv: kv[1].mean):
+        row = [name, f"{s.mean:.2f} ± {s.sd:.2f}", f"{s.median:.2f}", f"{s.failed8:.3f}"]
+        ref = study.get(name)
+        row.append(f"{np.mean(ref):.2f} ± {np.std(ref, ddof=1) if len(ref) > 1 else 0:.2f}" if ref else "")
+        if "fgd" in study:
+            fgd = float(np.mean(study["fgd"]))
+            row.append(f"{100 * (s.mean - fgd) / fgd:+.1f}%")
+        table.add_row(*row)
+    out_console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    out_console.print(table)
+    out_console.print(f"  allocation {out / 'allocation.csv'}\n  chart      {out / 'unallocated.png'}")
 
 
 def _register_server_commands() -> None:

@@ -195,7 +195,7 @@ def experiment(nodes_csv: str | Path, pods_csv: str | Path, policies: list[str],
             raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(POLICY_NAMES)}")
     fleet = openb_fleet(nodes_csv)
     pods = load_openb_pods(pods_csv)
-    capacity = 1000 * int(sum(g.count * sum(d.count for d in g.devices) for g in fleet.groups))
+    capacity = fleet_capacity(fleet)
     target = target_workload(pods)
     workload = Path(pods_csv).stem.removeprefix("openb_pod_list_")
     runs = []
@@ -221,6 +221,57 @@ def write_csv(path: Path, workload: str, runs: list[Run]) -> None:
     tmp.replace(path)
 
 
+STUDY_CSV = Path(__file__).with_name("fgd_study.csv")
+
+
+def study_figures(workload: str, path: Path = STUDY_CSV) -> dict[str, dict[int, float]]:
+    """The study's own unallocated GPU % at 100% arrived for ``workload``, per
+    policy (``fgd``, ``bestfit``) and seed; empty for a workload it did not run."""
+    out: dict[str, dict[int, float]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            if row["workload"] == workload:
+                out.setdefault(row["policy"], {})[int(row["seed"])] = round(100.0 - float(row["allocated_at_100"]), 6)
+    return out
+
+
+@dataclass
+class Summary:
+    """One policy's runs at 100% arrived: unallocated GPU % (mean, sample sd,
+    median) and the failed demand of 8-GPU pods (mean, % of capacity)."""
+
+    policy: str
+    seeds: list[int]
+    unallocated: list[float]
+    failed8: float
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.unallocated))
+
+    @property
+    def sd(self) -> float:
+        return float(np.std(self.unallocated, ddof=1)) if len(self.unallocated) > 1 else 0.0
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.unallocated))
+
+
+def summarize(runs: list[Run], capacity: int) -> dict[str, Summary]:
+    by: dict[str, list[Run]] = {}
+    for r in runs:
+        by.setdefault(r.policy, []).append(r)
+    return {p: Summary(p, [r.seed for r in rs], [100.0 - float(r.curve[100]) for r in rs],
+                       float(np.mean([r.failed_share(8, capacity) for r in rs])))
+            for p, rs in by.items()}
+
+
+def fleet_capacity(fleet: Fleet) -> int:
+    """GPU milli of the fleet."""
+    return 1000 * int(sum(g.count * sum(d.count for d in g.devices) for g in fleet.groups))
+
+
 def medians(runs: list[Run]) -> dict[str, np.ndarray]:
     by: dict[str, list[np.ndarray]] = {}
     for r in runs:
@@ -236,19 +287,28 @@ def plot(path: Path, workload: str, runs: list[Run]) -> None:
     import matplotlib.pyplot as plt
 
     med = medians(runs)
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=110, gridspec_kw={"width_ratios": [1, 1.15]})
     x = np.arange(STEPS)
+    # the zoom starts a little before the median policy leaves the diagonal (its first failed pods)
+    leave = sorted(int(np.argmax((100 - c) > 100 - x + 0.5)) for c in med.values())
+    lo = max(leave[len(leave) // 2] - 4, 0)
     for p, curve in med.items():
-        ax.plot(x, 100 - curve, label=f"{p} ({100 - curve[100]:.2f}% at 100%)", lw=1.6)
-    ax.set_xlabel("arrived GPU request, % of capacity")
-    ax.set_ylabel("unallocated GPU, %")
+        line, = ax.plot(x, 100 - curve, lw=1.5)
+        zoom.plot(x[lo:], 100 - curve[lo:], lw=1.6, color=line.get_color(),
+                  label=f"{p} ({100 - curve[100]:.2f}% at 100%)")
     n = len({r.seed for r in runs})
-    ax.set_title(f"GPU sharing on openb ({workload}); median of {n} seed{'s' if n != 1 else ''}")
-    ax.set_xlim(0, STEPS - 1)
-    ax.set_ylim(bottom=0)
-    ax.axvline(100, color="#999", lw=0.8, ls="--")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"GPU sharing on openb ({workload}): unallocated GPU against arrived GPU request, "
+                 f"median of {n} seed{'s' if n != 1 else ''}", fontsize=10)
+    top = max(float(np.max(100 - c[min(lo + 4, STEPS - 1):])) for c in med.values())
+    for a, (x0, y1) in ((ax, (0, None)), (zoom, (lo, top * 1.1 + 0.5))):
+        a.set_xlabel("arrived GPU request, % of capacity")
+        a.set_xlim(x0, STEPS - 1)
+        a.set_ylim(0, y1)
+        a.axvline(100, color="#999", lw=0.8, ls="--")
+        a.grid(alpha=0.3)
+    ax.set_ylabel("unallocated GPU, %")
+    zoom.set_title(f"from {lo}% arrived", fontsize=9)
+    zoom.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
