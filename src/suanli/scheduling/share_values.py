@@ -176,8 +176,12 @@ class BlockReserve:
     def cost(self, table, G: np.ndarray, full: np.ndarray, model: np.ndarray, rows: np.ndarray,
              full_after: np.ndarray, cpu_after: np.ndarray, mem_after: np.ndarray) -> np.ndarray:
         """Per candidate (a row and what it keeps free after), the worth of the hosts it would stop being."""
-        free = table.free
         price = self.prices(table, G, full, model)
-        before = self.hosts(full[rows], free[0, rows], free[1, rows], model[rows])
-        after = self.hosts(full_after, cpu_after, mem_after, model[rows])
-        return (before & ~after) @ price
+        before = self._flags[rows]  # as of now: prices() brought every row up to date
+        hosting = before.any(axis=1)
+        out = np.zeros(rows.size)
+        if hosting.any():
+            h = np.flatnonzero(hosting)
+            after = self.hosts(full_after[h], cpu_after[h], mem_after[h], model[rows[h]])
+            out[h] = (before[h] & ~after) @ price
+        return out
