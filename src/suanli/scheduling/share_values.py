@@ -165,11 +165,13 @@ class BlockReserve:
         if self._table is not table or self._stamp.size != n:
             self._table, self._stamp = table, np.full(n, -1, np.int64)
             self._flags = np.zeros((n, self.k.size), bool)
+            self._count = np.zeros(self.k.size, np.int64)
         dirty = np.flatnonzero(self._stamp != table.stamp[:n])
         if dirty.size:
-            self._flags[dirty] = self.hosts(full[dirty], free[0, dirty], free[1, dirty], model[dirty])
+            now = self.hosts(full[dirty], free[0, dirty], free[1, dirty], model[dirty])
+            self._count = self._count + now.sum(axis=0) - self._flags[dirty].sum(axis=0)
+            self._flags[dirty] = now
             self._stamp[dirty] = table.stamp[dirty]
-            self._count = self._flags.sum(axis=0)
         need = float(G[:n].sum()) * self.share / (self.k * MILLI)
         return self.WEIGHT * self.k * MILLI * np.minimum(1.0, need / np.maximum(self._count, 1))
 
