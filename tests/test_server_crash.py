@@ -1,5 +1,5 @@
 """Crash test: ``suanli serve`` killed with SIGKILL at random moments while 8
-clients submit 1,000 applications, and started again each time (at least
+clients submit 600 applications, and started again each time (at least
 four times; ``bench/bench_serve.py`` measures the server under steady load).
 
 Each client retries a submission (with its idempotency key) until it is
@@ -24,7 +24,7 @@ from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL, f
 
 from suanli.server.store import Store, sqlite_url
 
-CLIENTS, APPS = 8, 1000
+CLIENTS, APPS = 8, 600
 
 
 def doc(name: str, i: int) -> dict:
@@ -79,7 +79,7 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
         while any(t.is_alive() for t in threads):
             # the next kill after some more acknowledgements (so that a fast run is killed as often
             # as a slow one), at a random moment in between
-            due, deadline = len(acked) + rng.randint(80, 200), time.monotonic() + 5.0
+            due, deadline = len(acked) + rng.randint(60, 140), time.monotonic() + 5.0
             while len(acked) < due and time.monotonic() < deadline and any(t.is_alive() for t in threads):
                 time.sleep(0.01)
             if not any(t.is_alive() for t in threads):
