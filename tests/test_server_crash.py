@@ -79,7 +79,7 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
         while any(t.is_alive() for t in threads):
             # the next kill after some more acknowledgements (so that a fast run is killed as often
             # as a slow one), at a random moment in between
-            due, deadline = len(acked) + rng.randint(60, 140), time.monotonic() + 5.0
+            due, deadline = len(acked) + rng.randint(100, 160), time.monotonic() + 5.0
             while len(acked) < due and time.monotonic() < deadline and any(t.is_alive() for t in threads):
                 time.sleep(0.01)
             if not any(t.is_alive() for t in threads):
