@@ -43,7 +43,7 @@ def one(args: tuple[str, str, int]) -> tuple[str, str, int, float, float, float]
     order = inflate(pods, capacity, seed)
     target = pods_target(pods, order) if policy == "fgd" else target_workload(pods)
     run = run_once(fleet, pods, order, policy, seed, target)
-    return family, policy, seed, 100.0 - float(run.curve[100]), run.failed_share(8, capacity), run.seconds
+    return family, policy, seed, 100.0 - float(run.curve[100]), run.failed_share(8), run.seconds
 
 
 def stats(values: list[float]) -> dict[str, float]:

@@ -385,14 +385,13 @@ def experiment_fgd(
         _fail(SpecError([Problem(str(exc).split(":")[0], str(exc))]), "nothing was run")
     write_csv(out / "allocation.csv", workload, runs)
     plot(out / "unallocated.png", workload, runs)
-    import numpy as np
     from rich.table import Table
 
-    from suanli.experiments.fgd import fleet_capacity, openb_fleet, study_figures, summarize
+    from suanli.experiments.fgd import Summary, study_figures, summarize
 
-    summary = summarize(runs, fleet_capacity(openb_fleet(nodes)))
-    study = {p: [v[s] for s in seed_list if s in v] for p, v in study_figures(workload).items()}
-    study = {p: v for p, v in study.items() if len(v) == len(seed_list)}  # only where the study ran these seeds
+    summary = summarize(runs)
+    study = {p: Summary(p, [v[s] for s in seed_list]) for p, v in study_figures(workload).items()
+             if all(s in v for s in seed_list)}  # only where the study ran these seeds
     table = Table(title=f"{workload}: unallocated GPU % at 100% arrived, {len(seed_list)} seed(s)", title_justify="left")
     for col in ("policy", "mean ± sd", "median", "8-GPU failed", "study"):
         table.add_column(col, justify="left" if col == "policy" else "right")
@@ -401,10 +400,9 @@ def experiment_fgd(
     for name, s in sorted(summary.items(), key=lambda kv: kv[1].mean):
         row = [name, f"{s.mean:.2f} ± {s.sd:.2f}", f"{s.median:.2f}", f"{s.failed8:.3f}"]
         ref = study.get(name)
-        row.append(f"{np.mean(ref):.2f} ± {np.std(ref, ddof=1) if len(ref) > 1 else 0:.2f}" if ref else "")
+        row.append(f"{ref.mean:.2f} ± {ref.sd:.2f}" if ref else "")
         if "fgd" in study:
-            fgd = float(np.mean(study["fgd"]))
-            row.append(f"{100 * (s.mean - fgd) / fgd:+.1f}%")
+            row.append(f"{100 * (s.mean - study['fgd'].mean) / study['fgd'].mean:+.1f}%")
         table.add_row(*row)
     out_console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     out_console.print(table)

@@ -99,10 +99,11 @@ class Run:
     pods: int
     seconds: float
     failed: dict[tuple[int, int], int] | None = None  # (GPUs, milli each) -> GPU milli failed up to 100% arrived
+    capacity: int = 0  # GPU milli of the fleet
 
-    def failed_share(self, gpus: int, capacity: int) -> float:
+    def failed_share(self, gpus: int) -> float:
         """GPU demand of the failed pods of ``gpus`` whole GPUs up to 100% arrived, % of capacity."""
-        return 100.0 * sum(v for (g, m), v in (self.failed or {}).items() if g == gpus and m >= 1000) / max(capacity, 1)
+        return 100.0 * sum(v for (g, m), v in (self.failed or {}).items() if g == gpus and m >= 1000) / max(self.capacity, 1)
 
 
 def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str, seed: int,
@@ -145,7 +146,7 @@ def run_once(fleet: Fleet, pods: OpenbPods, order: np.ndarray, policy_name: str,
         arrived[i], used[i] = a_sum, u_sum
     seconds = time.perf_counter() - start
     return Run(policy_name, seed, allocation_curve(arrived, used, capacity), placed, order.size - placed,
-               order.size, seconds, failed)
+               order.size, seconds, failed, capacity)
 
 
 def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> np.ndarray:
@@ -241,9 +242,8 @@ class Summary:
     median) and the failed demand of 8-GPU pods (mean, % of capacity)."""
 
     policy: str
-    seeds: list[int]
     unallocated: list[float]
-    failed8: float
+    failed8: float = float("nan")
 
     @property
     def mean(self) -> float:
@@ -258,12 +258,11 @@ class Summary:
         return float(np.median(self.unallocated))
 
 
-def summarize(runs: list[Run], capacity: int) -> dict[str, Summary]:
+def summarize(runs: list[Run]) -> dict[str, Summary]:
     by: dict[str, list[Run]] = {}
     for r in runs:
         by.setdefault(r.policy, []).append(r)
-    return {p: Summary(p, [r.seed for r in rs], [100.0 - float(r.curve[100]) for r in rs],
-                       float(np.mean([r.failed_share(8, capacity) for r in rs])))
+    return {p: Summary(p, [100.0 - float(r.curve[100]) for r in rs], float(np.mean([r.failed_share(8) for r in rs])))
             for p, rs in by.items()}
 
 

@@ -616,7 +616,7 @@ class SuanliPolicy(FgdPolicy):
        none left for anything. ``S`` sends cpu-hungry tasks to rows rich in
        cpu and cpu-light ones to rows poor in it. The rate is the device
        tasks' own, unless the cpu-only tasks ask for more cpu than the rows
-       have to spare beyond it (``rates``): then every device counts on the
+       have to spare beyond it (``fit``): then every device counts on the
        whole workload's rate, cpu-only tasks included (cpu250: 5.2% left
        instead of 6.8%). Where tasks are bound to models, only a rise of
        ``S`` counts, not a fall (a fall draws tasks to the models the bound
@@ -663,8 +663,10 @@ class SuanliPolicy(FgdPolicy):
         self.values = ShareValues.of(target) if self.pack else None
         self.reserve = BlockReserve(target, models)
 
-    def rates(self, table: CandidateTable) -> None:
-        """``rho_cpu`` and ``rho_mem`` for the table: the device tasks' own
+    def fit(self, table: CandidateTable) -> None:
+        """What the policy derives from the table's rows, again when they
+        change: the share prices for its devices (``ShareValues``), and
+        ``rho_cpu`` and ``rho_mem``: the device tasks' own
         cpu (memory) per milli of device demand, unless the cpu-only tasks
         ask for more cpu (memory) than the rows have beyond what device work
         needs at that rate; then every device must count on the workload's
@@ -692,7 +694,7 @@ class SuanliPolicy(FgdPolicy):
         """FGD's decrease of fragmentation, less the rise of the row's stranded
         share and the worth of the whole-row hosts the placement ends."""
         cache = cache or self._rows(table)
-        self.rates(table)
+        self.fit(table)
         at, slot, dec = super().decrease(table, req, rows, cache)
         G, full, model = cache[1], cache[2], cache[3]
         k, d = _pod_gpu(req, self.kind)

@@ -96,7 +96,7 @@ class ShareValues:
         counts = self.weights * devices * MILLI / float((s * self.weights).sum())
         eye = np.eye(s.size, dtype=np.int64)
         pats = [eye[i] * (MILLI // int(x)) for i, x in enumerate(s.tolist())]
-        v = s.astype(np.float64)
+        v, V = s.astype(np.float64), None
         for _ in range(max_rounds):
             P = np.array(pats).T
             res = linprog(-(s @ P).astype(np.float64), A_ub=np.vstack([P, np.ones(P.shape[1])]),
@@ -110,7 +110,7 @@ class ShareValues:
             if V[MILLI] <= mu + 1e-6:
                 break
             pats.append(_pattern(s, last))
-        self.V, _ = knapsack(s, v)
+        self.V = V if V is not None else knapsack(s, v)[0]
         self.value = np.zeros(MILLI + 1)
         self.value[s] = v
 
