@@ -57,6 +57,9 @@ class TokenRow(Base):
     expires_at: Mapped[float | None] = mapped_column(Float)  # None: never
     revoked_at: Mapped[float | None] = mapped_column(Float)
     role: Mapped[str] = mapped_column(String(16), server_default="member")  # ROLES
+    minted_by: Mapped[str | None] = mapped_column(String(16), index=True)  # the minter's public id
+    tenant_since: Mapped[int | None] = mapped_column(Integer)  # the configuration version its tenant was made at
+    scope: Mapped[dict | None] = mapped_column(JSON)  # an agent token's: sites, names, nodes
     __table_args__ = (UniqueConstraint("public_id", name="uq_tokens_public_id"),)
 
 
@@ -133,6 +136,7 @@ class ObjectRow(Base):
     document: Mapped[dict] = mapped_column(JSON)
     version: Mapped[int] = mapped_column(Integer, index=True)  # the configuration's version it was written at
     updated_at: Mapped[float] = mapped_column(Float)
+    failed: Mapped[str | None] = mapped_column(String(1000))  # why it is set aside, not applied (None: applied)
 
 
 class ConfigVersionRow(Base):
@@ -181,6 +185,8 @@ class LeaseRow(Base):
     address: Mapped[str | None] = mapped_column(String(300))
     epoch: Mapped[int] = mapped_column(Integer)
     expires_at: Mapped[float] = mapped_column(Float)
+    pid: Mapped[int | None] = mapped_column(Integer)  # the holding process, on ``host``
+    host: Mapped[str | None] = mapped_column(String(255))
 
 
 class LeaseLost(RuntimeError):
