@@ -14,7 +14,15 @@ program's own start. Prints one JSON object with that distribution; exits 1
 unless every task was placed, ran and finished. For scale, it also times the
 same program started straight from Python (``bare_process_start_ms``).
 
+``--loud BYTES`` measures a task's output instead: one job writes BYTES to
+its stdout (``head -c BYTES /dev/zero``) and prints the wall times it began
+and ended. Its time through the executor (a pipe read by the executor's log
+thread, into a log rotated at ``--max-log``) is set against the same
+program writing straight to a file, as a task's output was written before
+logs had a cap; with the CPU time of the ``run`` process and its children.
+
     .venv/bin/python bench/bench_executors.py [--executor local|ray] [--tasks 1000] [--rate 100] [--no-confine]
+    .venv/bin/python bench/bench_executors.py --loud 500000000 [--max-log 64Mi]
 """
 
 from __future__ import annotations
@@ -77,15 +85,68 @@ def bare_starts(n: int = 200) -> np.ndarray:
     return np.array(out)
 
 
+LOUD = "S=$EPOCHREALTIME; head -c {n} /dev/zero; echo; echo \"wrote $S $EPOCHREALTIME\""
+
+
+def loud(args: argparse.Namespace, folder: Path) -> int:
+    """One task writing ``args.loud`` bytes, through the executor and straight to a file."""
+    import resource
+
+    docs = [FLEET, {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": "bench"}, "spec": {}},
+            {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "loud", "tenant": "bench"},
+             "spec": {"components": [{"name": "j", "lifetime": "job", "duration": "1s",
+                                      "resources": {"cpu": 1, "memory": "64Mi"},
+                                      "run": {"command": ["bash", "-c", LOUD.format(n=args.loud)]}}]}},
+            {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "loud"},
+             "spec": {"until": f"{args.until_s}s", "arrivals": [{"at": "0s", "app": "loud"}]}}]
+    path = folder / "loud.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    work = folder / "work"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.time()
+    run = subprocess.run([sys.executable, "-m", "suanli.cli", "run", str(path), "--work-dir", str(work),
+                          "--max-log", args.max_log, *(["--no-confine"] if args.no_confine else [])],
+                         capture_output=True, text=True)
+    wall = time.time() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if run.returncode != 0:
+        print(run.stderr, file=sys.stderr)
+        return 1
+    logs = sorted((work / "logs").iterdir())
+    last = [line for line in logs[0].read_text(errors="replace").splitlines() if line.startswith("wrote ")][-1]
+    through = float(last.split()[2]) - float(last.split()[1])
+    bare = folder / "bare.out"
+    with open(bare, "wb") as out:
+        began = time.time()
+        subprocess.run(["bash", "-c", LOUD.format(n=args.loud)], stdout=out, check=True)
+        straight = time.time() - began
+    bare.unlink()
+    print(json.dumps({
+        "bench": "a task's output", "bytes": args.loud, "max_log": args.max_log,
+        "task_s_through_the_executor": round(through, 3), "task_s_straight_to_a_file": round(straight, 3),
+        "log_files_bytes": {p.name: p.stat().st_size for p in logs},
+        "run_wall_s": round(wall, 2),
+        "run_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+    }))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=100.0, help="arrivals per second")
     ap.add_argument("--no-confine", action="store_true", help="local: without control groups")
+    ap.add_argument("--loud", type=int, help="one task writing this many bytes instead (local)")
+    ap.add_argument("--max-log", default="64Mi", help="with --loud: the log's cap")
+    ap.add_argument("--until-s", type=int, default=60, help="with --loud: how long the run lasts (the task must end "
+                    "within it)")
     args = ap.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="suanli-bench-exec-"))
+    if args.loud:
+        return loud(args, folder)
     path = scenario(folder, args.tasks, args.rate)
     work = folder / "work"
     cluster = None

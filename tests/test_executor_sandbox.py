@@ -29,7 +29,8 @@ SECRET = "sl_fake-admin-Zq8Wm3Kd7Rt5Yp2Lx9Nb"  # the server's admin token in thi
 HIDDEN = "hidden-value-of-the-server"  # SECRET_X in the server's environment
 # the variables a task's environment may hold (the shell adds PWD)
 ALLOWED = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "PWD", "SUANLI_TASK", "SUANLI_TENANT",
-           "SUANLI_NODE", "SUANLI_SITE", "SUANLI_RUN", "SUANLI_CPU_MILLI", "SUANLI_MEMORY_MIB", "SUANLI_STATE_DIR"}
+           "SUANLI_NODE", "SUANLI_SITE", "SUANLI_RUN", "SUANLI_CPU_MILLI", "SUANLI_MEMORY_MIB", "SUANLI_STATE_DIR",
+           "SUANLI_LOG_MAX_BYTES"}
 
 
 @pytest.fixture

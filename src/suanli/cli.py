@@ -258,11 +258,16 @@ def run_live(
     speed: float = typer.Option(1.0, "--speed", help="Scenario seconds per wall second."),
     confine: bool = typer.Option(True, "--confine/--no-confine", help="Hold local tasks to their slice with "
                                  "control groups where the machine allows."),
+    max_pids: int = typer.Option(1024, "--max-pids", help="Processes (and threads) one local task may have at once."),
+    max_log: str = typer.Option("64Mi", "--max-log", help="A task's log is rotated past this size (at most twice "
+                                "it is kept); at least 1Mi."),
     strict: bool = STRICT,
 ) -> None:
     """Run a scenario for real: the twin's scheduler on the wall clock, its tasks as real processes."""
     from suanli.engine.clock import WallClock
     from suanli.executors import ExecutorName, make
+    from suanli.executors.logs import max_log_bytes
+    from suanli.model.quantities import QuantityError
     from suanli.sim.results import write_outputs
     from suanli.sim.simulation import Simulation
     from suanli.spec.problems import Problem
@@ -273,7 +278,14 @@ def run_live(
             raise SpecError([Problem("--executor", f"{executor!r} is not an executor that runs tasks: local or ray")])
         if not speed > 0:
             raise SpecError([Problem("--speed", "must be above 0")])
-        factory = make(ExecutorName(executor), work_dir=work_dir, ray_address=ray_address, confine=confine)
+        try:
+            cap = max_log_bytes(max_log)
+        except QuantityError as exc:
+            raise SpecError([Problem("--max-log", str(exc))]) from None
+        if not 1 <= max_pids <= 1 << 22:
+            raise SpecError([Problem("--max-pids", f"must be from 1 to {1 << 22}, got {max_pids}")])
+        factory = make(ExecutorName(executor), work_dir=work_dir, ray_address=ray_address, confine=confine,
+                       log_max_bytes=cap, max_pids=max_pids)
         out = out or work_dir / "out"
         try:
             out.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,9 @@ class ExecutorName(str, Enum):
 
 
 def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None = None,
-         cwd: Path | None = None, confine: bool = True,
-         isolate_tenants: bool = False) -> Callable[["Simulation"], "Executor"] | None:
+         cwd: Path | None = None, confine: bool = True, isolate_tenants: bool = False,
+         max_pids: int | None = None, log_max_bytes: int | None = None
+         ) -> Callable[["Simulation"], "Executor"] | None:
     """The executor factory for ``name`` (None: the simulated one). Raises
     ``SpecError`` naming the option at fault.
 
@@ -35,7 +36,9 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
     own folder, as its tenant's user where the executor runs as root, and the
     work directory's folders are private (docs/executors.md). Without it (one
     user, ``suanli run``), commands run in ``cwd`` (default: the scenario's
-    folder) as the executor's user."""
+    folder) as the executor's user. ``max_pids``: processes one task may have
+    at once (local executor; default ``tasks.MAX_PIDS``). ``log_max_bytes``:
+    a task's log rotates past it (default ``logs.DEFAULT_MAX_LOG``)."""
     if name is ExecutorName.sim:
         return None
     if work_dir is None:
@@ -44,16 +47,25 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
         Path(work_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError([Problem("--work-dir", f"cannot make {work_dir}: {exc.strerror or exc}")]) from None
+    from suanli.executors.logs import DEFAULT_MAX_LOG
+
+    cap = log_max_bytes or DEFAULT_MAX_LOG
     if name is ExecutorName.local:
         from suanli.executors.local import LocalExecutor
+        from suanli.executors.tasks import MAX_PIDS
 
         if isolate_tenants:
             _reachable_by_tenants(Path(work_dir))
-        return lambda sim: LocalExecutor(sim, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants)
+            _own_users(Path(work_dir))
+        pids = max_pids or MAX_PIDS
+        return lambda sim: LocalExecutor(sim, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants,
+                                         max_pids=pids, log_max_bytes=cap)
     from suanli.executors.ray import connect
 
+    if isolate_tenants:
+        _own_users(Path(work_dir))
     cluster = connect(ray_address)  # raises SpecError when Ray or the cluster is missing
-    return lambda sim: cluster.executor(sim, work_dir, cwd=cwd, isolate_tenants=isolate_tenants)
+    return lambda sim: cluster.executor(sim, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=cap)
 
 
 def _reachable_by_tenants(work_dir: Path) -> None:
@@ -68,3 +80,18 @@ def _reachable_by_tenants(work_dir: Path) -> None:
         raise SpecError([Problem("--work-dir", f"tasks run as their tenants' users and cannot reach {work_dir}: "
                                  f"{why}; choose a work directory every user may reach (such as /srv/suanli) "
                                  "or let them cross that folder (chmod o+x)")])
+
+
+def _own_users(work_dir: Path) -> None:
+    """The tenants' uids of the work directory are its own on this machine (no
+    other executor's tenants have them), registered if new."""
+    from suanli.executors.tasks import USERS_FILE, UidConflict, Users, user_switch
+
+    if user_switch() is not None:
+        return  # every task runs as the executor's user
+    try:
+        Users(Path(work_dir) / USERS_FILE)
+    except UidConflict as exc:
+        raise SpecError([Problem("--work-dir", str(exc))]) from None
+    except OSError as exc:
+        raise SpecError([Problem("--work-dir", f"cannot register its tenants' uids: {exc.strerror or exc}")]) from None

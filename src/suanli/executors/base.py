@@ -12,7 +12,7 @@ order, between instants.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Collection, Protocol
 
 
 @dataclass(slots=True)
@@ -99,6 +99,14 @@ class Executor(Protocol):
 
     def node_down(self, node: int, now: float) -> None:
         """A node went down: what runs there is gone, without a last checkpoint."""
+
+    def forget(self, app: str) -> None:
+        """The application ``app`` is deleted and its tasks have ended (``release``):
+        remove what is kept of them (their logs)."""
+
+    def sweep(self, tasks: Collection[str]) -> None:
+        """At a control plane's start: remove what is kept of tasks not among
+        ``tasks`` (those of applications deleted while no executor ran)."""
 
     def close(self) -> None:
         """End everything this executor started."""

@@ -3,7 +3,7 @@
 Each fleet node is a folder under the executor's work directory; a task runs
 in its own process group, confined to its slice where the OS allows
 (``confine.py``), with its output appended to ``logs/TASK.log`` (every run of
-the task, each after a header line), its state in ``nodes/NODE/state/TASK``,
+the task, each after a header line; kept under a cap, ``logs.py``), its state in ``nodes/NODE/state/TASK``,
 which it finds in ``SUANLI_STATE_DIR``, and a folder of its own,
 ``nodes/NODE/home/TASK`` (its ``HOME``).
 
@@ -38,14 +38,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, IO
+from typing import TYPE_CHECKING, IO, Collection
 
 from suanli.executors.base import Note, Run, TaskExited
 from suanli.executors.confine import Confinement
+from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
-                                    await_checkpoint, copy_tree, folder_size, give, launch, make_dir, open_log,
-                                    origin_wall, process_env, safe, speed_of, task_command, user_switch)
+from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
+                                    Orphans, Users, await_checkpoint, copy_tree, folder_size, give, launch, make_dir,
+                                    origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
+                                    task_command, tenant_nproc, user_switch)
 
 if TYPE_CHECKING:
     from suanli.sim.simulation import Simulation
@@ -65,11 +67,13 @@ class Proc:
 
 class LocalExecutor:
     def __init__(self, sim: "Simulation", work_dir: Path, *, cwd: Path | None = None,
-                 confine: bool = True, isolate_tenants: bool = False) -> None:
+                 confine: bool = True, isolate_tenants: bool = False, max_pids: int = MAX_PIDS,
+                 log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
         """``cwd``: where commands run (default: the scenario's folder), unless
         ``isolate_tenants`` (a control plane's tenants): then each task runs in
         its own folder, as its tenant's user where this process may switch
-        users, and the work directory's folders are private."""
+        users, and the work directory's folders are private. ``log_max_bytes``:
+        a task's log rotates past it (``logs.py``)."""
         self.view, self.loop = sim.view, sim.loop  # what it reads, and where it reports
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
@@ -79,7 +83,16 @@ class LocalExecutor:
         self._dir(self.work, SHARED)
         for sub, mode in (("nodes", SHARED), ("logs", PRIVATE), ("checkpoints", PRIVATE)):
             self._dir(self.work / sub, mode)
+        self.logs = LogFolder(self.work / "logs")
+        self.pump = LogPump(log_max_bytes, private=isolate_tenants, on_rotate=lambda task, written, cap: self.post(
+            "logRotated", task=task, bytes=written, cap_bytes=cap))
         self.confinement = Confinement() if confine else None
+        self.max_pids = max_pids
+        self.unshare, no_namespace = pid_namespace()
+        self.nproc = tenant_nproc() if self.users else None
+        # without pid namespaces, what a task leaves behind is found as this process's
+        # orphans (it is their subreaper) and by its control group
+        self.orphans = Orphans() if self.unshare is None else None
         self.procs: dict[str, Proc] = {}  # task -> its process now
         self.state_home: dict[str, str] = {}  # task -> node whose folder holds its state
         self.home_at: dict[str, str] = {}  # task -> node whose folder holds its own folder
@@ -91,8 +104,11 @@ class LocalExecutor:
         how = self.confinement.description if self.confinement else "off (asked for)"
         users = (f"one per tenant, from uid {FIRST_UID} ({USERS_FILE})" if self.users
                  else f"the executor's (uid {os.geteuid()}): {why_not}")
+        ends = ("a pid namespace per task" if self.unshare else
+                f"this process as the tasks' subreaper (no pid namespaces: {no_namespace})")
         self.post("executor", executor="local", work_dir=str(self.work), confinement=how, users=users,
-                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(self.loop))
+                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(self.loop),
+                  containment=ends, max_pids=max_pids)
 
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))
@@ -104,9 +120,6 @@ class LocalExecutor:
 
     def checkpoint_dir(self, task: str) -> Path:
         return self.work / "checkpoints" / safe(task)
-
-    def log_path(self, task: str) -> Path:
-        return self.work / "logs" / f"{safe(task)}.log"
 
     def home_dir(self, node: str, task: str) -> Path:
         return self.work / "nodes" / safe(node) / "home" / safe(task)
@@ -167,6 +180,19 @@ class LocalExecutor:
         self._end(list(self.procs), keep_state=True)
         if self.confinement is not None:
             self.confinement.close()
+        if self.orphans is not None:
+            self.orphans.end(set())
+        self.pump.close()
+
+    def forget(self, app: str) -> None:
+        """A deleted application's tasks have ended (``release``): their logs go."""
+        tasks = self.logs.take(app)
+        self.pump.drop(tasks.__contains__, lambda: self.logs.remove(tasks))
+
+    def sweep(self, tasks: Collection[str]) -> None:
+        """At start: the logs of tasks not among ``tasks`` go (their applications
+        were deleted while no executor ran)."""
+        self.logs.sweep(tasks)
 
     # ------------------------------------------------------------ processes
 
@@ -176,24 +202,26 @@ class LocalExecutor:
         home = self._own_folder(ln, uid)
         env = process_env(ln.env, state, home, ln.cpu_milli)
         key = f"{safe(ln.task)}.{ln.run_id}"
-        procs = self.confinement.group(key, ln.cpu_milli, ln.mem_mib) if self.confinement else []
-        log = open_log(self.log_path(ln.task), private=self.isolate)
+        procs = self.confinement.group(key, ln.cpu_milli, ln.mem_mib, self.max_pids) if self.confinement else []
+        log = self.pump.open(ln.task, self.logs.note(ln.task))  # through a pipe: kept under its cap
+        env["SUANLI_LOG_MAX_BYTES"] = str(self.pump.max_bytes)
         log.write(f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} at "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         log.flush()
-        try:
-            popen = subprocess.Popen(task_command(ln.command, procs, uid), env=env, cwd=self.cwd or home,
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        except OSError as exc:  # no such program: the task exits at once, with the shell's status for it
-            log.write(f"suanli: cannot start {ln.command[0]}: {exc.strerror or exc}\n".encode())
-            log.close()
-            self.loop.post(TaskExited(ln.run_id, ln.task, 127))
-            return
-        p = Proc(ln, popen, log, key)
-        if ln.checkpoint_every_s:
-            p.next_checkpoint = time.monotonic() + ln.checkpoint_every_s
-        with self._lock:
+        with self._lock:  # started and known together: the orphans' sweep never takes one for a leftover
+            try:
+                popen = subprocess.Popen(task_command(ln.command, procs, uid, self.unshare, self.nproc), env=env,
+                                         cwd=self.cwd or home,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+            except OSError as exc:  # no such program: the task exits at once, with the shell's status for it
+                log.write(f"suanli: cannot start {ln.command[0]}: {exc.strerror or exc}\n".encode())
+                log.close()
+                self.loop.post(TaskExited(ln.run_id, ln.task, 127))
+                return
+            p = Proc(ln, popen, log, key)
+            if ln.checkpoint_every_s:
+                p.next_checkpoint = time.monotonic() + ln.checkpoint_every_s
             self.procs[ln.task] = p
         threading.Thread(target=self._watch, args=(p,), name=f"suanli-wait-{popen.pid}", daemon=True).start()
 
@@ -201,19 +229,19 @@ class LocalExecutor:
         code = p.popen.wait()
         p.log.close()
         if self.confinement is not None:
-            self.confinement.remove(p.key)
+            self.confinement.remove(p.key)  # whatever of the task is left in its groups ends with it
         with self._lock:
             if self.procs.get(p.launch.task) is p:
                 del self.procs[p.launch.task]
+            if self.orphans is not None:  # what it left behind, reparented here
+                self.orphans.end({q.launch.run_id for q in self.procs.values()},
+                                 {q.popen.pid for q in self.procs.values()})
         p.ended.set()
         if not p.stopping and not self._closed.is_set():
             self.loop.post(TaskExited(p.launch.run_id, p.launch.task, code))
 
     def _signal(self, p: Proc, sig: int) -> None:
-        try:
-            os.killpg(p.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_task(p.popen.pid, sig, self.unshare is not None)
 
     def _end(self, tasks, keep_state: bool) -> None:
         """Ask the tasks' processes to save and exit (SIGTERM), all at once; kill

@@ -25,7 +25,8 @@ becomes ``nodeLost`` and ``lost`` events; its stateful tasks start again
 elsewhere from their last checkpoint. Logs are shipped to the driver's work
 directory at each checkpoint and when a process ends, so ``suanli logs``
 reads them as for the local executor (what a lost node printed after its
-last shipment is lost with it).
+last shipment is lost with it). A log is kept under its cap on the node and
+again in the work directory (``logs.py``); a shipment is at most the cap.
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
+from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump, RotatingLog, TaskPipe
 from suanli.executors.sim import keep_progress
-from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, PRIVATE, SHARED, USERS_FILE, Launch, Users,
-                                    await_checkpoint, give, launch, make_dir, open_log, origin_wall, pack, speed_of,
-                                    process_env, safe, task_command, unpack, user_switch)
+from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch, Users,
+                                    await_checkpoint, give, launch, make_dir, origin_wall, pack, speed_of,
+                                    pid_namespace, process_env, safe, signal_task, task_command, tenant_nproc, unpack,
+                                    user_switch)
 from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -73,6 +76,19 @@ log = logging.getLogger("suanli.ray")
 
 # ------------------------------------------------------------------ on the Ray node
 
+_pumps: dict[int, LogPump] = {}  # the cap -> this Ray worker's pump of task logs
+_pumps_lock = threading.Lock()
+
+
+def node_pump(max_bytes: int) -> LogPump:
+    """The thread that writes the logs of this worker's tasks (one, whatever
+    tasks a node's agent runs), for logs of cap ``max_bytes``."""
+    with _pumps_lock:
+        pump = _pumps.get(max_bytes)
+        if pump is None:
+            pump = _pumps[max_bytes] = LogPump(max_bytes, private=True)
+        return pump
+
 
 class TaskActor:
     """Runs one task's process on its Ray node (used as a Ray actor).
@@ -93,8 +109,10 @@ class TaskActor:
         self.own = make_dir(self.home / "own", PRIVATE)
         self.uid: int | None = None  # the user the process runs as (None: this actor's)
         self.log_path = self.home / "task.log"
-        self.shipped = 0
+        self.pipe: TaskPipe | None = None  # the process's output, on its way to the log
+        self.shipped, self.shipped_file = 0, 0  # bytes of the log shipped; the log file they are of (its inode)
         self.proc: subprocess.Popen | None = None
+        self.unshare: tuple[str, ...] | None = None  # how its process was put in a pid namespace of its own
         self.stopping = False
         self.started = threading.Event()  # a process is started; cleared when it ends
         self.began = threading.Event()  # the first start has run
@@ -122,18 +140,21 @@ class TaskActor:
             self._restore(state)
         full = process_env(env, self.state, self.own, cpu_milli)
         if not self.procs and self.confinement.kind != "none":
-            self.procs = self.confinement.group(f"{safe(self.task)}.{self.run_id}", cpu_milli, mem_mib)
-        with open_log(self.log_path, private=True) as out:
-            out.write(f"suanli: on Ray node {self.node_id()} labelled {LABEL}={self.label()}\n".encode())
-            out.flush()
-            try:
-                self.proc = subprocess.Popen(task_command(command, self.procs, self.uid), env=full,
-                                             cwd=cwd if cwd and os.path.isdir(cwd) else self.own,
-                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
-            except OSError as exc:
-                out.write(f"suanli: cannot start {command[0]}: {exc.strerror or exc}\n".encode())
-                self.proc = None
+            self.procs = self.confinement.group(f"{safe(self.task)}.{self.run_id}", cpu_milli, mem_mib, MAX_PIDS)
+        self.unshare = pid_namespace()[0]  # every process the task starts ends with it (docs/executors.md)
+        nproc = tenant_nproc() if self.uid is not None else None
+        out = self.pipe = node_pump(int(env.get("SUANLI_LOG_MAX_BYTES") or DEFAULT_MAX_LOG)).open(
+            str(self.log_path), self.log_path)  # kept under the task's cap on this node too
+        out.write(f"suanli: on Ray node {self.node_id()} labelled {LABEL}={self.label()}\n".encode())
+        try:
+            self.proc = subprocess.Popen(task_command(command, self.procs, self.uid, self.unshare, nproc), env=full,
+                                         cwd=cwd if cwd and os.path.isdir(cwd) else self.own,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        except OSError as exc:
+            out.write(f"suanli: cannot start {command[0]}: {exc.strerror or exc}\n".encode())
+            self.proc = None
+        out.release()  # the process has its own end of the pipe
         began = time.time()
         self.started.set()
         self.began.set()
@@ -167,12 +188,21 @@ class TaskActor:
         self.started.wait()
         proc = self.proc
         code = 127 if proc is None else proc.wait()
+        if self.procs:  # what it left behind ends with it
+            self.confinement.kill(f"{safe(self.task)}.{self.run_id}")
         self.started.clear()
         return code, b"" if self.stopping else self.log_since()  # a stop ships the log itself
 
     def log_since(self) -> bytes:
+        """The log since last shipped: at most its cap (after a rotation, the
+        new file alone, which begins with the line saying what was dropped)."""
+        if self.pipe is not None and (self.proc is None or self.proc.poll() is not None):
+            self.pipe.close()  # what the ended process wrote is in the log
         try:
             with open(self.log_path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if inode != self.shipped_file:
+                    self.shipped, self.shipped_file = 0, inode
                 f.seek(self.shipped)
                 data = f.read()
         except FileNotFoundError:
@@ -182,10 +212,7 @@ class TaskActor:
 
     def _signal(self, sig: int) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_task(self.proc.pid, sig, self.unshare is not None)
 
     def checkpoint(self, grace_s: float) -> tuple[bytes | None, bytes]:
         """Ask for a checkpoint (SIGUSR1); the state folder packed, or None if
@@ -306,8 +333,8 @@ class RayCluster:
         return self.view()[0]
 
     def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None,
-                 isolate_tenants: bool = False) -> "RayExecutor":
-        return RayExecutor(sim, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants)
+                 isolate_tenants: bool = False, log_max_bytes: int = DEFAULT_MAX_LOG) -> "RayExecutor":
+        return RayExecutor(sim, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=log_max_bytes)
 
 
 RAY_NODE_LEASE_S = 30.0  # the lease of a Ray node registered as an agent's (renewed while it lives)
@@ -386,7 +413,7 @@ class Handle:
 
 class RayExecutor:
     def __init__(self, sim: "Simulation", cluster: RayCluster, work_dir: Path, cwd: Path | None = None,
-                 isolate_tenants: bool = False) -> None:
+                 isolate_tenants: bool = False, log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
         """``cwd``: where commands run on the Ray nodes (default: the
         scenario's folder, where a node has it), unless ``isolate_tenants``:
         then each task runs in its own folder, as its tenant's user on Ray
@@ -398,6 +425,9 @@ class RayExecutor:
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
         make_dir(self.work / "logs", PRIVATE if isolate_tenants else None)
+        self.logs = LogFolder(self.work / "logs")
+        self.log_max_bytes = log_max_bytes
+        self._log_lock = threading.Lock()  # shipments come from several threads; one log rotates at a time
         self.cwd = None if isolate_tenants else str(Path(cwd or sim.world.base_dir).resolve())
         self.users = Users(self.work / USERS_FILE) if isolate_tenants else None
         self.handles: dict[str, Handle] = {}  # task -> its actor now
@@ -467,9 +497,6 @@ class RayExecutor:
                     self.missing.add(name)
                     self.loop.post(NodeLost(name, f"no live Ray node labelled {LABEL}={name} or its site"))
 
-    def log_path(self, task: str) -> Path:
-        return self.work / "logs" / f"{safe(task)}.log"
-
     def uid(self, ln: Launch) -> int | None:
         """The user the task's tenant runs as (None: the Ray workers')."""
         return self.users.of(ln.tenant) if self.users else None
@@ -477,10 +504,24 @@ class RayExecutor:
     def _ship(self, task: str, data: bytes, header: str | None = None) -> None:
         if not data and header is None:
             return
-        with open_log(self.log_path(task), private=self.isolate) as f:
-            if header is not None:
-                f.write(header.encode())
-            f.write(data)
+        with self._log_lock:
+            out = RotatingLog(self.logs.note(task), self.log_max_bytes, self.isolate)
+            try:
+                first = out.write(header.encode()) if header is not None else False
+                first |= out.write(data)
+            finally:
+                out.close()
+        if first:
+            self.post("logRotated", task=task, bytes=out.written, cap_bytes=self.log_max_bytes)
+
+    def forget(self, app: str) -> None:
+        """A deleted application's tasks have ended (``release``): their logs go."""
+        with self._log_lock:
+            self.logs.remove(self.logs.take(app))
+
+    def sweep(self, tasks: Collection[str]) -> None:
+        """At start: the logs of tasks not among ``tasks`` go."""
+        self.logs.sweep(tasks)
 
     # ------------------------------------------------------------ the executor interface
 
@@ -545,6 +586,7 @@ class RayExecutor:
                 agent = self.agents[rid] = self.cluster.agent_class.options(scheduling_strategy=pin).remote()
             actor = Slot(agent, f"{ln.task}#{ln.run_id}", ln.task, ln.run_id)
         state = self.state_refs.get(ln.task) if ln.stateful else None
+        ln.env["SUANLI_LOG_MAX_BYTES"] = str(self.log_max_bytes)  # the task's cap, on its node too
         self._ship(ln.task, b"", f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} (Ray node {rid[:12]}) "
                                  f"at {_stamp()}\n")
         began = actor.start.remote(ln.command, ln.env, self.cwd, state, ln.cpu_milli, ln.mem_mib, self.uid(ln))

@@ -57,6 +57,12 @@ class SimExecutor:
     def node_down(self, node: int, now: float) -> None:
         """Stopping the units is the simulation's part; checkpoints are implied."""
 
+    def forget(self, app: str) -> None:
+        """Nothing is kept outside the simulation."""
+
+    def sweep(self, tasks) -> None:
+        """Nothing is kept outside the simulation."""
+
     def close(self) -> None:
         """Nothing to end."""
 

@@ -23,11 +23,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
+import subprocess
 import sys
 import tarfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 CHECKPOINT_MARK = ".checkpointed"  # a task touches it in its state directory when a checkpoint is written
 USERS_FILE = "users.json"  # in the work directory: tenant -> the uid its tasks run as
 FIRST_UID = 2_000_000  # tenants' uids count up from here: far above the users a system makes
+MAX_PIDS = 1024  # processes (and threads) one task may have at once, by default
 TASK_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 PRIVATE, SHARED = 0o700, 0o711  # a folder of one user's; one that others may cross but not list
 
@@ -153,6 +157,103 @@ def guarded(command: tuple[str, ...]) -> tuple[str, ...]:
     return command
 
 
+# A task's first process in a pid namespace of its own: it runs the task's
+# command and ends with it, and the kernel then kills every other process in the
+# namespace (a daemon the task left, whatever its session). It has no signal
+# handlers, so as the namespace's init it ignores the signals a stop sends (the
+# task's processes get them, as before) and ends only with the task or by SIGKILL.
+NS_INIT = '"$@"; exit $?'
+_NS_VARIANTS = (("--pid",), ("--user", "--map-current-user", "--pid"))  # root; a user without privileges
+_ns_probe: dict[str, object] = {}
+
+
+def pid_namespace() -> tuple[tuple[str, ...] | None, str]:
+    """How a task is started in a pid namespace of its own here (util-linux
+    ``unshare``'s arguments), or None and why not; tried once per process."""
+    if "args" not in _ns_probe:
+        _ns_probe["args"], _ns_probe["why"] = None, "no unshare (util-linux) here"
+        unshare = shutil.which("unshare")
+        for variant in _NS_VARIANTS if unshare else ():
+            args = (unshare, *variant, "--fork", "--kill-child")
+            try:
+                done = subprocess.run([*args, "--", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, timeout=10)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                _ns_probe["why"] = f"unshare failed: {exc}"
+                continue
+            if done.returncode == 0:
+                _ns_probe["args"], _ns_probe["why"] = args, ""
+                break
+            _ns_probe["why"] = (done.stderr.decode(errors="replace").strip().splitlines() or ["unshare failed"])[-1]
+    return _ns_probe["args"], _ns_probe["why"]  # type: ignore[return-value]
+
+
+def in_namespace(command: tuple[str, ...], unshare: tuple[str, ...]) -> tuple[str, ...]:
+    """``command`` as the only child of a pid namespace's init (``NS_INIT``)."""
+    return (*unshare, "--", shutil.which("sh") or "/bin/sh", "-c", NS_INIT, "suanli-init", *command)
+
+
+def signal_task(group: int, sig: int, wrapped: bool) -> None:
+    """Send ``sig`` to a task's process group ``group`` (its first process's pid).
+    ``wrapped``: that first process is ``unshare`` (``in_namespace``), which
+    dies of the signals it does not block (SIGUSR1, the checkpoint's): then
+    every other member of the group gets it, and SIGKILL alone goes to all."""
+    try:
+        if not wrapped or sig == signal.SIGKILL:
+            os.killpg(group, sig)
+            return
+        for stat_file in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            pid = int(stat_file.parent.name)
+            if int(fields[2]) == group and pid != group:  # (after the name: state, ppid, pgrp)
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def pid_budget() -> int:
+    """The processes this machine can have: the kernel's ``pid_max``, or less where
+    the control group this process runs in has a ``pids.max`` of its own."""
+    budget = 1 << 22
+    try:
+        budget = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pass
+    root = Path("/sys/fs/cgroup")
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                mount = root / "pids"  # cgroup v1's pids hierarchy
+            elif controllers == "" and (root / "cgroup.controllers").exists():
+                mount = root  # cgroup v2
+            else:
+                continue
+            here = mount / path.lstrip("/")
+            while here == mount or mount in here.parents:
+                limit = here / "pids.max"
+                if limit.exists() and (text := limit.read_text().strip()) != "max":
+                    budget = min(budget, int(text))
+                if here == mount:
+                    break
+                here = here.parent
+    except (OSError, ValueError):
+        pass
+    return budget
+
+
+def tenant_nproc() -> int:
+    """``RLIMIT_NPROC`` of a tenant's tasks: half the machine's processes, so that
+    no tenant's tasks together can leave the others none."""
+    return max(64, pid_budget() // 2)
+
+
 def resolve(command: tuple[str, ...]) -> tuple[str, ...]:
     """``python3``/``python`` as the first word means this interpreter, so a
     task runs with the same Python as the control plane wherever that is installed."""
@@ -182,45 +283,162 @@ def as_user(command: tuple[str, ...], uid: int) -> tuple[str, ...]:
             "--no-new-privs", "--pdeathsig", "KILL", "--", *command)
 
 
-def task_command(command: tuple[str, ...], procs: list[Path], uid: int | None) -> tuple[str, ...]:
+class Orphans:
+    """This process as the subreaper of its tasks (where a task gets no pid
+    namespace): a process a task left behind (a daemon, a double fork) is
+    reparented here instead of to the machine's init, and is killed once it is
+    no live run's (``SUANLI_RUN`` in its environment names the run that started it)."""
+
+    PR_SET_CHILD_SUBREAPER = 36
+
+    def __init__(self) -> None:
+        self.active = False
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            self.active = libc.prctl(self.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            pass
+
+    @staticmethod
+    def children() -> list[int]:
+        out: list[int] = []
+        for task in Path("/proc/self/task").glob("*"):
+            try:
+                out += [int(p) for p in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def end(self, live: set[int], keep: set[int] = frozenset()) -> int:
+        """Kill and reap the children of this process that are no run's of ``live``
+        (run ids) and not in ``keep`` (pids); the number ended."""
+        if not self.active:
+            return 0
+        ended = 0
+        for pid in self.children():
+            if pid in keep:
+                continue
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                env = []
+            run = next((e[11:] for e in env if e.startswith(b"SUANLI_RUN=")), b"")
+            if run.isdigit() and int(run) in live:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                ended += 1
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        return ended
+
+
+def task_command(command: tuple[str, ...], procs: list[Path], uid: int | None,
+                 unshare: tuple[str, ...] | None = None, nproc: int | None = None) -> tuple[str, ...]:
     """What to execute for a task: it joins its control groups first (the
-    ``cgroup.procs`` files ``procs``), while still root, then becomes ``uid``
-    (None: it stays this process's user); killed with the thread that
-    started it throughout."""
+    ``cgroup.procs`` files ``procs``), while still root; then, given ``unshare``
+    (``pid_namespace``), starts a pid namespace whose init runs the rest and
+    whose every process ends with it; then takes ``nproc`` as its
+    ``RLIMIT_NPROC`` and becomes ``uid`` (None: it stays this process's user).
+    Killed with the thread that started it throughout."""
     command = resolve(command)
-    if uid is None:
-        return guarded(wrap(command, procs))
-    return guarded(wrap(as_user(command, uid), procs)) if procs else as_user(command, uid)
+    if uid is not None:
+        command = as_user(command, uid)
+        if nproc is not None and (prlimit := shutil.which("prlimit")):
+            command = (prlimit, f"--nproc={nproc}:{nproc}", "--", *command)
+    if unshare is not None:
+        command = in_namespace(command, unshare)
+    if uid is not None and not procs and unshare is None:
+        return command  # setpriv set the parent-death signal after the change of user
+    return guarded(wrap(command, procs))
+
+
+REGISTRY = Path("/var/lib/suanli/uids.json")  # the uids this machine's executors gave out, and to whom
+
+
+class UidConflict(ValueError):
+    """A uid of this work directory's tenants is another executor's on this machine."""
 
 
 class Users:
-    """The uid each tenant's tasks run as: ``FIRST_UID`` upward, in the order
-    tenants are first seen, kept in a file (mode 0600) so that a tenant keeps
-    its uid, and the files it owns, across restarts. Numbers only: no
-    ``/etc/passwd`` entries are needed."""
+    """The uid each tenant's tasks run as: ``FIRST_UID`` upward, kept in a file
+    of the work directory (mode 0600) so that a tenant keeps its uid, and the
+    files it owns, across restarts. Numbers only: no ``/etc/passwd`` entries
+    are needed.
 
-    def __init__(self, path: Path) -> None:
+    Every uid is also registered machine-wide (``REGISTRY``, or
+    ``SUANLI_UID_REGISTRY``; root's, 0600, written under a lock), with the
+    work directory and tenant it is for: two servers on one machine never give
+    two tenants the same uid, and one whose work directory holds a uid that
+    the registry gives another is refused at start (``UidConflict``). A uid is
+    given again only once the work directory it was for is gone."""
+
+    def __init__(self, path: Path, registry: Path | None = None) -> None:
         self.path = path
+        self.owner = str(path.parent.resolve())
+        self.registry = Path(registry or os.environ.get("SUANLI_UID_REGISTRY") or REGISTRY)
         self._lock = threading.Lock()
         try:
             self.uids: dict[str, int] = json.loads(path.read_text())["tenants"]
         except FileNotFoundError:
             self.uids = {}
+        with self._registered() as reg:
+            for tenant, uid in self.uids.items():
+                other = reg.get(str(uid))
+                if other is not None and (other["work"], other["tenant"]) != (self.owner, tenant):
+                    raise UidConflict(f"uid {uid} of tenant {tenant!r} in {path} is tenant {other['tenant']!r}'s of "
+                                      f"the executor working in {other['work']}: their tasks would share a user; "
+                                      "give one of them a new work directory")
+                reg[str(uid)] = {"work": self.owner, "tenant": tenant}
 
     def of(self, tenant: str) -> int:
         with self._lock:
             uid = self.uids.get(tenant)
             if uid is None:
-                uid = self.uids[tenant] = max(self.uids.values(), default=FIRST_UID - 1) + 1
+                with self._registered() as reg:
+                    taken = {int(u) for u in reg} | set(self.uids.values())
+                    uid = next(u for u in range(FIRST_UID, FIRST_UID + len(taken) + 1) if u not in taken)
+                    reg[str(uid)] = {"work": self.owner, "tenant": tenant}
+                self.uids[tenant] = uid
                 self._save()
             return uid
 
+    @contextmanager
+    def _registered(self) -> Iterator[dict[str, dict[str, str]]]:
+        """The machine's registry, locked, read, and written back as the block left it
+        (entries of work directories that are gone dropped)."""
+        import fcntl
+
+        self.registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(str(self.registry) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                reg = json.loads(self.registry.read_text())["uids"]
+            except (FileNotFoundError, ValueError, KeyError):
+                reg = {}
+            reg = {u: e for u, e in reg.items() if os.path.isdir(e.get("work", ""))}
+            before = json.dumps(reg, sort_keys=True)
+            yield reg
+            if json.dumps(reg, sort_keys=True) != before or not self.registry.exists():
+                _write_private(self.registry, {"first_uid": FIRST_UID, "uids": reg})
+        finally:
+            os.close(fd)
+
     def _save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".new")
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            json.dump({"first_uid": FIRST_UID, "tenants": self.uids}, f, indent=1, sort_keys=True)
-        tmp.replace(self.path)
+        _write_private(self.path, {"first_uid": FIRST_UID, "tenants": self.uids})
+
+
+def _write_private(path: Path, data: dict) -> None:
+    """``data`` as JSON in ``path`` (0600), replaced whole."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.new")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    tmp.replace(path)
 
 
 def unreachable(folder: Path) -> str | None:
@@ -242,17 +460,6 @@ def make_dir(path: Path, mode: int | None = None, uid: int | None = None) -> Pat
     if uid is not None:
         os.chown(path, uid, uid)
     return path
-
-
-def open_log(path: Path, private: bool):
-    """A task's log, opened to append (created 0600 when ``private``); the
-    task's output goes to it through the descriptor, so the task need not
-    be able to open it."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600 if private else 0o666)
-    if private:
-        os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "ab")
 
 
 # ------------------------------------------------------------------ state folders
