@@ -29,6 +29,27 @@ def schedule_json(*paths: Path | str, seed: int | None = None) -> dict:
     return json.loads(json.dumps(outcome_json(schedule(world, seed))))
 
 
+BUSY = "import os, time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end and os.getppid() != 1:\n    pass\n"
+
+
+@pytest.fixture(scope="module")
+def busy():
+    """Two processes that keep the machine's CPUs busy while a module's tests run
+    (as many as a 2-core machine has): what must hold under load is tried under
+    load, whatever else the machine does. They end with the module (and by
+    themselves, should this process die)."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 @pytest.fixture(scope="session")
 def browser():
     """Headless Chromium for the session (tests/browser.py); skipped without one, failed under CI."""

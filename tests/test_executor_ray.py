@@ -174,6 +174,21 @@ def test_serve_runs_tasks_on_the_ray_executor_and_ray_nodes_that_join_register(c
             assert "hello from edge-1/cpu-0" in r.stdout and landed(r.stdout) == ["edge-1"]
             assert ran_as_a_tenant(r.stdout), r.stdout  # the actor's task: no server secret, a tenant's uid
 
+            # what a task leaves behind on its Ray node (a daemon, a double fork) ends with it
+            from test_server_containment import sleeping
+
+            marker = f"96{os.getpid() % 1000:03d}"
+            esc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "esc"},
+                   "spec": {"components": [{"name": "c", "lifetime": "service", "near": {"site": "edge-1"},
+                                            "resources": {"cpu": "100m", "memory": "32Mi"},
+                                            "run": {"command": ["sh", "-c", f"setsid -f sleep {marker}1; "
+                                                                f"(sleep {marker}2 &); sleep {marker}3"]}}]}}
+            tenant = {"Authorization": f"Bearer {mine['SUANLI_TOKEN']}"}
+            assert httpx.post(server.url + "/v1/applications", json=esc, headers=tenant).status_code == 201
+            wait(lambda: len(sleeping(marker)) == 3, timeout=60, what="the service and its daemons")
+            assert httpx.delete(server.url + "/v1/applications/esc", headers=tenant).status_code == 204
+            wait(lambda: not sleeping(marker), timeout=30, what="the deleted service's daemons to end")
+
             assert node() is None
             cluster.join("ray-7", site="edge-1")
             got = wait(lambda: (n := node()) and n["state"] == "ready" and n, timeout=60, what="edge-1/ray-7 joined")

@@ -23,6 +23,7 @@ from serving import ADMIN, FLEET, Server, free_port, pages, wait
 from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL)
 
 from suanli.server.api import RateLimiter
+from suanli.server.remote import PROCESS_NAME
 from suanli.server.store import Store, sqlite_url
 
 A, B = "alpha", "beta"
@@ -438,8 +439,7 @@ def test_a_tenant_left_out_of_the_files_at_a_restart_stays_until_deleted(tiny, t
 def _controller_pid(server_pid: int) -> int:
     children = [c for t in Path(f"/proc/{server_pid}/task").iterdir() for c in (t / "children").read_text().split()]
     for child in children:  # of any of its threads (the one that started it again, too)
-        cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"spawn_main" in cmdline:
+        if Path(f"/proc/{child}/comm").read_text().strip() == PROCESS_NAME:
             return int(child)
     raise AssertionError("no controller process under the server")
 

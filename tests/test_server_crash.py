@@ -1,6 +1,7 @@
 """Crash test: ``suanli serve`` killed with SIGKILL at random moments while 8
-clients submit 600 applications, and started again each time (at least
-four times; ``bench/bench_serve.py`` measures the server under steady load).
+clients submit 400 applications, and started again each time (at least
+four times; ``bench/bench_serve.py`` measures the server under steady load),
+on a machine kept busy by two other processes (``busy``).
 
 Each client retries a submission (with its idempotency key) until it is
 acknowledged. Afterwards every acknowledged application exists exactly once,
@@ -24,7 +25,8 @@ from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL, f
 
 from suanli.server.store import Store, sqlite_url
 
-CLIENTS, APPS = 8, 600
+CLIENTS, APPS = 8, 400
+pytestmark = pytest.mark.usefixtures("busy")  # a loaded machine
 
 
 def doc(name: str, i: int) -> dict:
@@ -79,7 +81,7 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
         while any(t.is_alive() for t in threads):
             # the next kill after some more acknowledgements (so that a fast run is killed as often
             # as a slow one), at a random moment in between
-            due, deadline = len(acked) + rng.randint(100, 160), time.monotonic() + 5.0
+            due, deadline = len(acked) + rng.randint(60, 100), time.monotonic() + 5.0
             while len(acked) < due and time.monotonic() < deadline and any(t.is_alive() for t in threads):
                 time.sleep(0.01)
             if not any(t.is_alive() for t in threads):
@@ -97,7 +99,7 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
             assert len(acked) == APPS
             assert server.kills >= 4, server.kills
             http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-            apps = every(http, "/v1/applications", limit=700)  # in pages, as a client reads them
+            apps = every(http, "/v1/applications", limit=300)  # in pages, as a client reads them
             names = Counter(a["name"] for a in apps)
             assert set(names) == set(acked) and max(names.values()) == 1
             tasks = every(http, "/v1/tasks")

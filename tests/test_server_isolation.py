@@ -4,7 +4,7 @@ delete tenant A's objects, and cannot learn that they exist.
 Every route of the API is in ``CASES``; a route added without a case fails
 ``test_every_route_has_an_isolation_case``. Each case runs as B after A has
 an application running, and checks what B gets; then A's objects are checked
-to be as they were.
+to be as they were. The machine is kept busy meanwhile (``busy``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from suanli.executors.tasks import safe
 from suanli.server.store import sqlite_url
 
 A_APP, A_TASK, A_VC = "web", "web/c/0", f"{A}/default"
+pytestmark = pytest.mark.usefixtures("busy")  # a loaded machine
 
 
 def _no_trace_of_a(body) -> None:

@@ -123,7 +123,8 @@ def test_tenants_and_nodes_change_while_the_server_runs(runtime):
     waiting = next(t for t in tasks(gamma, "w") if t["status"] == "pending")
 
     # nodes register themselves: the waiting replica lands on one
-    agent_token = cli(server, ADMIN, "token", "create", "--role", "agent", "--name", "edge agents").stdout.strip()
+    agent_token = cli(server, ADMIN, "token", "create", "--role", "agent", "--name", "edge agents", "--sites", "edge",
+                      "--max-nodes", "2").stdout.strip()
     viewer = cli(server, ADMIN, "token", "create", "--tenant", "gamma", "--role", "viewer").stdout.strip()
     refused = cli(server, viewer, "apply", "-f", tmp / "w.yaml", ok=False)
     assert refused.returncode == 2 and "reads only" in refused.stderr, refused.stderr
@@ -284,7 +285,8 @@ def test_a_device_of_a_population_comes_and_goes_with_its_agent(runtime):
     server.start()
     http = httpx.Client(base_url=server.url, timeout=10)
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    agent = {"Authorization": "Bearer " + cli(server, ADMIN, "token", "create", "--role", "agent").stdout.strip()}
+    agent = {"Authorization": "Bearer " + cli(server, ADMIN, "token", "create", "--role", "agent",
+                                              "--sites", "car-*").stdout.strip()}
 
     def state() -> str:
         return http.get("/v1/nodes/car-03/soc-0", headers=admin).json()["state"]

@@ -93,7 +93,8 @@ def test_a_minted_token_has_an_id_a_name_and_an_expiry_and_is_listed_without_its
     listed = {t["id"]: t for t in r.json()}[made["id"]]
     assert listed == {"id": made["id"], "tenant": A, "name": "ci deploys", "role": "member", "source": "minted",
                       "scheme": "hmac-sha256", "state": "active", "created_at": listed["created_at"],
-                      "expires_at": made["expires_at"], "revoked_at": None}
+                      "expires_at": made["expires_at"], "revoked_at": None, "scope": None,
+                      "minted_by": "tok_" + api.admin["Authorization"].split("_")[1]}  # the admin token that minted it
     secret_part = made["token"].split("_", 2)[2]
     assert secret_part not in r.text and secret_part[:8] not in r.text
     assert len(r.json()) == 4  # the admin's, A's and B's of the fixture, and this one

@@ -58,6 +58,7 @@ class LiveRun(model.RunData):
             shared["world"] = world_json(world)
             shared["allocation"] = Allocation()
         self.world = shared["world"]
+        self.vcs = world.vcs  # the server's own, kept current as the configuration changes (the drawing's is not)
         self.history: Allocation = shared["allocation"]
         self.title = "control plane"
         self.tiers = model.SiteTiers(self.world)
@@ -175,7 +176,7 @@ class LiveRun(model.RunData):
                 for (vc, group, site), n in sorted(per.items())]
 
     def _vc_names(self, tenant: str) -> list[str]:
-        return [name for name, owner in self.world.get("vcs", {}).items() if owner == tenant]
+        return [name for name, vc in list(self.vcs.items()) if vc.tenant == tenant]
 
 
 def _logs_url(task: str, tenant: str, admin: bool) -> str:

@@ -10,6 +10,7 @@ origin is refused), or ``suanli view``'s over a recorded run (no sign-in).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import math
 import time
@@ -41,11 +42,25 @@ NAV = (("overview", "/", "Overview"), ("topology", "/topology", "Topology"), ("t
        ("tasks", "/tasks", "Tasks"), ("events", "/events", "Moves and events"))
 
 
-class ConsoleAuth:
-    """Sign-in for the live console: a token (as the API's) kept in a cookie."""
+MAX_PAGE_NUMBER = 2**62 // model.PAGE  # a page past it starts past any row a store numbers (the API's MAX_ID)
 
-    def __init__(self, who: Callable[[str], Any], form_key: Callable[[str], str]) -> None:
+
+class ConsoleAuth:
+    """Sign-in for the live console: a token (as the API's) kept in a cookie.
+    ``limit(address, cost)``: the API's bucket of a client address (0: allowed,
+    else the seconds to wait); every page and sign-in costs 1, a failed sign-in
+    ``failed_cost`` in all."""
+
+    def __init__(self, who: Callable[[str], Any], form_key: Callable[[str], str],
+                 limit: Callable[[str, float], float] | None = None, failed_cost: float = 1.0) -> None:
         self._who, self._form_key = who, form_key
+        self._limit, self.failed_cost = limit, failed_cost
+
+    def wait(self, request: Request, cost: float = 1.0) -> float:
+        """0 when the client's address may ask (``cost`` taken), else the seconds to wait."""
+        if self._limit is None:
+            return 0.0
+        return self._limit(request.client.host if request.client else "-", cost)
 
     def token(self, request: Request) -> str | None:
         return request.cookies.get(COOKIE) or None
@@ -122,9 +137,19 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
         body = env.get_template(name).render(**context)
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
+    def too_many(request: Request, wait: float) -> HTMLResponse:
+        """429 in the console's own page, saying when to come back (as ``Retry-After`` does)."""
+        seconds = max(1, round(wait + 0.49))
+        body = env.get_template("busy.html").render(title=title, nav=(), who=None, run=None, request=request,
+                                                    span=None, at=None, seconds=seconds)
+        return HTMLResponse(body, status_code=429, headers={**SECURITY_HEADERS, "Retry-After": str(seconds)})
+
     def sign_in(request: Request) -> Response | tuple[Any, model.RunData]:
         who = None
         if auth is not None:
+            wait = auth.wait(request)
+            if wait:
+                return too_many(request, wait)
             who = auth.who(request)
             if who is None:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -146,6 +171,9 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
     if auth is not None:
         @app.get("/login", include_in_schema=False)
         def login_page(request: Request, next: str = "/"):
+            wait = auth.wait(request)
+            if wait:
+                return too_many(request, wait)
             return HTMLResponse(env.get_template("login.html").render(title=title, next=_local(next), error=None,
                                                                       nav=(), who=None, request=request),
                                 headers=SECURITY_HEADERS)
@@ -156,8 +184,12 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
             token, next = form.get("token", "").strip(), form.get("next", "/")
             if not _same_origin(request):
                 return HTMLResponse("a sign-in from another site is refused", status_code=403, headers=SECURITY_HEADERS)
+            wait = auth.wait(request)
+            if wait:
+                return too_many(request, wait)
             who = auth._who(token) if token else None
             if who is None:
+                auth.wait(request, auth.failed_cost - 1)  # guessing drains the address's bucket, as in the API
                 body = env.get_template("login.html").render(title=title, next=_local(next), nav=(), who=None,
                                                              error="That token is not valid (unknown, expired or "
                                                                    "revoked).", request=request)
@@ -221,7 +253,7 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
     def tasks(request: Request, who, data: model.RunData, at: float | None):
         p = request.query_params
         try:
-            pg = max(1, int(p.get("page") or 1))
+            pg = min(max(1, int(p.get("page") or 1)), MAX_PAGE_NUMBER)
         except ValueError:
             pg = 1
         q = model.TaskQuery(tenant=p.get("tenant") or None, app=p.get("app") or None, state=p.get("state") or None,
@@ -229,6 +261,10 @@ def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: Co
                             text=(p.get("q") or None), at=at, offset=(pg - 1) * model.PAGE)
         found = data.tasks(q)
         pages = max(1, math.ceil(found["total"] / model.PAGE))
+        if pg > pages:  # past the last page: the last
+            pg = pages
+            q = dataclasses.replace(q, offset=(pg - 1) * model.PAGE)
+            found = data.tasks(q)
         return page(request, "tasks.html", data, who, active="tasks", at=found.get("at"), found=found, q=q,
                     pg=pg, pages=pages, statuses=model.STATUSES, tiers=("cloud", "edge", "device"))
 

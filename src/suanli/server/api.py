@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -38,18 +39,21 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from suanli.executors.logs import ROTATED
 from suanli.executors.tasks import safe
 from suanli.console import COOKIE
 from suanli.server.audit import AuditLog, Observer
 from suanli.server.metrics import Observed, gauge
 from suanli.server.objects_api import Context, add_object_routes, refresher
 from suanli.server.bodies import BodyError, read_body
+from suanli.server.log_reads import RangeRefused, byte_range, chunks
 from suanli.model.work import World
-from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal
+from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal, shown
 from suanli.server.remote import ControllerUnavailable, RemoteController
 from suanli.server.streams import EventHub, StreamsFull
-from suanli.server.store import ROLES, TENANT_ROLES, AppRow, Conflict, KeyReused, Principal, Store, TaskRow, digest
-from suanli.server.store import TokenRow, token_state
+from suanli.server.store import ROLES, TENANT_ROLES, AgentScope, AppRow, Conflict, KeyReused, Principal, Store
+from suanli.server.store import TaskRow, digest
+from suanli.server.store import MintRefused, TokenRow, token_state
 from suanli.model.quantities import QuantityError, parse_duration_s
 
 PROBLEM = "application/problem+json"
@@ -218,6 +222,8 @@ class VCOut(BaseModel):
 
 
 MAX_TOKEN_TTL_S = 3650 * 86400.0  # ten years; a token meant to last for ever is made without a ttl
+AGENT_NODES = 10_000  # nodes one agent token may have at once, at most (a site's racks, not a population)
+AGENT_GLOBS, AGENT_GLOB_CHARS = 100, 128  # globs of an agent token's sites or names, and characters of each
 
 
 class AuditOut(BaseModel):
@@ -240,6 +246,18 @@ class TokenIn(BaseModel):
     name: str | None = Field(None, max_length=200, description="a note: whom or what the token is for")
     role: Literal[ROLES] | None = Field(None, description="with a tenant: tenant-admin, member (the default) or "
                                         "viewer; without: admin (the default) or agent")
+    sites: list[str] | None = Field(None, max_length=AGENT_GLOBS, examples=[["edge-*"]], description="an agent "
+                                    "token's (required): globs of the sites where it may register nodes")
+    names: list[str] | None = Field(None, max_length=AGENT_GLOBS, examples=[["gw-*"]], description="an agent "
+                                    "token's: globs of the names (at their site) it may register; none: any")
+    nodes: int | None = Field(None, description=f"an agent token's: how many nodes it may have at once, registered "
+                              f"or lost and not departed (1 to {AGENT_NODES:,}); none: 1")
+
+
+class AgentScopeOut(BaseModel):
+    sites: list[str]
+    names: list[str]
+    nodes: int
 
 
 class TokenOut(BaseModel):
@@ -249,6 +267,7 @@ class TokenOut(BaseModel):
     name: str | None = None
     role: str = "admin"
     expires_at: str | None = None
+    scope: AgentScopeOut | None = None
 
 
 class TokenInfo(BaseModel):
@@ -262,6 +281,11 @@ class TokenInfo(BaseModel):
     created_at: str
     expires_at: str | None
     revoked_at: str | None
+    scope: AgentScopeOut | None = Field(None, description="an agent token's: where and how many nodes it registers "
+                                        "(none for an agent token made before scopes: it registers no new node)")
+    minted_by: str | None = Field(None, description="the id of the token that minted it (none: made at start, "
+                                  "or before tokens recorded it); revoking a tenant-admin's token revokes what it "
+                                  "minted")
 
 
 class Health(BaseModel):
@@ -299,7 +323,39 @@ def token_info(row: TokenRow, now: float) -> dict[str, Any]:
     """A token as an admin's listing shows it: never the token, which is not kept."""
     return {"id": row.public_id, "tenant": row.tenant, "name": row.name, "role": row.role, "source": row.source,
             "scheme": row.scheme, "state": token_state(row, now), "created_at": iso(row.created_at),
-            "expires_at": iso(row.expires_at), "revoked_at": iso(row.revoked_at)}
+            "expires_at": iso(row.expires_at), "revoked_at": iso(row.revoked_at), "scope": _scope(row),
+            "minted_by": row.minted_by}
+
+
+def _scope(row: TokenRow) -> dict[str, Any] | None:
+    scope = AgentScope.of(row.scope) if row.role == "agent" else None
+    return None if scope is None else scope.as_json()
+
+
+def agent_scope(body: "TokenIn", role: str) -> AgentScope | None:
+    """The scope a token is minted with: an agent token's (its sites required);
+    none for another role, which a scope given is a 422 for."""
+    given = [f for f in ("sites", "names", "nodes") if getattr(body, f) is not None]
+    if role != "agent":
+        if given:
+            raise ProblemError(422, "Unprocessable Content", "a scope is an agent token's",
+                               [{"path": given[0], "message": f"not for a {role} token"}])
+        return None
+    if not body.sites:
+        raise ProblemError(422, "Unprocessable Content", "an agent token is scoped to sites",
+                           [{"path": "sites", "message": "give the globs of the sites where it may register "
+                             "nodes, e.g. ['edge-*']"}])
+    for field in ("sites", "names"):
+        for i, glob in enumerate(getattr(body, field) or ()):
+            if not 0 < len(glob) <= AGENT_GLOB_CHARS:
+                raise ProblemError(422, "Unprocessable Content", "the agent token's scope is not valid",
+                                   [{"path": f"{field}[{i}]", "message": f"a glob of 1 to {AGENT_GLOB_CHARS} "
+                                     f"characters, got {len(glob)}"}])
+    nodes = 1 if body.nodes is None else body.nodes
+    if not 1 <= nodes <= AGENT_NODES:
+        raise ProblemError(422, "Unprocessable Content", "the agent token's scope is not valid",
+                           [{"path": "nodes", "message": f"from 1 to {AGENT_NODES:,}, got {nodes}"}])
+    return AgentScope(tuple(body.sites), tuple(body.names or ("*",)), nodes)
 
 
 def token_ttl_s(ttl: str | None) -> float | None:
@@ -352,15 +408,17 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def allow(self, key: str, cost: float = 1.0) -> float:
-        """0 when allowed (and ``cost`` taken), else the seconds to wait."""
+    def allow(self, key: str, cost: float = 1.0, rate: float | None = None) -> float:
+        """0 when allowed (and ``cost`` taken), else the seconds to wait; ``rate``:
+        this key's own (a node's renewals go at a rate of its lease)."""
+        rate = self.rate if rate is None else rate
         now = time.monotonic()
         with self._lock:
             level, at = self._buckets.pop(key, (float(self.burst), now))
-            level = min(float(self.burst), level + (now - at) * self.rate)
+            level = min(float(self.burst), level + (now - at) * rate)
             wait = 0.0
             if level < cost:
-                wait = (cost - level) / self.rate
+                wait = (cost - level) / rate
             else:
                 level -= cost
             self._buckets[key] = (level, now)
@@ -420,9 +478,11 @@ class _TooLarge(Exception):
 # ------------------------------------------------------------------ the application
 
 
-def _serve_console(api: FastAPI, world: World, store: Store, controller, logs: bool) -> None:
+def _serve_console(api: FastAPI, world: World, store: Store, controller, logs: bool,
+                   by_address: "RateLimiter") -> None:
     """The console at /, signed in with a token (docs/console.md); ``logs``: tasks run for real
-    have logs (a task's page links to ``/v1/logs/TASK``)."""
+    have logs (a task's page links to ``/v1/logs/TASK``). Its sign-in and pages take from
+    the API's bucket of the client's address; a failed sign-in costs what an unknown token does."""
     from suanli.console.live import LiveRun
     from suanli.console.web import ConsoleAuth, add_console
 
@@ -431,7 +491,8 @@ def _serve_console(api: FastAPI, world: World, store: Store, controller, logs: b
         return found if found is not None and (found.tenant is None or found.tenant in world.tenants) else None
 
     shared: dict[str, Any] = {"logs": logs}
-    add_console(api, lambda p: LiveRun(store, controller, world, p, shared), ConsoleAuth(who, store.form_key))
+    add_console(api, lambda p: LiveRun(store, controller, world, p, shared),
+                ConsoleAuth(who, store.form_key, limit=by_address.allow, failed_cost=UNKNOWN_TOKEN_COST))
 
 
 def _serve_docs(api: FastAPI) -> None:
@@ -513,7 +574,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                   description="The live control plane: the suanli scheduler on wall-clock time.")
     if docs:
         _serve_docs(api)
-    _serve_console(api, world, store, controller, logs=logs_dir is not None)
+    _serve_console(api, world, store, controller, logs=logs_dir is not None, by_address=by_address)
 
     # -------------------------------------------------------- errors as problems
 
@@ -579,7 +640,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                         creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
         """Who asks. Limited by client address before the token is looked at (so
         that made-up tokens cost a bucket per address, not one each; an unknown
-        token costs that bucket ``UNKNOWN_TOKEN_COST`` requests), then by tenant."""
+        token costs that bucket ``UNKNOWN_TOKEN_COST`` requests), then by tenant (the
+        admins together, and each agent token, have a bucket of their own)."""
         address = request.client.host if request.client else "-"
         wait = by_address.allow(address)
         if wait:
@@ -603,9 +665,11 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                                "document was removed")
         if who.role == "agent" and not request.url.path.startswith("/v1/agents"):
             raise ProblemError(403, "Forbidden", "an agent's token registers nodes and renews their leases only")
-        wait = by_tenant.allow(who.tenant or "")
+        # a bucket per tenant, one for the admins, one per agent token: none waits on another's requests
+        wait = by_tenant.allow("admin" if who.admin else f"agent:{who.token_id}" if who.role == "agent"
+                               else f"tenant:{who.tenant}")
         if wait:
-            raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant")
+            raise too_many(wait, f"at most {limits.rate:g} requests per second per tenant (and per agent token)")
         request.state.token = digest(creds.credentials)  # streams are counted per token
         request.state.principal = who  # for the audit and access logs
         return who
@@ -776,11 +840,24 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return controller.ask("vcs", names)
 
     @api.get("/v1/vcs/{name:path}", response_model=VCOut, responses=ERRORS)
-    def get_vc(name: str, who: Principal = Depends(principal)):
-        vc = world.vcs.get(name)
-        if vc is None or not (who.admin or vc.tenant == who.tenant):
+    def get_vc(name: str, who: Principal = Depends(principal),
+               tenant: str | None = Query(None, max_length=128, description="an admin's: the tenant whose "
+                                          "virtual cluster of that name (needed when tenants have one each)")):
+        """A virtual cluster of the token's tenant (names are each tenant's own:
+        another tenant's of that name is as missing as none)."""
+        owner = tenant if who.admin else who.tenant
+        found = [n for n, vc in world.vcs.items() if name in (n, shown(n)) and owner in (None, vc.tenant)]
+        if len(found) > 1:
+            raise ProblemError(422, "Unprocessable Content", f"{len(found)} tenants each have a virtual cluster "
+                               f"{name!r}: an admin names the tenant (?tenant=NAME)",
+                               [{"path": "tenant", "message": "required: the name is not one tenant's alone"}])
+        if not found:
             raise not_found("virtual cluster", name)
-        return controller.ask("vcs", [name])[0]
+        got = controller.ask("vcs", found)
+        if not got:
+            raise ProblemError(503, "Service Unavailable", f"virtual cluster {name!r} is being applied; try again "
+                               "shortly", headers={"Retry-After": "1"})
+        return got[0]
 
     # -------------------------------------------------------- applications
 
@@ -820,7 +897,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
                                [{"path": p.path, "message": p.message} for p in problems])
         name = found.name
-        app = build_app(tenant, name, found.doc)
+        app = build_app(tenant, name, found.doc, world.vcs)
         tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
         try:
             row, new = store.create_app(tenant, name, doc, tasks, key)
@@ -927,22 +1004,53 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                    for e in store.events(owner, task=task, limit=limits.events_page, app_id=row.app_id)]
         return {**task_out(row), "history": history}
 
-    @api.get("/v1/logs/{task:path}", response_class=PlainTextResponse, responses=ERRORS)
+    @api.get("/v1/logs/{task:path}", response_class=StreamingResponse, responses={**ERRORS, **problems(400, 416)})
     def task_logs(task: str, who: Principal = Depends(principal), tenant: str | None = None,
-                  after: int = Query(0, ge=0, le=MAX_ID, description="skip this many bytes (what was read before)")):
+                  after: int | None = Query(None, ge=0, le=MAX_ID, description="skip this many bytes (what was "
+                                            "read before)"),
+                  tail: int | None = Query(None, ge=0, le=MAX_ID, description="only the last this many bytes"),
+                  rotated: bool = Query(False, description="the rotated part (TASK.log.1): the output before the "
+                                        "log last went over its cap"),
+                  range_header: str | None = Header(None, alias="range", description="bytes=START-END (one range)")):
         """A task's log: the output of every run it had, each after a header
-        line (kept by the local and ray executors; the sim executor runs no processes)."""
+        line (kept by the local and ray executors; the sim executor runs no
+        processes), sent in chunks. One of ``after``, ``tail`` and ``Range``
+        (206, with ``Content-Range``) chooses a part; ``X-Log-File`` changes
+        when the log rotates."""
         owner = tenant_of(who, tenant)
         if store.task(owner, task) is None:
             raise not_found("task", task)
-        path = logs_dir / f"{safe(internal(owner, task))}.log" if logs_dir is not None else None
-        if path is None or not path.is_file():
-            raise ProblemError(404, "No log", f"task {task!r} has no log: "
-                               + ("it has not run yet" if logs_dir is not None else
-                                  "the sim executor runs no processes"))
-        with open(path, "rb") as f:
-            f.seek(after)
-            return PlainTextResponse(f.read().decode("utf-8", "replace"))
+        given = [name for name, value in (("query.after", after), ("query.tail", tail), ("header.range", range_header))
+                 if value is not None]
+        if len(given) > 1:
+            raise ProblemError(422, "Unprocessable Content", "give one of after, tail and Range",
+                               [{"path": p, "message": "one of after, tail and Range"} for p in given])
+        if logs_dir is None:
+            raise ProblemError(404, "No log", f"task {task!r} has no log: the sim executor runs no processes")
+        name = f"{safe(internal(owner, task))}.log" + (ROTATED if rotated else "")
+        try:
+            f = open(logs_dir / name, "rb")
+        except FileNotFoundError:
+            raise ProblemError(404, "No log", f"task {task!r} has no " + (
+                "rotated log: its log never went over its cap" if rotated else "log: it has not run yet")) from None
+        st = os.fstat(f.fileno())
+        start, end, status = min(after or 0, st.st_size), st.st_size, 200
+        headers = {"Accept-Ranges": "bytes", "X-Log-File": f"{st.st_ino:x}"}
+        if tail is not None:
+            start = max(end - tail, 0)
+        if range_header is not None:
+            try:
+                start, end = byte_range(range_header, st.st_size)
+            except RangeRefused as exc:
+                f.close()
+                raise ProblemError(exc.status, "Range Not Satisfiable" if exc.status == 416 else "Bad Request",
+                                   "the Range header is not one this log can answer",
+                                   [{"path": "header.range", "message": exc.message}],
+                                   {"Content-Range": f"bytes */{st.st_size}"} if exc.status == 416 else None) from None
+            status, headers["Content-Range"] = 206, f"bytes {start}-{end - 1}/{st.st_size}"
+        headers["Content-Length"] = str(end - start)
+        return StreamingResponse(chunks(f, start, end), status_code=status, media_type="text/plain; charset=utf-8",
+                                 headers=headers)
 
     # -------------------------------------------------------- events
 
@@ -1019,7 +1127,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         """Mint a token for a tenant with a role (tenant-admin, member, viewer), or,
         with no tenant, another admin token or an agent's; valid for ``ttl`` (none:
         until revoked). It is shown once, with its id. A tenant-admin mints its own
-        tenant's tokens only."""
+        tenant's tokens only, and none that outlives its own (none given: they
+        expire together)."""
         tenant = body.tenant if who.admin else (body.tenant or who.tenant)
         if not who.admin and tenant != who.tenant:
             raise ProblemError(403, "Forbidden", "a tenant-admin mints its own tenant's tokens only",
@@ -1032,9 +1141,18 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         if role not in allowed:
             raise ProblemError(422, "Unprocessable Content", f"a {'tenant' if tenant else 'tenantless'} token's role "
                                f"is one of {', '.join(allowed)}", [{"path": "role", "message": f"got {role!r}"}])
-        token, row = store.issue(tenant, ttl_s=token_ttl_s(body.ttl), name=body.name, role=role)
+        scope = agent_scope(body, role)
+        try:
+            token, row = store.issue(tenant, ttl_s=token_ttl_s(body.ttl), name=body.name, role=role, scope=scope,
+                                     minter=who.token_id)
+        except MintRefused as exc:
+            if exc.path is None:  # the minter revoked or expired since its request was let in
+                raise ProblemError(401, "Unauthorized", "the token is not valid (unknown, expired or revoked)",
+                                   headers={"WWW-Authenticate": "Bearer"}) from None
+            raise ProblemError(422, "Unprocessable Content", f"the token's {exc.path} is not valid",
+                               [{"path": exc.path, "message": exc.message}]) from None
         return {"token": token, "id": row.public_id, "tenant": row.tenant, "name": row.name, "role": row.role,
-                "expires_at": iso(row.expires_at)}
+                "expires_at": iso(row.expires_at), "scope": _scope(row)}
 
     @api.get("/v1/tokens", response_model=list[TokenInfo], responses=ADMIN_ERRORS)
     def list_tokens(request: Request, response: Response, who: Principal = Depends(token_keeper),
@@ -1051,7 +1169,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     @api.delete("/v1/tokens/{token_id}", status_code=204, responses=ADMIN_ERRORS)
     def revoke_token(token_id: str, who: Principal = Depends(token_keeper)):
         """Revoke a token by its id: from now on it answers 401 (in every process of the
-        server within a second). Revoking it again changes nothing. A tenant-admin
+        server within a second), and so do the tokens it minted and theirs (those an
+        admin token minted stay). Revoking it again changes nothing. A tenant-admin
         revokes its tenant's tokens only."""
         if not who.admin and not any(r.public_id == token_id and r.tenant == who.tenant for r in store.tokens()):
             raise not_found("token", token_id)

@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from suanli.executors import ExecutorName, make
+from suanli.executors.logs import max_log_bytes
 from suanli.model.quantities import QuantityError, parse_duration_s
 from suanli.render import OutputFormat as Output
 from suanli.spec.problems import Problem, SpecError
@@ -63,6 +64,8 @@ class Client:
         import httpx
 
         self.server = (server or DEFAULT_SERVER).rstrip("/")
+        if token:
+            _may_send_token(self.server)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         verify: Any = True
         if ca is not None:
@@ -73,10 +76,16 @@ class Client:
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0, verify=verify)
         self._httpx = httpx
 
-    def request(self, method: str, path: str, *, where: str = "", **kw: Any):
+    def request(self, method: str, path: str, *, where: str = "", patient: bool = False, **kw: Any):
+        """``patient``: too many requests (429) is waited out, as ``Retry-After`` says, and sent again."""
         for attempt in range(3):
             try:
                 r = self.http.request(method, path, **kw)
+                if patient and r.status_code == 429:
+                    import time
+
+                    time.sleep(float(r.headers.get("retry-after") or 1))
+                    return self.request(method, path, where=where, patient=patient, **kw)
                 break
             except self._httpx.TransportError as exc:
                 if "CERTIFICATE_VERIFY_FAILED" in str(exc):
@@ -126,20 +135,45 @@ class Client:
         raise typer.Exit(2)
 
 
-def _print_log_file(task: str, work_dir: Path, tenant: str | None) -> None:
+def _may_send_token(server: str) -> None:
+    """Refuse (exit 1) to send a token to a server this client cannot authenticate:
+    https is checked by its certificate; plain http only to a loopback address
+    whose listening process is of this user or root (docs/serve.md, "Security"),
+    or anywhere with SUANLI_PLAIN_HTTP=1, on a network one trusts."""
+    from urllib.parse import urlsplit
+
+    from suanli.server.holders import listener_problem, loopback
+
+    url = urlsplit(server)
+    if url.scheme != "http" or os.environ.get("SUANLI_PLAIN_HTTP") == "1":
+        return
+    host, port = url.hostname or "", url.port or 80
+    if not loopback(host):
+        _fail(f"not sending a token over plain http to {host}: anyone on the way could read it; serve https "
+              "(suanli serve --tls-cert ... --tls-key ...), or set SUANLI_PLAIN_HTTP=1 on a network you trust", 1)
+    why = listener_problem(host, port)
+    if why is not None:
+        _fail(why, 1)
+
+
+def _print_log_file(task: str, work_dir: Path, tenant: str | None, tail: int | None, rotated: bool) -> None:
+    import shutil
     from urllib.parse import unquote
 
+    from suanli.executors.logs import ROTATED
     from suanli.executors.tasks import safe
 
     logs = work_dir / "logs"
     name = f"{tenant}:{task}" if tenant else task  # a control plane's tasks are kept under their tenant
-    path = logs / f"{safe(name)}.log"
+    path = logs / (f"{safe(name)}.log" + (ROTATED if rotated else ""))
     if not path.is_file():
         known = sorted(unquote(p.name[:-4]) for p in logs.glob("*.log")) if logs.is_dir() else []
         hint = f"; tasks with logs: {', '.join(known[:10])}" if known else ""
-        _fail(f"TASK: no log for {task!r} in {work_dir}{hint}")
+        _fail(f"TASK: no {'rotated ' if rotated else ''}log for {task!r} in {work_dir}{hint}")
     with open(path, "rb") as f:
-        sys.stdout.buffer.write(f.read())
+        if tail is not None:
+            f.seek(max(os.fstat(f.fileno()).st_size - tail, 0))
+        shutil.copyfileobj(f, sys.stdout.buffer, 1 << 16)  # a chunk at a time, whatever the log's size
 
 
 def _forward_verify():
@@ -185,6 +219,8 @@ def register(app: typer.Typer) -> None:
                                               "(processes on this machine) or ray (a Ray cluster)."),
         work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local and ray executors: "
                                       "the tasks' logs, state and checkpoints."),
+        max_pids: int = typer.Option(1024, "--max-pids", help="local executor: processes (and threads) one task "
+                                     "may have at once."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray executor: the cluster "
                                                   "(default: RAY_ADDRESS, else the one on this machine)."),
         speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second."),
@@ -210,20 +246,29 @@ def register(app: typer.Typer) -> None:
         secret_file: Optional[Path] = typer.Option(None, "--secret-file", help="The key of token digests, made "
                                                    "at first start (default: DB.secret beside a SQLite database, "
                                                    "else ./suanli.secret); SUANLI_SECRET, when set, is used instead."),
+        max_log: str = typer.Option("64Mi", "--max-log", help="local and ray executors: a task's log is rotated "
+                                    "past this size (at most twice it is kept); at least 1Mi."),
     ) -> None:
         """Run the control plane: the scheduler on wall-clock time behind a REST API (docs at /docs)."""
         import uvicorn
 
         from suanli.server.api import Limits, create_api
         from suanli.server.config import seed
-        from suanli.server.controller import load_config
+        from suanli.server.controller import load_config, set_aside_broken
         from suanli.server.remote import RemoteController
         from suanli.server.store import Store, admin_token_problem
         from suanli.spec.loader import Documents, load_documents
 
         problems = []
         running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address,
-                   "isolate_tenants": True}  # tenants' tasks: each in its own folder, as its tenant's user
+                   "isolate_tenants": True,  # tenants' tasks: each in its own folder, as its tenant's user
+                   "max_pids": max_pids}
+        if not 1 <= max_pids <= 1 << 22:
+            problems.append(Problem("--max-pids", f"must be from 1 to {1 << 22}, got {max_pids}"))
+        try:
+            running["log_max_bytes"] = max_log_bytes(max_log)
+        except QuantityError as exc:
+            problems.append(Problem("--max-log", str(exc)))
         if executor is not ExecutorName.sim:
             try:
                 make(**running)  # the work folder can be made, Ray is there and answers
@@ -260,13 +305,41 @@ def register(app: typer.Typer) -> None:
         weak = admin_token_problem(supplied) if supplied is not None else None
         if weak is not None:
             _fail_problems([Problem("SUANLI_ADMIN_TOKEN", weak)])
+        from suanli.server.holders import port_problem, store_problems
+
+        held = port_problem(host, port)
+        if held is not None:
+            _fail_problems([Problem("--port", held)])
+        leftovers, orphans = store_problems(_sqlite_path(db))
+        if leftovers:
+            _fail_problems([Problem("--db", why) for why in leftovers])
+        ended = _end_orphans(orphans)
         try:
             store = Store(db)
         except Exception as exc:  # a bad URL, a database that is not there
             _fail_problems([Problem("--db", f"cannot open the database: {exc}".splitlines()[0])])
+        for kind, name, why in set_aside_broken(store):  # no stored document keeps the server from starting
+            err.print(f"warning: the stored {kind} {escape(name)} is set aside, not run: {escape(why)} "
+                      f"(apply it again, corrected)", soft_wrap=True)
+        from suanli.server.holders import lease_orphan
+        from suanli.server.remote import LEASE
+
+        lease = store.lease(LEASE)
+        if lease is not None:
+            ended |= _end_orphans([p] if (p := lease_orphan(lease.pid, lease.host)) is not None else [])
+            if lease.pid in ended:  # its lease is free now: this server's controller takes it at once
+                store.renew_lease(LEASE, lease.holder, lease.epoch, -1.0)
         seeded = seed(store, docs)
         if seeded:
             _fail_problems(seeded)
+        import socket
+
+        scheme = "https" if tls_cert is not None else "http"
+        reach = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        controller = RemoteController(db, speed=speed, holder=name or f"{socket.gethostname()}:{port}",
+                                      address=advertise or f"{scheme}://{reach}:{port}",
+                                      executor=running if executor is not ExecutorName.sim else None)
+        controller.launch()  # it imports, takes the lease and rebuilds while this process readies the API
         try:
             world = load_config(store).world
         except ValueError as exc:
@@ -275,13 +348,6 @@ def register(app: typer.Typer) -> None:
             _fail_problems([Problem(", ".join(docs.files) or "(no files)", "no Fleet document among the files "
                                     "or in the store")])
         _tokens_at_start(store, db, secret_file, supplied)
-        import socket
-
-        scheme = "https" if tls_cert is not None else "http"
-        reach = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
-        controller = RemoteController(db, speed=speed, holder=name or f"{socket.gethostname()}:{port}",
-                                      address=advertise or f"{scheme}://{reach}:{port}",
-                                      executor=running if executor is not ExecutorName.sim else None)
         api = create_api(world, store, controller, Limits(max_body_bytes=max_body, rate=max_rate,
                                                           burst=max(1, int(2 * max_rate)),
                                                           keep_events_s=keep["--keep-events"],
@@ -314,6 +380,11 @@ def register(app: typer.Typer) -> None:
         task: str = typer.Argument(..., help="The task (APP/COMPONENT/INDEX)."),
         work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Read the log from this folder (as given "
                                                 "to run or serve) instead of asking the server."),
+        tail: Optional[int] = typer.Option(None, "--tail", min=1, help="Only the last this many bytes."),
+        follow: bool = typer.Option(False, "--follow", "-f", help="Then print what comes, until the task has ended "
+                                    "(not with --work-dir)."),
+        rotated: bool = typer.Option(False, "--rotated", help="The rotated part: the output before the log last "
+                                     "went over its cap (--max-log)."),
         tenant: Optional[str] = ADMIN_TENANT,
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
@@ -321,10 +392,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print a task's log: the output of every run it had, each after a header line."""
         if work_dir is not None:
-            _print_log_file(task, work_dir, tenant)
+            if follow:
+                _fail("--follow asks the server; not with --work-dir")
+            _print_log_file(task, work_dir, tenant, tail, rotated)
             return
-        r = Client(server, token, ca).request("GET", f"/v1/logs/{task}", params={"tenant": tenant} if tenant else {})
-        sys.stdout.write(r.text)
+        from suanli.server.log_client import show
+
+        show(Client(server, token, ca), task, _tenant(tenant), tail, rotated, follow)
 
     @app.command()
     def apply(
@@ -396,7 +470,8 @@ def register(app: typer.Typer) -> None:
             "nodes": [("NODE", "node"), ("SITE", "site"), ("TIER", "tier"), ("STATE", "state"), ("TASKS", "tasks"),
                       ("FREE CPU", "free.cpu_milli"), ("FREE MEM MiB", "free.mem_mib")],
             "tenants": [("NAME", "name"), ("WEIGHT", "weight"), ("ALLOWED SITES", "allowed_sites")],
-            "agents": [("NAME", "name"), ("SITE", "site"), ("STATE", "state"), ("LEASE s", "lease_s")],
+            "agents": [("NAME", "name"), ("SITE", "site"), ("STATE", "state"), ("LEASE s", "lease_s"),
+                       ("TOKEN", "token_id")],
         }[kind.value]
         table = Table(box=None, pad_edge=False, header_style="bold")
         for head, _ in columns:
@@ -533,7 +608,8 @@ def register(app: typer.Typer) -> None:
         """Register this node (or a population's device) with the server, and keep
         its lease until stopped: stopped (SIGTERM, Ctrl-C), the node leaves the
         fleet; killed, it is lost when its lease runs out, and found again when
-        the agent registers again. Needs an agent token (token create --role agent)."""
+        the agent registers again. Needs an agent token whose scope covers the
+        node (token create --role agent --sites ...)."""
         import signal
         import threading
 
@@ -557,7 +633,7 @@ def register(app: typer.Typer) -> None:
             body.update(name=name, node={"cpu": cpu, "memory": memory, "arch": arch, "accelerators": accels,
                                          "labels": labels})
         client = Client(server, token, ca)
-        got = client.request("POST", "/v1/agents", json=body, where="agent: ").json()
+        got = client.request("POST", "/v1/agents", json=body, where="agent: ", patient=True).json()
         node, every = got["name"], max(0.2, got["lease_s"] / 3)
         err.print(f"agent {escape(node)} registered (was {got.get('was')}); lease {got['lease_s']:g}s", soft_wrap=True)
         stop = threading.Event()
@@ -570,7 +646,7 @@ def register(app: typer.Typer) -> None:
                 err.print(f"agent {escape(node)}: cannot renew: {escape(str(exc))}", soft_wrap=True)
                 continue
             if r.status_code in (404, 409):  # lost meanwhile (or forgotten): register again
-                client.request("POST", "/v1/agents", json=body, where="agent: ")
+                client.request("POST", "/v1/agents", json=body, where="agent: ", patient=True)
                 err.print(f"agent {escape(node)} registered again", soft_wrap=True)
             elif r.status_code >= 400:
                 err.print(f"agent {escape(node)}: renewal refused ({r.status_code}): {escape(r.text[:300])}",
@@ -589,6 +665,12 @@ def register(app: typer.Typer) -> None:
         name: Optional[str] = typer.Option(None, "--name", help="A note: whom or what it is for."),
         role: Optional[str] = typer.Option(None, "--role", help="With --tenant: tenant-admin, member (default) or "
                                            "viewer; without: admin (default) or agent."),
+        sites: List[str] = typer.Option([], "--sites", help="An agent token's (required): globs of the sites where "
+                                        "it may register nodes, 'edge-*' (comma-separated, or again for more)."),
+        names: List[str] = typer.Option([], "--names", help="An agent token's: globs of the node names it may "
+                                        "register, 'gw-*' (default: any)."),
+        max_nodes: Optional[int] = typer.Option(None, "--max-nodes", help="An agent token's: how many nodes it "
+                                                "may have at once (default 1)."),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
@@ -597,12 +679,19 @@ def register(app: typer.Typer) -> None:
         tenant); it is printed once.
 
         The token goes to standard output, its id and expiry to standard error."""
-        body = Client(server, token, ca).request("POST", "/v1/tokens", json={"tenant": tenant, "ttl": ttl,
-                                                                         "name": name, "role": role}).json()
+        body = {"tenant": tenant, "ttl": ttl, "name": name, "role": role}
+        for key, given in (("sites", sites), ("names", names)):
+            if given:
+                body[key] = [glob for g in given for glob in g.split(",") if glob]
+        if max_nodes is not None:
+            body["nodes"] = max_nodes
+        body = Client(server, token, ca).request("POST", "/v1/tokens", json=body).json()
         sys.stdout.write(body["token"] + "\n")
         until = f"expires {body['expires_at']}" if body.get("expires_at") else "valid until revoked"
         who = body.get("tenant") or ("an admin" if body.get("role", "admin") == "admin" else "an agent")
-        err.print(f"{body['id']} for {escape(who)}, {until}; role {body.get('role')}", soft_wrap=True)
+        scope = body.get("scope")
+        scoped = f"; sites {scope['sites']}, names {scope['names']}, at most {scope['nodes']} nodes" if scope else ""
+        err.print(f"{body['id']} for {escape(who)}, {until}; role {body.get('role')}{escape(scoped)}", soft_wrap=True)
 
     @token_app.command("list")
     def token_list(
@@ -635,10 +724,30 @@ def register(app: typer.Typer) -> None:
         Console(highlight=False, soft_wrap=True).print(f"token/{escape(token_id)} revoked")
 
 
+def _sqlite_path(db: str) -> str | None:
+    from suanli.server.store import _sqlite_file
+
+    return _sqlite_file(db)
+
+
+def _end_orphans(orphans) -> set[int]:
+    """Earlier servers' controllers that outlived their server: said, and ended; their pids."""
+    from suanli.server.holders import end
+
+    for p in orphans:
+        err.print(f"warning: {escape(str(p))} is the controller of an earlier server of this store, which is gone; "
+                  "ending it", soft_wrap=True)
+        if not end(p.pid):
+            _fail_problems([Problem("--db", f"{p} still runs on this store and cannot be ended; end it and start "
+                                    "again")])
+    return {p.pid for p in orphans}
+
+
 def _tokens_at_start(store, db: str, secret_file: Path | None, supplied: str | None) -> None:
     """The server's secret, then the admin token: SUANLI_ADMIN_TOKEN (``supplied``)
     made the env one, the one it replaced revoked; or, without it, one made and
-    shown once when no admin token is valid. What changed is said on standard error."""
+    shown once when no admin token is valid; then tenants' tokens bound to their
+    tenant (``Store.bind_tokens``). What changed is said on standard error."""
     import time
 
     from suanli.server.store import KEYED, PLAIN, SecretError, TokenRefused, load_secret, token_state
@@ -672,17 +781,26 @@ def _tokens_at_start(store, db: str, secret_file: Path | None, supplied: str | N
     if old:
         err.print(f"warning: admin tokens from before tokens were keyed are valid ({', '.join(old)}); one may be an "
                   "old SUANLI_ADMIN_TOKEN: revoke those not in use (suanli token revoke ID)", soft_wrap=True)
+    bound, gone = store.bind_tokens()  # once: tokens from before they recorded their tenant's incarnation
+    if bound or gone:
+        err.print(f"{len(bound)} tenant token(s) bound to their tenant as it is now (a tenant deleted and made "
+                  "again will not honour them)" + (f"; revoked, their tenant being gone: {', '.join(gone)}"
+                                                   if gone else ""), soft_wrap=True)
 
 
 def _print_tokens(items: list[dict]) -> None:
     """The token listing as a table (an admin token's tenant shown as '(admin)')."""
     columns = [("ID", "id"), ("TENANT", "tenant"), ("NAME", "name"), ("SOURCE", "source"), ("STATE", "state"),
-               ("CREATED", "created_at"), ("EXPIRES", "expires_at"), ("REVOKED", "revoked_at")]
+               ("CREATED", "created_at"), ("EXPIRES", "expires_at"), ("REVOKED", "revoked_at"),
+               ("MINTED BY", "minted_by"), ("SCOPE", "scope")]
     table = Table(box=None, pad_edge=False, header_style="bold")
     for head, _ in columns:
         table.add_column(head)
     for item in items:
-        item = {**item, "tenant": item.get("tenant") or "(admin)"}
+        scope = item.get("scope")
+        item = {**item, "tenant": item.get("tenant") or ("(agent)" if item.get("role") == "agent" else "(admin)"),
+                "scope": f"sites {','.join(scope['sites'])} names {','.join(scope['names'])} nodes {scope['nodes']}"
+                if scope else ""}
         table.add_row(*(escape(_cell(item, key)) for _, key in columns))
     Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
 

@@ -8,6 +8,10 @@ through the same checks as files (``check_references``), plus what a
 running scheduler cannot take without a restart (a population changed, an
 accelerator kind no node had: a kind is a resource column).
 
+A tenant's virtual cluster is kept and built under ``TENANT:NAME`` (``key``),
+as applications are inside the scheduler, so that two tenants may each have
+one called ``train``; its tenant knows it as ``NAME`` (``shown``).
+
 The scheduler's fleet grows in place (``grown_fleet``): nodes keep their
 numbers, new sites and nodes are appended, and what is removed stays
 numbered but retired (never a candidate again), so that running work and
@@ -27,28 +31,41 @@ import numpy as np
 from suanli.model.fleet import Fleet, LinkArrays, NodeGroup
 from suanli.model.sites import Site
 from suanli.model.work import World
+from suanli.server.controller import internal, shown
 from suanli.spec import schema
 from suanli.spec.build import _group, build_world
-from suanli.spec.loader import Documents, validate_document
+from suanli.spec.loader import Documents, Loaded, validate_document
 from suanli.spec.problems import Problem
-from suanli.spec.refs import check_references
+from suanli.spec.refs import check_references, outside_allowed_sites
 
 KINDS = ("Fleet", "Tenant", "VirtualCluster")
 PATHS = {"Fleet": "fleets", "Tenant": "tenants", "VirtualCluster": "vcs"}  # the API's collection of each kind
 
 
 def display(kind: str, name: str) -> str:
-    return f"{kind} {name}"
+    return f"{kind} {shown(name) if kind == 'VirtualCluster' else name}"
+
+
+def key(kind: str, document: Mapping) -> str:
+    """The name a document is stored and built under: its own, but a virtual
+    cluster's is ``TENANT:NAME`` (its tenant's own name space)."""
+    meta = document.get("metadata") or {}
+    name = meta.get("name")
+    return internal(meta["tenant"], name) if kind == "VirtualCluster" and meta.get("tenant") else name
 
 
 def documents(objects: Iterable[tuple[str, str, dict]]) -> tuple[Documents, list[Problem]]:
     """Stored (or applied) documents read as a load reads files: the documents,
-    and the problems of their schema and references (warnings apart)."""
+    and the problems of their schema and references (warnings apart). A
+    virtual cluster is read under its key (``TENANT:NAME``)."""
     docs, problems = Documents(), []
     for kind, name, document in objects:
         for got in validate_document(display(kind, name), document):
             if isinstance(got, Problem):
                 problems.append(got)
+            elif kind == "VirtualCluster":
+                meta = got.doc.metadata.model_copy(update={"name": internal(got.doc.metadata.tenant, got.name)})
+                docs.add(Loaded(got.doc.model_copy(update={"metadata": meta}), got.src))
             else:
                 docs.add(got)
     if not problems:
@@ -59,8 +76,9 @@ def documents(objects: Iterable[tuple[str, str, dict]]) -> tuple[Documents, list
 
 
 def runtime_problems(before: Documents, after: Documents) -> list[Problem]:
-    """What a running server cannot take: populations changed, or a new accelerator kind."""
-    out = []
+    """What a running server does not take: populations changed, a new accelerator
+    kind, or a virtual cluster that could never have hosts (``tenancy_problems``)."""
+    out = tenancy_problems(before, after)
     pops = lambda docs: {p.name: p.model_dump() for f in docs.fleets for p in f.doc.spec.populations}  # noqa: E731
     if pops(before) != pops(after):
         out.append(Problem("Fleet", "populations are set when the server starts: a population added, removed or "
@@ -72,6 +90,15 @@ def runtime_problems(before: Documents, after: Documents) -> list[Problem]:
         out.append(Problem("Fleet", f"accelerator kind {sorted(new)[0]!r} is new to the server: a kind is a resource "
                            "of quotas and placements, so a new one needs a restart"))
     return out
+
+
+def tenancy_problems(before: Documents | None, after: Documents) -> list[Problem]:
+    """Virtual clusters' host groups of ``after`` that select only sites outside
+    their tenant's allowedSites, and were not so in ``before``: a change through
+    the API, or files given to ``serve``, are refused with them (one stored
+    before they were stays, without hosts, as a simulation keeps one)."""
+    seen = {(p.file, p.path) for p in outside_allowed_sites(before)} if before is not None else set()
+    return [p for p in outside_allowed_sites(after) if (p.file, p.path) not in seen]
 
 
 def agent_group(spec: dict, site: int, name: str, index: int) -> NodeGroup:
@@ -210,18 +237,23 @@ def as_rows(rows: Iterable) -> list[tuple[str, str, dict]]:
 
 def seed(store, docs: Documents) -> list[Problem]:
     """The files' documents given to ``serve`` go into the store, each in place
-    of a stored one of its kind and name (files win at start); documents
-    applied through the API and not in the files stay. The problems of the
-    whole (none: written)."""
+    of a stored one of its kind and key (files win at start); documents
+    applied through the API and not in the files stay. A virtual cluster stored
+    under its bare name (before names were each tenant's) is moved to its key.
+    The problems of the whole (none: written)."""
     stored = as_rows(store.objects())
-    files = [(d.doc.kind, d.name, d.src.data) for d in docs.all() if d.doc.kind in KINDS]
+    files = [(d.doc.kind, key(d.doc.kind, d.src.data), d.src.data) for d in docs.all() if d.doc.kind in KINDS]
     given = {(k, n) for k, n, _ in files}
-    merged = [(k, n, d) for k, n, d in stored if (k, n) not in given] + files
-    _, problems = documents(merged)
+    moved = [(k, n, d) for k, n, d in stored if n != key(k, d)]
+    merged = [(k, key(k, d), d) for k, n, d in stored if (k, key(k, d)) not in given] + files
+    after, problems = documents(merged)
+    if not problems:
+        problems = tenancy_problems(documents(stored)[0], after)
     if problems:
         return problems
     old = {(k, n): d for k, n, d in stored}
     changed = [(k, n, tenant_of(k, d), d) for k, n, d in files if old.get((k, n)) != d]
-    if changed:
-        store.put_objects(changed)
+    changed += [(k, key(k, d), tenant_of(k, d), d) for k, n, d in moved if (k, key(k, d)) not in given]
+    if changed or moved:
+        store.put_objects(changed, [(k, n) for k, n, _ in moved])
     return []

@@ -22,6 +22,7 @@ executors' processes are killed when the process that started them ends).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -29,12 +30,13 @@ from collections import deque
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
 from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
+from suanli.model.quantities import APP_TASKS
 from suanli.model.work import Application, World
 from suanli.output import resources_json
 from suanli.server.store import ENDED_STATUSES, AgentRow, AppRow, LeaseLost, Store, TaskRow
@@ -60,6 +62,8 @@ def why_fields(reasons: dict[str, int], why: list[dict[str, Any]]) -> dict[str, 
     first = why[0] if why else {}
     return {"reasons": reasons, "why": why, "reason_code": first.get("code"), "reason": (first.get("reason") or "")[:400] or None}
 IDLE_WAIT_S = 0.5  # the longest the controller sleeps with nothing due
+MAX_PASS = 1000  # units a scheduling pass tries at most: the rest at the next turn, at once
+WRITE_ROWS = 5000  # task changes and events one transaction of a turn writes at most
 # Turns come at most this often: commands that arrive meanwhile are taken together,
 # in one instant and one write, instead of a turn (and a commit) each.
 TURN_GAP_S = 0.02
@@ -73,6 +77,12 @@ def split(name: str) -> tuple[str, str]:
     """``TENANT:APP/...`` -> (tenant, ``APP/...``)."""
     tenant, _, rest = name.partition(SEP)
     return tenant, rest
+
+
+def shown(vc: str) -> str:
+    """A virtual cluster's name as its tenant knows it: ``TENANT:NAME`` -> ``NAME``
+    (a tenant's default VC, ``TENANT/default``, is unique as it is)."""
+    return vc.partition(SEP)[2] or vc
 
 
 NODE_EVENTS = {"cordon": "nodeCordon", "drain": "nodeDrain", "uncordon": "nodeUp"}
@@ -94,20 +104,35 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
     problems = [p for p in found if isinstance(p, Problem)]
     if not problems:  # warnings (a demand no node meets) do not refuse it: the fleet may change
         problems = [p for p in check_application(found[0], world) if not p.warning]
+    if not problems and (n := sum(c.size for c in found[0].doc.spec.components)) > SERVED_APP_TASKS:
+        problems = [problem_at(found[0].src, ("spec", "components"), f"the components have {n} tasks together; "
+                               f"an application submitted to a server has at most {SERVED_APP_TASKS} (a file may "
+                               f"have {APP_TASKS}): submit it as several applications")]
     if not problems and found[0].doc.spec.each is not None:  # a million applications is not one request
         problems = [problem_at(found[0].src, ("spec", "each"), "each is read from files (suanli schedule, "
                                "simulate); through the API, apply one application per site")]
     return (found[0] if found and not isinstance(found[0], Problem) else None), problems
 
 
-def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc) -> Application:
-    """The scheduler's application for an accepted document (as stored, or validated already)."""
+def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc,
+              vcs: Mapping[str, Any]) -> Application:
+    """The scheduler's application for an accepted document (as stored, or validated
+    already). Its ``virtualCluster`` is its tenant's: ``TENANT:NAME`` among ``vcs``
+    (the world's), as the server keeps a tenant's virtual clusters."""
     if not isinstance(document, schema.ApplicationDoc):
         document = schema.ApplicationDoc.model_validate(document)
-    return build_application(internal(tenant, name), tenant, document.spec)
+    spec, vc = document.spec, document.spec.virtual_cluster
+    if vc is not None and internal(tenant, vc) in vcs:
+        spec = spec.model_copy(update={"virtual_cluster": internal(tenant, vc)})
+    return build_application(internal(tenant, name), tenant, spec)
 
 
+SERVED_APP_TASKS = 100_000  # tasks of one application submitted through the API: the store writes them in one go
 WATCH_S = 0.25  # how often the store's commands, configuration and agents are looked at
+# A node whose agent was lost (or left) and registers again takes no new work for its
+# lease times 2^(k-1), k its losses within the window, at most HOLD_MAX_S: a node that
+# flaps does not drag work back and forth (what ran there moved off when it was lost).
+HOLD_WINDOW_S = HOLD_MAX_S = 600.0
 COMMAND_HOLE_S = 10.0  # a command id missing this long belonged to a transaction that rolled back
 
 
@@ -118,6 +143,12 @@ class Loaded(NamedTuple):
     docs: Any
     version: int
     agents: dict[str, AgentRow]
+
+    def current(self, store: Store) -> bool:
+        """Whether the store still says what this was built from (no configuration
+        version or agent's change since)."""
+        seen = max((a.changed for a in self.agents.values()), default=0)
+        return store.config_version() == self.version and not store.agents(seen)
 
 
 def agent_list(agents: dict[str, AgentRow], fleet) -> list[tuple[str, str, dict, bool]]:
@@ -131,18 +162,99 @@ def _is_device(fleet, site: str) -> bool:
     return at >= 0 and fleet.site_table.population_of[at] >= 0
 
 
+def set_aside_broken(store: Store, build: bool = False) -> list[tuple[str, str, str]]:
+    """Stored documents that cannot be run (no longer valid under this version's
+    checks, or, with ``build``, a world that cannot be built from them) are set
+    aside with the reason, so that no stored document keeps the server from
+    starting: (kind, name, why) of each. The others are run; one whose
+    documents depended on a document set aside is set aside in turn."""
+    from suanli.server.config import as_rows, display, documents, world_of
+
+    rows = sorted(store.objects(), key=lambda r: r.updated_at)
+    aside: list[tuple[str, str, str]] = []
+    while rows:
+        docs, problems = documents(as_rows(rows))
+        culprits: dict[tuple[str, str], str] = {}
+        for p in problems:
+            for r in rows:
+                if display(r.kind, r.name) == p.file:
+                    culprits.setdefault((r.kind, r.name), f"{p.path}: {p.message}".lstrip(": "))
+        if problems and not culprits:  # a problem of the whole: the newest change goes first
+            p = problems[0]
+            culprits[(rows[-1].kind, rows[-1].name)] = f"{p.file}: {p.path}: {p.message}"
+        if not problems and build:
+            try:
+                world_of(docs)
+            except Exception as exc:  # noqa: BLE001 - whatever it is, the newest change goes first
+                culprits[(rows[-1].kind, rows[-1].name)] = f"the fleet cannot be built: {type(exc).__name__}: {exc}"
+        if not culprits:
+            break
+        aside += [(k, n, why) for (k, n), why in culprits.items()]
+        rows = [r for r in rows if (r.kind, r.name) not in culprits]
+    for kind, name, why in aside:
+        log.error("stored %s %s set aside, not run: %s", kind, name, why)
+    store.set_aside(aside)
+    return aside
+
+
 def load_config(store: Store) -> Loaded:
-    """The world of the stored documents and agents (a problem raises ValueError)."""
+    """The world of the stored documents and agents (documents that cannot be run
+    are set aside first, ``set_aside_broken``)."""
     from suanli.server.config import as_rows, documents, with_agents, world_of
 
-    version = store.config_version()
-    docs, problems = documents(as_rows(store.objects()))
-    if problems:
-        p = problems[0]
-        raise ValueError(f"the stored configuration is not valid: {p.file}: {p.path}: {p.message}")
-    agents = {a.name: a for a in store.agents()}
-    world = world_of(docs)  # (which agents are devices is read from its sites; the world is built once)
-    return Loaded(with_agents(world, docs, agent_list(agents, world.fleet)), docs, version, agents)
+    for _ in range(2):
+        version = store.config_version()
+        docs, problems = documents(as_rows(store.objects()))
+        if problems:
+            set_aside_broken(store)
+            continue
+        try:
+            world = world_of(docs)  # (which agents are devices is read from its sites; the world is built once)
+        except Exception:  # noqa: BLE001 - a document the checks let through and the model cannot hold
+            set_aside_broken(store, build=True)
+            continue
+        agents = {a.name: a for a in store.agents()}
+        return Loaded(with_agents(world, docs, agent_list(agents, world.fleet)), docs, version, agents)
+    raise ValueError("the stored configuration cannot be run, even with its broken documents set aside")
+
+
+class LeaseKeeper:
+    """Renews the store's lease a controller is active under, every third of its
+    length, from a thread of its own: a long turn, a rebuild or a pause of the
+    scheduler's thread does not let it lapse. Should another process have taken
+    it (its epoch moved on), this one may no longer write: the process ends at
+    once (its server starts another, which stands by). While the store cannot
+    be reached the lease is tried again; the writes are fenced meanwhile."""
+
+    def __init__(self, store: Store, name: str, holder: str, epoch: int, ttl_s: float) -> None:
+        self.store, self.name, self.holder, self.epoch, self.ttl_s = store, name, holder, epoch, ttl_s
+        self.renewed = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="suanli-lease", daemon=True)
+
+    def start(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                held = self.store.renew_lease(self.name, self.holder, self.epoch, self.ttl_s)
+            except Exception as exc:  # the store away: our writes are fenced; try again
+                log.warning("the lease %r could not be renewed: %s", self.name, exc)
+                continue
+            if not held and not self._stop.is_set():
+                lost(f"the lease {self.name!r} of epoch {self.epoch} was taken by another controller")
+            self.renewed = time.monotonic()
+
+
+def lost(why: str) -> None:
+    """Another controller is active now: write nothing more, end the process."""
+    log.critical("this controller is no longer the active one: %s", why)
+    os._exit(4)
 
 
 class Controller:
@@ -150,10 +262,9 @@ class Controller:
                  executor: Callable[[Simulation], Executor] | None = None,
                  lease: tuple[str, str, int, float] | None = None) -> None:
         """``lease``: (name, holder, epoch, seconds) of the store's lease this
-        controller is active under (renewed every third of it; lost, the
-        process ends at once); None: the only controller of its store."""
+        controller is active under (kept by a ``LeaseKeeper``, given up by
+        ``release``); None: the only controller of its store."""
         self.lease = lease
-        self.renewed = time.monotonic()
         self.cmd_seen = 0  # the store's commands up to this id were taken (or had been, by the rebuild)
         self._cmd_taken: set[int] = set()  # ids past cmd_seen taken
         self._cmd_holes: dict[int, float] = {}  # ids missing past cmd_seen -> when first missed
@@ -172,6 +283,7 @@ class Controller:
         self.inbox: queue.Queue[Callable[[float], None]] = queue.Queue()
         self.sim = Simulation(world, clock=self.clock, policy=policy, executor=executor)
         self.sim.keep_records = False  # the store keeps them: the scheduler forgets a deleted application whole
+        self.sim.max_pass = MAX_PASS  # a turn stays short, whatever one application asks
         self.sim.loop.on_post = lambda: self.inbox.put(lambda now: None)  # an executor's news: a turn now
         self.published = 0  # events written so far
         self.instants = 0
@@ -183,6 +295,9 @@ class Controller:
         self._vc_tenant = {name: vc.tenant for name, vc in world.vcs.items()}
         self.cordoned: set[str] = set()  # nodes cordoned (drained and down ones the scheduler knows)
         self._node_state: dict[str, str | None] = {}  # node -> cordoned | drained | None, as last acted on
+        self.held: dict[str, float] = {}  # agents' nodes held down -> wall time the hold-down ends
+        self._losses: dict[str, list[float]] = {}  # agent's node -> wall times it was lost or left (the window's)
+        self._away: set[str] = set()  # agents' nodes lost or left, not registered again since
         self.app_ids: set[int] = set()  # the store's applications the scheduler has
         self._app_of: dict[str, int] = {}  # TENANT:NAME -> the store's id of the application its events are of
         self._next_app: dict[str, deque[int]] = {}  # ids of applications submitted by that name, not yet seen
@@ -232,43 +347,61 @@ class Controller:
         sim = self.sim
         for node, state in self.store.node_states().items():
             self._node(node, "cordon" if state == "cordoned" else "drain")
-        tasks: dict[int, list[TaskRow]] = {}
-        for row in self.store.tasks():
+        tasks: dict[int, list] = {}
+        for row in self.store.task_states():
             tasks.setdefault(row.app_id, []).append(row)
-        lost, refused = [], []
+        refused = []
+        restored = []  # every application in one instant: one scheduling pass, not one each
+        checked: dict[str, Any] = {}  # documents alike but for their names: checked once
         for app in self.store.apps():
             rows = tasks.get(app.id, [])
+            if all(r.status in ENDED for r in rows):  # nothing of it to schedule: only known, for a deletion
+                self.app_ids.add(app.id)
+                self._app_of[internal(app.tenant, app.name)] = app.id
+                continue
             try:
-                built = self._rebuild(app)
+                built = self._rebuild(app, checked)
             except Exception as exc:  # one stored application must not keep the server from starting
                 refused.append((app, rows, str(exc)))
                 continue
             ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
-            sim.submit(built, ended)
+            restored.append((built, ended))
             self.app_ids.add(app.id)
             self._app_of[internal(app.tenant, app.name)] = app.id
-            lost += [r for r in rows if r.status == "running"]
+
+        sim.restore(restored)
+        # what the executor kept of tasks the store no longer holds (deleted while no controller ran)
+        sim.executor.sweep([internal(r.tenant, r.name) for rows in tasks.values() for r in rows])
         now = time.time()
         # the executor's runs ended with the process that ran them
-        self._mark(lost, "requeued", {"status": "pending"},
-                   "not running on the executor after the control plane restarted", now)
+        self.store.requeue_running(now, "not running on the executor after the control plane restarted",
+                                   [app.id for app, _, _ in refused])
         for app, rows, why in refused:
             log.warning("application %s of tenant %s marked failed: %s", app.name, app.tenant, why)
             self._mark([r for r in rows if r.status not in ENDED], "failed",
                        {"status": "failed", "ended_at": now, **NO_REASONS},
                        f"not scheduled after the control plane restarted: {why}", now)
 
-    def _rebuild(self, app: AppRow) -> Application:
+    def _rebuild(self, app: AppRow, checked: dict[str, Any] | None = None) -> Application:
         """A stored application as the scheduler takes it, checked again against the
-        world the server runs now (its tenant may be gone, a bound may have come)."""
+        world the server runs now (its tenant may be gone, a bound may have come).
+        ``checked``: what documents that differ in their name alone were found to be."""
         if app.tenant not in self.world.tenants:
             raise ValueError(f"tenant {app.tenant!r} is no longer among the server's Tenant documents")
-        found, problems = check_document("stored application", app.document, self.world)
+        meta = app.document.get("metadata")
+        key = json.dumps({**app.document, "metadata": {k: v for k, v in meta.items() if k != "name"}},
+                         sort_keys=True, default=str) if checked is not None and isinstance(meta, dict) else None
+        if key is None or key not in checked:
+            found, problems = check_document("stored application", app.document, self.world)
+            if key is not None:
+                checked[key] = (found, problems)
+        else:
+            found, problems = checked[key]
         if problems:
             p = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(f"its document is no longer valid: {p.path}: {p.message}{more}")
-        return build_app(app.tenant, app.name, found.doc)
+        return build_app(app.tenant, app.name, found.doc, self.world.vcs)
 
     def _mark(self, rows: list[TaskRow], kind: str, fields: dict[str, Any], reason: str, now: float) -> None:
         """Stored tasks given ``fields`` (and no placement), each with a ``kind`` event
@@ -355,6 +488,7 @@ class Controller:
     def _node(self, node: str, action: str) -> None:
         self._node_state[node] = {"cordon": "cordoned", "drain": "drained"}.get(action)
         (self.cordoned.add if action == "cordon" else self.cordoned.discard)(node)
+        self.held.pop(node, None)  # the admin's word replaces a hold-down
         self.sim.apply(node_event(node, action))
 
     def poke(self) -> None:
@@ -372,18 +506,6 @@ class Controller:
         if before is None or before.state != "ready":
             self.store.register_agent(name, site, spec, lease_s, None)
         self.inbox.put(lambda now: self._watch())
-
-    def _renew(self) -> None:
-        name, holder, epoch, ttl = self.lease
-        if not self.store.renew_lease(name, holder, epoch, ttl):
-            self._lost(f"the lease {name!r} (epoch {epoch}) was not renewed in time")
-        self.renewed = time.monotonic()
-
-    def _lost(self, why: str) -> None:
-        """Another controller may be active now: write nothing more, end the process
-        (its server starts another, which stands by)."""
-        log.critical("this controller is no longer the active one: %s", why)
-        os._exit(4)
 
     def release(self) -> None:
         """Give the lease up (a clean stop): a standby takes over at its next try."""
@@ -432,7 +554,7 @@ class Controller:
             if app is None:  # deleted meanwhile
                 return
             try:
-                built = build_app(app.tenant, app.name, app.document)
+                built = build_app(app.tenant, app.name, app.document, self.world.vcs)
             except Exception as exc:  # noqa: BLE001 - the API accepted it; one bad one must not stop the others
                 log.warning("application %s of tenant %s not scheduled: %s", app.name, app.tenant, exc)
                 return
@@ -463,6 +585,8 @@ class Controller:
         rows = self.store.agents(self.agents_seen)
         if rows:
             self._agents_changed(rows)
+        if self.held:
+            self._lift_holds()
 
     def _configure(self, version: int) -> None:
         from suanli.server.config import as_rows, documents, world_of
@@ -503,7 +627,10 @@ class Controller:
             self.agents[row.name] = row
             if _is_device(self.world.fleet, row.site):
                 self._agent_news(row, before)
-            elif row.state == "left" or before is None or before.state == "left" or before.spec != row.spec \
+                continue
+            if row.state == "left":
+                self._went(row.name)
+            if row.state == "left" or before is None or before.state == "left" or before.spec != row.spec \
                     or before.site != row.site:
                 grow = True
             else:
@@ -526,10 +653,60 @@ class Controller:
             sim.apply(cls.model_construct(at=0, kind=kind, site=row.site))
             return
         if row.state == "ready":
-            if row.name in sim.lost_nodes:
+            if not self._hold_down(row) and row.name in sim.lost_nodes:
                 sim.loop.post(NodeFound(row.name, "its agent registered again"))
         elif row.state == "lost":
+            self._went(row.name)
+            self.held.pop(row.name, None)
             sim.loop.post(NodeLost(row.name, f"its agent's lease of {row.lease_s:g}s ran out"))
+
+    def _went(self, name: str) -> None:
+        """An agent's node was lost or left (counted once until it registers again)."""
+        if name not in self._away:
+            self._away.add(name)
+            self._losses.setdefault(name, []).append(time.time())
+
+    def _hold_down(self, row: AgentRow) -> bool:
+        """An agent's node registered again after a loss: found, but out of service
+        (as a cordoned node) for its lease times 2^(k-1), k its losses within
+        ``HOLD_WINDOW_S``; ``_lift_holds`` puts it back. Whether it is held."""
+        if row.name not in self._away:
+            return False
+        self._away.discard(row.name)
+        now = time.time()
+        losses = self._losses[row.name] = [t for t in self._losses.get(row.name, ()) if now - t <= HOLD_WINDOW_S]
+        fleet = self.world.fleet
+        try:
+            node = fleet.node_by_name(row.name)
+        except KeyError:
+            return False
+        if not losses or fleet.retired[node]:
+            return False
+        hold = min(row.lease_s * 2 ** (len(losses) - 1), HOLD_MAX_S)
+        self.held[row.name] = now + hold
+        sim, t = self.sim, self.clock.now()
+        if row.name in sim.lost_nodes:  # found, and kept out of service rather than back up
+            sim.lost_nodes.discard(row.name)
+            sim.log(t, "nodeFound", node=row.name, reason="its agent registered again")
+        else:  # made anew (it left, or came back with other facts): out before any pass can place there
+            sim.state.set_node_enabled(node, False)
+        sim.log(t, "nodeHeldDown", node=row.name, until=round(now + hold, 3), hold_s=hold, losses=len(losses),
+                reason=f"its agent was lost or left {len(losses)} times within {HOLD_WINDOW_S / 60:g} minutes: "
+                f"no new work for {hold:g}s")
+        return True
+
+    def _lift_holds(self) -> None:
+        """Held-down nodes whose time is up back in service (unless lost again, or
+        an admin's action came meanwhile)."""
+        now = time.time()
+        for name, until in list(self.held.items()):
+            if until > now:
+                continue
+            del self.held[name]
+            agent = self.agents.get(name)
+            if agent is not None and agent.state == "ready" and name not in self.sim.lost_nodes \
+                    and self._node_state.get(name) is None:
+                self.sim.apply(node_event(name, "uncordon"))
 
     # ------------------------------------------------------------ the thread
 
@@ -559,13 +736,13 @@ class Controller:
                     self.errors += 1
                     log.exception("a command failed")
             try:
-                if self.lease is not None and time.monotonic() - self.renewed >= self.lease[3] / 3:
-                    self._renew()
                 if self._poked or time.monotonic() - self.watched >= WATCH_S:
                     self._poked = False
                     self._intake()
                     self._watch()
                 self._turn()
+            except LeaseLost as exc:
+                lost(str(exc))
             except Exception:
                 self.errors += 1
                 log.exception("the scheduler's turn failed")
@@ -581,13 +758,17 @@ class Controller:
         self.turn_seconds.observe(time.perf_counter() - started)
 
     def _write_turn(self) -> None:
-        """What the instants changed, in one transaction."""
+        """What the instants changed: in one transaction, or in several of at most
+        ``WRITE_ROWS`` rows each for a large turn (an application of many tasks
+        submitted), so that no write holds the store for long."""
         events = self.sim.events.take()
         changes = self._changes(events) + self._reasons_changed()
         if not events and not changes:
             return
         rows = [self._row(e) for e in events]
-        self.store.record(changes, rows)
+        for i in range(0, max(len(changes), len(rows)), WRITE_ROWS):
+            self.store.record(changes[i:i + WRITE_ROWS], rows[i:i + WRITE_ROWS])
+            self.last_ok = time.monotonic()  # a long turn that makes progress is not a stalled one
         self.instants += 1
         self.published += len(rows)
 
@@ -615,6 +796,8 @@ class Controller:
             body["tenant"] = tenant
         elif "vc" in body:
             tenant = self._vc_tenant.get(body["vc"])
+        if body.get("vc"):  # as its tenant names it
+            body["vc"] = shown(body["vc"])
         if "by" in body:
             body.update(self._by(tenant, body.pop("by"), body.get("cause")))
         return {"at": at, "kind": e["kind"], "tenant": tenant, "task": task, "app_id": app_id,
@@ -649,7 +832,8 @@ class Controller:
                     if waits is None:
                         waits = self.placement_seconds[tenant] = Buckets()
                     waits.observe(max(0.0, self.wall(e["t"]) - self.wall(rec.submitted_at)))
-                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"), vc=e.get("vc"), **NO_REASONS)
+                f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"),
+                         vc=shown(e["vc"]) if e.get("vc") else None, **NO_REASONS)
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
                 f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
@@ -697,7 +881,8 @@ def _node_states(c: Controller) -> list[str]:
     sim, fleet = c.sim, c.world.fleet
     drained, enabled = sim.hosts.draining, sim.state.nodes.enabled
     return ["ready" if enabled[n] else "removed" if fleet.retired[n] else "drained" if n in drained else
-            "cordoned" if fleet.node_name(n) in c.cordoned else "down" for n in range(fleet.n_nodes)]
+            "cordoned" if fleet.node_name(n) in c.cordoned or fleet.node_name(n) in c.held else "down"
+            for n in range(fleet.n_nodes)]
 
 
 def _node_out(c: Controller, n: int, state: str) -> dict[str, Any]:
@@ -743,8 +928,10 @@ def _fleet(c: Controller) -> dict[str, Any]:
 def _vcs(c: Controller, names: list[str]) -> list[dict[str, Any]]:
     sim, fleet, out = c.sim, c.world.fleet, []
     for name in names:
+        if name not in c.world.vcs:  # applied a moment ago: the scheduler takes it at its next look
+            continue
         vc, vcs = c.world.vcs[name], sim.state.vcs[name]
-        out.append({"name": name, "tenant": vc.tenant, "default": vc.default,
+        out.append({"name": shown(name), "tenant": vc.tenant, "default": vc.default,
                     "hosts": [{"host": h.name, "group": h.group, "node": fleet.node_name(h.node),
                                "resources": resources_json(sim.state, h.node_alloc.vec)} for h in vcs.hosts]})
     return out

@@ -44,8 +44,8 @@ log = logging.getLogger("suanli.server")
 ASK_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0
 LEASE = "controller"  # the store's lease that the active controller holds
-LEASE_S = 3.0  # held this long past each renewal; a standby takes over within this and LEASE_TRY_S
-LEASE_TRY_S = 0.5  # how often a standby tries to take the lease
+LEASE_S = 2.0  # held this long past each renewal; a standby takes over within this and LEASE_TRY_S
+LEASE_TRY_S = 0.25  # how often a standby tries to take the lease
 MAX_RESTARTS = 5  # deaths of the controller's process within the window, then the server gives up
 RESTART_WINDOW_S = 300.0
 
@@ -93,19 +93,33 @@ class RemoteController:
         self._on_give_up = on_give_up or _exit_server
         self._supervisor: threading.Thread | None = None
 
+    def launch(self) -> None:
+        """Start the child now, without waiting for it: it takes the lease and
+        rebuilds while the server readies its API (``start`` then waits for it).
+        While this process has one thread (a server starting), the child is a fork
+        of it, with every module it imported already there; later ones (started
+        again by the supervisor, among the API's threads) are fresh interpreters."""
+        self._launched = self._new_child(fork=threading.active_count() == 1)
+
     def start(self) -> None:
-        """Start the child and wait until it has rebuilt the scheduler from the store;
-        from then on it is supervised."""
+        """Start the child (unless ``launch`` did) and wait until it has rebuilt the
+        scheduler from the store; from then on it is supervised."""
         self.state = "starting"
-        self._spawn()
+        launched, self._launched = getattr(self, "_launched", None), None
+        self._spawn(launched)
         self._supervisor = threading.Thread(target=self._supervise, name="suanli-controller-supervisor", daemon=True)
         self._supervisor.start()
 
-    def _spawn(self) -> None:
-        ours, theirs = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_child, args=(theirs, *self.args), name="suanli-controller", daemon=True)
+    def _new_child(self, fork: bool = False) -> tuple:
+        ctx = multiprocessing.get_context("fork") if fork else self._ctx
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_child, args=(theirs, *self.args), name="suanli-controller", daemon=True)
         proc.start()
         theirs.close()
+        return proc, ours
+
+    def _spawn(self, launched: tuple | None = None) -> None:
+        proc, ours = launched or self._new_child()
         try:
             if not ours.poll(START_TIMEOUT_S):
                 proc.kill()
@@ -143,7 +157,7 @@ class RemoteController:
         """A standby child says when it took the lease and is ready."""
         try:
             kind, detail = ours.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, TypeError):  # (TypeError: the pipe closed under the read by a stop)
             return  # it died: the supervisor starts another
         if kind == "ready":
             log.warning("this server's controller took over (%s)", detail or "the lease was free")
@@ -283,6 +297,34 @@ def _exit_server(why: str) -> None:
     os._exit(3)
 
 
+PARENT_CHECK_S = 0.2  # how often the controller's process looks whether its server is still there
+PROCESS_NAME = "suanli-control"  # the controller's process as ps and /proc/PID/comm name it (15 bytes at most)
+
+
+def follow_parent() -> None:
+    """End this process (and with it every task it started) as soon as its parent,
+    the server, is gone, whatever this process is doing: rebuilding, standing by,
+    in a long turn: a thread of its own looks every ``PARENT_CHECK_S``. (Not the
+    kernel's parent-death signal: that follows the thread that started the
+    process, not the server.)"""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, PROCESS_NAME.encode(), 0, 0, 0)  # PR_SET_NAME: found by its name
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(5)
+
+    if os.getppid() != parent:
+        os._exit(5)
+    threading.Thread(target=watch, name="suanli-parent", daemon=True).start()
+
+
 def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, Any], holder: str,
            address: str | None) -> None:
     """The controller's process: take the lease (standing by while another
@@ -290,26 +332,35 @@ def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, 
     store, then take commands from the pipe until it closes. ``executor``:
     the keywords of ``executors.make`` (none: the simulated executor)."""
     import gc
+    import socket
 
     from suanli.executors import make
-    from suanli.server.controller import Controller, load_config
+    from suanli.server.controller import Controller, LeaseKeeper, load_config
     from suanli.server.store import Store
 
+    follow_parent()
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
     try:
         store = Store(db, upgrade=False)
-        epoch = store.take_lease(LEASE, holder, LEASE_S, address)
+        epoch = store.take_lease(LEASE, holder, LEASE_S, address, **me)
+        ready = None  # the world, built while standing by: a takeover does not wait for it
         if epoch is None:
             conn.send(("standby", None))
+            ready = load_config(store)
             while epoch is None:
                 if conn.poll(LEASE_TRY_S):
                     message = conn.recv()
                     if message[0] == "stop":
                         os._exit(0)
                     continue  # commands are the active controller's (from the store); no questions come
-                epoch = store.take_lease(LEASE, holder, LEASE_S, address)
+                epoch = store.take_lease(LEASE, holder, LEASE_S, address, **me)
+        began = time.monotonic()
+        keeper = LeaseKeeper(store, LEASE, holder, epoch, LEASE_S).start()  # renewed from now on, the rebuild too
         store.fence = (LEASE, holder, epoch)
         factory = make(**executor) if executor else None
-        controller = Controller(load_config(store), store, speed=speed, policy=policy, executor=factory,
+        if ready is None or not ready.current(store):
+            ready = load_config(store)
+        controller = Controller(ready, store, speed=speed, policy=policy, executor=factory,
                                 lease=(LEASE, holder, epoch, LEASE_S))
         controller.start()
     except EOFError:
@@ -319,7 +370,7 @@ def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, 
         return
     gc.collect()
     gc.freeze()  # what start-up built lives as long as the process: not walked by every collection
-    conn.send(("ready", f"epoch {epoch}"))
+    conn.send(("ready", f"epoch {epoch}, the scheduler rebuilt in {time.monotonic() - began:.2f} s"))
     send_lock = threading.Lock()
 
     def answer(key: int, fn) -> None:
@@ -352,6 +403,7 @@ def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, 
             key, query, args = message[1], message[3], message[4:]
             controller.inbox.put(lambda now, key=key, query=query, args=args:
                                  answer(key, lambda: controller.ask_here(query, *args)))
+    keeper.stop()  # (not renewed after it is given up)
     controller.stop()
     controller.release()
     os._exit(0)  # the pipe is closed: the server has gone, nothing is left to do

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import (JSON, Boolean, Float, ForeignKey, Index, Integer, String, UniqueConstraint, bindparam,
-                        create_engine, delete, event, func, insert, or_, select, tuple_, update)
+                        create_engine, delete, event, func, insert, literal, or_, select, tuple_, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -267,6 +267,15 @@ class TokenRefused(ValueError):
     """SUANLI_ADMIN_TOKEN names a token that cannot be the admin token (revoked, a tenant's)."""
 
 
+class MintRefused(ValueError):
+    """A token that cannot be minted: ``path`` names the field of the request at
+    fault (None: the minter is no longer valid)."""
+
+    def __init__(self, path: str | None, message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
 class SecretError(ValueError):
     """The server's secret cannot be had: ``where`` is SUANLI_SECRET or --secret-file."""
 
@@ -366,12 +375,43 @@ TENANT_ROLES = ("tenant-admin", "member", "viewer")
 
 
 @dataclass(frozen=True, slots=True)
+class AgentScope:
+    """What an agent token may register: nodes at sites matching ``sites``, named
+    (at their site) as ``names`` match, at most ``nodes`` of them not departed."""
+
+    sites: tuple[str, ...]
+    names: tuple[str, ...] = ("*",)
+    nodes: int = 1
+
+    @classmethod
+    def of(cls, stored: dict | None) -> "AgentScope | None":
+        if not stored:
+            return None
+        return cls(tuple(stored["sites"]), tuple(stored.get("names") or ("*",)), int(stored.get("nodes") or 1))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sites": list(self.sites), "names": list(self.names), "nodes": self.nodes}
+
+    def __str__(self) -> str:
+        return f"sites {list(self.sites)}, names {list(self.names)}, at most {self.nodes} nodes"
+
+
+class AgentRefused(Exception):
+    """A registration refused in its transaction: ``status`` and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who a request speaks for: a tenant (with a role in it), an admin or an agent."""
 
     tenant: str | None
     token_id: str | None = None  # the token's public id (tok_...), for the audit log
     role: str = "admin"
+    scope: AgentScope | None = None  # an agent token's (None: one made before scopes, which registers nothing new)
 
     @property
     def admin(self) -> bool:
@@ -385,6 +425,16 @@ class Principal:
 
 class Conflict(Exception):
     """An application of that name exists (under another idempotency key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What ``Store.remove_objects`` did: the configuration's new version, the
+    applications deleted (tenant, name, id) and the tokens revoked (public ids)."""
+
+    version: int
+    apps: list[tuple[str, str, int]]
+    revoked: list[str]
 
 
 class KeyReused(Exception):
@@ -621,7 +671,8 @@ class Store:
         return None
 
     def _new_row(self, tenant: str | None, *, source: str = "minted", name: str | None = None,
-                 ttl_s: float | None = None, token: str | None = None, role: str | None = None) -> tuple[str, TokenRow]:
+                 ttl_s: float | None = None, token: str | None = None, role: str | None = None,
+                 scope: AgentScope | None = None) -> tuple[str, TokenRow]:
         """A token and its row (not yet added): a new token, or ``token`` as given
         (SUANLI_ADMIN_TOKEN), with a new public id."""
         made, public_id = new_token()
@@ -630,7 +681,8 @@ class Store:
         return token, TokenRow(public_id=public_id, digest=keyed_digest(self._key(), token), scheme=KEYED,
                                tenant=tenant, name=name, source=source, created_at=now,
                                expires_at=None if ttl_s is None else now + ttl_s,
-                               role=role or ("admin" if tenant is None else "member"))
+                               role=role or ("admin" if tenant is None else "member"),
+                               scope=None if scope is None else scope.as_json())
 
     @staticmethod
     def _retried(work: Callable[[], T]) -> T:
@@ -705,18 +757,58 @@ class Store:
             raise TokenRefused(f"is the token {row.public_id}, which is {state}: a token once revoked or "
                                "expired is not made valid again; set a new value")
 
-    def issue(self, tenant: str | None, *, ttl_s: float | None = None,
-              name: str | None = None, role: str | None = None) -> tuple[str, TokenRow]:
+    def issue(self, tenant: str | None, *, ttl_s: float | None = None, name: str | None = None,
+              role: str | None = None, scope: AgentScope | None = None,
+              minter: str | None = None) -> tuple[str, TokenRow]:
         """A new token for ``tenant`` (None: an admin, or an agent with that
-        ``role``), valid for ``ttl_s`` seconds (None: until revoked): the token,
-        to be shown once, and its row."""
+        ``role`` and ``scope``), valid for ``ttl_s`` seconds (None: until
+        revoked): the token, to be shown once, and its row.
+
+        ``minter``: the public id of the token that mints it (``minted_by``). A
+        token minted by a non-admin never outlives its minter: without a ttl it
+        expires with it, and a ttl past it raises ``MintRefused`` (``ttl``), as
+        does a minter revoked or expired meanwhile (no path). A tenant's token
+        is bound to the incarnation of its tenant now (``tenant_since``); a
+        tenant the store no longer has raises ``MintRefused`` (``tenant``)."""
         def work() -> tuple[str, TokenRow]:
-            made, row = self._new_row(tenant, name=name, ttl_s=ttl_s, role=role)
+            made, row = self._new_row(tenant, name=name, ttl_s=ttl_s, role=role, scope=scope)
             with self._writing() as s:
+                row.minted_by, row.tenant_since = minter, self._incarnation(s, tenant)
+                if minter is not None:
+                    row.expires_at = self._within_minter(s, minter, row.expires_at)
                 s.add(row)
             return made, row
 
         return self._retried(work)
+
+    @staticmethod
+    def _incarnation(s: Session, tenant: str | None) -> int | None:
+        """The version the store's Tenant object ``tenant`` was first written at (None:
+        an admin's token, or a store that keeps no Tenant documents)."""
+        if tenant is None:
+            return None
+        version = s.scalar(select(ObjectRow.version).where(ObjectRow.kind == "Tenant", ObjectRow.name == tenant))
+        if version is None and s.scalar(select(ObjectRow.name).where(ObjectRow.kind == "Tenant").limit(1)):
+            raise MintRefused("tenant", f"no tenant {tenant!r} (it was deleted meanwhile)")
+        return version
+
+    @staticmethod
+    def _within_minter(s: Session, minter: str, expires_at: float | None) -> float | None:
+        """``expires_at`` of a token minted by ``minter``: a non-admin minter's
+        own expiry at the latest. Its row stays locked to the commit (PostgreSQL),
+        so that a revocation of it waits, then finds this token among its children."""
+        row = s.scalar(select(TokenRow).where(TokenRow.public_id == minter).with_for_update())
+        if row is None or token_state(row, time.time()) != "active":
+            raise MintRefused(None, "the token minting it is no longer valid")
+        if row.role == "admin" or row.expires_at is None:
+            return expires_at
+        if expires_at is None:
+            return row.expires_at
+        if expires_at > row.expires_at:
+            raise MintRefused("ttl", f"past the expiry of the token minting it ({row.public_id}, "
+                              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(row.expires_at))}): a token "
+                              "never outlives the one that minted it; give a shorter ttl, or none")
+        return expires_at
 
     def mint(self, tenant: str | None, *, ttl_s: float | None = None, name: str | None = None) -> str:
         """A new token for ``tenant`` (None: an admin), to be shown once."""
@@ -735,26 +827,46 @@ class Store:
 
     def revoke(self, token_id: str) -> bool:
         """Revoke a token by its public id (once: revoking again keeps the first
-        time); False when there is none. This process stops believing it at once;
-        other processes within ``PRINCIPAL_CACHE_S``."""
+        time); False when there is none. A token of a non-admin (a tenant-admin)
+        takes with it every token it minted, and theirs, in the same transaction
+        (an admin's mints are roots of trust: rotating SUANLI_ADMIN_TOKEN revokes
+        no tenant's token). This process stops believing them at once; other
+        processes within ``PRINCIPAL_CACHE_S``."""
         with self._writing() as s:
             row = s.scalar(select(TokenRow).where(TokenRow.public_id == token_id))
             if row is None:
                 return False
-            if row.revoked_at is None:
-                row.revoked_at = time.time()
-        self._forget([token_id])
+            now, gone, level = time.time(), [token_id], [row]
+            while level:  # a generation at a time, each locked before its children are read
+                for r in level:
+                    if r.revoked_at is None:
+                        r.revoked_at = now
+                s.flush()
+                minters = [r.public_id for r in level if r.role != "admin"]
+                level = list(s.scalars(select(TokenRow).where(TokenRow.minted_by.in_(minters)))) if minters else []
+                gone += [r.public_id for r in level]
+        self._forget(gone)
         return True
 
-    def revoke_tenant(self, tenant: str) -> list[str]:
-        """Revoke every token of ``tenant`` (it was removed); their ids."""
+    def bind_tokens(self) -> tuple[list[str], list[str]]:
+        """At start, once: tenants' tokens from before tokens recorded their tenant's
+        incarnation are bound to the one there is now; those whose tenant the
+        store no longer has are revoked (a tenant made later under that name is
+        another). The ids bound, and revoked."""
         with self._writing() as s:
-            rows = list(s.scalars(select(TokenRow).where(TokenRow.tenant == tenant, TokenRow.revoked_at.is_(None))))
-            for row in rows:
-                row.revoked_at = time.time()
-            ids = [r.public_id for r in rows]
-        self._forget(ids)
-        return ids
+            now, bound, revoked = time.time(), [], []
+            tenants = select(ObjectRow.name, ObjectRow.version).where(ObjectRow.kind == "Tenant")
+            versions = dict(s.execute(tenants).all())
+            unbound = select(TokenRow).where(TokenRow.tenant.is_not(None), TokenRow.tenant_since.is_(None))
+            for row in s.scalars(unbound):
+                if row.tenant in versions:
+                    row.tenant_since = versions[row.tenant]
+                    bound.append(row.public_id)
+                elif row.revoked_at is None:
+                    row.revoked_at = now
+                    revoked.append(row.public_id)
+        self._forget(revoked)
+        return bound, revoked
 
     def _forget(self, token_ids: Iterable[str]) -> None:
         """Stop believing these tokens in this process (a lookup running now is not remembered)."""
@@ -778,17 +890,22 @@ class Store:
 
     def principal(self, token: str) -> Principal | None:
         """Who a token speaks for, looked up in the database: None when it is
-        unknown, revoked or expired. A valid one is remembered for ``PRINCIPAL_CACHE_S``,
-        so that a revocation made by another process (or with another store) counts
-        within that time."""
+        unknown, revoked or expired, or of another incarnation of its tenant than
+        the store's now (or of a tenant it no longer has). A valid one is remembered
+        for ``PRINCIPAL_CACHE_S``, so that a revocation made by another process (or
+        with another store) counts within that time."""
         revocations = self._revocations
         with self.session() as s:
             row = self._find(s, token)
+            bound = row is not None and row.tenant is not None and row.tenant_since is not None
+            since = s.scalar(select(ObjectRow.version).where(ObjectRow.kind == "Tenant",
+                                                             ObjectRow.name == row.tenant)) if bound else None
         key = digest(token)
-        if row is None or token_state(row, time.time()) != "active":
+        if row is None or token_state(row, time.time()) != "active" or (bound and since != row.tenant_since):
             self._principals.pop(key, None)
             return None
-        who = Principal(row.tenant, row.public_id, row.role or ("admin" if row.tenant is None else "member"))
+        role = row.role or ("admin" if row.tenant is None else "member")
+        who = Principal(row.tenant, row.public_id, role, AgentScope.of(row.scope) if role == "agent" else None)
         if revocations == self._revocations:
             self._remember(key, _Remembered(who, row.public_id, time.monotonic() + PRINCIPAL_CACHE_S,
                                             row.expires_at))
@@ -895,6 +1012,50 @@ class Store:
             q = q.where(TaskRow.status == status)
         with self.session() as s:
             return list(s.scalars(q))
+
+    def requeue_running(self, now: float, reason: str, except_apps: Sequence[int] = ()) -> int:
+        """Every running task (of applications but ``except_apps``) made pending again,
+        each with a ``requeued`` event saying ``reason``: what a controller that
+        starts does with the work its executor no longer runs. Two statements,
+        however many tasks (the events' bodies made by the database); fenced as
+        ``record`` is. The number requeued."""
+        t, e = TaskRow.__table__, EventRow.__table__
+        build = func.json_build_object if self.engine.dialect.name == "postgresql" else func.json_object
+        body = build("t", now, "kind", "requeued", "task", t.c.name, "tenant", t.c.tenant, "reason", reason)
+        which = (t.c.status == "running") & ~t.c.app_id.in_(list(except_apps)) if except_apps else \
+            t.c.status == "running"
+        fence = self.fence
+
+        def write(conn: Connection) -> int:
+            self._fenced(conn, fence)
+            conn.execute(insert(e).from_select(
+                ["at", "kind", "tenant", "task", "app_id", "body"],
+                select(literal(now), literal("requeued"), t.c.tenant, t.c.name, t.c.app_id, body)
+                .where(which).order_by(t.c.tenant, t.c.app_id, t.c.name)))
+            return conn.execute(update(t).where(which).values(status="pending", node=None, site=None, host=None,
+                                                              updated_at=now)).rowcount
+
+        return self._write(write)
+
+    @staticmethod
+    def _fenced(conn: Connection, fence: tuple[str, str, int] | None) -> None:
+        """Write on only while the lease is ours (its row stays locked to the commit):
+        its epoch unchanged, for a taker always bumps it."""
+        if fence is None:
+            return
+        t = LeaseRow.__table__
+        name, holder, epoch = fence
+        held = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch)
+                            .values(epoch=epoch))
+        if not held.rowcount:
+            raise LeaseLost(f"the lease {name!r} of epoch {epoch} is no longer {holder}'s")
+
+    def task_states(self) -> list[Any]:
+        """Every task's (tenant, name, app_id, status), as plain rows: what a
+        rebuild needs of 100,000 tasks, without an object each."""
+        t = TaskRow.__table__
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(t.c.tenant, t.c.name, t.c.app_id, t.c.status)))
 
     def task_page(self, tenant: str | None, *, app: str | None = None, status: str | None = None,
                   sites: Sequence[str] | None = None, site_prefixes: Sequence[str] = (), reason_code: str | None = None,
@@ -1077,13 +1238,7 @@ class Store:
         fence = self.fence
 
         def write(conn: Connection) -> None:
-            if fence is not None:  # written only while the lease is ours (its row stays locked to the commit)
-                t = LeaseRow.__table__
-                name, holder, epoch = fence
-                held = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch,
-                                                    t.c.expires_at > time.time()).values(epoch=epoch))
-                if not held.rowcount:
-                    raise LeaseLost(f"the lease {name!r} of epoch {epoch} is no longer {holder}'s")
+            self._fenced(conn, fence)
             for fields, rows in by_fields.items():
                 conn.execute(task_update(fields), rows)
             if rows_of_events:
@@ -1130,33 +1285,39 @@ class Store:
         with self.session() as s:
             return int(s.scalar(select(func.max(CommandRow.id))) or 0)
 
-    def take_lease(self, name: str, holder: str, ttl_s: float, address: str | None = None) -> int | None:
-        """Take the lease ``name`` if it is free, expired or ours: its epoch (bumped
-        when it changes hands), or None while another holds it."""
+    def take_lease(self, name: str, holder: str, ttl_s: float, address: str | None = None,
+                   pid: int | None = None, host: str | None = None) -> int | None:
+        """Take the lease ``name`` if it is free, expired or ``holder``'s: its new
+        epoch, or None while another holds it. The epoch grows at every take, so
+        that whoever held it before (another server, or an earlier process of the
+        same one) writes nothing more (``record``'s fence). ``pid`` and ``host``:
+        the taking process, for a server that starts beside it to find it."""
         def write(conn: Connection) -> int | None:
             now = time.time()
             t = LeaseRow.__table__
             row = conn.execute(select(t.c.holder, t.c.epoch, t.c.expires_at).where(t.c.name == name)).first()
             if row is None:
                 conn.execute(insert(t).values(name=name, holder=holder, address=address, epoch=1,
-                                              expires_at=now + ttl_s))
+                                              expires_at=now + ttl_s, pid=pid, host=host))
                 return 1
             if row.holder != holder and row.expires_at > now:
                 return None
-            epoch = row.epoch if row.holder == holder else row.epoch + 1
             done = conn.execute(update(t).where(t.c.name == name, t.c.epoch == row.epoch)
-                                .values(holder=holder, address=address, epoch=epoch, expires_at=now + ttl_s))
-            return epoch if done.rowcount else None
+                                .values(holder=holder, address=address, epoch=row.epoch + 1, expires_at=now + ttl_s,
+                                        pid=pid, host=host))
+            return row.epoch + 1 if done.rowcount else None
 
         return self._write(write)
 
     def renew_lease(self, name: str, holder: str, epoch: int, ttl_s: float) -> bool:
-        """Extend a lease held now (not expired); False when it was lost."""
+        """Extend a lease of ``epoch``; False when it was lost: another took it
+        since. One that ran out and that no one took is still its holder's: a
+        server alone on its store never loses it to a slow turn or a pause."""
         def write(conn: Connection) -> bool:
             now = time.time()
             t = LeaseRow.__table__
-            done = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch,
-                                                t.c.expires_at > now).values(expires_at=now + ttl_s))
+            done = conn.execute(update(t).where(t.c.name == name, t.c.holder == holder, t.c.epoch == epoch)
+                                .values(expires_at=now + ttl_s))
             return bool(done.rowcount)
 
         return self._write(write)
@@ -1167,10 +1328,24 @@ class Store:
 
     # ------------------------------------------------------------ what the server runs
 
-    def objects(self) -> list[ObjectRow]:
-        """The Fleet, Tenant and VirtualCluster documents, in the order they were first written."""
+    def objects(self, set_aside: bool = False) -> list[ObjectRow]:
+        """The Fleet, Tenant and VirtualCluster documents the server runs, in the order
+        they were first written (``set_aside``: those it does not run too, ``failed`` saying why)."""
+        q = select(ObjectRow).order_by(ObjectRow.version, ObjectRow.kind, ObjectRow.name)
         with self.session() as s:
-            return list(s.scalars(select(ObjectRow).order_by(ObjectRow.version, ObjectRow.kind, ObjectRow.name)))
+            return list(s.scalars(q if set_aside else q.where(ObjectRow.failed.is_(None))))
+
+    def set_aside(self, objects: Sequence[tuple[str, str, str]]) -> None:
+        """Stored documents (kind, name, why) that cannot be run: kept, with the reason,
+        and left out of what the server runs until they are applied again."""
+        def write(conn: Connection) -> None:
+            for kind, name, why in objects:
+                conn.execute(update(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name)
+                             .values(failed=why[:1000]))
+            conn.execute(insert(ConfigVersionRow).values(at=time.time()))
+
+        if objects:
+            self._write(write)
 
     def config_version(self) -> int:
         """The configuration's version: it grows with every change of the objects."""
@@ -1191,13 +1366,49 @@ class Store:
                 conn.execute(delete(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name))
             for kind, name, tenant, document in put:
                 done = conn.execute(update(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name)
-                                    .values(document=document, tenant=tenant, updated_at=now))
+                                    .values(document=document, tenant=tenant, updated_at=now, failed=None))
                 if not done.rowcount:
                     conn.execute(insert(ObjectRow).values(kind=kind, name=name, tenant=tenant, document=document,
                                                           version=version, updated_at=now))
             return int(version)
 
         return self._write(write)
+
+    def remove_objects(self, remove: Sequence[tuple[str, str]], expect: int, *, apps: Sequence[int] = (),
+                       tenant: str | None = None) -> "Removed | None":
+        """Delete documents (kind, name) as one change, and what goes with them, in
+        one transaction, so that a crash leaves all of it or none: the
+        applications ``apps`` (ids) with their tasks or, with ``tenant`` (its
+        Tenant removed), every application of that tenant, and the revocation of
+        its tokens. A command is queued for each application deleted. ``expect``:
+        only if the configuration is still at that version (None back otherwise:
+        someone changed it meanwhile)."""
+        def write(conn: Connection) -> Removed | None:
+            if int(conn.scalar(select(func.max(ConfigVersionRow.id))) or 0) != expect:
+                return None
+            now = time.time()
+            a, t, k = AppRow.__table__, TaskRow.__table__, TokenRow.__table__
+            which = select(a.c.id).where(a.c.tenant == tenant if tenant is not None else a.c.id.in_(list(apps)))
+            gone = conn.execute(select(a.c.id, a.c.tenant, a.c.name).where(a.c.id.in_(which))).all()
+            if gone:
+                conn.execute(delete(t).where(t.c.app_id.in_(which)))
+                conn.execute(delete(a).where(a.c.id.in_([r.id for r in gone])))
+                conn.execute(INSERT_COMMAND, [dict(at=now, kind="delete", tenant=r.tenant, name=r.name, app_id=r.id,
+                                                   action=None) for r in gone])
+            revoked: list[str] = []
+            if tenant is not None:
+                live = (k.c.tenant == tenant) & k.c.revoked_at.is_(None)
+                revoked = list(conn.scalars(select(k.c.public_id).where(live)))
+                conn.execute(update(k).where(live).values(revoked_at=now))
+            version = conn.execute(insert(ConfigVersionRow).values(at=now)).inserted_primary_key[0]
+            for kind, name in remove:
+                conn.execute(delete(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name))
+            return Removed(int(version), [(r.tenant, r.name, r.id) for r in gone], revoked)
+
+        got = self._write(write)
+        if got is not None:
+            self._forget(got.revoked)
+        return got
 
     def agents(self, changed_after: int = 0) -> list[AgentRow]:
         """Agents (every state) whose registration, loss or leave came after ``changed_after``."""
@@ -1211,12 +1422,23 @@ class Store:
     def _agent_change(self, conn: Connection) -> int:
         return int(conn.scalar(select(func.max(AgentRow.changed))) or 0) + 1
 
-    def register_agent(self, name: str, site: str, spec: dict, lease_s: float, token_id: str | None) -> str:
+    def register_agent(self, name: str, site: str, spec: dict, lease_s: float, token_id: str | None, *,
+                       scope: AgentScope | None = None, site_nodes: int | None = None) -> str:
         """A node registers (or again, after a loss or a leave): ready, with a lease of
-        ``lease_s``. Returns its state before (``new`` if it was never seen)."""
-        def write(conn: Connection) -> str:
+        ``lease_s``. Returns its state before (``new`` if it was never seen).
+
+        With ``scope`` (an agent token's registration), checked in the same
+        transaction, so that registrations racing each other cannot pass a bound
+        together: the node is not another valid token's (one that left is no
+        one's), the token has fewer than ``scope.nodes`` nodes that have not left,
+        and the site fewer than ``site_nodes``. Raises ``AgentRefused``."""
+        def write(conn: Connection) -> str | AgentRefused:
             now = time.time()
-            row = conn.execute(select(AgentRow.state).where(AgentRow.name == name)).first()
+            row = conn.execute(select(AgentRow.state, AgentRow.token_id).where(AgentRow.name == name)).first()
+            if scope is not None:
+                refused = self._agent_refused(conn, name, site, token_id, scope, site_nodes, row, now)
+                if refused is not None:
+                    return refused
             values = dict(site=site, spec=spec, lease_s=lease_s, state="ready", token_id=token_id,
                           registered_at=now, expires_at=now + lease_s, changed=self._agent_change(conn))
             if row is None:
@@ -1225,7 +1447,31 @@ class Store:
             conn.execute(update(AgentRow).where(AgentRow.name == name).values(**values))
             return row[0]
 
-        return self._write(write)
+        got = self._write(write)
+        if isinstance(got, AgentRefused):
+            raise got
+        return got
+
+    @staticmethod
+    def _agent_refused(conn: Connection, name: str, site: str, token_id: str | None, scope: AgentScope,
+                       site_nodes: int | None, row, now: float) -> AgentRefused | None:
+        """Why an agent token may not register node ``name`` now (None: it may)."""
+        if row is not None and row.state != "left" and row.token_id != token_id:
+            owner = conn.execute(select(TokenRow.revoked_at, TokenRow.expires_at)
+                                 .where(TokenRow.public_id == row.token_id)).first()
+            if owner is None or owner.revoked_at is None and (owner.expires_at is None or owner.expires_at > now):
+                return AgentRefused(403, f"node {name!r} was registered by another agent token")
+        # the token's row locked to the commit (PostgreSQL): its registrations are counted one at a time
+        conn.execute(select(TokenRow.id).where(TokenRow.public_id == token_id).with_for_update())
+        live = select(func.count()).select_from(AgentRow).where(AgentRow.state != "left", AgentRow.name != name)
+        if conn.scalar(live.where(AgentRow.token_id == token_id)) >= scope.nodes:
+            return AgentRefused(403, f"agent token {token_id} has at most {scope.nodes} nodes at once "
+                                f"(registered, or lost and not departed; its scope: {scope}): a node that "
+                                "leaves makes room")
+        if site_nodes is not None and conn.scalar(live.where(AgentRow.site == site)) >= site_nodes:
+            return AgentRefused(409, f"site {site!r} takes at most {site_nodes} agent nodes, and has them "
+                                "(the Fleet document's agents.nodes)")
+        return None
 
     def renew_agent(self, name: str) -> str | None:
         """A heartbeat: the lease of a ready agent runs again from now. Its state

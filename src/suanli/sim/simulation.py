@@ -130,6 +130,11 @@ class Submit:
 
 
 @dataclass(frozen=True, slots=True)
+class Restore:
+    apps: tuple[tuple[Application, Mapping[str, str]], ...]  # a restarted control plane's, with their ended tasks
+
+
+@dataclass(frozen=True, slots=True)
 class NextArrival:
     index: int  # which generator
 
@@ -213,6 +218,9 @@ class Simulation:
         self.claims: dict[int, Allocation] = {}  # deviceBusy: capacity taken outside the scheduler
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
         self.on_pass: Callable[[float, int], None] | None = None  # told each scheduling pass's seconds and units
+        # Units one pass tries at most (None: all that wait). A live control plane bounds it so
+        # that an instant stays short: the rest are tried at the next instant, at once.
+        self.max_pass: int | None = None
         self._frozen_at = -1  # in ``run``: task records when what it holds was last set aside from collection
         self._reclaimed_at: float | None = None
         self._defragged_at: float | None = None
@@ -251,6 +259,12 @@ class Simulation:
         """Submit ``app`` now. Units all of whose tasks are in ``ended`` (task ->
         finished or failed) are recorded so and not run again."""
         self.loop.schedule(self.loop.now(), Submit(app, ended))
+
+    def restore(self, apps: list[tuple[Application, Mapping[str, str]]]) -> None:
+        """Submit the applications a restarted control plane had (each with its
+        ended tasks, as ``submit``), all in one instant and one scheduling pass;
+        their tasks are not logged as submitted a second time."""
+        self.loop.schedule(self.loop.now(), Restore(tuple(apps)))
 
     def apply(self, spec: Any) -> None:
         """A scenario event (one of the schema's event specs) happens now."""
@@ -340,6 +354,9 @@ class Simulation:
         for ev in batch:
             if isinstance(ev, Submit):
                 self._submit(t, ev.app, ev.ended)
+            elif isinstance(ev, Restore):
+                for app, ended in ev.apps:
+                    self._submit(t, app, ended, restored=True)
             elif isinstance(ev, NextArrival):
                 self._arrive(t, self._next[ev.index])
                 self._queue_next(ev.index, t)
@@ -383,7 +400,8 @@ class Simulation:
 
     # ------------------------------------------------------------ arrivals and ends
 
-    def _submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None) -> None:
+    def _submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None,
+                restored: bool = False) -> None:
         try:
             units = build_units((app,))
         except Exception as exc:  # noqa: BLE001 - an application the model cannot hold fails alone
@@ -397,8 +415,9 @@ class Simulation:
                     ledger.record_ended(task, app.tenant, ended[task], t, comp.lifetime == "job")
                 continue
             uid = ledger.submit(unit, t)
-            for task in unit.tasks:
-                self.log(t, "submitted", task=task, tenant=app.tenant)
+            if not restored:
+                for task in unit.tasks:
+                    self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending.add(uid)
 
     def _current(self, run_id: int) -> int | None:
@@ -829,6 +848,8 @@ class Simulation:
                     else:  # it ran, was stopped and waited to run again: it ends there
                         self._end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
         self._forget(app)
+        if not self.keep_records:  # a server's: its store keeps the history; what the executor kept goes
+            self.executor.forget(app)
 
     def _forget(self, app: str) -> None:
         """Drop what a deleted application's units held once all of them have ended:
@@ -843,7 +864,7 @@ class Simulation:
         if len(self._room):
             risen, fresh = self._room.due()
             self._unpark(fresh)
-        ready = self.pending.ready()
+        ready = self._bounded(t, self.pending.ready())
         if not ready and not risen:
             return
         started = time.perf_counter() if self.on_pass is not None else 0.0
@@ -894,7 +915,7 @@ class Simulation:
         tenants = {u.tenant for u in units} | set(self._room.tenants)
         if risen and len(tenants) > 1:
             self._unpark(self._room.fitting(risen))
-            ready = self.pending.ready()
+            ready = self._bounded(self.now, self.pending.ready())
             units = [self._units[uid].unit for uid in ready]
             risen = {}
         broken: list = []
@@ -921,6 +942,14 @@ class Simulation:
         if i < len(units):
             run(units[i:])
         return self.pending.in_order(tried), failed, broken
+
+    def _bounded(self, t: float, ready: list[int]) -> list[int]:
+        """The first ``max_pass`` of the ready units (in the queue's order); when
+        some are left, an instant comes again at once for them."""
+        if self.max_pass is None or len(ready) <= self.max_pass:
+            return ready
+        self.loop.schedule(t, Wake())  # (on a wall clock: the next turn, the commands that came taken first)
+        return ready[:self.max_pass]
 
     def _pass_key(self, unit: Unit) -> tuple:
         """A unit's place in a pass of one tenant's units (``BusinessLayer.run``'s order)."""

@@ -105,6 +105,28 @@ def check_references(docs: Documents) -> list[Problem]:
     return problems
 
 
+def outside_allowed_sites(docs: Documents) -> list[Problem]:
+    """Virtual clusters' host groups whose site names select only sites outside
+    their tenant's ``allowedSites``, so that their hosts could never be placed.
+    Not a problem of files (a simulation keeps such a VC, without hosts): a live
+    server refuses them (server/config.py). For documents whose references hold."""
+    allowed = {t.name: t.doc.spec.allowed_sites for t in docs.tenants}
+    if all("*" in a for a in allowed.values()):
+        return []
+    sites = KnownSites()
+    for fl in docs.fleets:
+        for site in fl.doc.spec.sites:
+            sites.add(site.name, site.tier, site.region, dict(site.labels))
+        for pop in fl.doc.spec.populations:
+            sites.add_population(pop.name, NamePattern.parse(pop.sites), pop.count)
+    out: list[Problem] = []
+    for vc in docs.virtual_clusters:
+        tenant = vc.doc.metadata.tenant
+        for i, g in enumerate(vc.doc.spec.host_groups if tenant in allowed else ()):
+            out += _outside_allowed(vc, ("spec", "hostGroups", i, "sites"), g.sites, tenant, allowed[tenant], sites)
+    return out
+
+
 def check_application(app: Loaded, world) -> list[Problem]:
     """An Application document's references (tenant, virtual cluster, sites)
     and its priorities (within its tenant's ``maxPriority``), checked against
@@ -112,7 +134,9 @@ def check_application(app: Loaded, world) -> list[Problem]:
     virtual clusters are known to it: another tenant's is as missing as one
     that does not exist, and no message names it."""
     tenant = app.doc.metadata.tenant
-    vcs = {name: vc.tenant for name, vc in world.vcs.items() if not vc.default and vc.tenant == tenant}
+    own = f"{tenant}:"  # a live server keeps a tenant's virtual cluster NAME as TENANT:NAME
+    vcs = {name.removeprefix(own): vc.tenant for name, vc in world.vcs.items()
+           if not vc.default and vc.tenant == tenant}
     sites = KnownSites.of(world.fleet)
     tenants = {name: t.max_priority for name, t in world.tenants.items()}
     return _check_app(app, tenant, app.doc.spec, ("spec",), tenants, vcs, sites, Hardware.of_fleet(world.fleet))
@@ -224,6 +248,19 @@ def _check_attach(fl: Loaded, here: tuple, pop, sites: "KnownSites") -> list[Pro
 
 def _no_site_matches(src: Loaded, loc: tuple, pattern: str, sites: "KnownSites") -> Problem:
     return _about("Fleet", problem_at(src.src, loc, f"pattern {pattern!r} matches no site; sites are {_few(sites)}"))
+
+
+def _outside_allowed(src: Loaded, loc: tuple, sel, tenant: str, allowed, sites: "KnownSites") -> list[Problem]:
+    """A host group's site names that select only sites its tenant may not use,
+    when none of them selects one it may (its hosts could never be placed): one
+    problem per such name (a name that selects no site has its own)."""
+    if sel is None or not sel.names or "*" in allowed or any(sites.any_common(p, allowed) for p in sel.names):
+        return []
+    may = ", ".join(allowed) or "none"
+    return [_about(f"Tenant {tenant}", problem_at(src.src, loc + ("names", j), f"pattern {pattern!r} selects only "
+                                                  f"sites outside tenant {tenant}'s allowedSites ({may}): its hosts "
+                                                  "could never be placed"))
+            for j, pattern in enumerate(sel.names) if sites.any_match(pattern)]
 
 
 def _selector_problems(src: Loaded, loc: tuple, sel, sites: "KnownSites", hw: "Hardware | None") -> list[Problem]:
@@ -365,6 +402,14 @@ class KnownSites:
             if any(rx.fullmatch(pat.name(k)) for k in range(count)):
                 return True
         return False
+
+    def any_common(self, pattern: str, others) -> bool:
+        """Whether a site matches ``pattern`` and one of ``others`` (globs) too."""
+        rx, rxs = re.compile(glob_regex(pattern)), [re.compile(glob_regex(o)) for o in others]
+        both = lambda name: rx.fullmatch(name) and any(r.fullmatch(name) for r in rxs)  # noqa: E731
+        if any(both(n) for n in self.names._index):
+            return True
+        return any(both(pat.name(k)) for _, count, pat in self.names.blocks() for k in range(count))
 
     def few(self) -> list[str]:
         listed = sorted(self.names._index)

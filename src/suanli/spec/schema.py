@@ -139,6 +139,36 @@ class NodeGroupSpec(Base):
         return value
 
 
+class AgentDeviceSpec(Base):
+    """The most devices of a kind that one agent's node may claim."""
+
+    kind: AcceleratorKind
+    count: Annotated[int, Field(ge=1, le=64)]
+
+
+class AgentNodeSpec(Base):
+    """The most that one agent's node may claim (a kind not listed: none of it)."""
+
+    cpu: CpuMilli
+    memory: MemMiB
+    accelerators: list[AgentDeviceSpec] = []
+
+    @field_validator("accelerators")
+    @classmethod
+    def _one_entry_per_kind(cls, value: list[AgentDeviceSpec]) -> list[AgentDeviceSpec]:
+        _unique(value, "kind", "accelerator kind", "is listed twice; use one entry per kind")
+        return value
+
+
+class SiteAgentsSpec(Base):
+    """What nodes that register themselves (``suanli agent``) may bring to a site:
+    how many it takes (none: as many as the agents' tokens allow), and the most
+    one may claim (none: what the site's largest node group has)."""
+
+    nodes: bounded(int, q.NODES, Field(ge=0)) | None = None
+    node: AgentNodeSpec | None = None
+
+
 class SiteSpec(Base):
     name: Name
     tier: Tier
@@ -146,6 +176,7 @@ class SiteSpec(Base):
     intra_site_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) = 0.2
     labels: dict[str, str] = {}
     node_groups: list[NodeGroupSpec] = []
+    agents: SiteAgentsSpec | None = None
 
     @field_validator("node_groups")
     @classmethod
