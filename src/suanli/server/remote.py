@@ -96,10 +96,11 @@ class RemoteController:
     def launch(self) -> None:
         """Start the child now, without waiting for it: it takes the lease and
         rebuilds while the server readies its API (``start`` then waits for it).
-        While this process has one thread (a server starting), the child is a fork
-        of it, with every module it imported already there; later ones (started
-        again by the supervisor, among the API's threads) are fresh interpreters."""
-        self._launched = self._new_child(fork=threading.active_count() == 1)
+        While this process has one thread (a server starting) and has not loaded
+        Ray (whose client does not survive a fork), the child is a fork of it,
+        with every module it imported already there; later ones (started again by
+        the supervisor, among the API's threads) are fresh interpreters."""
+        self._launched = self._new_child(fork=threading.active_count() == 1 and "ray" not in sys.modules)
 
     def start(self) -> None:
         """Start the child (unless ``launch`` did) and wait until it has rebuilt the
@@ -304,14 +305,18 @@ PROCESS_NAME = "suanli-control"  # the controller's process as ps and /proc/PID/
 def follow_parent() -> None:
     """End this process (and with it every task it started) as soon as its parent,
     the server, is gone, whatever this process is doing: rebuilding, standing by,
-    in a long turn: a thread of its own looks every ``PARENT_CHECK_S``. (Not the
-    kernel's parent-death signal: that follows the thread that started the
-    process, not the server.)"""
+    in a long turn: the kernel sends it SIGKILL when the thread that started it
+    ends (a parent-death signal: the server's main thread, or its supervisor's,
+    which live as long as it), and a thread of its own looks every
+    ``PARENT_CHECK_S`` besides."""
     parent = os.getppid()
     try:
         import ctypes
+        import signal
 
-        ctypes.CDLL(None).prctl(15, PROCESS_NAME.encode(), 0, 0, 0)  # PR_SET_NAME: found by its name
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, PROCESS_NAME.encode(), 0, 0, 0)  # PR_SET_NAME: found by its name
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
