@@ -25,8 +25,9 @@ demo: $(STAMP)
 	@echo "console: $(BIN)/suanli view demo-out/autodrive    (then open http://127.0.0.1:8090/; --port to change)"
 	@echo "         $(BIN)/suanli view demo-out/ai-hpc-mix --port 8091"
 
+# one worker per core, each taking whole files (their servers and clusters are shared within a file)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_decisions.py

@@ -30,24 +30,73 @@ def schedule_json(*paths: Path | str, seed: int | None = None) -> dict:
 
 
 BUSY = "import os, time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end and os.getppid() != 1:\n    pass\n"
+BUSY_PROCESSES = 2  # as many as a 2-core machine has
 
 
 @pytest.fixture(scope="module")
 def busy():
-    """Two processes that keep the machine's CPUs busy while a module's tests run
-    (as many as a 2-core machine has): what must hold under load is tried under
-    load, whatever else the machine does. They end with the module (and by
-    themselves, should this process die)."""
+    """Keep ``BUSY_PROCESSES`` processes busy on the machine while a module's
+    tests run: what must hold under load is tried under load, whatever else
+    the machine does. The load is the machine's, not the module's: each busy
+    process holds a lock of its own in the temporary folder, so that modules
+    run side by side (``pytest -n``) share two busy processes rather than
+    start two each, and a module whose neighbour ends starts those it no
+    longer has. They end with the module (and by themselves, should this
+    process die)."""
+    import fcntl
     import subprocess
     import sys
+    import tempfile
+    import threading
 
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
+    held: dict[int, tuple[int, subprocess.Popen]] = {}
+    done = threading.Event()
+
+    def take() -> None:
+        for slot in range(BUSY_PROCESSES):
+            if slot in held:
+                continue
+            fd = os.open(os.path.join(tempfile.gettempdir(), f"suanli-tests-busy-{slot}.lock"), os.O_CREAT | os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another module's busy process has it
+                os.close(fd)
+                continue
+            held[slot] = (fd, subprocess.Popen([sys.executable, "-c", BUSY]))
+
+    def keep() -> None:
+        while not done.wait(0.2):
+            take()
+
+    take()
+    keeper = threading.Thread(target=keep, name="busy", daemon=True)
+    keeper.start()
     try:
-        yield procs
+        yield
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        done.set()
+        keeper.join()
+        for fd, proc in held.values():
+            proc.kill()
+            proc.wait()
+            os.close(fd)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules marked ``long(seconds)`` first, the longest first, and of those
+    the ones that load the machine (``busy``) last: spread over the machine's
+    cores in whole files (``make test``), the long ones start at once and the
+    short ones fill in after, instead of a long one ending the run alone, and
+    the tests that time real clusters (Ray's) start before the machine is
+    loaded on purpose. (The seconds are what the module takes on a 2-core
+    machine.)"""
+    def order(item) -> tuple:
+        mark = item.get_closest_marker("long")
+        if mark is None:
+            return (2, 0.0)
+        return (1 if "busy" in item.fixturenames else 0, -mark.args[0])
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")

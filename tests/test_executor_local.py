@@ -16,6 +16,8 @@ from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, place
 
 from suanli.executors.confine import Confinement
 
+pytestmark = pytest.mark.long(80)
+
 
 def test_the_game_counts_on_across_car_edge_car_with_real_processes(tmp_path):
     work = tmp_path / "w"

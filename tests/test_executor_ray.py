@@ -21,6 +21,8 @@ from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, place
 
 from raycluster import LocalRayCluster
 
+pytestmark = pytest.mark.long(160)
+
 if os.environ.get("CI"):
     import ray  # noqa: F401  (CI installs the ray extra: its absence is a failure, not a skip)
 else:

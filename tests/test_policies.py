@@ -20,6 +20,8 @@ from suanli.scheduling.request import compile_request
 from suanli.scheduling.table import CandidateTable
 from suanli.sim.traces import load_openb_pods
 
+pytestmark = pytest.mark.long(60)
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-2023"
 NODES = DATA / "openb_node_list_gpu_node.csv"
 PODS = DATA / "openb_pod_list_default.csv"

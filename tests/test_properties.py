@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
@@ -34,6 +35,8 @@ from suanli.phrases import entry_text
 from suanli.scheduling.static import schedule
 from suanli.spec.build import load_world
 from suanli.spec.problems import SpecError
+
+pytestmark = pytest.mark.long(60)
 
 EXAMPLES = int(os.environ.get("SUANLI_PROPERTY_EXAMPLES", "50"))
 SETTINGS = settings(

@@ -27,6 +27,8 @@ from suanli.server.controller import Controller
 from suanli.server.store import Store, sqlite_url
 from suanli.spec.build import load_world
 
+pytestmark = pytest.mark.long(40)
+
 A, B = "acme-ai", "city-services"
 
 

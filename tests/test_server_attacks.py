@@ -26,6 +26,8 @@ from suanli.server.api import RateLimiter
 from suanli.server.remote import PROCESS_NAME
 from suanli.server.store import Store, sqlite_url
 
+pytestmark = pytest.mark.long(90)
+
 A, B = "alpha", "beta"
 TINY = """\
 apiVersion: suanli/v1

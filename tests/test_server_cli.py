@@ -17,6 +17,8 @@ from serving import ADMIN, FLEET, Server, free_port
 
 from suanli.server.store import sqlite_url
 
+pytestmark = pytest.mark.long(35)
+
 APPS = """\
 apiVersion: suanli/v1
 kind: Application

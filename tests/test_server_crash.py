@@ -26,7 +26,7 @@ from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL, f
 from suanli.server.store import Store, sqlite_url
 
 CLIENTS, APPS = 8, 240
-pytestmark = pytest.mark.usefixtures("busy")  # a loaded machine
+pytestmark = [pytest.mark.usefixtures("busy"), pytest.mark.long(140)]  # a loaded machine
 
 
 def doc(name: str, i: int) -> dict:

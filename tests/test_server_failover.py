@@ -27,7 +27,7 @@ from test_server_crash import doc
 from suanli.server.store import Store
 
 CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 240, 4, 5.0
-pytestmark = pytest.mark.usefixtures("busy")  # a loaded machine
+pytestmark = [pytest.mark.usefixtures("busy"), pytest.mark.long(65)]  # a loaded machine
 STOPS = {"requeued", "lost", "preempted", "finished", "failed", "omitted", "migrated", "evicted"}
 
 

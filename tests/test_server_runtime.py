@@ -20,6 +20,8 @@ from serving import ADMIN, Server, free_port, wait
 
 from suanli.server.store import sqlite_url
 
+pytestmark = pytest.mark.long(50)
+
 FLEET = """\
 apiVersion: suanli/v1
 kind: Fleet
