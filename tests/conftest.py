@@ -29,6 +29,21 @@ def schedule_json(*paths: Path | str, seed: int | None = None) -> dict:
     return json.loads(json.dumps(outcome_json(schedule(world, seed))))
 
 
+@pytest.fixture
+def base():
+    """A folder every user may cross (pytest's own are root's alone): tasks that run
+    as their tenants' users reach their folders in it."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="suanli-base-"))
+    path.chmod(0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 BUSY = "import os, time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end and os.getppid() != 1:\n    pass\n"
 BUSY_PROCESSES = 2  # as many as a 2-core machine has
 

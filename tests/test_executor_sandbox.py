@@ -11,7 +11,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -31,17 +30,6 @@ HIDDEN = "hidden-value-of-the-server"  # SECRET_X in the server's environment
 ALLOWED = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "PWD", "SUANLI_TASK", "SUANLI_TENANT",
            "SUANLI_NODE", "SUANLI_SITE", "SUANLI_RUN", "SUANLI_CPU_MILLI", "SUANLI_MEMORY_MIB", "SUANLI_STATE_DIR",
            "SUANLI_LOG_MAX_BYTES"}
-
-
-@pytest.fixture
-def base():
-    """A folder every user may cross (pytest's own are root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="suanli-sandbox-"))
-    path.chmod(0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def app(name: str, component: dict) -> dict:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -94,17 +92,6 @@ def alive(pid: int) -> bool:
 
 ORPHAN = ("import ctypes, sys, time\nctypes.CDLL(None).prctl(15, %r, 0, 0, 0)\nheld = open(sys.argv[1], 'rb')\n"
           "time.sleep(600)\n" % PROCESS_NAME.encode())
-
-
-@pytest.fixture
-def base():
-    """A folder every user may cross (the tasks' users reach their folders in it)."""
-    path = Path(tempfile.mkdtemp(prefix="suanli-contain-"))
-    path.chmod(0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def local_server(base: Path, *extra: str, name: str = "s") -> Server:
