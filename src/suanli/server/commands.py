@@ -78,21 +78,24 @@ class Client:
 
     def request(self, method: str, path: str, *, where: str = "", patient: bool = False, **kw: Any):
         """``patient``: too many requests (429) is waited out, as ``Retry-After`` says, and sent again."""
-        for attempt in range(3):
+        attempt = 0
+        while True:
             try:
                 r = self.http.request(method, path, **kw)
-                if patient and r.status_code == 429:
-                    import time
-
-                    time.sleep(float(r.headers.get("retry-after") or 1))
-                    return self.request(method, path, where=where, patient=patient, **kw)
-                break
             except self._httpx.TransportError as exc:
                 if "CERTIFICATE_VERIFY_FAILED" in str(exc):
                     _fail(f"cannot trust the server at {self.server}: its certificate is not signed by a known "
                           f"authority ({exc}); give the authority's certificate with --ca", 1)
-                if attempt == 2:
+                attempt += 1
+                if attempt == 3:
                     _fail(f"cannot reach the server at {self.server}: {exc}", 1)
+                continue
+            if not (patient and r.status_code == 429):
+                break
+            import time
+
+            time.sleep(float(r.headers.get("retry-after") or 1))  # waited out, however long it lasts
+            attempt = 0
         if r.status_code >= 500:
             _fail(f"the server failed ({r.status_code}): {r.text[:500]}", 1)
         if r.status_code >= 400:
