@@ -87,12 +87,12 @@ def every(http, path: str, **params) -> list:
     return [item for page in pages(http, path, **params) for item in page]
 
 
-def wait(pred, timeout: float = 30.0, what: str = "the condition"):
-    """``pred()``'s first true value, asked every 20 ms; fails after ``timeout`` seconds."""
+def wait(pred, timeout: float = 30.0, what: str = "the condition", every: float = 0.02):
+    """``pred()``'s first true value, asked every ``every`` seconds; fails after ``timeout`` seconds."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = pred()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from serving import ADMIN, Server, free_port
+from serving import ADMIN, Server, free_port, wait
 
 from suanli.server.store import ObjectRow, Store, TokenRow, sqlite_url
 
@@ -71,13 +71,7 @@ ADMIN_H = bearer(ADMIN)
 
 def until(pred, timeout: float = 20.0, what: str = "the condition"):
     """``pred()``'s first true value, asked every 0.1 s (within a tenant's rate)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait(pred, timeout, what, every=0.1)
 
 
 def tenant_doc(name: str, **spec) -> dict:

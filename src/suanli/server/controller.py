@@ -228,7 +228,6 @@ class LeaseKeeper:
 
     def __init__(self, store: Store, name: str, holder: str, epoch: int, ttl_s: float) -> None:
         self.store, self.name, self.holder, self.epoch, self.ttl_s = store, name, holder, epoch, ttl_s
-        self.renewed = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="suanli-lease", daemon=True)
 
@@ -248,7 +247,6 @@ class LeaseKeeper:
                 continue
             if not held and not self._stop.is_set():
                 lost(f"the lease {self.name!r} of epoch {self.epoch} was taken by another controller")
-            self.renewed = time.monotonic()
 
 
 def lost(why: str) -> None:

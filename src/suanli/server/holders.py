@@ -85,6 +85,8 @@ def holders(inodes: set[int] = frozenset(), paths: set[str] = frozenset()) -> di
     wanted = {f"socket:[{i}]": f"socket {i}" for i in inodes}
     wanted.update({os.path.realpath(p): p for p in paths})
     out: dict[int, set[str]] = {}
+    if not wanted:  # (a new store's files: no walk of every process's descriptors)
+        return out
     for fd_dir in PROC.glob("[0-9]*/fd"):
         try:
             fds = os.listdir(fd_dir)

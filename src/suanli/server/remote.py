@@ -92,6 +92,7 @@ class RemoteController:
         self.last_exit: str | None = None
         self._on_give_up = on_give_up or _exit_server
         self._supervisor: threading.Thread | None = None
+        self._launched: tuple | None = None  # the child ``launch`` started, for ``start`` to wait for
 
     def launch(self) -> None:
         """Start the child now, without waiting for it: it takes the lease and
@@ -106,7 +107,7 @@ class RemoteController:
         """Start the child (unless ``launch`` did) and wait until it has rebuilt the
         scheduler from the store; from then on it is supervised."""
         self.state = "starting"
-        launched, self._launched = getattr(self, "_launched", None), None
+        launched, self._launched = self._launched, None
         self._spawn(launched)
         self._supervisor = threading.Thread(target=self._supervise, name="suanli-controller-supervisor", daemon=True)
         self._supervisor.start()
