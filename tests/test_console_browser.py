@@ -77,12 +77,14 @@ def test_tasks_filter_by_state_and_page(city, page):
     page.goto(url + "/tasks")
     page.select_option("select[name=state]", "running")
     page.click("form#filters button[type=submit]")
+    page.wait_for_load_state()  # (a click waits for the navigation to begin, not for its page)
     states = page.locator("#tasks tbody .state").all_inner_texts()
     assert states and set(states) == {"running"}
     total = int(page.locator("h1 small").inner_text().split()[0].replace(",", ""))
     assert total == run.overview()["counts"]["running"]
     if total > 50:
         page.click("a[rel=next]")
+        page.wait_for_load_state()
         assert "page=2" in page.url and page.locator("#tasks tbody tr").count() > 0
 
 
