@@ -29,7 +29,7 @@ else:
     pytest.importorskip("ray", reason="the ray extra is not installed")
 
 NODES = ["cloud-north", "car-1", "edge-1"]  # the first is the head, where the driver's objects live
-AUTOPILOT_ENDS = 40  # s: the game stays on the edge until then
+AUTOPILOT_ENDS = 28  # s: the game stays on the edge until then
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +64,8 @@ def shipped(work, task: str) -> bool:
 
 def scenario(tmp_path: Path, extra_events: list[dict] = ()) -> Path:
     """The live autodrive example with autopilot running until ``AUTOPILOT_ENDS``
-    rather than 18s: room for a Ray worker's start (seconds on a busy machine,
-    tens of seconds when other tests run beside it) and a node's death to be
-    noticed while the game is on the edge."""
+    rather than 18s: room for a Ray worker's start (seconds on a busy machine)
+    and a node's death to be noticed while the game is on the edge."""
     with open(LIVE) as f:
         docs = list(yaml.safe_load_all(f))
     spec = docs[-1]["spec"]
