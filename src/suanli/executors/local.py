@@ -45,7 +45,7 @@ from suanli.executors.confine import Confinement
 from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
-                                    Orphans, Users, await_checkpoint, copy_tree, folder_size, give, launch, make_dir,
+                                    Orphans, Users, ask_task, await_checkpoint, copy_tree, folder_size, give, launch, make_dir,
                                     origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
                                     task_command, tenant_nproc, user_switch)
 
@@ -240,19 +240,21 @@ class LocalExecutor:
         if not p.stopping and not self._closed.is_set():
             self.loop.post(TaskExited(p.launch.run_id, p.launch.task, code))
 
-    def _signal(self, p: Proc, sig: int) -> None:
-        signal_task(p.popen.pid, sig, self.unshare is not None)
+    def _signal(self, p: Proc, sig: int) -> bool:
+        return signal_task(p.popen.pid, sig, self.unshare is not None)
 
     def _end(self, tasks, keep_state: bool) -> None:
         """Ask the tasks' processes to save and exit (SIGTERM), all at once; kill
         the process groups of those still there after their grace."""
         ending = [p for task in tasks if (p := self.procs.get(task)) is not None]
+        began = time.monotonic()
         for p in ending:
             p.lock.acquire()  # a checkpoint under way finishes first
             p.stopping = True
-            self._signal(p, signal.SIGTERM)
+            ask_task(p.popen.pid, signal.SIGTERM, self.unshare is not None, p.ended.is_set,
+                     began + p.launch.grace_s - time.monotonic())
         for p in ending:
-            if not p.ended.wait(p.launch.grace_s):
+            if not p.ended.wait(max(0.0, began + p.launch.grace_s - time.monotonic())):
                 self._signal(p, signal.SIGKILL)
                 p.ended.wait(5)
             self._signal(p, signal.SIGKILL)  # what the task left behind in its group

@@ -48,7 +48,7 @@ from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump, RotatingLog, TaskPipe
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch, Users,
-                                    await_checkpoint, give, launch, make_dir, origin_wall, pack, speed_of,
+                                    ask_task, await_checkpoint, give, launch, make_dir, origin_wall, pack, speed_of,
                                     pid_namespace, process_env, safe, signal_task, task_command, tenant_nproc, unpack,
                                     user_switch)
 from suanli.spec.problems import Problem, SpecError
@@ -210,9 +210,8 @@ class TaskActor:
         self.shipped += len(data)
         return data
 
-    def _signal(self, sig: int) -> None:
-        if self.proc is not None:
-            signal_task(self.proc.pid, sig, self.unshare is not None)
+    def _signal(self, sig: int) -> bool:
+        return self.proc is not None and signal_task(self.proc.pid, sig, self.unshare is not None)
 
     def checkpoint(self, grace_s: float) -> tuple[bytes | None, bytes]:
         """Ask for a checkpoint (SIGUSR1); the state folder packed, or None if
@@ -233,9 +232,10 @@ class TaskActor:
             self.stopping = True
             self.began.wait(60)  # a stop sent right after the start comes after it
             if self.proc is not None:
-                self._signal(signal.SIGTERM)
+                proc, deadline = self.proc, time.monotonic() + grace_s
+                ask_task(proc.pid, signal.SIGTERM, self.unshare is not None, lambda: proc.poll() is not None, grace_s)
                 try:
-                    self.proc.wait(grace_s)
+                    proc.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
                 self._signal(signal.SIGKILL)

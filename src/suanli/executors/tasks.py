@@ -131,19 +131,22 @@ def process_env(env: dict[str, str], state_dir: Path, home: Path, cpu_milli: int
     return out
 
 
-def await_checkpoint(state_dir: Path, ask: Callable[[], None], ended: Callable[[], bool], grace_s: float) -> bool:
-    """The protocol's checkpoint: clear the mark, ``ask`` (SIGUSR1), and wait up to
+def await_checkpoint(state_dir: Path, ask: Callable[[], bool], ended: Callable[[], bool], grace_s: float) -> bool:
+    """The protocol's checkpoint: clear the mark, ``ask`` (SIGUSR1; asked again
+    while it reports that it did not reach the task's command), and wait up to
     ``grace_s`` for the task to write the mark; False if it did not, or ``ended``."""
     mark = state_dir / CHECKPOINT_MARK
     try:
         mark.unlink(missing_ok=True)
     except OSError:  # the task made it something else than a file
         return False
-    ask()
+    reached = ask()
     deadline = time.monotonic() + grace_s
     while not mark.exists():
         if time.monotonic() > deadline or ended():
             return False
+        if not reached:
+            reached = ask()
         time.sleep(0.005)
     return True
 
@@ -193,15 +196,19 @@ def in_namespace(command: tuple[str, ...], unshare: tuple[str, ...]) -> tuple[st
     return (*unshare, "--", shutil.which("sh") or "/bin/sh", "-c", NS_INIT, "suanli-init", *command)
 
 
-def signal_task(group: int, sig: int, wrapped: bool) -> None:
+def signal_task(group: int, sig: int, wrapped: bool) -> bool:
     """Send ``sig`` to a task's process group ``group`` (its first process's pid).
     ``wrapped``: that first process is ``unshare`` (``in_namespace``), which
     dies of the signals it does not block (SIGUSR1, the checkpoint's): then
-    every other member of the group gets it, and SIGKILL alone goes to all."""
+    every other member of the group gets it, and SIGKILL alone goes to all.
+    Whether it reached the task's command: unwrapped, always; wrapped, once
+    the namespace's init and a process under it got it (just after the start,
+    ``unshare`` may not have forked yet, and then nothing gets it)."""
+    reached = 0
     try:
         if not wrapped or sig == signal.SIGKILL:
             os.killpg(group, sig)
-            return
+            return True
         for stat_file in Path("/proc").glob("[0-9]*/stat"):
             try:
                 fields = stat_file.read_text().rsplit(")", 1)[1].split()
@@ -211,10 +218,25 @@ def signal_task(group: int, sig: int, wrapped: bool) -> None:
             if int(fields[2]) == group and pid != group:  # (after the name: state, ppid, pgrp)
                 try:
                     os.kill(pid, sig)
+                    reached += 1
                 except ProcessLookupError:
                     pass
     except (ProcessLookupError, PermissionError):
         pass
+    return reached >= 2
+
+
+def ask_task(group: int, sig: int, wrapped: bool, ended: Callable[[], bool], within_s: float) -> bool:
+    """``signal_task``, sent again until it reaches the task's command (a stop
+    or a checkpoint asked as the task starts would otherwise be lost, and the
+    task killed after its grace with what it had not saved), the task has
+    ended, or ``within_s`` has passed; whether it reached the command."""
+    deadline = time.monotonic() + within_s
+    while not signal_task(group, sig, wrapped):
+        if ended() or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def pid_budget() -> int:
