@@ -21,10 +21,14 @@ has no transitions, and its mappings are read-only.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Container, Iterable, Iterator, Mapping
+from typing import Container, Iterable, Iterator
+
+import numpy as np
 
 from suanli.executors.base import Run
 from suanli.model.work import Component, World
@@ -33,27 +37,156 @@ from suanli.scheduling.state import Placement
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
+_CODE = {status: code for code, status in enumerate(STATUSES)}
+_GONE = -1  # the status code of a record that was dropped (its id is not given again)
+_PENDING_CODE = _CODE[PENDING]
+KLASSES = ("", "short/small", "short/large", "resident/small", "resident/large")  # "": never became work
+_KLASS_CODE = {klass: code for code, klass in enumerate(KLASSES)}
 _CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if large else "/small")
             for short in (False, True) for large in (False, True)}  # one string each, not one per unit
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
+_NONE = float("nan")  # a time not yet (a float column's None)
 
 
-@dataclass(slots=True)
+class TaskTable(Mapping[str, "TaskRecord"]):
+    """Every task's record as columns, indexed by task id: the order in which
+    a name was first submitted. A record is read as a ``TaskRecord``, a view
+    of one row made when asked for; no object is kept per task but its name.
+
+    Scalar columns are ``array.array``s (compact, and read or written one at
+    a time without a NumPy scalar in between); ``column()`` views one as a
+    NumPy array for whole-table reads. A name submitted again (a recreated
+    application's task) keeps its id and so its place in the order; a record
+    dropped leaves its row marked gone."""
+
+    __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
+                 "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self.status = array("b")  # code in STATUSES; _GONE: dropped
+        self.tenant = array("i")  # code in ``tenants``
+        self.unit = array("i")  # -1: it never became work
+        self.component: list[Component | None] = []
+        self.submitted_at = array("d")
+        self.first_placed_at = array("d")  # NaN: not yet
+        self.ended_at = array("d")
+        self.klass = array("b")  # code in KLASSES
+        self.job = array("b")  # a job (it finishes) rather than a service
+        self.reasons: dict[int, Counter] = {}  # a pending task's reasons from its last try (none: NO_REASONS)
+        # the few tasks that move, kept apart from the columns every task pays for:
+        self.moving: dict[int, tuple[int, float]] = {}  # a service stopped to move: (the node it left, when)
+        self.last_move_at: dict[int, float] = {}  # when a service last moved
+        self.tenants: list[str] = []
+        self._tenant_code: dict[str, int] = {}
+        self._live = 0
+
+    def put(self, task: str, tenant: str, component: Component | None, unit: int, status: str, submitted_at: float,
+            ended_at: float | None, klass: str, job: bool) -> tuple[int, str | None]:
+        """A record, new or in place of the one of the same name: (its id, the replaced record's status)."""
+        code = self._tenant_code.get(tenant)
+        if code is None:
+            code = self._tenant_code[tenant] = len(self.tenants)
+            self.tenants.append(tenant)
+        values = (_CODE[status], code, unit, submitted_at, _NONE, _NONE if ended_at is None else ended_at,
+                  _KLASS_CODE[klass], job)
+        cols = (self.status, self.tenant, self.unit, self.submitted_at, self.first_placed_at, self.ended_at,
+                self.klass, self.job)
+        i = self.ids.get(task)
+        if i is None:
+            i = self.ids[task] = len(self.names)
+            self.names.append(task)
+            self.component.append(component)
+            for col, v in zip(cols, values):
+                col.append(v)
+            self._live += 1
+            return i, None
+        old = STATUSES[self.status[i]]
+        for col, v in zip(cols, values):
+            col[i] = v
+        self.component[i] = component
+        self._clear(i)
+        return i, old
+
+    def drop(self, task: str) -> str:
+        """The record goes (its row stays, marked gone); its status."""
+        i = self.ids.pop(task)
+        old = STATUSES[self.status[i]]
+        self.status[i] = _GONE
+        self.component[i] = None
+        self._clear(i)
+        self._live -= 1
+        return old
+
+    def _clear(self, i: int) -> None:
+        self.reasons.pop(i, None)
+        self.moving.pop(i, None)
+        self.last_move_at.pop(i, None)
+
+    def column(self, name: str) -> np.ndarray:
+        """A scalar column as a NumPy array (a copy: the table may grow under a view)."""
+        return np.array(getattr(self, name))
+
+    # ------------------------------------------------------------ read as a mapping
+
+    def __getitem__(self, task: str) -> "TaskRecord":
+        return TaskRecord(self, self.ids[task])
+
+    def get(self, task: str, default=None):
+        i = self.ids.get(task)
+        return default if i is None else TaskRecord(self, i)
+
+    def __contains__(self, task: object) -> bool:
+        return task in self.ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)  # in id order: a name keeps its first place
+
+    def __len__(self) -> int:
+        return self._live
+
+    def values(self) -> Iterator["TaskRecord"]:  # type: ignore[override]
+        return (TaskRecord(self, i) for i in self.ids.values())
+
+    def items(self) -> Iterator[tuple[str, "TaskRecord"]]:  # type: ignore[override]
+        return ((task, TaskRecord(self, i)) for task, i in self.ids.items())
+
+
+def _time(col: array, i: int) -> float | None:
+    v = col[i]
+    return None if v != v else v
+
+
 class TaskRecord:
-    task: str
-    tenant: str
-    component: Component | None  # None: a trace record that never became work
-    unit: int  # -1 with no component
-    status: str = PENDING
-    submitted_at: float = 0.0
-    first_placed_at: float | None = None
-    ended_at: float | None = None
-    moved_from: int | None = None  # the node a preempted service left; its next start is a move
-    stopped_at: float | None = None
-    last_move_at: float | None = None
-    klass: str = ""  # the unit's workload class ("" for a record that never became work)
-    job: bool = False  # a job (it finishes) rather than a service
-    reasons: Counter = field(default_factory=lambda: NO_REASONS)
+    """One task's record: a view of its row of the ``TaskTable``, made when read."""
+
+    __slots__ = ("_t", "id")
+
+    def __init__(self, table: TaskTable, i: int) -> None:
+        self._t, self.id = table, i
+
+    task = property(lambda r: r._t.names[r.id])
+    status = property(lambda r: STATUSES[r._t.status[r.id]])
+    tenant = property(lambda r: r._t.tenants[r._t.tenant[r.id]])
+    component = property(lambda r: r._t.component[r.id])  # None: a trace record that never became work
+    unit = property(lambda r: r._t.unit[r.id])  # -1 with no component
+    submitted_at = property(lambda r: r._t.submitted_at[r.id])
+    first_placed_at = property(lambda r: _time(r._t.first_placed_at, r.id))
+    ended_at = property(lambda r: _time(r._t.ended_at, r.id))
+    stopped_at = property(lambda r: (r._t.moving.get(r.id) or (None, None))[1])
+    last_move_at = property(lambda r: r._t.last_move_at.get(r.id))
+    klass = property(lambda r: KLASSES[r._t.klass[r.id]])  # the unit's workload class
+    job = property(lambda r: bool(r._t.job[r.id]))
+    reasons = property(lambda r: r._t.reasons.get(r.id, NO_REASONS))
+
+    @property
+    def moved_from(self) -> int | None:
+        """The node a preempted service left; its next start is a move, priced from there."""
+        return (self._t.moving.get(self.id) or (None, None))[0]
+
+    def __repr__(self) -> str:
+        return f"TaskRecord({self.task!r}, {self.status}, unit={self.unit})"
 
 
 @dataclass(slots=True)
@@ -79,7 +212,7 @@ class Ledger:
                  "_unit_ids", "_run_ids")
 
     def __init__(self) -> None:
-        self.tasks: dict[str, TaskRecord] = {}
+        self.tasks = TaskTable()
         self.units: dict[int, UnitState] = {}
         self.runs: dict[int, int] = {}  # run id -> unit id
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
@@ -92,17 +225,17 @@ class Ledger:
 
     # ------------------------------------------------------------ submit
 
-    def _put(self, rec: TaskRecord) -> None:
-        old = self.tasks.get(rec.task)
+    def _put(self, task: str, tenant: str, component: Component | None, unit: int, status: str, t: float,
+             ended_at: float | None = None, klass: str = "", job: bool = False) -> None:
+        _, old = self.tasks.put(task, tenant, component, unit, status, t, ended_at, klass, job)
         if old is not None:  # a recreated application's task: its record is replaced
-            self.counts[old.status] -= 1
-        self.tasks[rec.task] = rec
-        self.counts[rec.status] += 1
+            self.counts[old] -= 1
+        self.counts[status] += 1
 
     def record_ended(self, task: str, tenant: str, status: str, t: float, job: bool = False) -> None:
         """A task that ended before it became work here: one a restored control
         plane had seen end, or a trace record that cannot become work."""
-        self._put(TaskRecord(task, tenant, None, -1, status, t, ended_at=t, job=job))
+        self._put(task, tenant, None, -1, status, t, ended_at=t, job=job)
 
     def submit(self, unit: Unit, t: float) -> int:
         """A unit and its tasks, pending; returns the unit's id (also its ``seq``)."""
@@ -115,7 +248,7 @@ class Ledger:
         self.by_app.setdefault(unit.app.name, []).append(uid)
         tenant = unit.tenant
         for task, comp in zip(unit.tasks, comps):
-            self._put(TaskRecord(task, tenant, comp, uid, submitted_at=t, klass=klass, job=comp.lifetime == "job"))
+            self._put(task, tenant, comp, uid, PENDING, t, klass=klass, job=comp.lifetime == "job")
         return uid
 
     # ------------------------------------------------------------ runs
@@ -152,33 +285,35 @@ class Ledger:
 
     def placed(self, rec: TaskRecord, t: float) -> None:
         """A task of a starting run is running."""
-        self.counts[rec.status] -= 1
+        tab, i = self.tasks, rec.id
+        self.counts[STATUSES[tab.status[i]]] -= 1
         self.counts[RUNNING] += 1
-        rec.status = RUNNING
-        if rec.first_placed_at is None:
-            rec.first_placed_at = t
-        rec.reasons = NO_REASONS
+        tab.status[i] = _CODE[RUNNING]
+        if tab.first_placed_at[i] != tab.first_placed_at[i]:
+            tab.first_placed_at[i] = t
+        tab.reasons.pop(i, None)
 
     def ended(self, rec: TaskRecord, status: str, t: float) -> None:
         """A task stopped (``status`` pending: to run again) or ended."""
-        self.counts[rec.status] -= 1
+        tab, i = self.tasks, rec.id
+        self.counts[STATUSES[tab.status[i]]] -= 1
         self.counts[status] += 1
-        rec.status, rec.ended_at = status, t
+        tab.status[i], tab.ended_at[i] = _CODE[status], t
 
-    @staticmethod
-    def waits(rec: TaskRecord, reasons: Counter) -> None:
+    def waits(self, rec: TaskRecord, reasons: Counter) -> None:
         """A pending task's reasons for waiting, from its last try."""
-        rec.reasons = reasons
+        if reasons is NO_REASONS:
+            self.tasks.reasons.pop(rec.id, None)
+        else:
+            self.tasks.reasons[rec.id] = reasons
 
-    @staticmethod
-    def stopped_to_move(rec: TaskRecord, node: int, t: float) -> None:
+    def stopped_to_move(self, rec: TaskRecord, node: int, t: float) -> None:
         """A service left ``node`` at ``t``: its next start is a move, priced from there."""
-        rec.moved_from, rec.stopped_at = node, t
+        self.tasks.moving[rec.id] = (node, t)
 
-    @staticmethod
-    def moved(rec: TaskRecord, t: float) -> None:
-        rec.moved_from = rec.stopped_at = None
-        rec.last_move_at = t
+    def moved(self, rec: TaskRecord, t: float) -> None:
+        self.tasks.moving.pop(rec.id, None)
+        self.tasks.last_move_at[rec.id] = t
 
     # ------------------------------------------------------------ deletes
 
@@ -193,9 +328,9 @@ class Ledger:
         for uid in self.by_app.pop(app, ()):
             for task in self.units.pop(uid).unit.tasks:
                 if records:
-                    self.tasks[task].component = None
+                    self.tasks.component[self.tasks.ids[task]] = None
                 elif task in self.tasks:
-                    self.counts[self.tasks.pop(task).status] -= 1
+                    self.counts[self.tasks.drop(task)] -= 1
 
 
 class LedgerView:
@@ -234,8 +369,9 @@ class LedgerView:
         return {s: c.get(s, 0) for s in STATUSES}
 
     def pending(self) -> Iterator[TaskRecord]:
-        """The pending tasks' records, in submission order (a scan: for outputs)."""
-        return (r for r in self._ledger.tasks.values() if r.status == PENDING)
+        """The pending tasks' records, in submission order (a scan of one column: for outputs)."""
+        tab = self._ledger.tasks
+        return (TaskRecord(tab, i) for i in np.flatnonzero(tab.column("status") == _PENDING_CODE).tolist())
 
     def __len__(self) -> int:
         return len(self._ledger.tasks)
