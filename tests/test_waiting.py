@@ -179,3 +179,52 @@ def test_a_deleted_application_leaves_no_unit_parked(tmp_path):
     (alone, _, _), (parked, room, sim) = runs
     assert room > 0 and parked == alone
     assert not sim.pending and not len(sim._room) and not sim._room_site
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "discard", "park", "wake"]), st.integers(0, 9999)),
+                min_size=1, max_size=400), st.integers(0, 2**32 - 1))
+def test_a_queue_that_shrinks_keeps_its_order(ops, seed):
+    """A queue that held thousands of units and then few is made anew (its
+    dicts would otherwise keep their largest tables): it keeps its order,
+    its parked units and its tickets."""
+    import random
+
+    rng = random.Random(seed)
+    q, model, parked = WaitQueue(), {}, {}
+    big = waiting.SHRINK_FROM + 500
+    for uid in range(big):  # a first instant's queue, placed almost whole
+        q.add(uid)
+        model[uid] = uid
+    keep = set(rng.sample(range(big), 40))
+    for uid in range(big):
+        if uid not in keep:
+            q.discard(uid)
+            del model[uid]
+    assert q._peak < waiting.SHRINK_FROM  # it was made anew (the case is not vacuous)
+    nxt = big
+    for op, k in ops:
+        uids = sorted(model)
+        if op == "add":
+            if k not in model:
+                model[k] = nxt
+                nxt += 1
+            q.add(k)
+        elif op == "discard" and uids:
+            uid = uids[k % len(uids)]
+            q.discard(uid)
+            del model[uid]
+            parked.pop(uid, None)
+        elif op == "park":
+            ready = [u for u in uids if u not in parked]
+            if ready:
+                uid = ready[k % len(ready)]
+                q.park(uid, k % 3)
+                parked[uid] = k % 3
+        elif op == "wake":
+            for uid in [u for u, key in parked.items() if key == k % 3]:
+                del parked[uid]
+            q.wake(k % 3)
+        assert list(q) == sorted(model, key=model.__getitem__)
+        assert q.ready() == sorted((u for u in model if u not in parked), key=model.__getitem__)
+        assert {u for u in model if q.parked(u)} == set(parked)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Hashable, Iterator
 
 ENABLED = True  # False: every waiting unit is tried at every instant (the reference the tests compare with)
+SHRINK_FROM = 4096  # a queue that held at least this many units is copied anew once it holds an eighth
 
 
 class WaitQueue:
@@ -27,6 +28,7 @@ class WaitQueue:
         self._by_key: dict[Hashable, dict[int, None]] = {}
         self._next = 0
         self._sorted = True  # _ready is in queue order
+        self._peak = 0  # the most units waiting since the dicts were last made anew
 
     def add(self, uid: int) -> None:
         """Queue ``uid`` at the back (a unit already waiting keeps its place)."""
@@ -34,10 +36,15 @@ class WaitQueue:
             return
         self._ticket[uid] = self._ready[uid] = self._next
         self._next += 1
+        self._peak = max(self._peak, len(self._ticket))
 
     def discard(self, uid: int) -> None:
         if self._ticket.pop(uid, None) is None:
             return
+        if self._peak >= SHRINK_FROM and len(self._ticket) * 8 < self._peak:
+            # a dict keeps the table of its largest size: a city's first instant queues millions
+            # of units and places them, and the emptied tables would be held for the whole run
+            self._ticket, self._ready, self._peak = dict(self._ticket), dict(self._ready), len(self._ticket)
         if self._ready.pop(uid, None) is None:
             key = self._parked.pop(uid)
             waiting = self._by_key[key]
