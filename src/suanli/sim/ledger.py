@@ -39,7 +39,7 @@ PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", 
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
 _CODE = {status: code for code, status in enumerate(STATUSES)}
 _GONE = -1  # the status code of a record that was dropped (its id is not given again)
-_PENDING_CODE = _CODE[PENDING]
+_PENDING_CODE, _RUNNING_CODE = _CODE[PENDING], _CODE[RUNNING]
 KLASSES = ("", "short/small", "short/large", "resident/small", "resident/large")  # "": never became work
 _KLASS_CODE = {klass: code for code, klass in enumerate(KLASSES)}
 _CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if large else "/small")
@@ -89,23 +89,27 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         if code is None:
             code = self._tenant_code[tenant] = len(self.tenants)
             self.tenants.append(tenant)
-        values = (_CODE[status], code, unit, submitted_at, _NONE, _NONE if ended_at is None else ended_at,
-                  _KLASS_CODE[klass], job)
-        cols = (self.status, self.tenant, self.unit, self.submitted_at, self.first_placed_at, self.ended_at,
-                self.klass, self.job)
+        ended = _NONE if ended_at is None else ended_at
         i = self.ids.get(task)
-        if i is None:
+        if i is None:  # (column by column: this runs once per task submitted)
             i = self.ids[task] = len(self.names)
             self.names.append(task)
             self.component.append(component)
-            for col, v in zip(cols, values):
-                col.append(v)
+            self.status.append(_CODE[status])
+            self.tenant.append(code)
+            self.unit.append(unit)
+            self.submitted_at.append(submitted_at)
+            self.first_placed_at.append(_NONE)
+            self.ended_at.append(ended)
+            self.klass.append(_KLASS_CODE[klass])
+            self.job.append(job)
             self._live += 1
             return i, None
         old = STATUSES[self.status[i]]
-        for col, v in zip(cols, values):
-            col[i] = v
         self.component[i] = component
+        self.status[i], self.tenant[i], self.unit[i] = _CODE[status], code, unit
+        self.submitted_at[i], self.first_placed_at[i], self.ended_at[i] = submitted_at, _NONE, ended
+        self.klass[i], self.job[i] = _KLASS_CODE[klass], job
         self._clear(i)
         return i, old
 
@@ -285,13 +289,15 @@ class Ledger:
 
     def placed(self, rec: TaskRecord, t: float) -> None:
         """A task of a starting run is running."""
-        tab, i = self.tasks, rec.id
-        self.counts[STATUSES[tab.status[i]]] -= 1
-        self.counts[RUNNING] += 1
-        tab.status[i] = _CODE[RUNNING]
-        if tab.first_placed_at[i] != tab.first_placed_at[i]:
-            tab.first_placed_at[i] = t
-        tab.reasons.pop(i, None)
+        tab, i, counts = self.tasks, rec.id, self.counts
+        counts[STATUSES[tab.status[i]]] -= 1
+        counts[RUNNING] += 1
+        tab.status[i] = _RUNNING_CODE
+        first = tab.first_placed_at
+        if first[i] != first[i]:  # NaN: never placed before
+            first[i] = t
+        if tab.reasons:
+            tab.reasons.pop(i, None)
 
     def ended(self, rec: TaskRecord, status: str, t: float) -> None:
         """A task stopped (``status`` pending: to run again) or ended."""

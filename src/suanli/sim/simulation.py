@@ -1209,7 +1209,7 @@ class Simulation:
             rec = self._tasks[task]
             p = self.state.placements[task]
             ledger.placed(rec, t)
-            self.track_near(task)
+            self.track_near(task, rec.component)
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if rec.moved_from is not None:
@@ -1236,10 +1236,12 @@ class Simulation:
 
     # ------------------------------------------------------------ helpers
 
-    def track_near(self, task: str) -> None:
+    def track_near(self, task: str, comp: Component | None = None) -> None:
         """Keep ``near_running`` to the running tasks placed away from their
-        ``near`` site: only they can move closer, or be beyond their bound."""
-        comp = self._tasks[task].component
+        ``near`` site: only they can move closer, or be beyond their bound.
+        (``comp``: the task's component, when the caller has its record.)"""
+        if comp is None:
+            comp = self._tasks[task].component
         if comp.near is None:
             return
         if self._names_of(self.state.placements[task].host.node)[1] != comp.near.site:  # names are unique
