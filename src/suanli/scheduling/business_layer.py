@@ -39,8 +39,8 @@ class Unit:
     """Tasks placed together, all or nothing."""
 
     app: Application
-    tasks: list[str]
-    components: list[Component]  # one per task
+    tasks: tuple[str, ...]  # (a tuple: a run of all of them shares it)
+    components: tuple[Component, ...]  # one per task
     seq: int
     min_members: int | None = None  # elastic gang
     couplings: tuple[str, ...] = ()  # every member's coupling level must hold
@@ -62,7 +62,7 @@ class Unit:
     def tenant(self) -> str:
         return self.app.tenant
 
-    def distinct_components(self) -> list[Component]:
+    def distinct_components(self) -> tuple[Component, ...] | list[Component]:
         """Its components once each, in order (replicas share one object: told
         apart by identity, not by hashing every field)."""
         comps = self.components
@@ -89,17 +89,17 @@ def build_units(apps: tuple[Application, ...]) -> list[Unit]:
                 members = grouped.pop(comp.affinity[0], None)
                 if members is None:
                     continue  # already made with its group's first component
-                tasks = [c.task_name(i) for c in members for i in range(c.size)]
-                comps = [c for c in members for _ in range(c.size)]
+                tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
+                comps = tuple(c for c in members for _ in range(c.size))
                 if tasks:
                     units.append(Unit(app, tasks, comps, len(units),
                                       couplings=levels_of(c.coupling for c in members),
                                       affinity_scope=comp.affinity[1]))
             elif comp.gang:
-                units.append(Unit(app, [comp.task_name(i) for i in range(comp.size)], [comp] * comp.size,
+                units.append(Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
                                   len(units), min_members=comp.min_size, couplings=levels_of([comp.coupling])))
             else:
-                units.extend(Unit(app, [comp.task_name(i)], [comp], len(units) + i) for i in range(comp.size))
+                units.extend(Unit(app, (comp.task_name(i),), (comp,), len(units) + i) for i in range(comp.size))
     for seq, unit in enumerate(units):  # arrival order: the order written
         unit.seq = seq
     return units

@@ -250,9 +250,12 @@ class Ledger:
         lead = next((c for c in comps if c.lifetime == "job"), None)
         self.units[uid] = UnitState(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
         self.by_app.setdefault(unit.app.name, []).append(uid)
-        tenant = unit.tenant
+        tenant, put, counts = unit.tenant, self.tasks.put, self.counts
         for task, comp in zip(unit.tasks, comps):
-            self._put(task, tenant, comp, uid, PENDING, t, klass=klass, job=comp.lifetime == "job")
+            old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job")[1]
+            if old is not None:  # a recreated application's task: its record is replaced
+                counts[old] -= 1
+        counts[PENDING] += len(unit.tasks)
         return uid
 
     # ------------------------------------------------------------ runs
@@ -287,9 +290,9 @@ class Ledger:
 
     # ------------------------------------------------------------ tasks
 
-    def placed(self, rec: TaskRecord, t: float) -> None:
-        """A task of a starting run is running."""
-        tab, i, counts = self.tasks, rec.id, self.counts
+    def placed(self, i: int, t: float) -> None:
+        """A task of a starting run (by its id) is running."""
+        tab, counts = self.tasks, self.counts
         counts[STATUSES[tab.status[i]]] -= 1
         counts[RUNNING] += 1
         tab.status[i] = _RUNNING_CODE

@@ -1201,19 +1201,22 @@ class Simulation:
                 self._end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
         lead = us.unit.components[0]
         ledger = self.ledger
-        run = Run(ledger.next_run_id(), tuple(placed), len(placed), t, us.remaining_work_s, us.remaining_s,
+        tasks = us.unit.tasks if len(placed) == len(us.unit.tasks) else tuple(placed)  # (all: shared)
+        run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
         if ledger.start(uid, run):
             self._count_running(us.unit, +1)
+        tab = self._tasks
+        ids, moving = tab.ids, tab.moving
         for task in placed:
-            rec = self._tasks[task]
+            i = ids[task]
             p = self.state.placements[task]
-            ledger.placed(rec, t)
-            self.track_near(task, rec.component)
+            ledger.placed(i, t)
+            self.track_near(task, tab.component[i])
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
-            if rec.moved_from is not None:
-                self.log_move(t, rec, p.host.node)  # started when its state arrives
+            if moving and i in moving:  # a service that stopped to move: priced from where it left
+                self.log_move(t, tab[task], p.host.node)  # started when its state arrives
             else:
                 self.disrupted.discard(task)
                 self.log(t, "started", task=task, **where)

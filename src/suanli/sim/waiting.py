@@ -29,6 +29,7 @@ class WaitQueue:
         self._next = 0
         self._sorted = True  # _ready is in queue order
         self._peak = 0  # the most units waiting since the dicts were last made anew
+        self._shrink_below = 0  # made anew when fewer wait (0: not while the peak is under SHRINK_FROM)
 
     def add(self, uid: int) -> None:
         """Queue ``uid`` at the back (a unit already waiting keeps its place)."""
@@ -36,15 +37,19 @@ class WaitQueue:
             return
         self._ticket[uid] = self._ready[uid] = self._next
         self._next += 1
-        self._peak = max(self._peak, len(self._ticket))
+        if len(self._ticket) > self._peak:
+            self._peak = len(self._ticket)
+            if self._peak >= SHRINK_FROM:
+                self._shrink_below = self._peak // 8
 
     def discard(self, uid: int) -> None:
         if self._ticket.pop(uid, None) is None:
             return
-        if self._peak >= SHRINK_FROM and len(self._ticket) * 8 < self._peak:
+        if len(self._ticket) < self._shrink_below:
             # a dict keeps the table of its largest size: a city's first instant queues millions
             # of units and places them, and the emptied tables would be held for the whole run
             self._ticket, self._ready, self._peak = dict(self._ticket), dict(self._ready), len(self._ticket)
+            self._shrink_below = 0
         if self._ready.pop(uid, None) is None:
             key = self._parked.pop(uid)
             waiting = self._by_key[key]
