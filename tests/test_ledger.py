@@ -90,3 +90,49 @@ def test_what_the_ledger_hands_out_is_read_only():
     with pytest.raises(TypeError):
         del view.units[next(iter(view.units))]  # type: ignore[attr-defined]
     assert not hasattr(view, "placed") and not hasattr(view, "start") and not hasattr(view, "ended")
+
+
+@pytest.mark.parametrize("case", ["ai-hpc-mix", "churn"])
+def test_waits_over_the_columns_are_those_record_by_record(case, tmp_path):
+    """The summary's first waits and completion times, read over the ledger's
+    columns, are those of a walk over its records (the walk that came before),
+    value for value, by class and by tenant, censored counts too."""
+    from collections import defaultdict
+
+    from suanli.sim.metrics import _first_waits
+
+    path = EXAMPLES / "ai-hpc-mix.yaml" if case == "ai-hpc-mix" else moving_with_churn(tmp_path)
+    sim = Simulation(load_world([path]), seed=5, until=2 * 3600.0)
+    sim.run()
+    end = 2 * 3600.0
+    ref = [defaultdict(list), defaultdict(list), Counter(), Counter(), defaultdict(list), defaultdict(list)]
+    waits, tenant_waits, censored, tenant_censored, completion, tenant_completion = ref
+    for rec in sim.view.tasks.values():
+        if not rec.klass:
+            continue
+        got = None
+        if rec.first_placed_at is not None:
+            got = (rec.first_placed_at - rec.submitted_at, False)
+        elif rec.status == "pending":
+            got = (max(end, rec.submitted_at) - rec.submitted_at, True)
+        elif rec.status == "failed":
+            at = rec.ended_at if rec.ended_at is not None else end
+            got = (max(at, rec.submitted_at) - rec.submitted_at, True)
+        if got is not None:
+            waits[rec.klass].append(got[0])
+            tenant_waits[rec.tenant].append(got[0])
+            censored[rec.klass] += got[1]
+            tenant_censored[rec.tenant] += got[1]
+        if rec.status == "finished" and rec.job and rec.ended_at is not None:
+            completion[rec.klass].append(rec.ended_at - rec.submitted_at)
+            tenant_completion[rec.tenant].append(rec.ended_at - rec.submitted_at)
+    out = [defaultdict(list), defaultdict(list), Counter(), Counter(), defaultdict(list), defaultdict(list)]
+    _first_waits(sim.view.columns(), end, *out)
+    for mine, theirs in zip(out[:2] + out[4:], ref[:2] + ref[4:]):
+        assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
+    assert +out[2] == +ref[2] and +out[3] == +ref[3]
+    assert sum(map(len, ref[0].values())) > 10  # not vacuous
+    if case == "churn":
+        assert sum(ref[2].values()) > 0  # censored waits (pending at the end, or failed) were compared too
+    else:
+        assert sum(map(len, ref[4].values())) > 0  # and completion times

@@ -382,5 +382,31 @@ class LedgerView:
         tab = self._ledger.tasks
         return (TaskRecord(tab, i) for i in np.flatnonzero(tab.column("status") == _PENDING_CODE).tolist())
 
+    def columns(self) -> "TaskColumns":
+        """Every record as NumPy columns (copies), for reads over all tasks at once."""
+        tab = self._ledger.tasks
+        return TaskColumns(tab.column("status"), tab.column("klass"), tab.column("tenant"), tab.column("job") != 0,
+                           tab.column("submitted_at"), tab.column("first_placed_at"), tab.column("ended_at"),
+                           tuple(tab.tenants))
+
     def __len__(self) -> int:
         return len(self._ledger.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskColumns:
+    """The ledger's records as arrays (``LedgerView.columns``): a status code
+    (an index in ``STATUSES``; -1: a record dropped), a class code (in
+    ``KLASSES``), a tenant code (in ``tenants``), and times (NaN: not yet)."""
+
+    status: np.ndarray
+    klass: np.ndarray
+    tenant: np.ndarray
+    job: np.ndarray
+    submitted_at: np.ndarray
+    first_placed_at: np.ndarray
+    ended_at: np.ndarray
+    tenants: tuple[str, ...]
+
+    def code(self, status: str) -> int:
+        return _CODE[status]

@@ -665,6 +665,50 @@ def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str
     return stories.lanes(end, limit=limit, chosen=tasks)
 
 
+def _grouped(codes: np.ndarray, values: np.ndarray, names, into: dict[str, list[float]]) -> None:
+    """``values`` appended to ``into[names[code]]`` by their codes (one sort, not a pass per code)."""
+    if not codes.size:
+        return
+    order = np.argsort(codes, kind="stable")
+    codes, values = codes[order], values[order]
+    cuts = np.flatnonzero(np.diff(codes)) + 1
+    for start, part in zip(np.concatenate(([0], cuts)).tolist(), np.split(values, cuts)):
+        into[names[int(codes[start])]].extend(part.tolist())
+
+
+def _first_waits(c, end: float, waits, tenant_waits, censored: Counter, tenant_censored: Counter, completion,
+                 tenant_completion) -> None:
+    """Each task's first wait from its submission (to its first placement;
+    a lower bound for one still waiting, or ended without being placed) and
+    a finished job's completion time, by class and by tenant, over the
+    ledger's columns. Tasks that never became work have no class, and are left out."""
+    from suanli.sim.ledger import KLASSES
+
+    live = (c.status >= 0) & (c.klass > 0)
+    sub, first, ended = c.submitted_at, c.first_placed_at, c.ended_at
+    never = np.isnan(first)
+    placed = live & ~never
+    waiting = live & never & (c.status == c.code("pending"))
+    failed = live & never & (c.status == c.code("failed"))
+    seconds = np.zeros(sub.size)
+    seconds[placed] = first[placed] - sub[placed]
+    seconds[waiting] = np.maximum(end, sub[waiting]) - sub[waiting]
+    at = np.where(np.isnan(ended), end, ended)
+    seconds[failed] = np.maximum(at[failed], sub[failed]) - sub[failed]
+    counted = placed | waiting | failed
+    cut = waiting | failed
+    _grouped(c.klass[counted], seconds[counted], KLASSES, waits)
+    _grouped(c.tenant[counted], seconds[counted], c.tenants, tenant_waits)
+    for code, n in zip(*np.unique(c.klass[cut], return_counts=True)):
+        censored[KLASSES[int(code)]] += int(n)
+    for code, n in zip(*np.unique(c.tenant[cut], return_counts=True)):
+        tenant_censored[c.tenants[int(code)]] += int(n)
+    done = live & (c.status == c.code("finished")) & c.job & ~np.isnan(ended)
+    took = ended[done] - sub[done]
+    _grouped(c.klass[done], took, KLASSES, completion)
+    _grouped(c.tenant[done], took, c.tenants, tenant_completion)
+
+
 def summarize(sim, end: float) -> dict[str, Any]:
     status = sim.view.counts()
     waits: dict[str, list[float]] = defaultdict(list)
@@ -682,20 +726,8 @@ def summarize(sim, end: float) -> dict[str, Any]:
             tenant_censored[rec.tenant] += 1
 
     records = sim.view.tasks
-    for rec in records.values():
-        klass = rec.klass
-        if not klass:
-            continue
-        if rec.first_placed_at is not None:  # the first wait, from submission
-            wait(rec, rec.first_placed_at - rec.submitted_at, False)
-        elif rec.status == "pending":  # never placed: still waiting at the end
-            wait(rec, max(end, rec.submitted_at) - rec.submitted_at, True)
-        elif rec.status == "failed":  # ended without ever being placed (deleted while it waited)
-            at = rec.ended_at if rec.ended_at is not None else end
-            wait(rec, max(at, rec.submitted_at) - rec.submitted_at, True)
-        if rec.status == "finished" and rec.job and rec.ended_at is not None:
-            completion[klass].append(rec.ended_at - rec.submitted_at)
-            tenant_completion[rec.tenant].append(rec.ended_at - rec.submitted_at)
+    _first_waits(sim.view.columns(), end, waits, tenant_waits, censored, tenant_censored, completion,
+                 tenant_completion)
     # the waits after stops, and the lanes: one read of the log, for the tasks stopped or moved
     log = sim.events
     stories = Stories(touched(log.notable))
