@@ -28,6 +28,11 @@ def check(sim: Simulation, seen: Counter) -> None:
     assert list(view.running()) == view.in_start_order(reversed(list(ledger.running)))
     on = {task for task, rec in tasks.items() if rec.status == RUNNING}
     assert on == set(sim.state.placements)
+    by_node = Counter(p.host.node for p in sim.state.placements.values())
+    listed = {node: len(tasks) for node, tasks in sim.state.tasks_on_node.items() if len(tasks)}
+    assert listed == dict(by_node)  # each placed task once on its node's list, and nothing else
+    assert all(sim.state.placements[task].host.node == node
+               for node, tasks in sim.state.tasks_on_node.items() for task in tasks)
     for app, uids in ledger.by_app.items():
         assert all(units[uid].unit.app.name == app for uid in uids)
     assert {uid for uids in ledger.by_app.values() for uid in uids} == set(units)

@@ -85,6 +85,9 @@ class TenantRows(Mapping):
         return len(self._index)
 
 
+FEW_ON_NODE = 16  # tasks on a node kept in a list (removal scans it); past that, a set
+
+
 @dataclass(slots=True)
 class Placement:
     task: str
@@ -176,7 +179,9 @@ class PlacementState:
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.placements: dict[str, Placement] = {}  # by task name
-        self.tasks_on_node: dict[int, set[str]] = {}
+        # the tasks on each node: a list while they are few (a set of three costs 216 bytes,
+        # a list 88: a million devices each run a few), a set once they are many
+        self.tasks_on_node: dict[int, list[str] | set[str]] = {}
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
         # (kind, id(host)) -> host; a host added and removed before a report cancels out
@@ -367,8 +372,13 @@ class PlacementState:
         p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
         on = self.tasks_on_node.get(host.node)
         if on is None:
-            on = self.tasks_on_node[host.node] = set()
-        on.add(task)
+            self.tasks_on_node[host.node] = [task]
+        elif type(on) is set:
+            on.add(task)
+        elif len(on) < FEW_ON_NODE:
+            on.append(task)
+        else:
+            self.tasks_on_node[host.node] = {*on, task}
         return p
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
@@ -387,7 +397,11 @@ class PlacementState:
         p = self.placements.pop(task)
         vc = self.vcs[p.vc]
         vc.table.give(p.alloc)
-        self.tasks_on_node[p.host.node].discard(task)
+        on = self.tasks_on_node[p.host.node]
+        if type(on) is set:
+            on.discard(task)
+        elif task in on:
+            on.remove(task)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
             host.release(task)
