@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Container, Iterable, Iterator
+from typing import Collection, Container, Iterable, Iterator
 
 import numpy as np
 
@@ -222,7 +222,7 @@ class Ledger:
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.running_seq: dict[int, int] = {}  # unit -> when it entered ``running`` (its order there)
         self.by_app: dict[str, list[int]] = {}  # application -> its units, in submission order
-        self.bound_to: dict[str, set[int]] = {}  # site name -> units that ran bound near it or to its data
+        self.bound_to: dict[str, list[int] | set[int]] = {}  # site -> units that ran bound near it or to its data
         self.counts: Counter = Counter()  # status -> tasks
         self._unit_ids = 0
         self._run_ids = 0
@@ -275,9 +275,23 @@ class Ledger:
             for comp in us.unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
-                        self.bound_to.setdefault(name, set()).add(uid)
+                        self._bind(name, uid)
         self.running[uid] = None
         return new
+
+    def _bind(self, site: str, uid: int) -> None:
+        """``uid`` ran bound near ``site`` or to its data: a list while few (a device's
+        few services: a set of three costs 216 bytes, a list 88), a set past 16."""
+        bound = self.bound_to.get(site)
+        if bound is None:
+            self.bound_to[site] = [uid]
+        elif type(bound) is set:
+            bound.add(uid)
+        elif uid not in bound:
+            if len(bound) < 16:
+                bound.append(uid)
+            else:
+                self.bound_to[site] = {*bound, uid}
 
     def close(self, uid: int) -> tuple[Run, bool]:
         """The unit's run is off the books: (that run, whether the unit was running)."""
@@ -368,7 +382,7 @@ class LedgerView:
         running, seq = self._ledger.running, self._ledger.running_seq
         return sorted((u for u in uids if u in running), key=seq.__getitem__)
 
-    def bound_near(self, site: str) -> frozenset[int] | set[int]:
+    def bound_near(self, site: str) -> Collection[int]:
         """Units that ran bound near ``site`` or to its data (running or not)."""
         return self._ledger.bound_to.get(site, frozenset())
 
