@@ -40,7 +40,7 @@ import numpy as np
 
 from suanli.scheduling import nearby, scores
 from suanli.scheduling.request import Private, Request, compile_request
-from suanli.scheduling.table import Allocation
+from suanli.scheduling.table import Allocation, one
 
 ENABLED = True  # False: every unit one by one (the reference)
 MIN, MAX = 8, 4096  # units looked at per batch: doubled while batches fill, cut back after a short one
@@ -240,7 +240,7 @@ class Batches:
             self._choose(table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen)
         milli = np.array([t.accels[0].milli if t.accels else 0 for t in templates], np.int64)[tmpl_of]
         table.take_rows(chosen, demand[:, :cut], slot, milli)
-        return [Allocation(r, templates[k].vec, (d,), (m,)) if d >= 0 else Allocation(r, templates[k].vec)
+        return [Allocation(r, templates[k].vec, one(d), one(m)) if d >= 0 else Allocation(r, templates[k].vec)
                 for r, k, d, m in zip(chosen.tolist(), tmpl_of.tolist(), slot.tolist(), milli.tolist())]
 
     def _shares(self, table, templates, tmpl_of, sites, rows, count, ok) -> np.ndarray:

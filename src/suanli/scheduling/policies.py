@@ -36,7 +36,7 @@ from suanli.scheduling.filters import usable_slots
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.select import allocation
 from suanli.scheduling.share_values import BlockReserve, ShareValues
-from suanli.scheduling.table import Allocation, CandidateTable
+from suanli.scheduling.table import Allocation, CandidateTable, one
 
 MILLI = 1000
 
@@ -99,7 +99,7 @@ def _choose(table: CandidateTable, req: Request, row: int, kind: int, rule: str,
     free ones. Other kinds: best fit."""
     need = _need(req, kind)
     if slot is not None and len(req.accels) == 1 and not req.whole_node:
-        return Allocation(row, req.vec, (slot,), (need.milli,))
+        return Allocation(row, req.vec, one(slot), one(need.milli))
     base = allocation(table, req, row)
     if need is None or need.whole:
         return base

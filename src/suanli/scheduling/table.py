@@ -36,6 +36,21 @@ def cols(arr: np.ndarray, at) -> np.ndarray:
     return arr.take(at, axis=-1)
 
 
+_ONE: dict[int, tuple[int]] = {}
+
+
+def one(v: int) -> tuple[int]:
+    """``(v,)``, the same tuple for the same value (an allocation's one device
+    slot or share: a million allocations share a few tuples)."""
+    t = _ONE.get(v)
+    if t is None:
+        v = int(v)  # (a NumPy integer is kept as Python's)
+        t = (v,)
+        if len(_ONE) < 65_536:
+            _ONE[v] = t
+    return t
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """What one placement takes from one row: a resource vector and device shares."""
