@@ -25,13 +25,13 @@ class Host:
     __slots__ = ("vc", "name", "group", "node", "row", "held", "_alloc", "_none")
 
     def __init__(self, vc: str, name: str, group: str | None, node: int, node_alloc: Allocation,
-                 row: int, held: dict[str, Allocation] | None = None) -> None:
+                 row: int, held: list[Allocation] | dict[int, Allocation] | None = None) -> None:
         self.vc = vc
         self.name = name
         self.group = group  # None for a default VC's fitted host
         self.node = node
         self.row = row  # row in the VC's host table (-1 for a default VC)
-        self.held = held  # a fitted host: its tasks' allocations on the node table
+        self.held = held  # a fitted host: its tasks' allocations on the node table (a list while few)
         self._alloc = node_alloc  # None: to be summed from ``held``
         self._none = node_alloc  # a fitted host's allocation with no task
 
@@ -40,21 +40,36 @@ class Host:
         """What the host holds on the node table (a fitted host: its tasks' sum,
         added up when asked for, not at every task that comes or goes)."""
         if self._alloc is None:
-            self._alloc = _sum(self._none, self.held.values())
+            self._alloc = _sum(self._none, self._held())
         return self._alloc
 
     def peek_alloc(self) -> Allocation:
         """``node_alloc`` without keeping the sum (a one-time read of a million hosts)."""
-        return self._alloc if self._alloc is not None else _sum(self._none, self.held.values())
+        return self._alloc if self._alloc is not None else _sum(self._none, self._held())
 
-    def hold(self, task: str, a: Allocation) -> None:
-        """A fitted host: ``task`` takes ``a`` on its node."""
-        self.held[task] = a
+    def _held(self):
+        held = self.held
+        return held if type(held) is list else held.values()
+
+    def hold(self, a: Allocation) -> None:
+        """A fitted host: one of its tasks takes ``a`` on its node (a list of
+        what they took while they are few, by the allocation's identity past 16)."""
+        held = self.held
+        if type(held) is dict:
+            held[id(a)] = a
+        elif len(held) < 16:
+            held.append(a)
+        else:
+            self.held = {id(x): x for x in (*held, a)}
         self._alloc = None
 
-    def release(self, task: str) -> None:
-        """A fitted host: ``task`` gives back what it took."""
-        del self.held[task]
+    def release(self, a: Allocation) -> None:
+        """A fitted host: the task that took ``a`` gives it back."""
+        held = self.held
+        if type(held) is dict:
+            del held[id(a)]
+        else:
+            del held[next(i for i, x in enumerate(held) if x is a)]
         self._alloc = None
 
     def __repr__(self) -> str:
@@ -365,7 +380,7 @@ class PlacementState:
         host = vc.by_node.get(a.row)
         if host is None:
             host = self._fitted_host(vc, a)
-        host.hold(task, a)
+        host.hold(a)
         return self._record(task, tenant, vc, host, a)
 
     def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> Placement:
@@ -383,7 +398,7 @@ class PlacementState:
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
-        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, held={})
+        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, held=[])
         vc.hosts.append(host)
         vc.by_node[a.row] = host
         if vc.component < 0:
@@ -404,7 +419,7 @@ class PlacementState:
             on.remove(task)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
-            host.release(task)
+            host.release(p.alloc)
             self.tenant_used[p.tenant] -= p.alloc.vec
             if not host.held:
                 vc.hosts.remove(host)
