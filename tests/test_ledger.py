@@ -22,7 +22,9 @@ def check(sim: Simulation, seen: Counter) -> None:
     assert sum(view.counts().values()) == len(view) == len(tasks)
     with_run = {uid for uid, us in units.items() if us.run is not None}
     assert set(ledger.running) == with_run
-    assert ledger.runs == {units[uid].run.run_id: uid for uid in with_run}
+    assert {run_id: uid for run_id, uid in enumerate(ledger.runs) if uid >= 0} == \
+        {units[uid].run.run_id: uid for uid in with_run}
+    assert all(ledger.unit_of_run(units[uid].run.run_id) == uid for uid in with_run)
     order = [ledger.running_seq[uid] for uid in ledger.running]
     assert order == sorted(order)  # the running dict is in start order
     assert list(view.running()) == view.in_start_order(reversed(list(ledger.running)))

@@ -218,9 +218,9 @@ class Ledger:
     def __init__(self) -> None:
         self.tasks = TaskTable()
         self.units: dict[int, UnitState] = {}
-        self.runs: dict[int, int] = {}  # run id -> unit id
+        self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
-        self.running_seq: dict[int, int] = {}  # unit -> when it entered ``running`` (its order there)
+        self.running_seq = array("q")  # unit -> when it last entered ``running`` (its order there)
         self.by_app: dict[str, list[int]] = {}  # application -> its units, in submission order
         self.bound_to: dict[str, list[int] | set[int]] = {}  # site -> units that ran bound near it or to its data
         self.counts: Counter = Counter()  # status -> tasks
@@ -245,6 +245,7 @@ class Ledger:
         """A unit and its tasks, pending; returns the unit's id (also its ``seq``)."""
         uid = unit.seq = self._unit_ids
         self._unit_ids += 1
+        self.running_seq.append(-1)
         comps = unit.components
         klass = unit_class(unit)
         lead = next((c for c in comps if c.lifetime == "job"), None)
@@ -262,7 +263,13 @@ class Ledger:
 
     def next_run_id(self) -> int:
         self._run_ids += 1
+        self.runs.append(-1)
         return self._run_ids
+
+    def unit_of_run(self, run_id: int) -> int | None:
+        """The unit whose run ``run_id`` is, while that run has not stopped."""
+        uid = self.runs[run_id] if 0 < run_id < len(self.runs) else -1
+        return None if uid < 0 else uid
 
     def start(self, uid: int, run: Run) -> bool:
         """The unit runs ``run``; True when it was not running before (its standing is counted then)."""
@@ -297,7 +304,7 @@ class Ledger:
         """The unit's run is off the books: (that run, whether the unit was running)."""
         us = self.units[uid]
         run = us.run
-        self.runs.pop(run.run_id, None)
+        self.runs[run.run_id] = -1
         was = self.running.pop(uid, 0) is None
         us.run = None
         return run, was

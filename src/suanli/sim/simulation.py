@@ -423,7 +423,7 @@ class Simulation:
     def _current(self, run_id: int) -> int | None:
         """The unit whose run ``run_id`` is; None when that run has stopped (an
         executor's report about it is stale)."""
-        uid = self.ledger.runs.get(run_id)
+        uid = self.ledger.unit_of_run(run_id)
         if uid is None:
             return None
         run = self._units[uid].run
