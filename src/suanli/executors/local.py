@@ -45,8 +45,8 @@ from suanli.executors.confine import Confinement
 from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
-                                    Orphans, Users, ask_task, await_checkpoint, copy_tree, folder_size, give, launch, make_dir,
-                                    origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
+                                    Orphans, Users, ask_task, await_checkpoint, copy_tree, folder_size, give, launch,
+                                    make_dir, origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
                                     task_command, tenant_nproc, user_switch)
 
 if TYPE_CHECKING:

@@ -53,11 +53,11 @@ class Host:
 
     def hold(self, a: Allocation) -> None:
         """A fitted host: one of its tasks takes ``a`` on its node (a list of
-        what they took while they are few, by the allocation's identity past 16)."""
+        what they took while they are ``FEW``, by the allocation's identity past that)."""
         held = self.held
         if type(held) is dict:
             held[id(a)] = a
-        elif len(held) < 16:
+        elif len(held) < FEW:
             held.append(a)
         else:
             self.held = {id(x): x for x in (*held, a)}
@@ -100,7 +100,32 @@ class TenantRows(Mapping):
         return len(self._index)
 
 
-FEW_ON_NODE = 16  # tasks on a node kept in a list (removal scans it); past that, a set
+FEW = 16  # members kept in a list while so few (a lookup or removal scans it); past that, a set
+
+
+def add_few(groups: dict, key, item) -> None:
+    """``item`` joins ``groups[key]``, a set of it: a list while at most ``FEW``
+    (a million devices each have a few: a set of three costs 216 bytes, a
+    list 88), a set past that."""
+    group = groups.get(key)
+    if group is None:
+        groups[key] = [item]
+    elif type(group) is set:
+        group.add(item)
+    elif item not in group:
+        if len(group) < FEW:
+            group.append(item)
+        else:
+            groups[key] = {*group, item}
+
+
+def discard_few(groups: dict, key, item) -> None:
+    """``item`` leaves ``groups[key]`` (``add_few``'s), if there."""
+    group = groups[key]
+    if type(group) is set:
+        group.discard(item)
+    elif item in group:
+        group.remove(item)
 
 
 @dataclass(slots=True)
@@ -194,8 +219,7 @@ class PlacementState:
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.placements: dict[str, Placement] = {}  # by task name
-        # the tasks on each node: a list while they are few (a set of three costs 216 bytes,
-        # a list 88: a million devices each run a few), a set once they are many
+        # the tasks on each node (``add_few``: a list while they are few)
         self.tasks_on_node: dict[int, list[str] | set[str]] = {}
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
@@ -385,15 +409,7 @@ class PlacementState:
 
     def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> Placement:
         p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
-        on = self.tasks_on_node.get(host.node)
-        if on is None:
-            self.tasks_on_node[host.node] = [task]
-        elif type(on) is set:
-            on.add(task)
-        elif len(on) < FEW_ON_NODE:
-            on.append(task)
-        else:
-            self.tasks_on_node[host.node] = {*on, task}
+        add_few(self.tasks_on_node, host.node, task)
         return p
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
@@ -412,11 +428,7 @@ class PlacementState:
         p = self.placements.pop(task)
         vc = self.vcs[p.vc]
         vc.table.give(p.alloc)
-        on = self.tasks_on_node[p.host.node]
-        if type(on) is set:
-            on.discard(task)
-        elif task in on:
-            on.remove(task)
+        discard_few(self.tasks_on_node, p.host.node, task)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
             host.release(p.alloc)

@@ -33,7 +33,7 @@ import numpy as np
 from suanli.executors.base import Run
 from suanli.model.work import Component, World
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import Placement
+from suanli.scheduling.state import Placement, add_few
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
@@ -222,7 +222,8 @@ class Ledger:
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.running_seq = array("q")  # unit -> when it last entered ``running`` (its order there)
         self.by_app: dict[str, list[int]] = {}  # application -> its units, in submission order
-        self.bound_to: dict[str, list[int] | set[int]] = {}  # site -> units that ran bound near it or to its data
+        # site -> units that ran bound near it or to its data (``add_few``: a list while few)
+        self.bound_to: dict[str, list[int] | set[int]] = {}
         self.counts: Counter = Counter()  # status -> tasks
         self._unit_ids = 0
         self._run_ids = 0
@@ -282,23 +283,9 @@ class Ledger:
             for comp in us.unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
-                        self._bind(name, uid)
+                        add_few(self.bound_to, name, uid)
         self.running[uid] = None
         return new
-
-    def _bind(self, site: str, uid: int) -> None:
-        """``uid`` ran bound near ``site`` or to its data: a list while few (a device's
-        few services: a set of three costs 216 bytes, a list 88), a set past 16."""
-        bound = self.bound_to.get(site)
-        if bound is None:
-            self.bound_to[site] = [uid]
-        elif type(bound) is set:
-            bound.add(uid)
-        elif uid not in bound:
-            if len(bound) < 16:
-                bound.append(uid)
-            else:
-                self.bound_to[site] = {*bound, uid}
 
     def close(self, uid: int) -> tuple[Run, bool]:
         """The unit's run is off the books: (that run, whether the unit was running)."""

@@ -31,6 +31,7 @@ from suanli.phrases import reasons_json
 from suanli.scheduling import kernels
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import CandidateTable
+from suanli.sim.ledger import KLASSES
 
 
 class Recorder:
@@ -682,8 +683,6 @@ def _first_waits(c, end: float, waits, tenant_waits, censored: Counter, tenant_c
     a lower bound for one still waiting, or ended without being placed) and
     a finished job's completion time, by class and by tenant, over the
     ledger's columns. Tasks that never became work have no class, and are left out."""
-    from suanli.sim.ledger import KLASSES
-
     live = (c.status >= 0) & (c.klass > 0)
     sub, first, ended = c.submitted_at, c.first_placed_at, c.ended_at
     never = np.isnan(first)
