@@ -15,7 +15,7 @@ from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
     from suanli.executors.base import Executor
-    from suanli.sim.simulation import Simulation
+    from suanli.executors.base import Attachment
 
 
 class ExecutorName(str, Enum):
@@ -27,7 +27,7 @@ class ExecutorName(str, Enum):
 def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None = None,
          cwd: Path | None = None, confine: bool = True, isolate_tenants: bool = False,
          max_pids: int | None = None, log_max_bytes: int | None = None
-         ) -> Callable[["Simulation"], "Executor"] | None:
+         ) -> Callable[["Attachment"], "Executor"] | None:
     """The executor factory for ``name`` (None: the simulated one). Raises
     ``SpecError`` naming the option at fault.
 
@@ -58,14 +58,14 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
             _reachable_by_tenants(Path(work_dir))
             _own_users(Path(work_dir))
         pids = max_pids or MAX_PIDS
-        return lambda sim: LocalExecutor(sim, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants,
+        return lambda given: LocalExecutor(given, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants,
                                          max_pids=pids, log_max_bytes=cap)
     from suanli.executors.ray import connect
 
     if isolate_tenants:
         _own_users(Path(work_dir))
     cluster = connect(ray_address)  # raises SpecError when Ray or the cluster is missing
-    return lambda sim: cluster.executor(sim, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=cap)
+    return lambda given: cluster.executor(given, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=cap)
 
 
 def _reachable_by_tenants(work_dir: Path) -> None:

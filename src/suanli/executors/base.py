@@ -12,7 +12,7 @@ order, between instants.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Protocol
+from typing import Any, Collection, NamedTuple, Protocol
 
 
 @dataclass(slots=True)
@@ -78,6 +78,17 @@ class Note:
 
     kind: str
     fields: tuple[tuple[str, object], ...]
+
+
+class Attachment(NamedTuple):
+    """What an executor is given, and all it may look at: the ledger's
+    read-only view (which tasks a run has, their components and tenants),
+    the event loop it reports to (``post``, thread-safe), and the world
+    (its nodes, its folder)."""
+
+    view: Any  # ledger.LedgerView
+    loop: Any  # engine.loop.EventLoop
+    world: Any  # model.work.World
 
 
 class Executor(Protocol):

@@ -50,7 +50,7 @@ from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVAT
                                     task_command, tenant_nproc, user_switch)
 
 if TYPE_CHECKING:
-    from suanli.sim.simulation import Simulation
+    from suanli.executors.base import Attachment
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Proc:
 
 
 class LocalExecutor:
-    def __init__(self, sim: "Simulation", work_dir: Path, *, cwd: Path | None = None,
+    def __init__(self, given: "Attachment", work_dir: Path, *, cwd: Path | None = None,
                  confine: bool = True, isolate_tenants: bool = False, max_pids: int = MAX_PIDS,
                  log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
         """``cwd``: where commands run (default: the scenario's folder), unless
@@ -74,10 +74,10 @@ class LocalExecutor:
         its own folder, as its tenant's user where this process may switch
         users, and the work directory's folders are private. ``log_max_bytes``:
         a task's log rotates past it (``logs.py``)."""
-        self.view, self.loop = sim.view, sim.loop  # what it reads, and where it reports
+        self.view, self.loop = given.view, given.loop  # what it reads, and where it reports
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
-        self.cwd = None if isolate_tenants else Path(cwd or sim.world.base_dir).resolve()
+        self.cwd = None if isolate_tenants else Path(cwd or given.world.base_dir).resolve()
         why_not = user_switch() if isolate_tenants else "one user (run)"
         self.users = Users(self.work / USERS_FILE) if why_not is None else None
         self._dir(self.work, SHARED)

@@ -54,7 +54,7 @@ from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVAT
 from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
-    from suanli.sim.simulation import Simulation
+    from suanli.executors.base import Attachment
 
 LABEL = "suanli.node"
 SITE_LABEL = "suanli.site"  # with LABEL=NAME: the Ray node is the fleet's node SITE/NAME (a label has no /)
@@ -332,9 +332,9 @@ class RayCluster:
     def alive(self) -> set[str]:
         return self.view()[0]
 
-    def executor(self, sim: "Simulation", work_dir: Path, cwd: Path | None = None,
+    def executor(self, given: "Attachment", work_dir: Path, cwd: Path | None = None,
                  isolate_tenants: bool = False, log_max_bytes: int = DEFAULT_MAX_LOG) -> "RayExecutor":
-        return RayExecutor(sim, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=log_max_bytes)
+        return RayExecutor(given, self, work_dir, cwd=cwd, isolate_tenants=isolate_tenants, log_max_bytes=log_max_bytes)
 
 
 RAY_NODE_LEASE_S = 30.0  # the lease of a Ray node registered as an agent's (renewed while it lives)
@@ -412,7 +412,7 @@ class Handle:
 
 
 class RayExecutor:
-    def __init__(self, sim: "Simulation", cluster: RayCluster, work_dir: Path, cwd: Path | None = None,
+    def __init__(self, given: "Attachment", cluster: RayCluster, work_dir: Path, cwd: Path | None = None,
                  isolate_tenants: bool = False, log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
         """``cwd``: where commands run on the Ray nodes (default: the
         scenario's folder, where a node has it), unless ``isolate_tenants``:
@@ -421,14 +421,14 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.affinity = NodeAffinitySchedulingStrategy
-        self.view, self.loop, self.cluster, self.ray = sim.view, sim.loop, cluster, cluster.ray
+        self.view, self.loop, self.cluster, self.ray = given.view, given.loop, cluster, cluster.ray
         self.work = Path(work_dir).resolve()
         self.isolate = isolate_tenants
         make_dir(self.work / "logs", PRIVATE if isolate_tenants else None)
         self.logs = LogFolder(self.work / "logs")
         self.log_max_bytes = log_max_bytes
         self._log_lock = threading.Lock()  # shipments come from several threads; one log rotates at a time
-        self.cwd = None if isolate_tenants else str(Path(cwd or sim.world.base_dir).resolve())
+        self.cwd = None if isolate_tenants else str(Path(cwd or given.world.base_dir).resolve())
         self.users = Users(self.work / USERS_FILE) if isolate_tenants else None
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
@@ -442,7 +442,7 @@ class RayExecutor:
         self.lost: set[str] = set()  # Ray node ids seen dead
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        fleet = sim.world.fleet
+        fleet = given.world.fleet
         labelled = cluster.labelled()
         self.ray_node: dict[str, str] = {}  # fleet node -> Ray node id
         self.site = {fleet.node_name(n): fleet.site_of(n).name for n in range(fleet.n_nodes)}

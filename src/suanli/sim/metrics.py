@@ -22,7 +22,7 @@ import math
 import re
 from array import array
 from collections import Counter, defaultdict
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -708,7 +708,21 @@ def _first_waits(c, end: float, waits, tenant_waits, censored: Counter, tenant_c
     _grouped(c.tenant[done], took, c.tenants, tenant_completion)
 
 
-def summarize(sim, end: float) -> dict[str, Any]:
+class Readout(Protocol):
+    """All that metrics and outputs read of a run (``Simulation`` has it): the
+    ledger's view, the event log, the recorder's samples, the placement
+    state, the world, and the run's seed and end."""
+
+    view: Any  # ledger.LedgerView
+    events: Any  # events.EventLog
+    recorder: "Recorder"
+    state: Any  # scheduling.state.PlacementState
+    world: Any  # model.work.World
+    seed: int
+    until: float | None
+
+
+def summarize(sim: Readout, end: float) -> dict[str, Any]:
     status = sim.view.counts()
     waits: dict[str, list[float]] = defaultdict(list)
     tenant_waits: dict[str, list[float]] = defaultdict(list)

@@ -15,10 +15,10 @@ from typing import Any, Iterator
 from suanli.output import TextOf, hosts_json, placement_json
 from suanli.phrases import reasons_json, why_json
 from suanli.sim.events import encode
-from suanli.sim.metrics import summarize
+from suanli.sim.metrics import Readout, summarize
 
 
-def result_json(sim, end: float) -> dict[str, Any]:
+def result_json(sim: Readout, end: float) -> dict[str, Any]:
     """The whole ``result.json`` object (in memory: for tests and small runs)."""
     return {key: (list(value) if key in _STREAMED else value) for key, value in _parts(sim, end)}
 
@@ -26,7 +26,7 @@ def result_json(sim, end: float) -> dict[str, Any]:
 _STREAMED = ("hosts", "placements")  # the parts that number in millions: written item by item
 
 
-def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, Any]]:
+def _parts(sim: Readout, end: float, text: TextOf | None = None) -> Iterator[tuple[str, Any]]:
     """``result.json``'s fields in order; hosts and placements as iterators
     (with ``text``: of their JSON text)."""
     state = sim.state
@@ -53,7 +53,7 @@ def _parts(sim, end: float, text: TextOf | None = None) -> Iterator[tuple[str, A
                            for name in sim.world.tenants if (used := state.tenant_used[name]).any()}
 
 
-def _write_result(path: Path, sim, end: float) -> dict[str, Any]:
+def _write_result(path: Path, sim: Readout, end: float) -> dict[str, Any]:
     """Write ``result.json`` as ``json.dumps(result_json(...))`` would, without
     holding its millions of hosts and placements (or their text) at once:
     those are written line by line as text (``TextOf``). Returns the object
@@ -87,7 +87,7 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_outputs(sim, end: float, out: Path) -> dict[str, Path]:
+def write_outputs(sim: Readout, end: float, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"result": out / "result.json", "events": out / "events.jsonl", "report": out / "report.html",
              "world": out / "world.json"}

@@ -1,0 +1,559 @@
+"""One business shard: its tenants' queue, ledger and placements.
+
+A ``Shard`` owns what the business layer decides with: the ledger of task
+records and units (``ledger``, read through ``view``), the queue of units
+waiting (``pending``) and those parked until a row has room for them, the
+counts of what runs by standing and priority, and the running tasks away
+from their ``near`` site. Its operations are the business layer's: a
+submission, a scheduling pass, a run started, finished, exited, stopped, an
+application deleted or refused. What it asks of others goes through narrow
+references: the global layer's ``offline`` devices, the rescheduler (when a
+pass leaves units waiting, and to price a move), the executor, the event
+loop (restarts, another pass at once) and the ``Logbook``.
+
+Today one process runs one shard over every tenant; the split is what a
+sharded run divides (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from collections import Counter
+from typing import Any, Callable, Mapping
+
+from suanli.engine.loop import EventLoop
+from suanli.executors.base import Executor, Restart, Run, TaskExited
+from suanli.model.work import MAX_RESTARTS, Application, Component, World
+from suanli.phrases import why_json
+from suanli.scheduling import nearby
+from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
+from suanli.scheduling.reasons import Why
+from suanli.scheduling.state import PlacementState
+from suanli.sim import waiting
+from suanli.sim.defrag import needs_whole_devices
+from suanli.sim.ledger import FAILED, FINISHED, OMITTED, PENDING, RUNNING, Ledger, LedgerView
+from suanli.sim.logbook import Logbook
+from suanli.sim.loop_events import Wake
+from suanli.sim.rescheduler import running_at
+from suanli.sim.returns import ReturnWatch
+from suanli.sim.room import RoomWait
+from suanli.sim.waiting import WaitQueue
+
+log = logging.getLogger(__name__)
+
+
+class Shard:
+    def __init__(self, world: World, state: PlacementState, business: BusinessLayer, loop: EventLoop,
+                 book: Logbook, offline: dict) -> None:
+        self.world, self.state, self.business, self.loop = world, state, business, loop
+        self.log, self.where, self.names_of = book.log, book.where, book.names_of
+        self.offline = offline  # the global layer's: device site -> its links while offline (read only)
+        self.ledger = Ledger()  # the records of tasks and units: they change through its transitions only
+        self.view = LedgerView(self.ledger, state.placements, world)  # what code outside reads
+        self._tasks, self._units = self.ledger.tasks, self.ledger.units  # read here, changed by the ledger
+        self.keep_records = True  # a deleted application's task records are kept for the results (a server keeps none)
+        self.pending = WaitQueue()  # unit ids, in submission order; some parked
+        self._room = RoomWait()  # units parked until a row they could go to has room for them
+        self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
+        self._room_site: dict[int, int] = {}  # unit parked so -> its near site
+        self.near_running: dict[str, Component] = {}  # running tasks away from their near site
+        self.returns = ReturnWatch()  # which of them a return plan looks at again
+        self._beyond: set[str] = set()  # those of them now beyond their bound (kept as things change)
+        self._levels: Counter = Counter()  # standings of the running units, counted
+        self._own: dict[str, Counter] = {}  # per tenant, the priorities of its running units, counted
+        self.on_pass: Callable[[float, int], None] | None = None  # told each scheduling pass's seconds and units
+        # Units one pass tries at most (None: all that wait). A live control plane bounds it so
+        # that an instant stays short: the rest are tried at the next instant, at once.
+        self.max_pass: int | None = None
+        self.now = 0.0  # the instant being handled (set by the event engine)
+        self.executor: Executor | None = None  # set with the simulation's
+        self.resched: Any = None  # the rescheduler (set once it is made)
+
+    def submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None,
+               restored: bool = False) -> None:
+        """``app`` arrives: its units wait. Units all of whose tasks are in
+        ``ended`` are recorded so and not run again; ``restored``: a
+        restarted control plane's, its tasks not logged as submitted again."""
+        try:
+            units = build_units((app,))
+        except Exception as exc:  # noqa: BLE001 - an application the model cannot hold fails alone
+            self.log(t, "failed", app=app.name, tenant=app.tenant, reason=cannot_schedule(exc))
+            log.warning("application %s of tenant %s: %s", app.name, app.tenant, cannot_schedule(exc))
+            return
+        ledger = self.ledger
+        for unit in units:
+            if ended and all(task in ended for task in unit.tasks):
+                for task, comp in zip(unit.tasks, unit.components):
+                    ledger.record_ended(task, app.tenant, ended[task], t, comp.lifetime == "job")
+                continue
+            uid = ledger.submit(unit, t)
+            if not restored:
+                for task in unit.tasks:
+                    self.log(t, "submitted", task=task, tenant=app.tenant)
+            self.pending.add(uid)
+
+    def current(self, run_id: int) -> int | None:
+        """The unit whose run ``run_id`` is; None when that run has stopped (an
+        executor's report about it is stale)."""
+        uid = self.ledger.unit_of_run(run_id)
+        if uid is None:
+            return None
+        run = self._units[uid].run
+        return uid if run is not None and run.run_id == run_id else None
+
+    def finished(self, t: float, run_id: int) -> None:
+        uid = self.current(run_id)
+        if uid is None:
+            return  # the run was stopped earlier: a stale finish
+        us = self._units[uid]
+        jobs = [task for task in us.run.tasks if self._tasks[task].component.lifetime == "job"]
+        for task in jobs:
+            self.end_task(t, task, FINISHED, "finished")
+        if len(jobs) == len(us.run.tasks):
+            self.close_run(uid)
+        else:
+            us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
+
+    def end_task(self, t: float, task: str, status: str, kind: str, **extra: Any) -> None:
+        rec = self._tasks[task]
+        p = self.state.placements.get(task)
+        where = {}
+        if p is not None:
+            self.state.remove_placement(task)
+            self.business.release(rec.component, p.host.node)
+            where = self.where(p.host.node)
+        self.near_running.pop(task, None)
+        self.returns.leave(task)
+        self._beyond.discard(task)
+        self.resched.migrating.pop(task, None)
+        self.resched.disrupted.discard(task)
+        self.ledger.ended(rec, status, t)
+        self.log(t, kind, task=task, **where, **extra)
+
+    def close_run(self, uid: int, stop_at: float | None = None) -> Run:
+        """Take a unit's run off the books. With ``stop_at`` the executor stops it
+        early and the progress it kept is what the unit's next run starts from."""
+        us = self._units[uid]
+        run = us.run
+        if stop_at is not None:
+            self.executor.stop(run, stop_at)
+            us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
+        else:
+            self.executor.release(run, self.now)
+        if self.ledger.close(uid)[1]:
+            self.count_running(us.unit, -1)
+        return run
+
+    def count_running(self, unit: Unit, step: int) -> None:
+        """Keep the counts of running standings and priorities (``_preempt`` reads their least).
+        Work that starts below what is running, or of another tenant, may be
+        a victim for units parked for room: they look again."""
+        standing, priority, tenant = self.business.standing(unit), unit.priority, unit.tenant
+        levels, own = self._levels, self._own.get(tenant)
+        if step > 0 and len(self._room):
+            if not own or priority < min(own) or not levels or standing < min(levels):
+                self.unpark(self._room.items())
+        if own is None:
+            own = self._own[tenant] = Counter()
+        for counts, key in ((levels, standing), (own, priority)):
+            n = counts[key] + step
+            if n > 0:
+                counts[key] = n
+            else:
+                counts.pop(key, None)
+        if not own:
+            del self._own[tenant]
+
+    def stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
+        """Stop a unit's run (a member was lost) and queue it again, whole."""
+        if self._units[uid].run is None:
+            return
+        run = self.close_run(uid, stop_at=t)
+        for task in run.tasks:
+            p = self.state.placements.get(task)
+            kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
+            self.end_task(t, task, PENDING, kind)
+        self.pending.add(uid)
+
+    def exited(self, t: float, ev: TaskExited) -> None:
+        """A task's process ended by itself. A job that ended well is done (the
+        run finishes when all its jobs are); otherwise the component's restart
+        policy may start it again in place, after a backoff; else the run ends:
+        a service that exited 0 finished, anything else failed."""
+        uid = self.current(ev.run_id)
+        if uid is None:
+            return  # a run stopped meanwhile
+        run = self._units[uid].run
+        rec = self._tasks[ev.task]
+        comp = rec.component
+        self.log(t, "exited", task=ev.task, code=ev.code, **self.where(self.state.placements[ev.task].host.node))
+        if ev.code == 0 and rec.job:
+            run.exited = (run.exited or set()) | {ev.task}
+            if all(task in run.exited for task in run.tasks if self._tasks[task].job):
+                self.finished(t, ev.run_id)
+            return
+        policy = comp.run.restart if comp.run is not None else ("always" if not rec.job else "never")
+        limit = comp.run.max_restarts if comp.run is not None else MAX_RESTARTS
+        done = (run.restarts or {}).get(ev.task, 0)
+        if (policy == "always" or (policy == "onFailure" and ev.code != 0)) and done < limit:
+            run.restarts = {**(run.restarts or {}), ev.task: done + 1}
+            backoff = min(2.0 ** done, 30.0) * self._speed()
+            self.log(t, "restarting", task=ev.task, attempt=done + 1, after_s=round(backoff, 3))
+            self.loop.schedule(t + backoff, Restart(ev.run_id, ev.task))
+            return
+        status = FINISHED if ev.code == 0 else FAILED
+        why = f"exit status {ev.code}" + (f" after {done} restarts" if done else "")
+        for task in self.close_run(uid).tasks:
+            if self._tasks[task].status == RUNNING:
+                self.end_task(t, task, status if task == ev.task else FAILED, status if task == ev.task else "failed",
+                               reason=why if task == ev.task else f"{ev.task} ended: {why}")
+
+    def _speed(self) -> float:
+        """Scheduler seconds per real second (a sped-up wall clock)."""
+        return getattr(self.loop.clock, "speed", 1.0)
+
+    def restart(self, t: float, ev: Restart) -> None:
+        uid = self.current(ev.run_id)
+        if uid is None:
+            return
+        self.executor.restart(self._units[uid].run, ev.task, t)
+
+    def delete(self, t: float, app: str, why: str) -> None:
+        """The application is deleted (or its trace says it left): its running
+        tasks stop, finished; those never placed fail."""
+        self.log(t, why, app=app)
+        for uid in self.ledger.by_app.get(app, ()):
+            us = self._units[uid]
+            if us.run is not None:
+                for task in self.close_run(uid).tasks:
+                    self.end_task(t, task, FINISHED, "finished", reason=why)
+            if uid in self.pending:
+                self.pending.discard(uid)
+                self.unpark((uid,))  # no longer watching rows for room
+                for task in us.unit.tasks:
+                    rec = self._tasks[task]
+                    if rec.status != PENDING:
+                        continue
+                    if rec.first_placed_at is None:
+                        self.end_task(t, task, FAILED, "failed", reason=f"{why} before it was placed")
+                    else:  # it ran, was stopped and waited to run again: it ends there
+                        self.end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
+        self._forget(app)
+        if not self.keep_records:  # a server's: its store keeps the history; what the executor kept goes
+            self.executor.forget(app)
+
+    def _forget(self, app: str) -> None:
+        """Drop what a deleted application's units held once all of them have ended:
+        its records stay, with their times, status and class, but not its work
+        (a long trace would otherwise keep every pod it ever replayed)."""
+        self.ledger.forget(app, self.pending, self.keep_records)
+
+    def schedule(self, t: float) -> None:
+        risen: dict = {}
+        if len(self._room):
+            risen, fresh = self._room.due()
+            self.unpark(fresh)
+        ready = self._bounded(t, self.pending.ready())
+        if not ready and not risen:
+            return
+        started = time.perf_counter() if self.on_pass is not None else 0.0
+        tried, failed, broken = self._pass(ready, risen)  # tried: in queue order
+        if self.on_pass is not None and tried:
+            self.on_pass(time.perf_counter() - started, len(tried))
+        for unit, exc in broken:
+            self.refuse(t, unit.app.name, exc)
+        if broken:
+            failed = [(u, reasons) for u, reasons in failed if u.seq in self.pending]
+        still = {u.seq: reasons for u, reasons in failed}
+        for uid in tried:
+            if uid not in self.pending:
+                continue  # refused above
+            if uid in still:
+                reasons = still[uid]
+                if not self.pending.parked(uid):  # (a parked unit reached for room that did not fit stays so)
+                    offline = self._offline_near(self._units[uid].unit)
+                    if offline is not None:  # nothing but the device's return can change this
+                        self.pending.park(uid, offline[0])
+                        reasons = Counter({Why("offline", site=self.world.fleet.sites[s].name): 1
+                                           for s in dict.fromkeys(offline)})
+                    else:
+                        self._park_for_room(uid)
+                for task in self._units[uid].unit.tasks:
+                    self.ledger.waits(self._tasks[task], reasons)
+                continue
+            self.unpark((uid,), wake=False)
+            self.pending.discard(uid)
+            self.started(t, uid)
+        if risen:
+            self._room.settle(risen)
+        units = [u for u, _ in failed if not self.pending.parked(u.seq)]
+        if units and (self.resched.preempt(t, units) or self.resched.reclaim(t, units) or self.resched.defragment(t, units)):
+            self.schedule(t)  # the evicted or moved work may fit elsewhere now
+
+    def _pass(self, ready: list[int], risen: dict) -> tuple[list[int], list, list]:
+        """Try the ready units, and the parked ones that rows gained room for,
+        as one pass that tried every waiting unit would: (units tried, in
+        order; those that failed, with reasons; those whose placement raised).
+
+        With one tenant waiting the pass's order is fixed (standing, then
+        priority, then arrival), so the parked units are merged into it
+        (``RoomWait.walk``) and the ready ones are placed in runs between
+        them. With several, the parked units a risen row could hold are
+        made ready and the pass runs as usual."""
+        units = [self._units[uid].unit for uid in ready]
+        tenants = {u.tenant for u in units} | set(self._room.tenants)
+        if risen and len(tenants) > 1:
+            self.unpark(self._room.fitting(risen))
+            ready = self._bounded(self.now, self.pending.ready())
+            units = [self._units[uid].unit for uid in ready]
+            risen = {}
+        broken: list = []
+        if not risen:
+            return ready, self.business.run(units, record=False, broken=broken), broken
+        keyed = sorted(((self._pass_key(u), u) for u in units), key=lambda ku: ku[0])
+        keys, units = [k for k, _ in keyed], [u for _, u in keyed]
+        walk = self._room.walk(risen)
+        tried, failed, i = [], [], 0
+        parked = self.pending.parked
+
+        def run(batch: list) -> None:
+            tried.extend(u.seq for u in batch)
+            failed.extend(self.business.run(batch, record=False, broken=broken))
+
+        while (key := walk.peek()) is not None:
+            j = bisect_left(keys, key, i)
+            if j > i:
+                run(units[i:j])
+                i = j
+            uid = walk.next(parked)
+            if uid is not None:
+                run([self._units[uid].unit])
+        if i < len(units):
+            run(units[i:])
+        return self.pending.in_order(tried), failed, broken
+
+    def _bounded(self, t: float, ready: list[int]) -> list[int]:
+        """The first ``max_pass`` of the ready units (in the queue's order); when
+        some are left, an instant comes again at once for them."""
+        if self.max_pass is None or len(ready) <= self.max_pass:
+            return ready
+        self.loop.schedule(t, Wake())  # (on a wall clock: the next turn, the commands that came taken first)
+        return ready[:self.max_pass]
+
+    def _pass_key(self, unit: Unit) -> tuple:
+        """A unit's place in a pass of one tenant's units (``BusinessLayer.run``'s order)."""
+        return (-self.business.standing(unit), -unit.priority, unit.seq)
+
+    def _park_for_room(self, uid: int) -> None:
+        """Park a unit that did not fit when only room on the rows within its
+        bound can change that: one task bound near a site, its neighbourhood
+        few rows of a default VC, no quota, anti-affinity or whole devices,
+        and nothing running that it could evict or reclaim from (the
+        preemption and fair-share passes would find no victim). It waits
+        until one of those rows changes, paths near its site change, or such
+        work starts (``_count_running``)."""
+        unit = self._units[uid].unit
+        if not waiting.ENABLED or len(unit.tasks) != 1 or needs_whole_devices(unit):
+            return
+        comp = unit.components[0]
+        tenant = self.world.tenants.get(unit.tenant)
+        vcs = self.state.vcs[unit.app.vc]
+        if (comp.near is None or comp.near.max_rtt_ms is None or comp.anti_affinity is not None
+                or tenant is None or tenant.quota or not vcs.default or not self._outranks_nothing(unit)):
+            return
+        req = self.business.request(comp, unit.tenant, unit.state_site(0))
+        rows = nearby.candidate_rows(vcs.table, req)
+        if rows is None:
+            return
+        rows = rows[nearby.static_ok(vcs.table, req, rows, within=True)]  # the rows that could ever hold it
+        self.pending.park(uid, ("room", uid))
+        self._room.add(uid, vcs.table, rows, req, self._pass_key(unit), unit.tenant)
+        site = self.world.fleet.site_index[comp.near.site]
+        self._room_near.setdefault(site, set()).add(uid)
+        self._room_site[uid] = site
+
+    def _outranks_nothing(self, unit: Unit) -> bool:
+        """Nothing running is of lower standing, or of lower priority in its
+        tenant, and no other tenant runs work (``_preempt`` and ``_reclaim``
+        would not look for victims for it)."""
+        if self.resched.on and any(t != unit.tenant for t in self._own):
+            return False
+        if self._levels and self.business.standing(unit) > min(self._levels):
+            return False
+        own = self._own.get(unit.tenant)
+        return not own or unit.priority <= min(own)
+
+    def unpark(self, uids, wake: bool = True) -> None:
+        """Parked units (for room) that may fit now: back to the queue's pass
+        (one that left the queue meanwhile, deleted or refused, is only forgotten;
+        ``wake=False``: one that was placed)."""
+        for uid in list(uids):
+            if uid not in self._room:
+                continue
+            self._room.discard(uid)
+            site = self._room_site.pop(uid)
+            near = self._room_near.get(site)
+            if near is not None:
+                near.discard(uid)
+                if not near:
+                    del self._room_near[site]
+            if wake:
+                self.pending.wake(("room", uid))
+
+    def _offline_near(self, unit: Unit) -> list[int] | None:
+        """The offline devices the unit's members are bound near, when every
+        member is bound near one whose nodes are all down: no candidate
+        anywhere, no victim to evict, until that device comes back (a unit
+        parked under the first of them; the others are checked when it wakes)."""
+        if not self.offline or not waiting.ENABLED:
+            return None
+        fleet, enabled = self.world.fleet, self.state.nodes.enabled
+        sites = []
+        for comp in unit.components:
+            s = fleet.site_index.get(comp.near.site, -1) if comp.near is not None else -1
+            if s not in self.offline or enabled[fleet.nodes_of(s)].any():
+                return None
+            sites.append(s)
+        return sites
+
+    def refuse(self, t: float, app: str, exc: Exception) -> None:
+        """An application whose placement raised (a request the scheduler's
+        arithmetic cannot hold): its tasks fail with the reason, any of its
+        running work stops; every other application goes on."""
+        why = cannot_schedule(exc)
+        uids = self.ledger.by_app.get(app, ())
+        tenant = self._units[uids[0]].unit.tenant if uids else "?"
+        log.warning("application %s of tenant %s: %s", app, tenant, why)
+        for uid in uids:
+            us = self._units[uid]
+            if us.run is not None:
+                for task in self.close_run(uid).tasks:
+                    self.end_task(t, task, FAILED, "failed", reason=why)
+            self.pending.discard(uid)
+            self.unpark((uid,))
+            for task in us.unit.tasks:
+                if self._tasks[task].status == PENDING:
+                    self.end_task(t, task, FAILED, "failed", reason=why)
+        self._forget(app)
+
+    def started(self, t: float, uid: int) -> None:
+        us = self._units[uid]
+        us.unit.state_sites = ()
+        placed = [task for task in us.unit.tasks if task in self.state.placements]
+        left_out = self.business.left_out.pop(uid, None)
+        if len(placed) < len(us.unit.tasks):  # an elastic gang placed below its size: why, the binding bound first
+            if left_out is None:
+                left_out = Counter({Why("elastic", placed=len(placed), members=len(us.unit.tasks)): 1})
+            why = why_json(left_out)
+            for task in us.unit.tasks[len(placed):]:
+                self.end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
+        lead = us.unit.components[0]
+        ledger = self.ledger
+        tasks = us.unit.tasks if len(placed) == len(us.unit.tasks) else tuple(placed)  # (all: shared)
+        run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
+                  lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
+        if ledger.start(uid, run):
+            self.count_running(us.unit, +1)
+        tab = self._tasks
+        ids, moving = tab.ids, tab.moving
+        for task in placed:
+            i = ids[task]
+            p = self.state.placements[task]
+            ledger.placed(i, t)
+            self.track_near(task, tab.component[i])
+            where = self.where(p.host.node)
+            self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
+            if moving and i in moving:  # a service that stopped to move: priced from where it left
+                self.resched.log_move(t, tab[task], p.host.node)  # started when its state arrives
+            else:
+                self.resched.disrupted.discard(task)
+                self.log(t, "started", task=task, **where)
+        self.executor.start(run, t)
+
+    def track_near(self, task: str, comp: Component | None = None) -> None:
+        """Keep ``near_running`` to the running tasks placed away from their
+        ``near`` site: only they can move closer, or be beyond their bound.
+        (``comp``: the task's component, when the caller has its record.)"""
+        if comp is None:
+            comp = self._tasks[task].component
+        if comp.near is None:
+            return
+        if self.names_of(self.state.placements[task].host.node)[1] != comp.near.site:  # names are unique
+            if task not in self.near_running:
+                self.returns.enter(task)
+            self.near_running[task] = comp
+            self.returns.wake((task,))  # placed anew: its answer may differ
+            self._near_status(task)
+        else:  # at home: no site index parsed from its name
+            self.near_running.pop(task, None)
+            self.returns.leave(task)
+            self._beyond.discard(task)
+
+    def _near_status(self, task: str) -> None:
+        """Whether ``task`` (running away from its near site) is now beyond its bound."""
+        comp = self.near_running.get(task)
+        if comp is None or comp.near.max_rtt_ms is None:  # at home, or a preference only
+            self._beyond.discard(task)
+            return
+        fleet = self.world.fleet
+        node = self.state.placements[task].host.node
+        if fleet.network.rtt(fleet.node_site[node], fleet.site_index[comp.near.site]) > comp.near.max_rtt_ms:
+            self._beyond.add(task)
+        else:
+            self._beyond.discard(task)
+
+    def _recheck_near(self, sites: set[int] | None) -> list[str]:
+        """Paths changed (at ``sites`` only, when given): the running tasks
+        away from their near site whose path may have changed are checked
+        again (those bound near one of ``sites`` or placed on one); returns them."""
+        if sites is None:
+            tasks = list(self.near_running)
+        else:
+            tasks = [task for uid in running_at(self, sites) for task in self._units[uid].run.tasks]
+        tasks = [task for task in tasks if task in self.near_running]
+        for task in tasks:
+            self._near_status(task)
+        return tasks
+
+    def near_violations(self) -> int:
+        """Running tasks now farther from their near site than their bound
+        (placement never does this; links going down can): kept as tasks
+        start, move and end, and as paths change, not counted at each instant."""
+        return len(self._beyond)
+
+    # ------------------------------------------------------------ what the global layer tells it
+
+    def stop_tasks(self, t: float, tasks, node: int) -> None:
+        """``node`` went down (or left): the units of its ``tasks`` stop and wait again, whole."""
+        for uid in dict.fromkeys(self._tasks[task].unit for task in tasks):
+            self.stop_unit(t, uid, node)
+
+    def paths_changed(self, sites: set[int] | None, own: bool) -> None:
+        """Paths changed (at ``sites`` only, when given; ``own``: they are
+        private devices' own sites): requests compiled against the old ones
+        go, what waited on a device may find one, and the running tasks away
+        from their near site are checked again."""
+        name = self.world.fleet.site_table.names.name
+        self.business.forget_requests({name(s) for s in sites} if own else None)
+        if sites is None:
+            self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
+        checked = self._recheck_near(sites)
+        if not own:
+            self.returns.wake_all()  # a site others may move to: every answer may change
+            self.unpark(self._room.items())
+        else:  # another device's own site: only the work there or bound to it
+            self.returns.wake(checked)
+            self.unpark([uid for s in sites for uid in self._room_near.get(s, ())])
+
+    def wake_all(self) -> None:
+        """Room may have appeared anywhere (nodes, hosts, tenancy changed): every waiting unit looks again."""
+        self.pending.wake_all()
+        self.unpark(self._room.items())
+
+
+def cannot_schedule(exc: BaseException) -> str:
+    """The reason an application fails when handling it raised: the error, shortly."""
+    text = str(exc)
+    return f"cannot be scheduled: {type(exc).__name__}" + (f": {text[:200]}" if text else "")
