@@ -30,9 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from bench_world import _doc, fleet_docs, tenant_docs
+from bench_world import _doc, fleet_docs, tenant_docs, write_docs
 
 HERE = Path(__file__).resolve().parent
 SUANLI = [sys.executable, "-m", "suanli.cli"]
@@ -77,10 +75,7 @@ def main() -> int:
     cars["count"] = args.devices - vans
     pops.append({**cars, "name": "vans", "count": vans, "sites": "van-#######"})
     files = {"fleet.yaml": docs, "tenants.yaml": tenant_docs(args.tenants), "apps.yaml": app_docs("t00001")}
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    for name, d in files.items():
-        (args.out / name).write_text(yaml.dump_all(d, Dumper=dumper, sort_keys=False))
-    paths = [str(args.out / name) for name in files]
+    paths = write_docs(args.out, files)
 
     ndjson = args.out / "out.ndjson"
     wall_nd, rss_nd, done = run([*SUANLI, "schedule", *paths, "-o", "ndjson"], ndjson)

@@ -56,6 +56,14 @@ def fleet_docs(devices: int, multi: float) -> list[dict]:
     return [_doc("Fleet", "world", {"sites": sites, "links": links, "populations": pops})]
 
 
+def write_docs(out: Path, files: dict[str, list[dict]]) -> list[str]:
+    """Each file's documents written as YAML under ``out``; their paths."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    for name, docs in files.items():
+        (out / name).write_text(yaml.dump_all(docs, Dumper=dumper, sort_keys=False))
+    return [str(out / name) for name in files]
+
+
 def tenant_docs(n: int) -> list[dict]:
     return [_doc("Tenant", f"t{i:05d}", {"weight": 1 + i % 4, **({"allowedSites": ["cloud-*", "edge-*"]} if i % 3 == 0 else {})})
             for i in range(n)]

@@ -4,7 +4,9 @@ Random worlds of the property suite, always with a population of cars and
 often with listed device sites of several nodes, and work bound near its
 own device: a per-car application (``each``, one to three services on the
 car, so a batch names a car several times) and components of the other
-applications bound near a random site. Each world is scheduled twice with
+applications bound near a random site; often a second tenant's per-car
+application too, so that several tenants' units wait in one pass and their
+fair-share order interleaves them. Each world is scheduled twice with
 the same seed, with batches and without; the JSON must be identical, byte
 for byte, and the batches must really have decided units, also on sites
 named several times, on sites of several rows, and with the tenant's quota
@@ -63,6 +65,11 @@ def home_worlds(draw):
                       "replicas": draw(st.sampled_from([1, 2, 2]))})
     tenant = draw(st.sampled_from(tenants))
     docs.append(doc("Application", "home", {"each": "cars", "components": comps}, tenant=tenant))
+    others = [t for t in tenants if t != tenant]
+    if others and draw(st.booleans()):  # another tenant's, waiting in the same passes: their units interleave
+        mine = [{**c, "name": f"o{k}"} for k, c in enumerate(draw(st.permutations(comps)))]
+        docs.append(doc("Application", "other", {"each": "cars", "components": mine},
+                        tenant=draw(st.sampled_from(others))))
     if draw(st.booleans()):  # and, after them, one whose bound reaches past the car: home when home wins
         wide = {"name": "w", "lifetime": "service",
                 "resources": {"cpu": draw(st.sampled_from(["100m", "250m", 1])), "memory": "128Mi"},
@@ -90,14 +97,15 @@ def batches(enabled: bool):
         seen["lost"] += int((~out).sum())
         return out
 
-    def counted(self, units, vcs, sites, limits, tmpl_of, templates):
-        placed = real(self, units, vcs, sites, limits, tmpl_of, templates)
+    def counted(self, units, table, owners, owner_of, sites, limits, tmpl_of, templates):
+        placed = real(self, units, table, owners, owner_of, sites, limits, tmpl_of, templates)
         k = len(placed)
         seen["units"] += k
         if k:
             mine = sites[:k]
             seen["named again"] += len(mine) - len(np.unique(mine))
-            order, start = batch.nearby.site_rows(vcs.table)
+            seen["tenants together"] += len({units[i].app.tenant for i in range(k)}) > 1
+            order, start = batch.nearby.site_rows(table)
             seen["several rows"] += int((start[mine + 1] - start[mine] > 1).sum())
             seen["wide"] += int((~self.layer.state.fleet.network.alone(mine, limits[:k])).sum())
         seen["cut"] += k < len(units)
@@ -138,14 +146,15 @@ def test_batches_decide_as_one_by_one():
 
     def shown() -> bool:
         return (TALLY["with batches"] >= TALLY["cases"] // 6 and TALLY["units"] > TALLY["cases"]
-                and all(TALLY[what] > 0 for what in ("named again", "several rows", "cut")))
+                and all(TALLY[what] > 0 for what in ("named again", "several rows", "cut", "tenants together")))
 
     for _ in range(4):
         _same_decisions()
         if shown():
             break
     # not vacuous: batches decided units in many worlds, named sites again,
-    # chose among several rows, and were cut short (a unit that did not fit)
+    # chose among several rows, were cut short (a unit that did not fit), and
+    # held several tenants' units, in the order of their shares
     assert shown(), TALLY
 
 

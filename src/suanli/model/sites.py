@@ -77,6 +77,10 @@ class SiteNames:
         self._listed: dict[int, str] = {}
         self._firsts: list[int] = []  # populations, by first id
         self._blocks: list[tuple[int, int, NamePattern]] = []
+        # the blocks by (length of their names, their prefix): a name finds its few candidates at once,
+        # not by trying every population's pattern (cars of ten operators are twenty blocks)
+        self._by_prefix: dict[tuple[int, str], list[tuple[int, int, NamePattern]]] = {}
+        self._shapes: list[tuple[int, int]] = []  # the (name length, prefix length) pairs of the blocks
         self.n = 0
 
     def add(self, name: str) -> int:
@@ -90,6 +94,10 @@ class SiteNames:
         first = self.n
         self._firsts.append(first)
         self._blocks.append((first, count, pattern))
+        size = len(pattern.prefix) + pattern.width + len(pattern.suffix)
+        self._by_prefix.setdefault((size, pattern.prefix), []).append((first, count, pattern))
+        if (size, len(pattern.prefix)) not in self._shapes:
+            self._shapes.append((size, len(pattern.prefix)))
         self.n += count
         return first
 
@@ -108,11 +116,16 @@ class SiteNames:
         got = self._index.get(name)
         if got is not None:
             return got
-        for first, count, pattern in self._blocks:
-            k = pattern.index(name)
-            if 0 <= k < count:
-                return first + k
-        return default
+        size, found = len(name), default
+        for length, cut in self._shapes:  # (the first block that matches, as when each was tried in turn)
+            if length != size:
+                continue
+            for first, count, pattern in self._by_prefix.get((size, name[:cut]), ()):
+                k = pattern.index(name)
+                if 0 <= k < count and (found == default or first < found):
+                    found = first + k
+                    break
+        return found
 
     def __getitem__(self, name: str) -> int:
         got = self.get(name)

@@ -16,6 +16,16 @@ neighbourhood search and a few dozen small array operations; taken together,
 they are one gather of rows, one pass of checks and scores, and ties drawn
 in queue order.
 
+Several tenants' units go in one batch, in the order the pass would take
+them one by one: the pass keeps its waiting tenants in a heap keyed by
+weighted dominant share, and after each unit placed its tenant's share
+rises. The batch plays that heap forward with each tenant's share as it
+would be after the units before (its usage plus their demand, the same
+arithmetic as ``PlacementState.dominant_share``), so ten operators' cars,
+whose fair shares take turns unit by unit, are still decided together.
+Their default VCs share the node table; each unit is checked against its
+own tenant's quota (a running sum per tenant) and its own VC's reach.
+
 Why this decides as one by one does: a unit of the batch reads only the rows
 of its site. Units on different sites read disjoint rows, so one's placement
 cannot change another's checks or scores. A site that several units of the
@@ -33,8 +43,8 @@ random worlds both ways and compares the outcome byte for byte
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections import deque
-from itertools import islice
 
 import numpy as np
 
@@ -85,60 +95,116 @@ class Batches:
 
     # ------------------------------------------------------------ one batch
 
-    def run(self, queue: deque, failed_shapes: dict, shape) -> tuple[int, bool]:
-        """Place units from the front of ``queue`` (one tenant's, in its order)
-        while they fit; returns how many were placed (and removed from the
-        queue), and whether every unit looked at was placed (else the next
-        one is for the one-by-one path: a unit of another kind, or one that
-        does not fit). ``failed_shapes``: shapes (``shape(unit)``) that
-        already failed in this pass; such a unit ends the batch."""
+    def run(self, tenant: str, queues: dict[str, deque], heap: list, order: dict[str, int],
+            failed_shapes: dict, shape) -> tuple[int, bool, set[str], list[str]] | None:
+        """Place units from the fronts of the pass's queues while they fit, in
+        the order the pass takes them one by one: ``tenant``'s first (the
+        tenant the pass just took off ``heap``), then, when other tenants
+        wait, the tenant of least key as it would be after the units before
+        (its weighted dominant share with those units' demand added, the seq
+        of its next unit, its place in ``order``: ``business_layer._tenant_heap``).
+
+        Returns None when no batch is begun (the next unit is for the one-by-one
+        path). Else: how many units were placed (and taken off their queues),
+        whether every unit looked at was placed (else the pass's next unit
+        goes one by one: a unit of another kind, or one that does not fit),
+        the tenants that placed some, and the tenants taken off ``heap`` on
+        the way: the caller puts them back, with ``tenant``, keyed anew.
+        ``failed_shapes``: shapes (``shape(unit)``) that already failed in
+        this pass; such a unit ends the batch."""
         layer = self.layer
+        queue = queues[tenant]
         if not ENABLED or layer.policy is not None or not queue:
-            return 0, False
+            return None
         state = layer.state
         first = queue[0]
         vcs = state.vcs[first.app.vc]
         table = vcs.table
         if table.listeners or table.n == 0 or (vcs.default and vcs.component < 0):
-            return 0, False  # the first placement of a default VC sets its reach: one by one
+            return None  # the first placement of a default VC sets its reach: one by one
         fleet = state.fleet
         site_index = fleet.site_index
-        comp = _alone_kind(first, first.app.vc)
+        comp = _alone_kind(first)
         if comp is None or not _home(fleet.network, site_index[comp.near.site], comp.near.max_rtt_ms):
-            return 0, False  # the next unit is not one a batch takes: no batch is started for it
+            return None  # the next unit is not one a batch takes: no batch is started for it
         if not self._fits_home(table, comp, first.app.tenant, site_index[comp.near.site]):
-            return 0, False  # it goes elsewhere (too big for its device, or the device is full): one by one
+            return None  # it goes elsewhere (too big for its device, or the device is full): one by one
         units, tmpl_of, templates, tmpl_index = [], [], [], {}
-        sites, limits = [], []
-        looked = min(self.size, len(queue))
-        for unit in islice(queue, looked):
-            comp = _alone_kind(unit, first.app.vc)
-            if comp is None or (failed_shapes and shape(unit) in failed_shapes):
+        sites, limits, owner_of, owners, owner_index = [], [], [], [], {}
+        looked, several = self.size, bool(heap)
+        taken: dict[str, int] = {}  # per tenant: units of its queue in the batch
+        used: dict[str, np.ndarray] = {}  # per tenant: its usage as it would be after them (several tenants)
+        local: list = []  # the tenants in play, keyed as they would be (a heap)
+        popped: list[str] = []  # those taken off the pass's heap
+        cur, kind_ends = tenant, False
+        last, index = None, -1
+        while True:
+            q = queues[cur]
+            k = taken.get(cur, 0)
+            unit = q[k]
+            comp = _alone_kind(unit)
+            uvcs = state.vcs[unit.app.vc] if comp is not None else None
+            if (comp is None or (failed_shapes and shape(unit) in failed_shapes) or uvcs.table is not table
+                    or (uvcs.default and uvcs.component < 0)):
+                kind_ends = True
                 break
             t = self.template(comp, unit.app.tenant)
             if t is None:
+                kind_ends = True
                 break
-            k = tmpl_index.get(id(t))
-            if k is None:
-                k = tmpl_index[id(t)] = len(templates)
+            j = tmpl_index.get(id(t))
+            if j is None:
+                j = tmpl_index[id(t)] = len(templates)
                 templates.append(t)
+            o = owner_index.get(unit.app.vc)
+            if o is None:
+                o = owner_index[unit.app.vc] = len(owners)
+                owners.append(uvcs)
             units.append(unit)
-            tmpl_of.append(k)
-            sites.append(site_index[comp.near.site])
+            tmpl_of.append(j)
+            owner_of.append(o)
+            near = comp.near.site
+            if near != last:  # (a device's services come one after another: its name is looked up once)
+                last, index = near, site_index[near]
+            sites.append(index)
             limits.append(comp.near.max_rtt_ms)
+            taken[cur] = k + 1
+            if len(units) >= looked:
+                break
+            if not several:
+                if k + 1 >= len(q):
+                    break
+                continue
+            # the next unit the pass would take: the tenant of least key, this one's keyed anew
+            if k + 1 < len(q):
+                u = used.get(cur)
+                if u is None:
+                    u = used[cur] = state.used[state.tenant_index[cur]].copy()
+                u += t.vec
+                heapq.heappush(local, (state.share_of(cur, u), q[k + 1].seq, order[cur], cur))
+            if heap and (not local or heap[0] < local[0]):
+                e = heapq.heappop(heap)
+                popped.append(e[-1])
+                heapq.heappush(local, e)
+            if not local:
+                break
+            cur = heapq.heappop(local)[-1]
         n = len(units)
         if n == 0:
             self.size = MIN
-            return 0, False
-        placed = self._decide(units, vcs, np.array(sites, np.int64), np.array(limits, np.float64),
-                              np.array(tmpl_of, np.int64), templates)
-        for _ in range(len(placed)):
-            queue.popleft()
-        state.add_placements([u.tasks[0] for u in units[:len(placed)]], first.app.tenant, vcs, placed)
-        self.decided += len(placed)
-        full = len(placed) == looked
-        self.size = min(MAX, 2 * self.size) if full else max(MIN, 2 * len(placed))
-        return len(placed), full
+            return None if not popped else (0, False, set(), popped)
+        placed = self._decide(units, table, owners, np.array(owner_of, np.int64), np.array(sites, np.int64),
+                              np.array(limits, np.float64), np.array(tmpl_of, np.int64), templates)
+        p = len(placed)
+        done = units[:p]
+        for unit in done:
+            queues[unit.app.tenant].popleft()
+        state.add_placements([u.tasks[0] for u in done], [u.app.tenant for u in done],
+                             [owners[o] for o in owner_of[:p]], placed)
+        self.decided += p
+        full = p == n and not kind_ends
+        self.size = min(MAX, 2 * self.size) if full and n >= looked else max(MIN, 2 * p)
+        return p, full, {u.app.tenant for u in done}, popped
 
     def _fits_home(self, table, comp, tenant: str, site: int) -> bool:
         """Whether a row of ``site`` could take ``comp`` now (what it is and what
@@ -152,11 +218,12 @@ class Batches:
         rows = order[start[site]:start[site + 1]]
         return bool((nearby.static_ok(table, t, rows) & nearby.dynamic_ok(table, t, rows)).any())
 
-    def _decide(self, units, vcs, sites, limits, tmpl_of, templates) -> list[Allocation]:
-        """The allocations of the batch's first units that fit, in queue order,
-        already taken from the table."""
+    def _decide(self, units, table, owners, owner_of, sites, limits, tmpl_of, templates) -> list[Allocation]:
+        """The allocations of the batch's first units that fit, in the batch's
+        order, already taken from ``table``. ``owners``: the units' virtual
+        clusters (each unit's is ``owners[owner_of[i]]``; several only when
+        they are tenants' default VCs, which share the node table)."""
         state = self.layer.state
-        table = vcs.table
         network = state.fleet.network
         n = len(units)
         intra = network.intra_rtt_ms[sites]
@@ -180,16 +247,20 @@ class Batches:
         sites, count, tmpl_of, intra = sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut]
         vecs = np.stack([t.vec for t in templates], axis=1)  # int64[R, templates]
         demand = vecs[:, tmpl_of]  # int64[R, cut]
-        # the tenant's quota (a default VC): a running sum over the batch
-        if vcs.default and state.world.tenants[vcs.tenant].quota:
-            left = state.quota_left(vcs.tenant)
-            over = (np.cumsum(demand, axis=1) > left[:, None]).any(axis=0)
-            if over.any():
-                cut = int(np.argmax(over))
-                if cut == 0:
-                    return []
-                sites, count, tmpl_of, intra, demand = (sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut],
-                                                        demand[:, :cut])
+        # each tenant's quota (a default VC): a running sum over its units of the batch
+        owner_of = owner_of[:cut]
+        over = np.zeros(cut, bool)
+        for o, vcs in enumerate(owners):
+            if vcs.default and state.world.tenants[vcs.tenant].quota:
+                mine = np.flatnonzero(owner_of == o)
+                left = state.quota_left(vcs.tenant)
+                over[mine] = (np.cumsum(demand[:, mine], axis=1) > left[:, None]).any(axis=0)
+        if over.any():
+            cut = int(np.argmax(over))
+            if cut == 0:
+                return []
+            sites, count, tmpl_of, intra, demand, owner_of = (sites[:cut], count[:cut], tmpl_of[:cut], intra[:cut],
+                                                              demand[:, :cut], owner_of[:cut])
         # the rows of each unit's site, in row order
         unit_of = np.repeat(np.arange(cut), count)
         rows = nearby.runs(order, start[sites], count)
@@ -207,8 +278,9 @@ class Batches:
             mine = tmpl_of[unit_of] == k
             if mine.any():
                 ok[mine] &= nearby.static_ok(table, t, rows[mine])
-        if vcs.default:  # reachable from the VC's hosts
-            ok &= network.component[table.site[rows]] == vcs.component
+        if owners[0].default:  # reachable from the VC's hosts (default VCs: each its own)
+            reach = np.array([vcs.component for vcs in owners], np.int64)[owner_of]
+            ok &= network.component[table.site[rows]] == reach[unit_of]
         slot = self._shares(table, templates, tmpl_of, sites[:cut], rows, count, ok)
         # per unit: its row (one), or the best of its rows with ties drawn in order
         fits = np.bincount(unit_of[ok], minlength=cut)
@@ -369,11 +441,11 @@ def _home(network, site, limit):
     return bool(out) if np.ndim(out) == 0 else out
 
 
-def _alone_kind(unit, vc: str):
+def _alone_kind(unit):
     """The unit's one component when the unit is of the kind a batch takes:
     one task, bound near a site with a latency bound, nothing that links it to
-    other tasks or other sites, in VC ``vc``; else None."""
-    if len(unit.tasks) != 1 or unit.app.vc != vc or unit.couplings or unit.affinity_scope is not None:
+    other tasks or other sites; else None."""
+    if len(unit.tasks) != 1 or unit.couplings or unit.affinity_scope is not None:
         return None
     if unit.state_sites and unit.state_sites[0] >= 0:
         return None

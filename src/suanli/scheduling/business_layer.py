@@ -300,21 +300,26 @@ class BusinessLayer:
         for level in sorted(by_standing, reverse=True):
             queues = by_standing[level]
             heap, order = _tenant_heap(queues, share)
+            batch = True  # whether the next unit may begin a batch (not the unit a batch stopped at)
             while heap:
                 tenant = heapq.heappop(heap)[-1]
-                queue = queues[tenant]
-                one = True
-                if not heap:  # the only tenant waiting: its units that can only go home, together
-                    placed, one = self.batches.run(queue, failed_shapes, unit_shape)
-                    one = not one and bool(queue)
-                    if placed and several:
-                        share[tenant] = self.state.dominant_share(tenant)
-                if one and self._run_one(queue.popleft(), record, failed, failed_shapes, broken) and several:
-                    share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
-                if queues[tenant]:
-                    heapq.heappush(heap, (share.get(tenant, 0.0), queues[tenant][0].seq, order[tenant], tenant))
+                got = self.batches.run(tenant, queues, heap, order, failed_shapes, unit_shape) if batch else None
+                if got is not None:  # units that can only go home, together, in the order of this loop
+                    _, batch, placed, popped = got
+                    back = (tenant, *popped)
+                    if several:
+                        for t in placed:
+                            share[t] = self.state.dominant_share(t)
                 else:
-                    del queues[tenant]
+                    batch = True
+                    if self._run_one(queues[tenant].popleft(), record, failed, failed_shapes, broken) and several:
+                        share[tenant] = self.state.dominant_share(tenant)  # only its usage changed
+                    back = (tenant,)
+                for t in back:
+                    if queues[t]:
+                        heapq.heappush(heap, (share.get(t, 0.0), queues[t][0].seq, order[t], t))
+                    else:
+                        del queues[t]
         return failed
 
     def _waiting_shares(self, units: list[Unit]) -> dict[str, float]:

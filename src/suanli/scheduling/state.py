@@ -315,9 +315,7 @@ class PlacementState:
     def dominant_share(self, tenant: str) -> float:
         """One tenant's weighted dominant share: its largest fraction of any
         resource of the fleet, divided by its weight."""
-        used = self.used[self.tenant_index[tenant]]
-        share = used / np.maximum(self.total, 1)
-        return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
+        return self.share_of(tenant, self.used[self.tenant_index[tenant]])
 
     def dominant_shares(self, rows: np.ndarray | None = None) -> np.ndarray:
         """float[T] (or float[len(rows)] for the tenant indices ``rows``): the
@@ -378,25 +376,29 @@ class PlacementState:
             return self._place_fitted(task, tenant, vc, a)
         return self._record(task, tenant, vc, vc.by_row[a.row], a)
 
-    def add_placements(self, tasks: Sequence[str], tenant: str, vc: VCState, allocs: Sequence[Allocation]) -> None:
-        """``add_placement`` of each task in turn, one tenant's, with its usage
-        added once (a batch of a million devices' services)."""
-        if not vc.default or not tasks:
-            for task, a in zip(tasks, allocs):
+    def add_placements(self, tasks: Sequence[str], tenants: Sequence[str], vcs: Sequence[VCState],
+                       allocs: Sequence[Allocation]) -> None:
+        """``add_placement`` of each task in turn (``tenants[i]``'s, on
+        ``vcs[i]``), with each tenant's usage on default VCs added once per
+        vector (a batch of a million devices' services)."""
+        vecs: dict[tuple, list] = {}  # the batch's vectors are few, shared by many allocations: added by count
+        for task, tenant, vc, a in zip(tasks, tenants, vcs, allocs):
+            if not vc.default:
                 self.add_placement(task, tenant, vc, a)
-            return
-        for task, a in zip(tasks, allocs):
+                continue
             self._place_fitted(task, tenant, vc, a)
-        vecs: dict[int, list] = {}  # the batch's vectors are few, shared by many allocations: added by count
-        for a in allocs:
-            hit = vecs.get(id(a.vec))
+            hit = vecs.get((tenant, id(a.vec)))
             if hit is None:
-                vecs[id(a.vec)] = [a.vec, 1]
+                vecs[(tenant, id(a.vec))] = [tenant, a.vec, 1]
             else:
-                hit[1] += 1
-        used = self.used[self.tenant_index[tenant]]
-        for vec, count in vecs.values():
-            used += vec * count
+                hit[2] += 1
+        for tenant, vec, count in vecs.values():
+            self.used[self.tenant_index[tenant]] += vec * count
+
+    def share_of(self, tenant: str, used: np.ndarray) -> float:
+        """``dominant_share`` of ``tenant`` were its usage ``used`` (the same arithmetic)."""
+        share = used / np.maximum(self.total, 1)
+        return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
 
     def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
         """A default VC's task on its node's fitted host (made when it is the
