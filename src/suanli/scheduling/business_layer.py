@@ -32,6 +32,7 @@ from suanli.scheduling.table import Allocation, CandidateTable
 
 
 REQUESTS = 65_536  # compiled requests kept (each names its constraints: one per car bound near it)
+SHARED = True  # False: one request per tenant, however alike (the reference ``tests/test_shared_requests.py`` compares)
 
 
 @dataclass(slots=True)
@@ -244,10 +245,15 @@ class BusinessLayer:
         Components that ask for the same thing under the same constraints share
         one request (and so its cached masks and live view): a trace of a
         million one-task applications has a few hundred distinct requests.
-        Anti-affinity keeps the application in the key: its groups are its own."""
+        Of its tenant a request holds only the sites it may use, so tenants
+        allowed the same sites share requests too (ten thousand tenants' batch
+        jobs are a few requests, each with one live view kept in step, not a
+        view made afresh per tenant). Anti-affinity keeps the application and
+        its tenant in the key: its groups are its own."""
         data = (comp.data_source, comp.data_sink)
         anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
-        key = (tenant, comp.resources, comp.arch, comp.near, data, state_site, anti, _selector_key(comp.selector))
+        who = tenant if anti is not None or not SHARED else tuple(self.state.world.tenants[tenant].allowed_sites)
+        key = (who, comp.resources, comp.arch, comp.near, data, state_site, anti, _selector_key(comp.selector))
         req = self._requests.get(key)
         if req is not None:
             self._requests.move_to_end(key)

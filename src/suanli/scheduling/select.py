@@ -357,12 +357,13 @@ def _fill(table, members, network, rng, extras: Extras, st: Statement,
             run_end[j] = run_end[j + 1]
     ranked: _Ranked | None = None
     filled = None
+    owner = id(getattr(extras, "vc", None))  # whose checks: a request may be shared by tenants allowed alike
     i = 0
     while i < len(members):
         r = members[i]
         run = run_end[i] - i
         extra = extras.checks(r, table)
-        row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r))) if repeatable else -1
+        row = _repeat(table, r, extra, r.cache.get("last") if anywhere else local.get(id(r)), owner) if repeatable else -1
         a = None
         if row < 0:
             if policy is not None:
@@ -412,7 +413,7 @@ def _fill(table, members, network, rng, extras: Extras, st: Statement,
         i += len(allocs)
         if ranked is not None:
             ranked.tick = table.tick
-        hint = ((id(table), table.version, table.tick), row)
+        hint = ((id(table), table.version, table.tick, owner), row)
         if anywhere:
             r.cache["last"] = hint
         else:
@@ -475,17 +476,19 @@ class _Ranked:
         return rows.pop(j)
 
 
-def _repeat(table: CandidateTable, req: Request, extra, hint) -> int:
+def _repeat(table: CandidateTable, req: Request, extra, hint, owner: int) -> int:
     """The row the same request just took, when picking again would choose it anyway.
 
     Why this is exact: if nothing else changed on the table since (same tick),
     every other row scores as before, while the chosen row's packing score rose
     strictly (it is fuller now); so if it still fits it is the unique best row,
-    and ``pick`` would return it without a tie-break draw.
+    and ``pick`` would return it without a tie-break draw. The extra checks
+    must be the same VC's (``owner``): another tenant sharing the request may
+    be allowed rows the first was not.
     """
     if hint is None or req.whole_node or not req.plain[1]:
         return -1
     key, row = hint
-    if key != (id(table), table.version, table.tick) or not fits_row(table, req, row, extra):
+    if key != (id(table), table.version, table.tick, owner) or not fits_row(table, req, row, extra):
         return -1
     return row
