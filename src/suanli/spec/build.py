@@ -182,7 +182,8 @@ def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fle
     for s in fleet.site_table.population_range(spec.each):
         site = names.name(s)
         app = f"{name}.{site}"
-        comps = tuple(_for_site(c, app, site) for c in proto.components)
+        nears: dict = {}  # the site's bounds, one object each for all its components (ten a car, not ten copies)
+        comps = tuple(_for_site(c, app, site, nears) for c in proto.components)
         out.append(Application(app, tenant, proto.vc, proto.priority, proto.preemptible, comps, name))
     return out
 
@@ -194,12 +195,17 @@ _SLOTS = tuple((getattr(Component, name).__set__, getattr(Component, name).__get
 _SET_PER_SITE = tuple(getattr(Component, name).__set__ for name in _PER_SITE)
 
 
-def _for_site(c: Component, app: str, site: str) -> Component:
+def _for_site(c: Component, app: str, site: str, nears: dict) -> Component:
     """A component of an ``each`` application's prototype, for ``app`` on ``site``
     (``dataclasses.replace`` without its checks, slot by slot: a million
-    cars' components are copied here)."""
+    cars' components are copied here). ``nears``: the site's bounds made so
+    far, by their rtt (components bound alike share one)."""
     each = schema.EACH_SITE
-    near = c.near if c.near is None or c.near.site != each else Near(site, c.near.max_rtt_ms)
+    near = c.near
+    if near is not None and near.site == each:
+        near = nears.get(c.near.max_rtt_ms)
+        if near is None:
+            near = nears[c.near.max_rtt_ms] = Near(site, c.near.max_rtt_ms)
     out = object.__new__(Component)
     for put, get in _SLOTS:
         put(out, get(c))
