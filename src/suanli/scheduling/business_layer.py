@@ -303,6 +303,7 @@ class BusinessLayer:
         # shares order tenants only when several wait: with one, they are not read
         several = len({u.tenant for u in units}) > 1
         share = self._waiting_shares(units) if several else {}
+        del units  # the queues hold them now: a caller that keeps no list lets each go once placed
         for level in sorted(by_standing, reverse=True):
             queues = by_standing[level]
             heap, order = _tenant_heap(queues, share)
