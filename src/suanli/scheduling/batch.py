@@ -192,7 +192,7 @@ class Batches:
         n = len(units)
         if n == 0:
             self.size = MIN
-            return None if not popped else (0, False, set(), popped)
+            return None  # (nothing was taken off the heap: that follows a unit taken)
         placed = self._decide(units, table, owners, np.array(owner_of, np.int64), np.array(sites, np.int64),
                               np.array(limits, np.float64), np.array(tmpl_of, np.int64), templates)
         p = len(placed)
@@ -203,7 +203,7 @@ class Batches:
                              [owners[o] for o in owner_of[:p]], placed)
         self.decided += p
         full = p == n and not kind_ends
-        self.size = min(MAX, 2 * self.size) if full and n >= looked else max(MIN, 2 * p)
+        self.size = min(MAX, 2 * self.size) if full else max(MIN, 2 * p)
         return p, full, {u.app.tenant for u in done}, popped
 
     def _fits_home(self, table, comp, tenant: str, site: int) -> bool:

@@ -329,7 +329,7 @@ class Simulation:
         self.ledger = self.shard.ledger
         self.executor = SimExecutor(self.loop)
         if executor is not None:  # a real one: made last, given what it may look at
-            self.executor = executor(Attachment(self.view, self.loop, world))
+            self.executor = executor(self.attachment)
 
     @property
     def executor(self) -> Executor:
