@@ -268,7 +268,7 @@ def components(draw, k: int, sites: list[dict], kinds: list[str]) -> dict:
         size = draw(st.integers(2, 10) if elastic else st.integers(1, 4))  # elastic: often past what fits
         c["gang"] = {"size": size}
         if elastic:
-            c["gang"]["minSize"] = draw(st.integers(1, size))
+            c["gang"]["minSize"] = draw(st.integers(1, max(1, size // 2)))  # room to be placed below its size
         if one_in(draw, 2):
             c["coupling"] = draw(st.sampled_from(COUPLINGS))
     elif draw(st.booleans()):

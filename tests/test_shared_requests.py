@@ -42,6 +42,7 @@ def alike_worlds(draw):
             b["spec"]["allowedSites"] = list(a["spec"]["allowedSites"])
         else:
             b["spec"].pop("allowedSites", None)
+    pairs = []
     for d in [d for d in docs if d["kind"] == "Application"]:
         if draw(st.integers(0, 2)):
             twin = copy.deepcopy(d)
@@ -49,6 +50,13 @@ def alike_worlds(draw):
             twin["metadata"]["tenant"] = draw(st.sampled_from([n for n in names if n != d["metadata"]["tenant"]]))
             twin["spec"].pop("virtualCluster", None)  # the other tenant's default VC
             docs.append(twin)
+            pairs.append((d["metadata"]["tenant"], twin["metadata"]["tenant"]))
+    if pairs and draw(st.integers(0, 3)):  # most often, a twin's tenant allowed what its original's is
+        first, second = (tenants[names.index(n)] for n in draw(st.sampled_from(pairs)))
+        if "allowedSites" in first["spec"]:
+            second["spec"]["allowedSites"] = list(first["spec"]["allowedSites"])
+        else:
+            second["spec"].pop("allowedSites", None)
     return docs, draw(st.integers(0, 2**16))
 
 

@@ -20,19 +20,21 @@ from suanli.scheduling.table import Allocation, CandidateTable
 class Host:
     """A slice of a node that a VC holds: a host of one of its groups, or in a
     default VC the fitted host of a node, exactly what the VC's tasks there
-    take (``held``, per task), which comes and goes with them."""
+    take, which comes and goes with them: it counts them, and adds up what
+    they hold (from the placements' columns) when asked."""
 
-    __slots__ = ("vc", "name", "group", "node", "row", "held", "_alloc", "_none")
+    __slots__ = ("vc", "name", "group", "node", "row", "count", "_src", "_alloc", "_none")
 
     def __init__(self, vc: str, name: str, group: str | None, node: int, node_alloc: Allocation,
-                 row: int, held: list[Allocation] | dict[int, Allocation] | None = None) -> None:
+                 row: int, src: "Placements | None" = None) -> None:
         self.vc = vc
         self.name = name
         self.group = group  # None for a default VC's fitted host
         self.node = node
         self.row = row  # row in the VC's host table (-1 for a default VC)
-        self.held = held  # a fitted host: its tasks' allocations on the node table (a list while few)
-        self._alloc = node_alloc  # None: to be summed from ``held``
+        self.count = 0  # a fitted host: the tasks it holds
+        self._src = src  # a fitted host: the placements its tasks' allocations are read from
+        self._alloc = None if src is not None else node_alloc  # None: to be added up
         self._none = node_alloc  # a fitted host's allocation with no task
 
     @property
@@ -40,36 +42,23 @@ class Host:
         """What the host holds on the node table (a fitted host: its tasks' sum,
         added up when asked for, not at every task that comes or goes)."""
         if self._alloc is None:
-            self._alloc = _sum(self._none, self._held())
+            self._alloc = self.peek_alloc()
         return self._alloc
 
     def peek_alloc(self) -> Allocation:
         """``node_alloc`` without keeping the sum (a one-time read of a million hosts)."""
-        return self._alloc if self._alloc is not None else _sum(self._none, self._held())
+        if self._alloc is not None:
+            return self._alloc
+        return self._src.held_on(self.node, self.vc, self._none)
 
-    def _held(self):
-        held = self.held
-        return held if type(held) is list else held.values()
-
-    def hold(self, a: Allocation) -> None:
-        """A fitted host: one of its tasks takes ``a`` on its node (a list of
-        what they took while they are ``FEW``, by the allocation's identity past that)."""
-        held = self.held
-        if type(held) is dict:
-            held[id(a)] = a
-        elif len(held) < FEW:
-            held.append(a)
-        else:
-            self.held = {id(x): x for x in (*held, a)}
+    def hold(self) -> None:
+        """A fitted host: one more of its tasks holds a slice of its node."""
+        self.count += 1
         self._alloc = None
 
-    def release(self, a: Allocation) -> None:
-        """A fitted host: the task that took ``a`` gives it back."""
-        held = self.held
-        if type(held) is dict:
-            del held[id(a)]
-        else:
-            del held[next(i for i, x in enumerate(held) if x is a)]
+    def release(self) -> None:
+        """A fitted host: one of its tasks gave its slice back."""
+        self.count -= 1
         self._alloc = None
 
     def __repr__(self) -> str:
@@ -135,6 +124,141 @@ class Placement:
     vc: str
     host: Host
     alloc: Allocation  # on the VC's host table, or on the node table for a default VC
+
+
+class Placements(Mapping):
+    """The placed tasks, by name, as columns: per task its tenant, VC, row and
+    resource vector (interned: a world's tasks ask for few distinct vectors),
+    device shares only where it has some. A ``Placement`` is made when one is
+    read, not kept per task; its host is the VC's host at that row (a default
+    VC's fitted host of the node). Iteration is in the order tasks were placed."""
+
+    __slots__ = ("_state", "_at", "_names", "_free", "_tenant", "_vc", "_row", "_vec", "_dev",
+                 "_vc_names", "_vc_at", "_vecs", "_vec_at", "_pairs")
+
+    def __init__(self, state: "PlacementState") -> None:
+        self._state = state
+        self._at: dict[str, int] = {}  # task -> its row of the columns
+        self._names: list[str | None] = []
+        self._free: list[int] = []  # rows of tasks that left, for the next ones
+        self._tenant = np.zeros(16, np.int32)
+        self._vc = np.zeros(16, np.int32)
+        self._row = np.zeros(16, np.int64)
+        self._vec = np.zeros(16, np.int32)
+        self._dev: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # row -> (slots, milli)
+        self._vc_names: list[str] = []
+        self._vc_at: dict[str, int] = {}
+        self._vecs: list[np.ndarray] = []
+        self._vec_at: dict[bytes, int] = {}
+        self._pairs: dict[tuple, tuple] = {}
+
+    def add(self, task: str, tenant: int, vc: str, a: Allocation) -> None:
+        """Record ``task`` (not placed yet) placed with ``a`` by tenant index ``tenant`` in VC ``vc``."""
+        free = self._free
+        if free:
+            r = free.pop()
+            self._names[r] = task
+        else:
+            r = len(self._names)
+            self._names.append(task)
+            if r == self._tenant.size:
+                self._widen(2 * r)
+        self._at[task] = r
+        v = self._vc_at.get(vc)
+        if v is None:
+            v = self._vc_at[vc] = len(self._vc_names)
+            self._vc_names.append(vc)
+        key = a.vec.tobytes()
+        k = self._vec_at.get(key)
+        if k is None:
+            k = self._vec_at[key] = len(self._vecs)
+            vec = a.vec.copy()
+            vec.setflags(write=False)
+            self._vecs.append(vec)
+        self._tenant[r] = tenant
+        self._vc[r] = v
+        self._row[r] = a.row
+        self._vec[r] = k
+        if a.slots:
+            pair = (a.slots, a.milli)
+            self._dev[r] = self._pairs.setdefault(pair, pair)  # few distinct: one tuple each
+
+    def _widen(self, n: int) -> None:
+        for name in ("_tenant", "_vc", "_row", "_vec"):
+            old = getattr(self, name)
+            new = np.zeros(n, old.dtype)
+            new[:old.size] = old
+            setattr(self, name, new)
+
+    def _make(self, task: str, r: int) -> Placement:
+        state = self._state
+        vc = state.vcs[self._vc_names[self._vc[r]]]
+        row = int(self._row[r])
+        host = vc.by_node[row] if vc.default else vc.by_row[row]
+        dev = self._dev.get(r)
+        vec = self._vecs[self._vec[r]]
+        a = Allocation(row, vec, dev[0], dev[1]) if dev is not None else Allocation(row, vec)
+        return Placement(task, state.tenant_names[self._tenant[r]], vc.name, host, a)
+
+    def __getitem__(self, task: str) -> Placement:
+        return self._make(task, self._at[task])
+
+    def get(self, task: str, default=None):
+        r = self._at.get(task)
+        return default if r is None else self._make(task, r)
+
+    def __contains__(self, task: object) -> bool:
+        return task in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def values(self):
+        make = self._make
+        return (make(task, r) for task, r in list(self._at.items()))
+
+    def items(self):
+        make = self._make
+        return ((task, make(task, r)) for task, r in list(self._at.items()))
+
+    def node_of(self, task: str) -> int:
+        """The node ``task`` runs on (no ``Placement`` made)."""
+        r = self._at[task]
+        vc = self._state.vcs[self._vc_names[self._vc[r]]]
+        row = int(self._row[r])
+        return row if vc.default else vc.by_row[row].node
+
+    def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
+        """``none`` plus the allocations of ``vc``'s tasks on ``node`` (a default
+        VC's fitted host there): vectors added, shares added per device slot,
+        slots in order, the ones left with no share dropped."""
+        vec = none.vec.copy()
+        shares: dict[int, int] = {}
+        v = self._vc_at.get(vc)
+        at, vcs, vecs, devs = self._at, self._vc, self._vecs, self._dev
+        for task in self._state.tasks_on_node.get(node, ()):
+            r = at[task]
+            if vcs[r] != v:
+                continue
+            vec += vecs[self._vec[r]]
+            dev = devs.get(r)
+            if dev is not None:
+                for s, m in zip(*dev):
+                    shares[s] = shares.get(s, 0) + m
+        slots = sorted(s for s, m in shares.items() if m)
+        return Allocation(none.row, vec, tuple(slots), tuple(shares[s] for s in slots))
+
+    def pop(self, task: str) -> Placement:
+        r = self._at[task]
+        p = self._make(task, r)
+        del self._at[task]
+        self._names[r] = None
+        self._dev.pop(r, None)
+        self._free.append(r)
+        return p
 
 
 class Hosts:
@@ -209,6 +333,7 @@ class PlacementState:
         self.total = self.fleet.total_capacity().astype(np.int64)
         # per tenant, by its index: what it holds and its quota, int64 [T, R]
         self.tenant_index: dict[str, int] = {t: i for i, t in enumerate(world.tenants)}
+        self.tenant_names: list[str] = list(self.tenant_index)
         self.used = np.zeros((len(self.tenant_index), r), np.int64)
         self.quota_table = np.array([self._quota_vector(t) for t in world.tenants], np.int64).reshape(-1, r)
         self.weights = np.array([float(t.weight) for t in world.tenants.values()], np.float64)
@@ -218,7 +343,7 @@ class PlacementState:
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
-        self.placements: dict[str, Placement] = {}  # by task name
+        self.placements = Placements(self)  # by task name
         # the tasks on each node (``add_few``: a list while they are few)
         self.tasks_on_node: dict[int, list[str] | set[str]] = {}
         self._component_masks: dict[tuple, tuple] = {}
@@ -369,7 +494,7 @@ class PlacementState:
 
     # ------------------------------------------------------------ tasks
 
-    def add_placement(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
+    def add_placement(self, task: str, tenant: str, vc: VCState, a: Allocation) -> None:
         """Record a task placed with allocation ``a`` on the VC's table (already taken)."""
         if vc.default:
             self.used[self.tenant_index[tenant]] += a.vec
@@ -400,23 +525,22 @@ class PlacementState:
         share = used / np.maximum(self.total, 1)
         return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
 
-    def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> Placement:
+    def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> None:
         """A default VC's task on its node's fitted host (made when it is the
         node's first), its usage not counted here."""
         host = vc.by_node.get(a.row)
         if host is None:
             host = self._fitted_host(vc, a)
-        host.hold(a)
+        host.hold()
         return self._record(task, tenant, vc, host, a)
 
-    def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> Placement:
-        p = self.placements[task] = Placement(task, tenant, vc.name, host, a)
+    def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> None:
+        self.placements.add(task, self.tenant_index[tenant], vc.name, a)
         add_few(self.tasks_on_node, host.node, task)
-        return p
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
-        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, held=[])
+        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, self.placements)
         vc.hosts.append(host)
         vc.by_node[a.row] = host
         if vc.component < 0:
@@ -433,9 +557,9 @@ class PlacementState:
         discard_few(self.tasks_on_node, p.host.node, task)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
-            host.release(p.alloc)
+            host.release()
             self.tenant_used[p.tenant] -= p.alloc.vec
-            if not host.held:
+            if not host.count:
                 vc.hosts.remove(host)
                 del vc.by_node[host.node]
                 if not vc.hosts:
@@ -471,6 +595,7 @@ class PlacementState:
         i = self.tenant_index.get(tenant.name)
         if i is None:
             i = self.tenant_index[tenant.name] = len(self.tenant_index)
+            self.tenant_names.append(tenant.name)
             r = self.used.shape[1]
             self.used = np.vstack([self.used, np.zeros((1, r), np.int64)])
             self.quota_table = np.vstack([self.quota_table, np.zeros((1, r), np.int64)])
@@ -522,16 +647,3 @@ def _zeros(r: int) -> np.ndarray:
         z = _ZEROS[r] = np.zeros(r, np.int64)
         z.setflags(write=False)
     return z
-
-
-def _sum(none: Allocation, allocs) -> Allocation:
-    """``none`` plus ``allocs`` (all on its row): vectors added, shares added per
-    device slot, slots in order, the ones left with no share dropped."""
-    vec = none.vec.copy()
-    shares: dict[int, int] = {}
-    for a in allocs:
-        vec += a.vec
-        for s, m in zip(a.slots, a.milli):
-            shares[s] = shares.get(s, 0) + m
-    slots = sorted(s for s, m in shares.items() if m)
-    return Allocation(none.row, vec, tuple(slots), tuple(shares[s] for s in slots))

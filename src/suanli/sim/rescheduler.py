@@ -148,7 +148,8 @@ def relocate(sim, t: float, task: str, a, cause: str, reason: str) -> None:
     sim.state.remove_placement(task)
     sim.business.release(rec.component, old.host.node)
     vcs.table.take(a)
-    p = sim.state.add_placement(task, rec.tenant, vcs, a)
+    sim.state.add_placement(task, rec.tenant, vcs, a)
+    p = sim.state.placements[task]
     sim.business.acquire(rec.component, p.host.node)
     sim.track_near(task)
     sim.ledger.stopped_to_move(rec, old.host.node, t)
