@@ -140,6 +140,79 @@ class Component:
         return f"{self.app}/{self.name}/{index}"
 
 
+_PER_SITE = ("app", "near", "data_source", "data_sink")  # what a component made per site (``each``) has of its own
+_FIELDS = tuple(Component.__dataclass_fields__)
+
+
+class SiteComponent:
+    """A component of an application made per site (``each``: a million cars'
+    applications). It reads as a ``Component`` of the same fields; what it
+    shares with its prototype is held once, on a class made per prototype
+    (``site_component``), and only the fields that name the site are kept
+    per copy: 48 bytes, not the 232 of a ``Component``. It compares and
+    hashes by its fields, as a ``Component`` does, and ``dataclasses.replace``
+    of one gives a ``Component``."""
+
+    __slots__ = _PER_SITE
+    __dataclass_fields__ = Component.__dataclass_fields__  # fields(), replace() and asdict() read it
+    _proto: Component  # (on the class of each prototype)
+
+    def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Component)
+        return Component(*args, **kwargs)
+
+    task_name = Component.task_name
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}")  # frozen, as a Component is
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in _FIELDS)
+
+    def __eq__(self, other):
+        if isinstance(other, (Component, SiteComponent)):
+            return self._fields() == tuple(getattr(other, f) for f in _FIELDS)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Component(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS) + ")"
+
+    def __reduce__(self):
+        return _site_copy, (self._proto, self.app, self.near, self.data_source, self.data_sink)
+
+
+_SET_SITE = tuple(getattr(SiteComponent, name).__set__ for name in _PER_SITE)  # slot setters: no frozen check
+
+
+def site_component(proto: Component) -> type[SiteComponent]:
+    """The class of ``proto``'s copies made per site: its fields other than
+    the site's are class attributes (read as fast as slots)."""
+    shared = {f: getattr(proto, f) for f in _FIELDS if f not in _PER_SITE}
+    return type("Component", (SiteComponent,), {"__slots__": (), "_proto": proto, **shared})
+
+
+def copy_for_site(cls: type[SiteComponent], app: str, near: Near | None, data_source: str | None,
+                  data_sink: str | None) -> SiteComponent:
+    out = object.__new__(cls)
+    for put, value in zip(_SET_SITE, (app, near, data_source, data_sink)):
+        put(out, value)
+    return out
+
+
+_SITE_CLASSES: dict[Component, type[SiteComponent]] = {}
+
+
+def _site_copy(proto: Component, app: str, near: Near | None, data_source: str | None,
+               data_sink: str | None) -> SiteComponent:
+    """A copy unpickled (another process): one class per prototype there too."""
+    cls = _SITE_CLASSES.get(proto)
+    if cls is None:
+        cls = _SITE_CLASSES[proto] = site_component(proto)
+    return copy_for_site(cls, app, near, data_source, data_sink)
+
+
 @dataclass(frozen=True, slots=True)
 class Application:
     name: str

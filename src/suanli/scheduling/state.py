@@ -126,26 +126,44 @@ class Placement:
     alloc: Allocation  # on the VC's host table, or on the node table for a default VC
 
 
-class Placements(Mapping):
-    """The placed tasks, by name, as columns: per task its tenant, VC, row and
-    resource vector (interned: a world's tasks ask for few distinct vectors),
-    device shares only where it has some. A ``Placement`` is made when one is
-    read, not kept per task; its host is the VC's host at that row (a default
-    VC's fitted host of the node). Iteration is in the order tasks were placed."""
+class TaskIds:
+    """Task names and their ids (the order a name was first seen): whoever
+    keeps columns per task (the simulator's ledger, the placements) indexes
+    them by the one id, and the name is kept once. A name dropped (the
+    ledger's record gone) gets a new id if it comes again."""
 
-    __slots__ = ("_state", "_at", "_names", "_free", "_tenant", "_vc", "_row", "_vec", "_dev",
+    __slots__ = ("ids", "names")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def add(self, name: str) -> int:
+        i = self.ids[name] = len(self.names)
+        self.names.append(name)
+        return i
+
+
+class Placements(Mapping):
+    """The placed tasks, by name, as columns indexed by task id: per task its
+    tenant, VC, row (-1: not placed) and resource vector (interned: a world's
+    tasks ask for few distinct vectors), device shares only where it has some.
+    A ``Placement`` is made when one is read, not kept per task; its host is
+    the VC's host at that row (a default VC's fitted host of the node).
+    Iteration is in task id order."""
+
+    __slots__ = ("_state", "_ids", "_n", "_tenant", "_vc", "_row", "_vec", "_dev",
                  "_vc_names", "_vc_at", "_vecs", "_vec_at", "_pairs")
 
-    def __init__(self, state: "PlacementState") -> None:
+    def __init__(self, state: "PlacementState", ids: TaskIds) -> None:
         self._state = state
-        self._at: dict[str, int] = {}  # task -> its row of the columns
-        self._names: list[str | None] = []
-        self._free: list[int] = []  # rows of tasks that left, for the next ones
+        self._ids = ids
+        self._n = 0  # tasks placed
         self._tenant = np.zeros(16, np.int32)
         self._vc = np.zeros(16, np.int32)
-        self._row = np.zeros(16, np.int64)
+        self._row = np.full(16, -1, np.int64)
         self._vec = np.zeros(16, np.int32)
-        self._dev: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # row -> (slots, milli)
+        self._dev: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # id -> (slots, milli)
         self._vc_names: list[str] = []
         self._vc_at: dict[str, int] = {}
         self._vecs: list[np.ndarray] = []
@@ -153,17 +171,14 @@ class Placements(Mapping):
         self._pairs: dict[tuple, tuple] = {}
 
     def add(self, task: str, tenant: int, vc: str, a: Allocation) -> None:
-        """Record ``task`` (not placed yet) placed with ``a`` by tenant index ``tenant`` in VC ``vc``."""
-        free = self._free
-        if free:
-            r = free.pop()
-            self._names[r] = task
-        else:
-            r = len(self._names)
-            self._names.append(task)
-            if r == self._tenant.size:
-                self._widen(2 * r)
-        self._at[task] = r
+        """Record ``task`` placed with ``a`` by tenant index ``tenant`` in VC ``vc``."""
+        i = self._ids.ids.get(task)
+        if i is None:
+            i = self._ids.add(task)
+        if i >= self._row.size:
+            self._widen(max(2 * self._row.size, i + 1))
+        if self._row[i] < 0:
+            self._n += 1
         v = self._vc_at.get(vc)
         if v is None:
             v = self._vc_at[vc] = len(self._vc_names)
@@ -175,60 +190,76 @@ class Placements(Mapping):
             vec = a.vec.copy()
             vec.setflags(write=False)
             self._vecs.append(vec)
-        self._tenant[r] = tenant
-        self._vc[r] = v
-        self._row[r] = a.row
-        self._vec[r] = k
+        self._tenant[i] = tenant
+        self._vc[i] = v
+        self._row[i] = a.row
+        self._vec[i] = k
         if a.slots:
             pair = (a.slots, a.milli)
-            self._dev[r] = self._pairs.setdefault(pair, pair)  # few distinct: one tuple each
+            self._dev[i] = self._pairs.setdefault(pair, pair)  # few distinct: one tuple each
+        else:
+            self._dev.pop(i, None)
 
     def _widen(self, n: int) -> None:
         for name in ("_tenant", "_vc", "_row", "_vec"):
             old = getattr(self, name)
-            new = np.zeros(n, old.dtype)
+            new = np.full(n, -1, old.dtype) if name == "_row" else np.zeros(n, old.dtype)
             new[:old.size] = old
             setattr(self, name, new)
 
-    def _make(self, task: str, r: int) -> Placement:
+    def _id(self, task: object) -> int:
+        """The task's id when it is placed, else -1."""
+        i = self._ids.ids.get(task)
+        return i if i is not None and i < self._row.size and self._row[i] >= 0 else -1
+
+    def _make(self, task: str, i: int) -> Placement:
         state = self._state
-        vc = state.vcs[self._vc_names[self._vc[r]]]
-        row = int(self._row[r])
+        vc = state.vcs[self._vc_names[self._vc[i]]]
+        row = int(self._row[i])
         host = vc.by_node[row] if vc.default else vc.by_row[row]
-        dev = self._dev.get(r)
-        vec = self._vecs[self._vec[r]]
+        dev = self._dev.get(i)
+        vec = self._vecs[self._vec[i]]
         a = Allocation(row, vec, dev[0], dev[1]) if dev is not None else Allocation(row, vec)
-        return Placement(task, state.tenant_names[self._tenant[r]], vc.name, host, a)
+        return Placement(task, state.tenant_names[self._tenant[i]], vc.name, host, a)
 
     def __getitem__(self, task: str) -> Placement:
-        return self._make(task, self._at[task])
+        i = self._id(task)
+        if i < 0:
+            raise KeyError(task)
+        return self._make(task, i)
 
     def get(self, task: str, default=None):
-        r = self._at.get(task)
-        return default if r is None else self._make(task, r)
+        i = self._id(task)
+        return default if i < 0 else self._make(task, i)
 
     def __contains__(self, task: object) -> bool:
-        return task in self._at
+        return self._id(task) >= 0
+
+    def _placed(self) -> list[int]:
+        return np.flatnonzero(self._row >= 0).tolist()
 
     def __iter__(self):
-        return iter(self._at)
+        names = self._ids.names
+        return (names[i] for i in self._placed())
 
     def __len__(self) -> int:
-        return len(self._at)
+        return self._n
 
     def values(self):
-        make = self._make
-        return (make(task, r) for task, r in list(self._at.items()))
+        make, names = self._make, self._ids.names
+        return (make(names[i], i) for i in self._placed())
 
     def items(self):
-        make = self._make
-        return ((task, make(task, r)) for task, r in list(self._at.items()))
+        make, names = self._make, self._ids.names
+        return ((names[i], make(names[i], i)) for i in self._placed())
 
     def node_of(self, task: str) -> int:
         """The node ``task`` runs on (no ``Placement`` made)."""
-        r = self._at[task]
-        vc = self._state.vcs[self._vc_names[self._vc[r]]]
-        row = int(self._row[r])
+        i = self._id(task)
+        if i < 0:
+            raise KeyError(task)
+        vc = self._state.vcs[self._vc_names[self._vc[i]]]
+        row = int(self._row[i])
         return row if vc.default else vc.by_row[row].node
 
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
@@ -238,13 +269,13 @@ class Placements(Mapping):
         vec = none.vec.copy()
         shares: dict[int, int] = {}
         v = self._vc_at.get(vc)
-        at, vcs, vecs, devs = self._at, self._vc, self._vecs, self._dev
+        ids, vcs, vecs, devs = self._ids.ids, self._vc, self._vecs, self._dev
         for task in self._state.tasks_on_node.get(node, ()):
-            r = at[task]
-            if vcs[r] != v:
+            i = ids[task]
+            if vcs[i] != v:
                 continue
-            vec += vecs[self._vec[r]]
-            dev = devs.get(r)
+            vec += vecs[self._vec[i]]
+            dev = devs.get(i)
             if dev is not None:
                 for s, m in zip(*dev):
                     shares[s] = shares.get(s, 0) + m
@@ -252,12 +283,13 @@ class Placements(Mapping):
         return Allocation(none.row, vec, tuple(slots), tuple(shares[s] for s in slots))
 
     def pop(self, task: str) -> Placement:
-        r = self._at[task]
-        p = self._make(task, r)
-        del self._at[task]
-        self._names[r] = None
-        self._dev.pop(r, None)
-        self._free.append(r)
+        i = self._id(task)
+        if i < 0:
+            raise KeyError(task)
+        p = self._make(task, i)
+        self._row[i] = -1
+        self._dev.pop(i, None)
+        self._n -= 1
         return p
 
 
@@ -325,7 +357,9 @@ class VCState:
 
 
 class PlacementState:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, task_ids: TaskIds | None = None) -> None:
+        """``task_ids``: the ids the placements' columns are indexed by (shared
+        with the simulator's ledger); default: their own."""
         self.world = world
         self.fleet = world.fleet
         self.nodes = CandidateTable.from_fleet(world.fleet)
@@ -343,7 +377,8 @@ class PlacementState:
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
-        self.placements = Placements(self)  # by task name
+        self.task_ids = TaskIds() if task_ids is None else task_ids
+        self.placements = Placements(self, self.task_ids)  # by task name
         # the tasks on each node (``add_few``: a list while they are few)
         self.tasks_on_node: dict[int, list[str] | set[str]] = {}
         self._component_masks: dict[tuple, tuple] = {}

@@ -33,7 +33,7 @@ import numpy as np
 from suanli.executors.base import Run
 from suanli.model.work import Component, World
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import Placement, add_few
+from suanli.scheduling.state import Placements, TaskIds, add_few
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
@@ -62,9 +62,10 @@ class TaskTable(Mapping[str, "TaskRecord"]):
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live")
 
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.names: list[str] = []
+    def __init__(self, ids: TaskIds | None = None) -> None:
+        ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
+        self.ids: dict[str, int] = ids.ids
+        self.names: list[str] = ids.names
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
         self.unit = array("i")  # -1: it never became work
@@ -193,13 +194,108 @@ class TaskRecord:
         return f"TaskRecord({self.task!r}, {self.status}, unit={self.unit})"
 
 
-@dataclass(slots=True)
+class UnitTable(Mapping[int, "UnitState"]):
+    """Every submitted unit by id (dense: the order units were submitted), as
+    columns: the unit, its run (None: not running), its class code, and the
+    work and time a job has left between runs (NaN: none). A unit's state is
+    read as a ``UnitState``, a view of its row made when asked for; a unit
+    forgotten (its application deleted, its work ended) leaves its row empty."""
+
+    __slots__ = ("unit", "run", "klass", "work", "left", "_live")
+
+    def __init__(self) -> None:
+        self.unit: list[Unit | None] = []
+        self.run: list[Run | None] = []
+        self.klass = array("b")
+        self.work = array("d")
+        self.left = array("d")
+        self._live = 0
+
+    def add(self, unit: Unit, klass: str, work: float | None, left: float | None) -> int:
+        uid = len(self.unit)
+        self.unit.append(unit)
+        self.run.append(None)
+        self.klass.append(_KLASS_CODE[klass])
+        self.work.append(_NONE if work is None else work)
+        self.left.append(_NONE if left is None else left)
+        self._live += 1
+        return uid
+
+    def pop(self, uid: int) -> "UnitState":
+        """The unit's row emptied; returns what it held (a view no longer backed: read it at once)."""
+        us = _Gone(self.unit[uid], KLASSES[self.klass[uid]], self.run[uid])
+        if us.unit is None:
+            raise KeyError(uid)
+        self.unit[uid] = self.run[uid] = None
+        self._live -= 1
+        return us
+
+    def __getitem__(self, uid: int) -> "UnitState":
+        if not 0 <= uid < len(self.unit) or self.unit[uid] is None:
+            raise KeyError(uid)
+        return UnitState(self, uid)
+
+    def get(self, uid: int, default=None):
+        return UnitState(self, uid) if 0 <= uid < len(self.unit) and self.unit[uid] is not None else default
+
+    def __contains__(self, uid: object) -> bool:
+        return type(uid) is int and 0 <= uid < len(self.unit) and self.unit[uid] is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return (uid for uid, u in enumerate(self.unit) if u is not None)
+
+    def __len__(self) -> int:
+        return self._live
+
+
+def _float_or_none(x: float) -> float | None:
+    return None if x != x else x
+
+
 class UnitState:
+    """One unit's state: a view of its row of the ``UnitTable``, made when read."""
+
+    __slots__ = ("_t", "uid")
+
+    def __init__(self, table: UnitTable, uid: int) -> None:
+        self._t = table
+        self.uid = uid
+
+    unit = property(lambda s: s._t.unit[s.uid])
+    klass = property(lambda s: KLASSES[s._t.klass[s.uid]])  # short/small, short/large, resident/small, resident/large
+
+    @property
+    def run(self) -> Run | None:
+        return self._t.run[self.uid]
+
+    @run.setter
+    def run(self, run: Run | None) -> None:
+        self._t.run[self.uid] = run
+
+    @property
+    def remaining_work_s(self) -> float | None:
+        return _float_or_none(self._t.work[self.uid])
+
+    @remaining_work_s.setter
+    def remaining_work_s(self, value: float | None) -> None:
+        self._t.work[self.uid] = _NONE if value is None else value
+
+    @property
+    def remaining_s(self) -> float | None:
+        return _float_or_none(self._t.left[self.uid])
+
+    @remaining_s.setter
+    def remaining_s(self, value: float | None) -> None:
+        self._t.left[self.uid] = _NONE if value is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Gone:
+    """What a forgotten unit's row held."""
+
     unit: Unit
-    klass: str  # short/small, short/large, resident/small, resident/large
-    remaining_work_s: float | None
-    remaining_s: float | None
-    run: Run | None = None
+    klass: str
+    run: Run | None
 
 
 def unit_class(unit: Unit) -> str:
@@ -213,11 +309,11 @@ class Ledger:
     """The records and their transitions (see the module's text)."""
 
     __slots__ = ("tasks", "units", "runs", "running", "running_seq", "by_app", "bound_to", "counts",
-                 "_unit_ids", "_run_ids")
+                 "_run_ids")
 
-    def __init__(self) -> None:
-        self.tasks = TaskTable()
-        self.units: dict[int, UnitState] = {}
+    def __init__(self, ids: TaskIds | None = None) -> None:
+        self.tasks = TaskTable(ids)
+        self.units = UnitTable()
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.running_seq = array("q")  # unit -> when it last entered ``running`` (its order there)
@@ -225,7 +321,6 @@ class Ledger:
         # site -> units that ran bound near it or to its data (``add_few``: a list while few)
         self.bound_to: dict[str, list[int] | set[int]] = {}
         self.counts: Counter = Counter()  # status -> tasks
-        self._unit_ids = 0
         self._run_ids = 0
 
     # ------------------------------------------------------------ submit
@@ -244,13 +339,11 @@ class Ledger:
 
     def submit(self, unit: Unit, t: float) -> int:
         """A unit and its tasks, pending; returns the unit's id (also its ``seq``)."""
-        uid = unit.seq = self._unit_ids
-        self._unit_ids += 1
-        self.running_seq.append(-1)
         comps = unit.components
         klass = unit_class(unit)
         lead = next((c for c in comps if c.lifetime == "job"), None)
-        self.units[uid] = UnitState(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
+        uid = unit.seq = self.units.add(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
+        self.running_seq.append(-1)
         self.by_app.setdefault(unit.app.name, []).append(uid)
         tenant, put, counts = unit.tenant, self.tasks.put, self.counts
         for task, comp in zip(unit.tasks, comps):
@@ -356,7 +449,7 @@ class LedgerView:
 
     __slots__ = ("tasks", "units", "world", "_ledger", "_placements")
 
-    def __init__(self, ledger: Ledger, placements: Mapping[str, Placement], world: World) -> None:
+    def __init__(self, ledger: Ledger, placements: Placements, world: World) -> None:
         self.tasks: Mapping[str, TaskRecord] = MappingProxyType(ledger.tasks)
         self.units: Mapping[int, UnitState] = MappingProxyType(ledger.units)
         self.world = world
@@ -365,7 +458,7 @@ class LedgerView:
 
     def node_of(self, task: str) -> int:
         """The node a placed task is on."""
-        return self._placements[task].host.node
+        return self._placements.node_of(task)
 
     def running(self) -> Iterator[int]:
         """The running units, in the order they started."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import zlib
 from typing import Mapping, Sequence
@@ -21,10 +20,13 @@ from suanli.model.work import (
     Resources,
     RunCommand,
     Selector,
+    SiteComponent,
     Tenant,
     VirtualCluster,
     World,
+    copy_for_site,
     default_vc_name,
+    site_component,
 )
 from suanli.spec import schema
 from suanli.spec.loader import Documents, load_documents, problem_at
@@ -178,41 +180,29 @@ def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fle
     names = fleet.site_table.names
     # made once with ``{site}`` as written, then per site only the fields that name it
     proto = build_application(name, tenant, spec, site=schema.EACH_SITE, template=name)
+    classes = [site_component(c) for c in proto.components]  # what the copies share, held once
     out = []
     for s in fleet.site_table.population_range(spec.each):
         site = names.name(s)
         app = f"{name}.{site}"
         nears: dict = {}  # the site's bounds, one object each for all its components (ten a car, not ten copies)
-        comps = tuple(_for_site(c, app, site, nears) for c in proto.components)
+        comps = tuple(_for_site(c, cls, app, site, nears) for c, cls in zip(proto.components, classes))
         out.append(Application(app, tenant, proto.vc, proto.priority, proto.preemptible, comps, name))
     return out
 
 
-_COMPONENT_FIELDS = tuple(f.name for f in dataclasses.fields(Component))
-_PER_SITE = ("app", "near", "data_source", "data_sink")  # the fields ``_for_site`` sets anew
-_SLOTS = tuple((getattr(Component, name).__set__, getattr(Component, name).__get__) for name in _COMPONENT_FIELDS
-               if name not in _PER_SITE)  # each slot's own setter and getter: no frozen check, no lookup by name
-_SET_PER_SITE = tuple(getattr(Component, name).__set__ for name in _PER_SITE)
-
-
-def _for_site(c: Component, app: str, site: str, nears: dict) -> Component:
-    """A component of an ``each`` application's prototype, for ``app`` on ``site``
-    (``dataclasses.replace`` without its checks, slot by slot: a million
-    cars' components are copied here). ``nears``: the site's bounds made so
-    far, by their rtt (components bound alike share one)."""
+def _for_site(c: Component, cls: type[SiteComponent], app: str, site: str, nears: dict) -> SiteComponent:
+    """A component of an ``each`` application's prototype ``c`` (of per-site
+    class ``cls``), for ``app`` on ``site``. ``nears``: the site's bounds made
+    so far, by their rtt (components bound alike share one)."""
     each = schema.EACH_SITE
     near = c.near
     if near is not None and near.site == each:
         near = nears.get(c.near.max_rtt_ms)
         if near is None:
             near = nears[c.near.max_rtt_ms] = Near(site, c.near.max_rtt_ms)
-    out = object.__new__(Component)
-    for put, get in _SLOTS:
-        put(out, get(c))
-    for put, value in zip(_SET_PER_SITE, (app, near, site if c.data_source == each else c.data_source,
-                                          site if c.data_sink == each else c.data_sink)):
-        put(out, value)
-    return out
+    return copy_for_site(cls, app, near, site if c.data_source == each else c.data_source,
+                         site if c.data_sink == each else c.data_sink)
 
 
 def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site: str | None = None,
