@@ -34,7 +34,7 @@ def check(sim: Simulation, seen: Counter) -> None:
     listed = {node: len(tasks) for node, tasks in sim.state.tasks_on_node.items() if len(tasks)}
     assert listed == dict(by_node)  # each placed task once on its node's list, and nothing else
     assert all(sim.state.placements[task].host.node == node
-               for node, tasks in sim.state.tasks_on_node.items() for task in tasks)
+               for node in sim.state.tasks_on_node for task in sim.state.tasks_on(node))
     for app, uids in ledger.by_app.items():
         assert all(units[uid].unit.app.name == app for uid in uids)
     assert {uid for uids in ledger.by_app.values() for uid in uids} == set(units)

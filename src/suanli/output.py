@@ -16,7 +16,7 @@ import numpy as np
 
 from suanli.model.fleet import TIERS
 from suanli.phrases import reasons_json, why_json
-from suanli.scheduling.state import Placement, PlacementState
+from suanli.scheduling.state import Catalogue, Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -115,10 +115,11 @@ class TextOf:
 
     def hosts(self) -> Iterator[str]:
         state = self.state
+        fitted = state.placements.fitted_allocs()
         for vc in state.vcs.values():
             vc_text = self._name(vc.name)
             for h in vc.hosts:
-                a = h.peek_alloc()
+                a = _held(fitted, vc, h)
                 devices = self._devices(state.nodes, a)
                 group = "null" if h.group is None else self._name(h.group)
                 yield ('{"vc":' + vc_text + ',"host":' + _string(h.name) + ',"group":' + group
@@ -126,8 +127,16 @@ class TextOf:
                        + ',"devices":' + devices + "}")
 
 
+def _held(fitted: dict, vc, host) -> Allocation:
+    """What ``host`` holds on its node: a default VC's fitted host from
+    ``fitted`` (``Placements.fitted_allocs``), another host its own slice."""
+    a = fitted.get((vc.name, host.node)) if vc.default else None
+    return a if a is not None else host.peek_alloc()
+
+
 def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:
     fleet = state.fleet
+    fitted = state.placements.fitted_allocs()
     return (
         {
             "vc": vc.name,
@@ -135,21 +144,31 @@ def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:
             "group": h.group,
             "node": fleet.node_name(h.node),
             "site": fleet.site_name_of(h.node),
-            "resources": resources_json(state, h.node_alloc.vec),
-            "devices": devices_json(state, state.nodes, h.node_alloc),
+            "resources": resources_json(state, a.vec),
+            "devices": devices_json(state, state.nodes, a),
         }
         for vc in state.vcs.values()
         for h in vc.hosts
+        for a in (_held(fitted, vc, h),)
     )
 
 
-def _task_order(state: PlacementState) -> dict[str, int]:
+def _in_task_order(state: PlacementState, items, task_of, made: bool = True):
+    """``items`` in the order the world writes their tasks (application,
+    component, replica). Placements indexed by the world's ``Catalogue`` come
+    in that order already (``made``: one at a time, none kept); else they
+    are sorted by it."""
+    ids = state.task_ids
+    if made and isinstance(ids, Catalogue):
+        return items
+    if isinstance(ids, Catalogue):
+        return sorted(items, key=lambda x: ids.get(task_of(x)))
     order: dict[str, int] = {}
     for app in state.world.apps:
         for comp in app.components:
             for i in range(comp.size):
                 order[comp.task_name(i)] = len(order)
-    return order
+    return sorted(items, key=lambda x: order[task_of(x)])
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -195,12 +214,11 @@ def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, An
     """(key, iterator of items) in output order; the metrics as a function
     (with ``text``: hosts and placements as their JSON text)."""
     state = outcome.state
-    order = _task_order(state)
-    placed = sorted(state.placements.values(), key=lambda p: order[p.task])
+    placed = _in_task_order(state, state.placements.values(), lambda p: p.task)
     placements = (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     unscheduled = (
         {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": reasons_json(u.reasons), "why": why_json(u.reasons)}
-        for u in sorted(outcome.unscheduled, key=lambda u: order[u.task])
+        for u in _in_task_order(state, outcome.unscheduled, lambda u: u.task, made=False)
     )
     unplaced = (
         {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": reasons_json(u.reasons)}
@@ -216,13 +234,13 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
     keys = fleet.resource_keys
     r = len(keys)
     node_tier = fleet.node_tier
-    reserved = np.zeros((len(TIERS), r), np.int64)
+    # a default VC's fitted hosts hold exactly what its tasks take
+    reserved = state.placements.used_by(node_tier, len(TIERS), default_only=True)
     for vc in state.vcs.values():
-        for h in vc.hosts:
-            reserved[node_tier[h.node]] += h.node_alloc.vec
-    used = np.zeros((len(TIERS), r), np.int64)
-    for p in state.placements.values():
-        used[node_tier[p.host.node]] += p.alloc.vec
+        if not vc.default:
+            for h in vc.hosts:
+                reserved[node_tier[h.node]] += h.node_alloc.vec
+    used = state.placements.used_by(node_tier, len(TIERS))
     capacity = np.zeros((len(TIERS), r), np.int64)
     np.add.at(capacity, node_tier, fleet.node_capacity)
 

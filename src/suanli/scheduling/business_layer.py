@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict, defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,31 +80,110 @@ class Unscheduled:
 
 
 def build_units(apps: tuple[Application, ...]) -> list[Unit]:
+    """The applications' units, numbered in the order written."""
     units: list[Unit] = []
     for app in apps:
-        grouped: dict[str, list[Component]] = defaultdict(list)
-        for comp in app.components:
-            if comp.affinity is not None:
-                grouped[comp.affinity[0]].append(comp)
-        for comp in app.components:
-            if comp.affinity is not None:
-                members = grouped.pop(comp.affinity[0], None)
-                if members is None:
-                    continue  # already made with its group's first component
-                tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
-                comps = tuple(c for c in members for _ in range(c.size))
-                if tasks:
-                    units.append(Unit(app, tasks, comps, len(units),
-                                      couplings=levels_of(c.coupling for c in members),
-                                      affinity_scope=comp.affinity[1]))
-            elif comp.gang:
-                units.append(Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
-                                  len(units), min_members=comp.min_size, couplings=levels_of([comp.coupling])))
-            else:
-                units.extend(Unit(app, (comp.task_name(i),), (comp,), len(units) + i) for i in range(comp.size))
-    for seq, unit in enumerate(units):  # arrival order: the order written
-        unit.seq = seq
+        units += app_units(app, len(units))
     return units
+
+
+def app_units(app: Application, start: int = 0) -> list[Unit]:
+    """One application's units (an affinity group, a gang, or one task each),
+    numbered from ``start``."""
+    units: list[Unit] = []
+    grouped: dict[str, list[Component]] = defaultdict(list)
+    for comp in app.components:
+        if comp.affinity is not None:
+            grouped[comp.affinity[0]].append(comp)
+    for comp in app.components:
+        if comp.affinity is not None:
+            members = grouped.pop(comp.affinity[0], None)
+            if members is None:
+                continue  # already made with its group's first component
+            tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
+            comps = tuple(c for c in members for _ in range(c.size))
+            if tasks:
+                units.append(Unit(app, tasks, comps, start + len(units),
+                                  couplings=levels_of(c.coupling for c in members),
+                                  affinity_scope=comp.affinity[1]))
+        elif comp.gang:
+            units.append(Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
+                              start + len(units), min_members=comp.min_size, couplings=levels_of([comp.coupling])))
+        else:
+            n = start + len(units)
+            units.extend(Unit(app, (comp.task_name(i),), (comp,), n + i) for i in range(comp.size))
+    return units
+
+
+def unit_runs(app: Application) -> list[tuple[int, int]]:
+    """What ``app_units`` makes of the application, without making it: runs of
+    (priority, how many units) in their order."""
+    runs: list[tuple[int, int]] = []
+
+    def add(priority: int, n: int) -> None:
+        if runs and runs[-1][0] == priority:
+            runs[-1] = (priority, runs[-1][1] + n)
+        elif n:
+            runs.append((priority, n))
+
+    seen: set[str] = set()
+    for comp in app.components:
+        if comp.affinity is not None:
+            group = comp.affinity[0]
+            if group in seen:
+                continue
+            seen.add(group)
+            members = [c for c in app.components if c.affinity is not None and c.affinity[0] == group]
+            if any(c.size for c in members):
+                add(max(c.priority for c in members if c.size), 1)
+        elif comp.gang:
+            add(comp.priority, 1)
+        else:
+            add(comp.priority, comp.size)
+    return runs
+
+
+class UnitQueue:
+    """A tenant's queue of a pass over applications (``BusinessLayer.run_apps``):
+    its units, made as they come near its front, not all at once (ten million
+    units are two gigabytes). Reads as the pass's deque does: ``q[k]`` (made
+    up to k), ``popleft``, ``len``."""
+
+    __slots__ = ("_made", "_next", "_left")
+
+    def __init__(self, units: Iterator[Unit], n: int) -> None:
+        self._made: deque[Unit] = deque()
+        self._next = units
+        self._left = n
+
+    def __getitem__(self, k: int) -> Unit:
+        made = self._made
+        while len(made) <= k:
+            made.append(next(self._next))
+        return made[k]
+
+    def popleft(self) -> Unit:
+        if not self._made:
+            self._made.append(next(self._next))
+        self._left -= 1
+        return self._made.popleft()
+
+    def __len__(self) -> int:
+        return self._left
+
+    def __bool__(self) -> bool:
+        return self._left > 0
+
+
+def _queued(entries: dict[int, list[tuple[Application, int]]]) -> Iterator[Unit]:
+    """A tenant's units of one standing, higher priority first, then in the
+    order written: ``entries`` maps a priority to the applications with units
+    of it (and their first unit's number)."""
+    for priority in sorted(entries, reverse=True):
+        for app, start in entries[priority]:
+            for u in app_units(app, start):
+                if u.priority == priority:
+                    yield u
 
 
 class TaskExtras(Extras):
@@ -279,8 +359,11 @@ class BusinessLayer:
     def standing(self, unit: Unit) -> int:
         """The unit's priority as it counts against other tenants' work
         (``Tenant.standing``; a tenant the world does not know stands at 0)."""
-        tenant = self.state.world.tenants.get(unit.tenant)
-        return tenant.standing(unit.priority) if tenant is not None else 0
+        return self.standing_of(unit.tenant, unit.priority)
+
+    def standing_of(self, tenant: str, priority: int) -> int:
+        known = self.state.world.tenants.get(tenant)
+        return known.standing(priority) if known is not None else 0
 
     def run(self, units: list[Unit], record: bool = True,
             broken: list[tuple[Unit, Exception]] | None = None) -> list[tuple[Unit, Counter]]:
@@ -293,17 +376,45 @@ class BusinessLayer:
         ``broken``: a unit whose placement raises (a request no arithmetic of
         the tables can hold) is listed there with the error instead of
         stopping the pass; without it, the error propagates."""
+        by_standing: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
+        for u in sorted(units, key=lambda u: (-u.priority, u.seq)):
+            by_standing[self.standing(u)][u.tenant].append(u)
+        tenants = list(dict.fromkeys(u.tenant for u in units))
+        del units  # the queues hold them now: a caller that keeps no list lets each go once placed
+        return self._pass(by_standing, tenants, record, broken)
+
+    def run_apps(self, apps: tuple[Application, ...], record: bool = True) -> list[tuple[Unit, Counter]]:
+        """``run(build_units(apps))``, the same placements in the same order,
+        with each unit made when its queue comes to it (and let go once placed)."""
+        entries: dict[int, dict[str, dict[int, list]]] = defaultdict(dict)  # standing -> tenant -> priority -> apps
+        counts: Counter = Counter()  # (standing, tenant) -> units
+        start = 0
+        for app in apps:
+            runs = unit_runs(app)
+            for priority, n in runs:
+                level = self.standing_of(app.tenant, priority)
+                apps_of = entries[level].setdefault(app.tenant, {}).setdefault(priority, [])
+                if not apps_of or apps_of[-1][0] is not app:
+                    apps_of.append((app, start))
+                counts[level, app.tenant] += n
+            start += sum(n for _, n in runs)
+        # (a queue's place among the others breaks ties only after its next unit's
+        # number, which no two units share: the order the queues are in is not read)
+        by_standing = {level: {t: UnitQueue(_queued(by_priority), counts[level, t])
+                               for t, by_priority in tenants_of.items()}
+                       for level, tenants_of in entries.items()}
+        tenants = list(dict.fromkeys(t for _, t in counts))
+        return self._pass(by_standing, tenants, record, None)
+
+    def _pass(self, by_standing: dict, tenants: list[str], record: bool,
+              broken: list | None) -> list[tuple[Unit, Counter]]:
         failed: list[tuple[Unit, Counter]] = []
         # within one pass capacity only shrinks: a unit shaped like one that
         # already failed fails too, for the same reasons
         failed_shapes: dict[tuple, Counter] = {}
-        by_standing: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
-        for u in sorted(units, key=lambda u: (-u.priority, u.seq)):
-            by_standing[self.standing(u)][u.tenant].append(u)
         # shares order tenants only when several wait: with one, they are not read
-        several = len({u.tenant for u in units}) > 1
-        share = self._waiting_shares(units) if several else {}
-        del units  # the queues hold them now: a caller that keeps no list lets each go once placed
+        several = len(tenants) > 1
+        share = self._waiting_shares(tenants) if several else {}
         for level in sorted(by_standing, reverse=True):
             queues = by_standing[level]
             heap, order = _tenant_heap(queues, share)
@@ -329,10 +440,9 @@ class BusinessLayer:
                         del queues[t]
         return failed
 
-    def _waiting_shares(self, units: list[Unit]) -> dict[str, float]:
+    def _waiting_shares(self, tenants: list[str]) -> dict[str, float]:
         """Weighted dominant shares of the tenants with units in this pass only
         (one array operation over them, not over every tenant of the world)."""
-        tenants = list(dict.fromkeys(u.tenant for u in units))
         index = self.state.tenant_index
         rows = np.fromiter((index[t] for t in tenants), np.intp, len(tenants))
         return dict(zip(tenants, self.state.dominant_shares(rows).tolist()))

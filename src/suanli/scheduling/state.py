@@ -143,6 +143,59 @@ class TaskIds:
         self.names.append(name)
         return i
 
+    def get(self, name: str) -> int | None:
+        return self.ids.get(name)
+
+    def name(self, i: int) -> str:
+        return self.names[i]
+
+
+class Catalogue:
+    """Task ids in the order the world writes its tasks (application, then
+    component, then replica: a static pass's output order), with a name made
+    from them when read, not kept per task: what is kept is an index of the
+    applications by name and where each one's ids start. A name not of the
+    world's applications gets an id after theirs (kept as a name)."""
+
+    __slots__ = ("_apps", "_starts", "_index", "_total", "_other")
+
+    def __init__(self, apps: Sequence) -> None:
+        self._apps = tuple(apps)
+        sizes = [sum(c.size for c in app.components) for app in self._apps]
+        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self._total = int(self._starts[-1])
+        self._index: dict[str, int] = {app.name: k for k, app in enumerate(self._apps)}
+        self._other = TaskIds()
+
+    def get(self, name: str) -> int | None:
+        parts = name.rsplit("/", 2) if type(name) is str else ()
+        if len(parts) == 3:
+            k = self._index.get(parts[0])
+            digits = parts[2]
+            if k is not None and digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0"):
+                i, offset = int(digits), int(self._starts[k])
+                for c in self._apps[k].components:
+                    if c.name == parts[1]:
+                        return offset + i if i < c.size else None
+                    offset += c.size
+        i = self._other.get(name)
+        return None if i is None else self._total + i
+
+    def add(self, name: str) -> int:
+        i = self.get(name)
+        return i if i is not None else self._total + self._other.add(name)
+
+    def name(self, i: int) -> str:
+        if i >= self._total:
+            return self._other.name(i - self._total)
+        k = int(np.searchsorted(self._starts, i, "right")) - 1
+        offset = i - int(self._starts[k])
+        for c in self._apps[k].components:
+            if offset < c.size:
+                return c.task_name(offset)
+            offset -= c.size
+        raise IndexError(i)
+
 
 class Placements(Mapping):
     """The placed tasks, by name, as columns indexed by task id: per task its
@@ -155,7 +208,7 @@ class Placements(Mapping):
     __slots__ = ("_state", "_ids", "_n", "_tenant", "_vc", "_row", "_vec", "_dev",
                  "_vc_names", "_vc_at", "_vecs", "_vec_at", "_pairs")
 
-    def __init__(self, state: "PlacementState", ids: TaskIds) -> None:
+    def __init__(self, state: "PlacementState", ids: "TaskIds | Catalogue") -> None:
         self._state = state
         self._ids = ids
         self._n = 0  # tasks placed
@@ -170,9 +223,9 @@ class Placements(Mapping):
         self._vec_at: dict[bytes, int] = {}
         self._pairs: dict[tuple, tuple] = {}
 
-    def add(self, task: str, tenant: int, vc: str, a: Allocation) -> None:
-        """Record ``task`` placed with ``a`` by tenant index ``tenant`` in VC ``vc``."""
-        i = self._ids.ids.get(task)
+    def add(self, task: str, tenant: int, vc: str, a: Allocation) -> int:
+        """Record ``task`` placed with ``a`` by tenant index ``tenant`` in VC ``vc``; its id."""
+        i = self._ids.get(task)
         if i is None:
             i = self._ids.add(task)
         if i >= self._row.size:
@@ -199,6 +252,7 @@ class Placements(Mapping):
             self._dev[i] = self._pairs.setdefault(pair, pair)  # few distinct: one tuple each
         else:
             self._dev.pop(i, None)
+        return i
 
     def _widen(self, n: int) -> None:
         for name in ("_tenant", "_vc", "_row", "_vec"):
@@ -209,7 +263,7 @@ class Placements(Mapping):
 
     def _id(self, task: object) -> int:
         """The task's id when it is placed, else -1."""
-        i = self._ids.ids.get(task)
+        i = self._ids.get(task)
         return i if i is not None and i < self._row.size and self._row[i] >= 0 else -1
 
     def _make(self, task: str, i: int) -> Placement:
@@ -239,19 +293,19 @@ class Placements(Mapping):
         return np.flatnonzero(self._row >= 0).tolist()
 
     def __iter__(self):
-        names = self._ids.names
-        return (names[i] for i in self._placed())
+        name = self._ids.name
+        return (name(i) for i in self._placed())
 
     def __len__(self) -> int:
         return self._n
 
     def values(self):
-        make, names = self._make, self._ids.names
-        return (make(names[i], i) for i in self._placed())
+        make, name = self._make, self._ids.name
+        return (make(name(i), i) for i in self._placed())
 
     def items(self):
-        make, names = self._make, self._ids.names
-        return ((names[i], make(names[i], i)) for i in self._placed())
+        make, name = self._make, self._ids.name
+        return ((task, make(task, i)) for task, i in ((name(i), i) for i in self._placed()))
 
     def node_of(self, task: str) -> int:
         """The node ``task`` runs on (no ``Placement`` made)."""
@@ -262,6 +316,72 @@ class Placements(Mapping):
         row = int(self._row[i])
         return row if vc.default else vc.by_row[row].node
 
+    def nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, nodes): every placed task's id, in id order, and the node it is on."""
+        ids = np.flatnonzero(self._row >= 0)
+        rows, vcs = self._row[ids], self._vc[ids]
+        nodes = rows.copy()
+        for v in np.unique(vcs).tolist():
+            vc = self._state.vcs[self._vc_names[v]]
+            if not vc.default:  # a host table's row: the node under it
+                on = vcs == v
+                nodes[on] = vc.table.node[rows[on]]
+        return ids, nodes
+
+    def used_by(self, groups: np.ndarray, n: int, default_only: bool = False) -> np.ndarray:
+        """int64[n, R]: what the placed tasks take, summed by ``groups[node]``
+        of the node each is on (one array pass, no ``Placement`` made);
+        ``default_only``: of default VCs' tasks only (what their fitted hosts hold)."""
+        ids, nodes = self.nodes()
+        if default_only:
+            default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+            keep = default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
+            ids, nodes = ids[keep], nodes[keep]
+        out = np.zeros((n, self._state.used.shape[1]), np.int64)
+        if not ids.size:
+            return out
+        k = len(self._vecs)
+        counts = np.bincount(groups[nodes].astype(np.int64) * k + self._vec[ids], minlength=n * k).reshape(n, k)
+        vecs = np.array(self._vecs, np.int64)
+        for g, j in zip(*np.nonzero(counts)):
+            out[g] += counts[g, j] * vecs[j]
+        return out
+
+    def fitted_allocs(self) -> dict[tuple[str, int], Allocation]:
+        """What every default VC's fitted host holds, by (VC, node): its tasks'
+        slices added up, for all of them in one pass over the columns (an
+        output of every host), not host by host."""
+        ids = np.flatnonzero(self._row >= 0)
+        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+        vcs = self._vc[ids]
+        ids = ids[default[vcs]] if default.size else ids[:0]
+        if not ids.size:
+            return {}
+        vcs, nodes, vec_ids = self._vc[ids].astype(np.int64), self._row[ids], self._vec[ids].astype(np.int64)
+        span = int(nodes.max()) + 1
+        hosts, host_of = np.unique(vcs * span + nodes, return_inverse=True)
+        k = len(self._vecs)
+        pairs, count = np.unique(host_of * k + vec_ids, return_counts=True)  # (host, vector): how many
+        vecs = np.array(self._vecs, np.int64)
+        sums = np.zeros((hosts.size, vecs.shape[1]), np.int64)
+        np.add.at(sums, pairs // k, count[:, None] * vecs[pairs % k])
+        shares: dict[int, dict[int, int]] = {}
+        if self._dev:
+            at = dict(zip(ids.tolist(), host_of.tolist()))
+            for i, (slots, milli) in self._dev.items():
+                h = at.get(i)
+                if h is not None:
+                    got = shares.setdefault(h, {})
+                    for slot, m in zip(slots, milli):
+                        got[slot] = got.get(slot, 0) + m
+        out = {}
+        for h, key in enumerate(hosts.tolist()):
+            v, node = divmod(key, span)
+            got = shares.get(h)
+            slots = sorted(slot for slot, m in got.items() if m) if got else ()
+            out[self._vc_names[v], node] = Allocation(node, sums[h], tuple(slots), tuple(got[x] for x in slots))
+        return out
+
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
         """``none`` plus the allocations of ``vc``'s tasks on ``node`` (a default
         VC's fitted host there): vectors added, shares added per device slot,
@@ -269,9 +389,8 @@ class Placements(Mapping):
         vec = none.vec.copy()
         shares: dict[int, int] = {}
         v = self._vc_at.get(vc)
-        ids, vcs, vecs, devs = self._ids.ids, self._vc, self._vecs, self._dev
-        for task in self._state.tasks_on_node.get(node, ()):
-            i = ids[task]
+        vcs, vecs, devs = self._vc, self._vecs, self._dev
+        for i in self._state.tasks_on_node.get(node, ()):
             if vcs[i] != v:
                 continue
             vec += vecs[self._vec[i]]
@@ -358,8 +477,9 @@ class VCState:
 
 class PlacementState:
     def __init__(self, world: World, task_ids: TaskIds | None = None) -> None:
-        """``task_ids``: the ids the placements' columns are indexed by (shared
-        with the simulator's ledger); default: their own."""
+        """``task_ids``: the ids the placements' columns are indexed by (the
+        simulator's ledger's, shared); default: the world's applications'
+        tasks in the order written (``Catalogue``)."""
         self.world = world
         self.fleet = world.fleet
         self.nodes = CandidateTable.from_fleet(world.fleet)
@@ -377,10 +497,10 @@ class PlacementState:
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
-        self.task_ids = TaskIds() if task_ids is None else task_ids
+        self.task_ids = Catalogue(world.apps) if task_ids is None else task_ids
         self.placements = Placements(self, self.task_ids)  # by task name
-        # the tasks on each node (``add_few``: a list while they are few)
-        self.tasks_on_node: dict[int, list[str] | set[str]] = {}
+        # the ids of the tasks on each node (``add_few``: a list while they are few)
+        self.tasks_on_node: dict[int, list[int] | set[int]] = {}
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
         # (kind, id(host)) -> host; a host added and removed before a report cancels out
@@ -570,8 +690,7 @@ class PlacementState:
         return self._record(task, tenant, vc, host, a)
 
     def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> None:
-        self.placements.add(task, self.tenant_index[tenant], vc.name, a)
-        add_few(self.tasks_on_node, host.node, task)
+        add_few(self.tasks_on_node, host.node, self.placements.add(task, self.tenant_index[tenant], vc.name, a))
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
@@ -586,10 +705,11 @@ class PlacementState:
 
     def remove_placement(self, task: str) -> Placement:
         """A task stops (finished, deleted, lost, evicted): give back what it held."""
+        i = self.task_ids.get(task)
         p = self.placements.pop(task)
         vc = self.vcs[p.vc]
         vc.table.give(p.alloc)
-        discard_few(self.tasks_on_node, p.host.node, task)
+        discard_few(self.tasks_on_node, p.host.node, i)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
             host.release()
@@ -669,7 +789,12 @@ class PlacementState:
             for h in vc.hosts:
                 if h.node == node and h.row >= 0:
                     vc.table.set_enabled(h.row, enabled)
-        return sorted(self.tasks_on_node.get(node, ()))
+        return sorted(self.tasks_on(node))
+
+    def tasks_on(self, node: int) -> list[str]:
+        """The names of the tasks on ``node``."""
+        name = self.task_ids.name
+        return [name(i) for i in self.tasks_on_node.get(node, ())]
 
 
 _ZEROS: dict[int, np.ndarray] = {}

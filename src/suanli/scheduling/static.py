@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from suanli.model.work import World
-from suanli.scheduling.business_layer import BusinessLayer, Unscheduled, build_units
+from suanli.scheduling.business_layer import BusinessLayer, Unscheduled
 from suanli.scheduling.global_layer import GlobalLayer, UnplacedHosts
 from suanli.scheduling.policies import policy_for
 from suanli.scheduling.state import PlacementState
@@ -33,9 +33,7 @@ def schedule(world: World, seed: int | None = None, policy: str | None = None) -
     state = PlacementState(world)
     global_layer = GlobalLayer(state, rng)
     global_layer.place_initial()
-    units = build_units(world.apps)
-    n_tasks = sum(len(u.tasks) for u in units)
+    n_tasks = sum(c.size for app in world.apps for c in app.components)
     business = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
-    handed, units = [units], None  # no list kept here: a unit goes once it is placed (10^7 units are 2 GiB)
-    business.run(handed.pop())
+    business.run_apps(world.apps)  # each unit made when its turn comes, and let go once placed
     return Outcome(state, business.unscheduled, global_layer.unplaced, n_tasks)

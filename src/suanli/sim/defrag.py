@@ -80,7 +80,7 @@ def _plan_row(sim, unit: Unit, vcs, row: int, usable: np.ndarray, count: int):
     targets = set(int(s) for s in slots[np.argsort(-table.dev_free[slots, row], kind="stable")][:count])
     node = int(table.node[row])
     occupants = []
-    for task in sorted(state.tasks_on_node.get(node, ())):
+    for task in sorted(state.tasks_on(node)):
         p = state.placements[task]
         if p.vc == vcs.name and p.alloc.row == row and targets & set(p.alloc.slots):
             occupants.append(task)

@@ -171,7 +171,7 @@ def drain_plans(sim, dry: bool = False) -> Iterator[Plan]:
     planned: Counter = Counter()
     fleet = sim.world.fleet
     for node in list(sim.hosts.draining):
-        tasks = sorted(sim.state.tasks_on_node.get(node, ()))
+        tasks = sorted(sim.state.tasks_on(node))
         for uid in dict.fromkeys(sim.view.tasks[task].unit for task in tasks):
             if sim.view.units[uid].run is None:
                 continue
@@ -189,7 +189,7 @@ def claim_plan(sim, req, row: int) -> Plan | None:
     back to the node it left). None when no set makes it fit."""
     nodes, state = sim.state.nodes, sim.state
     units = {}
-    for task in state.tasks_on_node.get(row, ()):
+    for task in state.tasks_on(row):
         p = state.placements[task]
         uid = sim.view.tasks[task].unit
         if state.vcs[p.vc].default and sim.view.units[uid].run is not None:

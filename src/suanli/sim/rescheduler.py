@@ -185,7 +185,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
                                          for r, rows in zip(reqs, near)]))
         useful = np.zeros(table.n, bool)
         useful[rows] = True
-        on = {sim.view.tasks[task].unit for row in rows.tolist() for task in sim.state.tasks_on_node.get(row, ())}
+        on = {sim.view.tasks[task].unit for row in rows.tolist() for task in sim.state.tasks_on(row)}
         candidates = sim.view.in_start_order(on)
     else:
         useful = np.zeros(table.n, bool)
@@ -281,5 +281,5 @@ def running_at(sim, sites: set[int]) -> list[int]:
     for s in sites:
         found.update(sim.view.bound_near(fleet.site_table.names.name(s)))
         for node in fleet.nodes_of(s).tolist():
-            found.update(sim.view.tasks[task].unit for task in state.tasks_on_node.get(node, ()))
+            found.update(sim.view.tasks[task].unit for task in state.tasks_on(node))
     return sim.view.in_start_order(found)

@@ -38,7 +38,7 @@ from suanli.model.work import Application, World
 from suanli.scheduling.business_layer import BusinessLayer
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
-from suanli.scheduling.state import PlacementState
+from suanli.scheduling.state import PlacementState, TaskIds
 from suanli.spec.schema import ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.ledger import FAILED
@@ -306,7 +306,7 @@ class Simulation:
         self.scenario = scenario
         self.seed = world.seed if seed is None else seed
         until = until if until is not None else (scenario.until if scenario and scenario.until else None)
-        self.state = PlacementState(world)
+        self.state = PlacementState(world, TaskIds())  # (ids shared with the shard's ledger: tasks come and go)
         self.state.journal = {}  # every host added or removed becomes an event
         self.rng = np.random.default_rng(self.seed)
         self.global_layer = GlobalLayer(self.state, self.rng)
