@@ -248,8 +248,17 @@ class UnitTable(Mapping[int, "UnitState"]):
         return self._live
 
 
-def _float_or_none(x: float) -> float | None:
-    return None if x != x else x
+def _time_column(name: str, doc: str) -> property:
+    """A float column of the ``UnitTable`` read and written as ``float | None`` (NaN: None)."""
+
+    def get(us: "UnitState") -> float | None:
+        x = getattr(us._t, name)[us.uid]
+        return None if x != x else x
+
+    def put(us: "UnitState", value: float | None) -> None:
+        getattr(us._t, name)[us.uid] = _NONE if value is None else value
+
+    return property(get, put, doc=doc)
 
 
 class UnitState:
@@ -272,21 +281,8 @@ class UnitState:
     def run(self, run: Run | None) -> None:
         self._t.run[self.uid] = run
 
-    @property
-    def remaining_work_s(self) -> float | None:
-        return _float_or_none(self._t.work[self.uid])
-
-    @remaining_work_s.setter
-    def remaining_work_s(self, value: float | None) -> None:
-        self._t.work[self.uid] = _NONE if value is None else value
-
-    @property
-    def remaining_s(self) -> float | None:
-        return _float_or_none(self._t.left[self.uid])
-
-    @remaining_s.setter
-    def remaining_s(self, value: float | None) -> None:
-        self._t.left[self.uid] = _NONE if value is None else value
+    remaining_work_s = _time_column("work", "a job's task-time still to do between runs (None: not a job's)")
+    remaining_s = _time_column("left", "a job's fixed seconds still to run between runs (None: none)")
 
 
 @dataclass(frozen=True, slots=True)
