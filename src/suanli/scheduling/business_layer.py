@@ -90,11 +90,17 @@ def build_units(apps: tuple[Application, ...]) -> list[Unit]:
 def app_units(app: Application, start: int = 0) -> list[Unit]:
     """One application's units (an affinity group, a gang, or one task each),
     numbered from ``start``."""
-    units: list[Unit] = []
+    return list(iter_app_units(app, start))
+
+
+def iter_app_units(app: Application, start: int = 0) -> Iterator[Unit]:
+    """``app_units`` one at a time (an application of a million replicas is
+    not made all at once)."""
     grouped: dict[str, list[Component]] = defaultdict(list)
     for comp in app.components:
         if comp.affinity is not None:
             grouped[comp.affinity[0]].append(comp)
+    seq = start
     for comp in app.components:
         if comp.affinity is not None:
             members = grouped.pop(comp.affinity[0], None)
@@ -103,16 +109,17 @@ def app_units(app: Application, start: int = 0) -> list[Unit]:
             tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
             comps = tuple(c for c in members for _ in range(c.size))
             if tasks:
-                units.append(Unit(app, tasks, comps, start + len(units),
-                                  couplings=levels_of(c.coupling for c in members),
-                                  affinity_scope=comp.affinity[1]))
+                yield Unit(app, tasks, comps, seq, couplings=levels_of(c.coupling for c in members),
+                           affinity_scope=comp.affinity[1])
+                seq += 1
         elif comp.gang:
-            units.append(Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
-                              start + len(units), min_members=comp.min_size, couplings=levels_of([comp.coupling])))
+            yield Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
+                       seq, min_members=comp.min_size, couplings=levels_of([comp.coupling]))
+            seq += 1
         else:
-            n = start + len(units)
-            units.extend(Unit(app, (comp.task_name(i),), (comp,), n + i) for i in range(comp.size))
-    return units
+            for i in range(comp.size):
+                yield Unit(app, (comp.task_name(i),), (comp,), seq)
+                seq += 1
 
 
 def unit_runs(app: Application) -> list[tuple[int, int]]:
@@ -181,7 +188,7 @@ def _queued(entries: dict[int, list[tuple[Application, int]]]) -> Iterator[Unit]
     of it (and their first unit's number)."""
     for priority in sorted(entries, reverse=True):
         for app, start in entries[priority]:
-            for u in app_units(app, start):
+            for u in iter_app_units(app, start):
                 if u.priority == priority:
                     yield u
 
