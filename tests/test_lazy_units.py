@@ -12,6 +12,7 @@ both ways; the JSON must be identical, byte for byte.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 
@@ -19,7 +20,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from test_properties import SETTINGS, load, world_docs
+from test_properties import SETTINGS, doc, load, world_docs
 from suanli.output import outcome_json
 from suanli.scheduling.business_layer import BusinessLayer, app_units, build_units, unit_runs
 from suanli.scheduling.global_layer import GlobalLayer
@@ -31,9 +32,26 @@ from suanli.scheduling.static import Outcome, schedule
 @st.composite
 def ranked_worlds(draw):
     docs = draw(world_docs())
+    tenants = [d for d in docs if d["kind"] == "Tenant"]
+    if len(tenants) < 2:
+        tenants.append(doc("Tenant", "t9", {}))
+        docs.insert(docs.index(tenants[0]) + 1, tenants[-1])
+    apps = [d for d in docs if d["kind"] == "Application"]
+    if apps:  # another tenant's copy of an application: tenants compete
+        twin = copy.deepcopy(draw(st.sampled_from(apps)))
+        twin["metadata"]["name"] += "-twin"
+        twin["metadata"]["tenant"] = draw(st.sampled_from(
+            [t["metadata"]["name"] for t in tenants if t["metadata"]["name"] != twin["metadata"]["tenant"]]))
+        twin["spec"].pop("virtualCluster", None)  # the other tenant's default VC
+        docs.append(twin)
+    ranked = set()
     for d in docs:
         if d["kind"] == "Tenant" and draw(st.booleans()):
             d["spec"]["maxPriority"] = 100  # its priorities count against others' work (none is above 100)
+            ranked.add(d["metadata"]["name"])
+    for d in docs:  # and some of their applications ask for a priority of their own
+        if d["kind"] == "Application" and d["metadata"]["tenant"] in ranked and draw(st.booleans()):
+            d["spec"]["priority"] = draw(st.sampled_from([0, 10, 100]))
     return docs, draw(st.integers(0, 2**16))
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from suanli.model.fleet import TIERS
 from suanli.phrases import reasons_json, why_json
-from suanli.scheduling.state import Catalogue, Placement, PlacementState
+from suanli.scheduling.state import Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
 
@@ -153,22 +153,11 @@ def hosts_json(state: PlacementState) -> Iterator[dict[str, Any]]:
     )
 
 
-def _in_task_order(state: PlacementState, items, task_of, made: bool = True):
+def _in_task_order(state: PlacementState, items, task_of) -> list:
     """``items`` in the order the world writes their tasks (application,
-    component, replica). Placements indexed by the world's ``Catalogue`` come
-    in that order already (``made``: one at a time, none kept); else they
-    are sorted by it."""
+    component, replica): a static pass's task ids (``Catalogue``)."""
     ids = state.task_ids
-    if made and isinstance(ids, Catalogue):
-        return items
-    if isinstance(ids, Catalogue):
-        return sorted(items, key=lambda x: ids.get(task_of(x)))
-    order: dict[str, int] = {}
-    for app in state.world.apps:
-        for comp in app.components:
-            for i in range(comp.size):
-                order[comp.task_name(i)] = len(order)
-    return sorted(items, key=lambda x: order[task_of(x)])
+    return sorted(items, key=lambda x: ids.get(task_of(x)))
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -214,11 +203,11 @@ def _parts(outcome: Outcome, text: "TextOf | None" = None) -> list[tuple[str, An
     """(key, iterator of items) in output order; the metrics as a function
     (with ``text``: hosts and placements as their JSON text)."""
     state = outcome.state
-    placed = _in_task_order(state, state.placements.values(), lambda p: p.task)
+    placed = state.placements.values()  # in task id order: a static pass's are the world's (``Catalogue``)
     placements = (placement_json(state, p) for p in placed) if text is None else map(text.placement, placed)
     unscheduled = (
         {"task": u.task, "tenant": u.tenant, "vc": u.vc, "reasons": reasons_json(u.reasons), "why": why_json(u.reasons)}
-        for u in _in_task_order(state, outcome.unscheduled, lambda u: u.task, made=False)
+        for u in _in_task_order(state, outcome.unscheduled, lambda u: u.task)
     )
     unplaced = (
         {"vc": u.vc, "group": u.group, "missing": u.missing, "reasons": reasons_json(u.reasons)}

@@ -93,19 +93,30 @@ def app_units(app: Application, start: int = 0) -> list[Unit]:
     return list(iter_app_units(app, start))
 
 
-def iter_app_units(app: Application, start: int = 0) -> Iterator[Unit]:
-    """``app_units`` one at a time (an application of a million replicas is
-    not made all at once)."""
+def _unit_specs(app: Application) -> Iterator[tuple[Component, list[Component] | None]]:
+    """What an application's units are made of, in order, before they are
+    made: an affinity group (its first component and its members, at its
+    first component's place), or a component alone (a gang: one unit; else
+    one unit per replica)."""
     grouped: dict[str, list[Component]] = defaultdict(list)
     for comp in app.components:
         if comp.affinity is not None:
             grouped[comp.affinity[0]].append(comp)
-    seq = start
     for comp in app.components:
-        if comp.affinity is not None:
-            members = grouped.pop(comp.affinity[0], None)
-            if members is None:
-                continue  # already made with its group's first component
+        if comp.affinity is None:
+            yield comp, None
+            continue
+        members = grouped.pop(comp.affinity[0], None)
+        if members is not None:  # (None: already made with its group's first component)
+            yield comp, members
+
+
+def iter_app_units(app: Application, start: int = 0) -> Iterator[Unit]:
+    """``app_units`` one at a time (an application of a million replicas is
+    not made all at once)."""
+    seq = start
+    for comp, members in _unit_specs(app):
+        if members is not None:
             tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
             comps = tuple(c for c in members for _ in range(c.size))
             if tasks:
@@ -126,27 +137,16 @@ def unit_runs(app: Application) -> list[tuple[int, int]]:
     """What ``app_units`` makes of the application, without making it: runs of
     (priority, how many units) in their order."""
     runs: list[tuple[int, int]] = []
-
-    def add(priority: int, n: int) -> None:
+    for comp, members in _unit_specs(app):
+        if members is not None:
+            sized = [c.priority for c in members if c.size]
+            priority, n = (max(sized), 1) if sized else (0, 0)
+        else:
+            priority, n = comp.priority, 1 if comp.gang else comp.size
         if runs and runs[-1][0] == priority:
             runs[-1] = (priority, runs[-1][1] + n)
         elif n:
             runs.append((priority, n))
-
-    seen: set[str] = set()
-    for comp in app.components:
-        if comp.affinity is not None:
-            group = comp.affinity[0]
-            if group in seen:
-                continue
-            seen.add(group)
-            members = [c for c in app.components if c.affinity is not None and c.affinity[0] == group]
-            if any(c.size for c in members):
-                add(max(c.priority for c in members if c.size), 1)
-        elif comp.gang:
-            add(comp.priority, 1)
-        else:
-            add(comp.priority, comp.size)
     return runs
 
 

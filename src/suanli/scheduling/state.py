@@ -334,8 +334,7 @@ class Placements(Mapping):
         ``default_only``: of default VCs' tasks only (what their fitted hosts hold)."""
         ids, nodes = self.nodes()
         if default_only:
-            default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
-            keep = default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
+            keep = self._of_default(ids)
             ids, nodes = ids[keep], nodes[keep]
         out = np.zeros((n, self._state.used.shape[1]), np.int64)
         if not ids.size:
@@ -347,14 +346,17 @@ class Placements(Mapping):
             out[g] += counts[g, j] * vecs[j]
         return out
 
+    def _of_default(self, ids: np.ndarray) -> np.ndarray:
+        """bool[len(ids)]: which of the placed tasks ``ids`` are a default VC's."""
+        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+        return default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
+
     def fitted_allocs(self) -> dict[tuple[str, int], Allocation]:
         """What every default VC's fitted host holds, by (VC, node): its tasks'
         slices added up, for all of them in one pass over the columns (an
         output of every host), not host by host."""
         ids = np.flatnonzero(self._row >= 0)
-        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
-        vcs = self._vc[ids]
-        ids = ids[default[vcs]] if default.size else ids[:0]
+        ids = ids[self._of_default(ids)]
         if not ids.size:
             return {}
         vcs, nodes, vec_ids = self._vc[ids].astype(np.int64), self._row[ids], self._vec[ids].astype(np.int64)
@@ -377,9 +379,7 @@ class Placements(Mapping):
         out = {}
         for h, key in enumerate(hosts.tolist()):
             v, node = divmod(key, span)
-            got = shares.get(h)
-            slots = sorted(slot for slot, m in got.items() if m) if got else ()
-            out[self._vc_names[v], node] = Allocation(node, sums[h], tuple(slots), tuple(got[x] for x in slots))
+            out[self._vc_names[v], node] = _summed(node, sums[h], shares.get(h, {}))
         return out
 
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
@@ -398,8 +398,7 @@ class Placements(Mapping):
             if dev is not None:
                 for s, m in zip(*dev):
                     shares[s] = shares.get(s, 0) + m
-        slots = sorted(s for s, m in shares.items() if m)
-        return Allocation(none.row, vec, tuple(slots), tuple(shares[s] for s in slots))
+        return _summed(none.row, vec, shares)
 
     def pop(self, task: str) -> Placement:
         i = self._id(task)
@@ -807,3 +806,10 @@ def _zeros(r: int) -> np.ndarray:
         z = _ZEROS[r] = np.zeros(r, np.int64)
         z.setflags(write=False)
     return z
+
+
+def _summed(row: int, vec: np.ndarray, shares: dict[int, int]) -> Allocation:
+    """Allocations added up on ``row``: their vectors' sum ``vec`` and shares
+    per device slot, slots in order, the ones left with no share dropped."""
+    slots = sorted(s for s, m in shares.items() if m)
+    return Allocation(row, vec, tuple(slots), tuple(shares[s] for s in slots))
