@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from suanli.render import MAX_ROWS, OutputFormat, ScheduleOutput, plan_text, why_text
-from suanli.spec.problems import SpecError
+from suanli.spec.problems import Problem, SpecError
 
 app = typer.Typer(
     add_completion=False,
@@ -110,8 +110,18 @@ def schedule(
     policy: Optional[PolicyName] = POLICY,
     population: Optional[List[str]] = POPULATION,
     strict: bool = STRICT,
+    workers: Optional[int] = typer.Option(
+        None, "--workers", min=1,
+        help="Split the pass over this many business shards and a global actor on Ray (the same outcome)."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray", metavar="HOST:PORT",
+        help="With --workers: the Ray cluster to run on (default: a local Ray started for the run)."),
 ) -> None:
     """Place every application once, through both layers, and print the outcome."""
+    if workers is not None:
+        return _schedule_sharded(files, output, seed, policy, population, strict, workers, ray_address)
+    if ray_address is not None:
+        _fail(SpecError([Problem("--ray", "names where shards run: give --workers N with it")]))
     from suanli.output import metrics_json, outcome_json, outcome_text_lines
     from suanli.scheduling.static import schedule as run_schedule
     from suanli.spec.build import load_world
@@ -123,8 +133,44 @@ def schedule(
     _warn(world.warnings)
     with _settled_memory():
         outcome = run_schedule(world, seed, policy.value if policy else None)
+    _print_outcome(output, lambda: outcome_text_lines(outcome), lambda: metrics_json(outcome),
+                   lambda: outcome_json(outcome))
+
+
+def _schedule_sharded(files, output, seed, policy, population, strict, workers, address) -> None:
+    import os
+
+    from suanli.scheduling.actors import schedule_sharded, start_ray
+
+    sizes = _sizes(population)
+    try:
+        ray = start_ray(address, max(2, os.cpu_count() or 2))
+    except SpecError as exc:
+        _fail(exc)
+    try:
+        try:
+            run = schedule_sharded(ray, [str(f) for f in files], sizes or None, strict, seed,
+                                   policy.value if policy else None, workers)
+        except SpecError as exc:
+            _fail(exc)
+        _warn(run.warnings)
+        report = run.report
+        if report["fallback"]:
+            err.print(f"note: the shards' answers did not stand ({escape(report['fallback'])}); "
+                      "scheduled in one process", soft_wrap=True)
+        else:
+            err.print(f"split: {len(report['shards'])} shard(s) placed {sum(report['shards'])} task(s) alone "
+                      f"({', '.join(map(str, report['shards']))}); the global actor decided {report['global']}",
+                      soft_wrap=True, highlight=False)
+        _print_outcome(output, run.lines, run.summary, run.json)
+    finally:
+        ray.shutdown()
+
+
+def _print_outcome(output, lines, summary, document) -> None:
+    """Print an outcome as ``output`` asks, from whichever of its forms that needs."""
     if output is ScheduleOutput.ndjson:
-        sys.stdout.writelines(outcome_text_lines(outcome))
+        sys.stdout.writelines(lines())
         return
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -132,9 +178,9 @@ def schedule(
     if output is ScheduleOutput.summary:
         from suanli.render import print_summary
 
-        print_summary(metrics_json(outcome), console)
+        print_summary(summary(), console)
         return
-    result = outcome_json(outcome)
+    result = document()
     if output is ScheduleOutput.json:
         # compact: json's C encoder is used only without indentation (pipe to `jq` to read)
         sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")

@@ -116,21 +116,34 @@ def iter_app_units(app: Application, start: int = 0) -> Iterator[Unit]:
     not made all at once)."""
     seq = start
     for comp, members in _unit_specs(app):
-        if members is not None:
-            tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
-            comps = tuple(c for c in members for _ in range(c.size))
-            if tasks:
-                yield Unit(app, tasks, comps, seq, couplings=levels_of(c.coupling for c in members),
-                           affinity_scope=comp.affinity[1])
-                seq += 1
-        elif comp.gang:
-            yield Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
-                       seq, min_members=comp.min_size, couplings=levels_of([comp.coupling]))
+        for u in spec_units(app, comp, members, seq):
+            yield u
             seq += 1
-        else:
-            for i in range(comp.size):
-                yield Unit(app, (comp.task_name(i),), (comp,), seq)
-                seq += 1
+
+
+def spec_units(app: Application, comp: Component, members: list[Component] | None, seq: int) -> Iterator[Unit]:
+    """The units one of ``_unit_specs`` makes, numbered from ``seq``: an
+    affinity group's one unit, a gang's one unit, or a unit per replica."""
+    if members is not None:
+        tasks = tuple(c.task_name(i) for c in members for i in range(c.size))
+        comps = tuple(c for c in members for _ in range(c.size))
+        if tasks:
+            yield Unit(app, tasks, comps, seq, couplings=levels_of(c.coupling for c in members),
+                       affinity_scope=comp.affinity[1])
+    elif comp.gang:
+        yield Unit(app, tuple(comp.task_name(i) for i in range(comp.size)), (comp,) * comp.size,
+                   seq, min_members=comp.min_size, couplings=levels_of([comp.coupling]))
+    else:
+        for i in range(comp.size):
+            yield Unit(app, (comp.task_name(i),), (comp,), seq + i)
+
+
+def spec_run(comp: Component, members: list[Component] | None) -> tuple[int, int]:
+    """(priority, how many units) of one of ``_unit_specs``, without making them."""
+    if members is not None:
+        sized = [c.priority for c in members if c.size]
+        return (max(sized), 1) if sized else (0, 0)
+    return comp.priority, 1 if comp.gang else comp.size
 
 
 def unit_runs(app: Application) -> list[tuple[int, int]]:
@@ -138,16 +151,23 @@ def unit_runs(app: Application) -> list[tuple[int, int]]:
     (priority, how many units) in their order."""
     runs: list[tuple[int, int]] = []
     for comp, members in _unit_specs(app):
-        if members is not None:
-            sized = [c.priority for c in members if c.size]
-            priority, n = (max(sized), 1) if sized else (0, 0)
-        else:
-            priority, n = comp.priority, 1 if comp.gang else comp.size
+        priority, n = spec_run(comp, members)
         if runs and runs[-1][0] == priority:
             runs[-1] = (priority, runs[-1][1] + n)
         elif n:
             runs.append((priority, n))
     return runs
+
+
+def app_specs(app: Application, start: int) -> Iterator[tuple[Component, list[Component] | None, int, int, int]]:
+    """An application's specs (``_unit_specs``) with what they make: (component,
+    members, first unit's number, priority, how many units); none of zero units."""
+    seq = start
+    for comp, members in _unit_specs(app):
+        priority, n = spec_run(comp, members)
+        if n:
+            yield comp, members, seq, priority, n
+            seq += n
 
 
 class UnitQueue:
@@ -393,6 +413,19 @@ class BusinessLayer:
     def run_apps(self, apps: tuple[Application, ...], record: bool = True) -> list[tuple[Unit, Counter]]:
         """``run(build_units(apps))``, the same placements in the same order,
         with each unit made when its queue comes to it (and let go once placed)."""
+        entries, counts, tenants = self.queues_of(apps)
+        # (a queue's place among the others breaks ties only after its next unit's
+        # number, which no two units share: the order the queues are in is not read)
+        by_standing = {level: {t: UnitQueue(_queued(by_priority), counts[level, t])
+                               for t, by_priority in tenants_of.items()}
+                       for level, tenants_of in entries.items()}
+        return self._pass(by_standing, tenants, record, None)
+
+    def queues_of(self, apps: tuple[Application, ...]) -> tuple[dict, Counter, list[str]]:
+        """What a pass over ``apps`` queues, without making a unit: per standing,
+        per tenant (in the order first seen), per priority, the applications with
+        units of it and their first unit's number; the units per (standing,
+        tenant); the tenants in the order first seen."""
         entries: dict[int, dict[str, dict[int, list]]] = defaultdict(dict)  # standing -> tenant -> priority -> apps
         counts: Counter = Counter()  # (standing, tenant) -> units
         start = 0
@@ -405,13 +438,7 @@ class BusinessLayer:
                     apps_of.append((app, start))
                 counts[level, app.tenant] += n
             start += sum(n for _, n in runs)
-        # (a queue's place among the others breaks ties only after its next unit's
-        # number, which no two units share: the order the queues are in is not read)
-        by_standing = {level: {t: UnitQueue(_queued(by_priority), counts[level, t])
-                               for t, by_priority in tenants_of.items()}
-                       for level, tenants_of in entries.items()}
-        tenants = list(dict.fromkeys(t for _, t in counts))
-        return self._pass(by_standing, tenants, record, None)
+        return entries, counts, list(dict.fromkeys(t for _, t in counts))
 
     def _pass(self, by_standing: dict, tenants: list[str], record: bool,
               broken: list | None) -> list[tuple[Unit, Counter]]:

@@ -1,0 +1,178 @@
+"""The sharded static pass on Ray: business shards and one global actor.
+
+``schedule --workers N`` starts N shard actors and one global actor (on a
+local Ray started for the run and stopped after it, or on the cluster at
+``--ray ADDRESS``). Each loads the world from the same files. The shards
+decide their order-free units while the global actor decides the rest in the
+single process's order (``sharded``); then the global actor takes the
+shards' columns, checks them against what it presumed, and answers for the
+outcome: a summary, the JSON document, or NDJSON lines in chunks.
+
+Messages, in order: ``load`` to every actor (the files' paths: each reads
+them itself); ``decide`` to each shard and ``plan`` to the global actor, at
+once; ``finish`` to the global actor with the shards' answers (Ray hands
+their object references over: columns of 8 bytes a task, moved once);
+then the outcome asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from suanli.spec.problems import Problem, SpecError
+
+CHUNK = 20_000  # NDJSON lines per answer of the global actor
+CONNECT_TIMEOUT_S = 5.0
+
+
+class ShardActor:
+    """A business shard: its world, and its order-free units decided."""
+
+    def __init__(self) -> None:
+        self.world = None
+
+    def load(self, files: list[str], sizes: dict[str, str] | None, strict: bool) -> int:
+        from suanli.spec.build import load_world
+
+        self.world = load_world(files, sizes, strict)
+        return os.getpid()
+
+    def decide(self, k: int, shards: int, policy: str | None):
+        from suanli.scheduling.sharded import decide_shard
+
+        return decide_shard(self.world, k, shards, policy)
+
+
+class GlobalActor:
+    """The global layer and the units the shards do not decide; then the whole outcome."""
+
+    def __init__(self) -> None:
+        self.world = None
+        self.done = None
+        self.outcome = None
+        self._lines: Iterator[str] | None = None
+
+    def load(self, files: list[str], sizes: dict[str, str] | None, strict: bool) -> list[str]:
+        from suanli.spec.build import load_world
+
+        self.world = load_world(files, sizes, strict)
+        return list(self.world.warnings)
+
+    def plan(self, shards: int, seed: int | None, policy: str | None) -> int:
+        from suanli.scheduling.sharded import global_pass
+
+        self.done = global_pass(self.world, shards, seed, policy)
+        return self.done.presumed
+
+    def finish(self, seed: int | None, policy: str | None, *parts) -> dict[str, Any]:
+        from suanli.scheduling.sharded import finish
+
+        mine = self.done.outcome
+        decided = len(mine.state.placements) + len(mine.unscheduled)  # (tasks: before the shards' are put in)
+        self.outcome, fallback = finish(self.world, self.done, list(parts), seed, policy)
+        self.done = None
+        return {"fallback": fallback, "global": decided, "shards": [p.units for p in parts]}
+
+    def summary(self) -> dict[str, Any]:
+        from suanli.output import metrics_json
+
+        return metrics_json(self.outcome)
+
+    def json(self) -> dict[str, Any]:
+        from suanli.output import outcome_json
+
+        return outcome_json(self.outcome)
+
+    def lines(self) -> str:
+        """The next chunk of NDJSON lines ("" once all were given)."""
+        from itertools import islice
+
+        from suanli.output import outcome_text_lines
+
+        if self._lines is None:
+            self._lines = outcome_text_lines(self.outcome)
+        return "".join(islice(self._lines, CHUNK))
+
+
+@dataclass
+class Sharded:
+    """A sharded run's handle: the global actor holds the outcome; ``report``
+    says how the work split."""
+
+    ray: Any
+    global_actor: Any
+    warnings: list[str]
+    report: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        return self.ray.get(self.global_actor.summary.remote())
+
+    def json(self) -> dict[str, Any]:
+        return self.ray.get(self.global_actor.json.remote())
+
+    def lines(self) -> Iterator[str]:
+        while True:
+            chunk = self.ray.get(self.global_actor.lines.remote())
+            if not chunk:
+                return
+            yield chunk
+
+
+def start_ray(address: str | None, cpus: int):
+    """Ray connected: to the cluster at ``address``, else a local one started
+    now (the caller stops it: ``ray.shutdown()``). ``SpecError`` naming
+    ``--ray`` when Ray or the cluster is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise SpecError([Problem("--workers", "a sharded run needs Ray: pip install 'suanli[ray]'")]) from None
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    quiet = dict(namespace="suanli", log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
+    if address:
+        host, _, port = address.rpartition(":")
+        if not (host and port.isdigit()):
+            raise SpecError([Problem("--ray", f"{address!r} is not HOST:PORT of a Ray cluster's head")])
+        try:  # Ray waits for an absent cluster for minutes: look first
+            socket.create_connection((host.split("://")[-1], int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise SpecError([Problem("--ray", f"no Ray cluster at {address}: {exc.strerror or exc}")]) from None
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+    return ray
+
+
+def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, seed: int | None,
+                     policy: str | None, workers: int) -> Sharded:
+    """Schedule the world of ``files`` with ``workers`` shard actors and a global actor on ``ray``."""
+    shard_cls = ray.remote(num_cpus=0)(ShardActor)
+    global_cls = ray.remote(num_cpus=0)(GlobalActor)
+    glob = global_cls.remote()
+    shards = [shard_cls.remote() for _ in range(workers)]
+    files = [os.path.abspath(f) for f in files]
+    loads = [s.load.remote(files, sizes, strict) for s in shards]
+    warnings = _get(ray, glob.load.remote(files, sizes, strict))
+    _get(ray, loads)
+    decided = [s.decide.remote(k, workers, policy) for k, s in enumerate(shards)]
+    planned = glob.plan.remote(workers, seed, policy)
+    _get(ray, planned)
+    report = _get(ray, glob.finish.remote(seed, policy, *decided))
+    for s in shards:
+        ray.kill(s)
+    return Sharded(ray, glob, warnings, report)
+
+
+def _get(ray, refs):
+    """``ray.get``, with a world's problems raised as they are (not wrapped)."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, SpecError):
+            raise cause from None
+        raise

@@ -1,0 +1,548 @@
+"""A static pass split between business shards and one global part, with the
+single process's outcome, byte for byte.
+
+**What a shard decides alone.** A unit is *order-free* when nothing another
+tenant does, and nothing its own tenant does elsewhere, can change where it
+goes: one task of a tenant without a quota, in its default VC, bound near a
+private site (a device's own: it takes only the work bound near it) within
+less than the device's link, so that its neighbourhood is the device alone,
+on a device of one node (no tie to draw), where every unit bound near that
+device is such a unit of that same tenant. Its decision reads the device's
+row only, and the device's units come in their tenant's order whatever the
+other tenants do. Shards own devices by the edge they hang from and decide
+their order-free units; none of them draws from the run's generator (a draw
+would be an error, caught, and the run would be redone in one process).
+
+**What the global part decides.** Everything else, in the single process's
+order. The pass takes, within a standing, the tenant of least key (weighted
+dominant share, the number of its next unit, its place), a tenant's share
+changing with its own usage only. The pass is so a merge of each tenant's
+sequence of keys, and a heap merge takes an element when the largest key of
+its sequence up to it (the running maximum) is the least among the tenants':
+so the global part keeps, per tenant, the running maximum of its keys, and
+passes over an order-free run of ``n`` units in one step, adding ``n`` times
+its vector to the tenant's usage (the largest key of the run is its last
+unit's). The units it decides come out in the order one process takes them,
+and see the same usage when they are keyed. It presumes that every
+order-free unit is placed, taking what its request asks; the shards' answers
+are checked against that, and where one was not placed (or a shard drew) the
+global part schedules the world in one process instead.
+
+**What is put together.** The shards' placements are columns added to the
+global part's (tasks, nodes, vectors, device shares), their tasks per node,
+and their fitted hosts: a default VC's fitted hosts are named in the order
+they were made, which is its tenant's order of units, so each host is keyed
+by the unit that made it ((standing, priority, number), higher first) and
+the VC's hosts are put in that order and named again.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from suanli.model.work import Application, Component, World
+from suanli.scheduling.business_layer import BusinessLayer, UnitQueue, _unit_specs, spec_run, spec_units
+from suanli.scheduling.global_layer import GlobalLayer
+from suanli.scheduling.policies import policy_for
+from suanli.scheduling.request import NearBound, Private, compile_request
+from suanli.scheduling.state import Host, Hosts, PlacementState
+from suanli.scheduling.static import Outcome, schedule
+from suanli.scheduling.table import Allocation
+
+
+class Drew(RuntimeError):
+    """A shard's decision asked the run's generator for a draw: its units are not order-free."""
+
+
+class NoDraws:
+    """The generator of a shard: any draw raises ``Drew``."""
+
+    def __getattr__(self, name: str):
+        raise Drew(f"a shard's decision drew from the run's generator ({name})")
+
+
+# ------------------------------------------------------------ the split
+
+
+def indexed_specs(app: Application, start: int) -> Iterator[tuple[int, Component, list | None, int, int, int]]:
+    """``business_layer.app_specs`` with each spec's component index in
+    ``app.components`` (an affinity group: its first member's)."""
+    index = {id(c): i for i, c in enumerate(app.components)} if any(c.affinity for c in app.components) else None
+    seq = start
+    for i, (comp, members) in enumerate(_unit_specs(app)):
+        priority, n = spec_run(comp, members)
+        if n:
+            yield (i if index is None else index[id(comp)]), comp, members, seq, priority, n
+            seq += n
+
+
+def _alone_kind(comp: Component) -> bool:
+    """One task per unit, bound near a site within a bound, nothing that ties it to other tasks or sites."""
+    near = comp.near
+    return (not comp.gang and comp.affinity is None and comp.anti_affinity is None and comp.selector is None
+            and comp.data_source is None and comp.data_sink is None and near is not None
+            and near.max_rtt_ms is not None and not comp.resources.whole)
+
+
+@dataclass
+class Split:
+    """Which components' units are order-free, and whose: per application, per
+    component, the shard (-1: the global part's); per device node holding
+    order-free units, the key of its first unit; per application whose units
+    are all order-free and of one priority, their sum (``Whole``)."""
+
+    shards: int
+    shard_of: list[np.ndarray]  # per application: int16[components]
+    first_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ascending
+    first_keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # (-standing, -priority, seq)
+    whole: dict[int, "Whole"] = field(default_factory=dict)  # application index -> its units in one run
+
+    def first_key(self, node: int) -> tuple[int, int, int]:
+        return tuple(self.first_keys[int(np.searchsorted(self.first_nodes, node))].tolist())
+
+
+@dataclass(frozen=True)
+class Whole:
+    """An application's order-free units as one run: how many, their priority,
+    what they take in all, and what the last one takes."""
+
+    n: int
+    priority: int
+    total: np.ndarray
+    last: np.ndarray
+
+
+def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
+    """The split of ``world``'s units between ``shards`` shards and the global
+    part (all the global part's with a placement policy, whose scores may
+    read other rows, or where the network is in pieces: a default VC's reach
+    then ties its tenant's units together)."""
+    shard_of = [np.full(len(app.components), -1, np.int16) for app in world.apps]
+    fleet = world.fleet
+    network = fleet.network
+    if shards < 1 or layer.policy is not None or np.unique(network.component).size > 1:
+        return Split(shards, shard_of)
+    n_sites = len(fleet.site_table)
+    site_index = fleet.site_index
+    tenant_index = layer.state.tenant_index
+    reached = np.zeros(n_sites, bool)  # sites some unit other than an order-free one may go to, or a host
+    for vc in world.vcs.values():
+        for group in vc.host_groups:
+            _reach(reached, fleet, layer.global_layer.host_request(vc, group))
+    # the candidates: one task a unit, bound near a site within a bound, of a plain tenant's default VC
+    sites, rtts, tenants, apps, comps, seqs, prios, levels = [], [], [], [], [], [], [], []
+    last_name, last_site = None, -1
+    start = 0
+    for a, app in enumerate(world.apps):
+        tenant = world.tenants.get(app.tenant)
+        plain = tenant is not None and not tenant.quota and world.vcs[app.vc].default
+        t = tenant_index.get(app.tenant, -1)
+        standing: dict[int, int] = {}
+        for i, comp, members, seq, priority, n in indexed_specs(app, start):
+            start = seq + n
+            if members is None and plain and _alone_kind(comp):
+                name = comp.near.site
+                if name != last_name:  # (a device's services come one after another: looked up once)
+                    last_name, last_site = name, site_index[name]
+                level = standing.get(priority)
+                if level is None:
+                    level = standing[priority] = layer.standing_of(app.tenant, priority)
+                sites.append(last_site)
+                rtts.append(comp.near.max_rtt_ms)
+                tenants.append(t)
+                apps.append(a)
+                comps.append(i)
+                seqs.append(seq)
+                prios.append(priority)
+                levels.append(level)
+                continue
+            for c in members if members is not None else (comp,):
+                if c.size:
+                    _reach(reached, fleet, layer.request(c, app.tenant))
+    if not sites:
+        return Split(shards, shard_of)
+    d = np.array(sites, np.int64)
+    # order-free: its neighbourhood is its device alone, of one node (no tie to draw)
+    ok = network.alone(d, np.array(rtts, np.float64)) & (np.bincount(fleet.node_site, minlength=n_sites) == 1)[d]
+    reached[d[~ok]] = True  # a candidate that is not: its site, and where it may go, are reached
+    for k in np.flatnonzero(~ok).tolist():
+        app = world.apps[apps[k]]
+        _reach(reached, fleet, layer.request(app.components[comps[k]], app.tenant))
+    t = np.array(tenants, np.int64)
+    # ... and the device is its tenant's alone: no other unit may go there, no other tenant's is bound near it
+    order = np.argsort(d, kind="stable")
+    ds = d[order]
+    starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+    one = np.minimum.reduceat(t[order], starts) == np.maximum.reduceat(t[order], starts)
+    good_site = np.zeros(n_sites, bool)
+    good_site[ds[starts]] = one
+    good_site &= ~reached
+    free = np.flatnonzero(good_site[d])
+    if not free.size:
+        return Split(shards, shard_of)
+    shard = (network.parent[d] % shards).astype(np.int16)
+    a_free, c_free, s_free = np.array(apps, np.int64)[free], np.array(comps, np.int64)[free], shard[free]
+    cuts = np.flatnonzero(np.r_[True, a_free[1:] != a_free[:-1], True])  # (candidates come in application order)
+    free_apps = a_free[cuts[:-1]].tolist()
+    for a, lo, hi in zip(free_apps, cuts[:-1].tolist(), cuts[1:].tolist()):
+        shard_of[a][c_free[lo:hi]] = s_free[lo:hi]
+    # the key of each device's first unit: it makes the device's fitted host
+    node_of_site = np.full(n_sites, -1, np.int64)
+    node_of_site[fleet.node_site] = np.arange(fleet.n_nodes)
+    nodes = node_of_site[d[free]]
+    keys = np.stack([-np.array(levels, np.int64)[free], -np.array(prios, np.int64)[free],
+                     np.array(seqs, np.int64)[free]], axis=1)
+    by = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0], nodes))
+    nodes, keys = nodes[by], keys[by]
+    head = np.r_[True, nodes[1:] != nodes[:-1]]
+    split = Split(shards, shard_of, nodes[head], keys[head])
+    # applications all of whose units are order-free, of one priority: one run each
+    vector = _Vectors(fleet)
+    for a in free_apps:
+        if (shard_of[a] < 0).any():
+            continue
+        specs = list(indexed_specs(world.apps[a], 0))
+        if len({priority for *_, priority, _ in specs}) == 1:
+            total = sum(n * vector(comp) for _, comp, _, _, _, n in specs)
+            split.whole[a] = Whole(specs[-1][3] + specs[-1][5], specs[-1][4], total, vector(specs[-1][1]))
+    return split
+
+
+def _reach(reached: np.ndarray, fleet, req) -> None:
+    """Mark the sites ``req`` could ever be placed at (a superset: its site
+    checks and the sites' largest nodes; not its node checks)."""
+    able = fleet.sites_able_ignoring_private(req.vec)
+    masks = [term for _, term in req.site_terms if isinstance(term, np.ndarray)]
+    near = next((term for _, term in req.site_terms if isinstance(term, NearBound)), None)
+    private = next((term for _, term in req.site_terms if isinstance(term, Private)), None)
+    if near is not None:
+        sites = near.sites
+        keep = able[sites]
+        for m in masks:
+            keep &= m[sites]
+        if private is not None:
+            keep &= private.at(sites)
+        reached[sites[keep]] = True
+        return
+    mask = able.copy()
+    for m in masks:
+        mask &= m
+    if private is not None:
+        mask &= private.mask()
+    reached |= mask
+
+
+def _walk(by_priority: dict[int, list], split: Split, index: dict[int, int]):
+    """A tenant's specs of one standing in its queue's order (``business_layer._queued``),
+    each with its shard (-1: the global part's)."""
+    for priority in sorted(by_priority, reverse=True):
+        for app, start in by_priority[priority]:
+            mine = split.shard_of[index[id(app)]]
+            for i, comp, members, seq, p, n in indexed_specs(app, start):
+                if p == priority:
+                    yield app, comp, members, seq, n, int(mine[i]) if members is None else -1
+
+
+def _runs(by_priority: dict[int, list], split: Split, index: dict[int, int], vector: "_Vectors"):
+    """``_walk`` for the global part: its own specs (``("units", app, comp,
+    members, seq)``) between runs of order-free units, each run (of one
+    priority) as ``("free", n, what they take in all, what the last takes,
+    the last one's number)``; an application of order-free units only is
+    passed over whole."""
+    for priority in sorted(by_priority, reverse=True):
+        n, total, last, last_seq = 0, 0, None, -1
+        for app, start in by_priority[priority]:
+            a = index[id(app)]
+            whole = split.whole.get(a)
+            if whole is not None and whole.priority == priority:
+                n, total, last, last_seq = n + whole.n, total + whole.total, whole.last, start + whole.n - 1
+                continue
+            mine = split.shard_of[a]
+            for i, comp, members, seq, p, k in indexed_specs(app, start):
+                if p != priority:
+                    continue
+                if members is None and mine[i] >= 0:
+                    last = vector(comp)
+                    n, total, last_seq = n + k, total + k * last, seq + k - 1
+                    continue
+                if n:
+                    yield "free", n, total, last, last_seq
+                    n, total = 0, 0
+                yield "units", app, comp, members, seq
+        if n:
+            yield "free", n, total, last, last_seq
+
+
+class _Vectors:
+    """What a unit of a component takes (its request's vector), per distinct resources."""
+
+    def __init__(self, fleet) -> None:
+        self.fleet = fleet
+        self._of: dict = {}
+
+    def __call__(self, comp: Component) -> np.ndarray:
+        res, arch = comp.resources, comp.arch
+        got = self._of.get((id(res), id(arch)))  # (replicas and a template's per-site copies share both)
+        if got is None or got[0] is not res or got[1] is not arch:
+            vec = compile_request(self.fleet, res, arch=arch).vec.astype(np.int64)
+            got = self._of[(id(res), id(arch))] = (res, arch, vec)
+        return got[2]
+
+
+# ------------------------------------------------------------ a shard
+
+
+@dataclass
+class ShardPart:
+    """What a shard decided, as columns: its placed tasks' ids, rows (nodes),
+    tenants, VCs, vectors and device shares; the tasks on each of its nodes;
+    its fitted hosts per VC (node, tasks held) in the order made. ``ok``:
+    every unit placed and nothing drawn."""
+
+    shard: int
+    ok: bool
+    units: int
+    ids: np.ndarray
+    rows: np.ndarray
+    tenants: np.ndarray
+    vcs: np.ndarray
+    vc_names: list[str]
+    vec_ids: np.ndarray
+    vecs: np.ndarray
+    dev: dict[int, tuple]
+    on_node: dict[int, list[int] | set[int]]
+    hosts: dict[str, tuple[np.ndarray, np.ndarray]]
+    why: str = ""
+
+
+def decide_shard(world: World, k: int, shards: int, policy: str | None = None) -> ShardPart:
+    """Shard ``k`` of ``shards``: place its order-free units alone."""
+    state = PlacementState(world)
+    layer = BusinessLayer(state, GlobalLayer(state, NoDraws()), NoDraws(), policy=policy_for(world, policy))
+    split = split_work(world, layer, shards)
+    entries, _, _ = layer.queues_of(world.apps)
+    index = {id(app): a for a, app in enumerate(world.apps)}
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for level, tenants_of in entries.items():
+        for tenant, by_priority in tenants_of.items():
+            for *_, n, shard in _walk(by_priority, split, index):
+                if shard == k:
+                    counts[level, tenant] += n
+
+    def queued(by_priority):
+        for app, comp, members, seq, n, shard in _walk(by_priority, split, index):
+            if shard == k:
+                yield from spec_units(app, comp, None, seq)
+
+    by_standing = {level: {t: UnitQueue(queued(by_priority), counts[level, t])
+                           for t, by_priority in tenants_of.items() if counts[level, t]}
+                   for level, tenants_of in entries.items()}
+    units = sum(counts.values())
+    why = ""
+    try:
+        layer._pass(by_standing, list(dict.fromkeys(t for _, t in counts)), True, None)
+    except Drew as exc:
+        why = str(exc)
+    p = state.placements
+    if not why and layer.unscheduled:
+        u = layer.unscheduled[0]
+        why = f"{len(layer.unscheduled)} order-free task(s) not placed (first: {u.task})"
+    if not why and len(p) != units:
+        why = f"{len(p)} of {units} order-free tasks placed"
+    ids = np.flatnonzero(p._row >= 0)
+    hosts = {}
+    for name, vc in state.vcs.items():
+        if vc.hosts:
+            hs = list(vc.hosts)
+            hosts[name] = (np.array([h.node for h in hs], np.int64), np.array([h.count for h in hs], np.int64))
+    return ShardPart(k, not why, units, ids, p._row[ids].copy(), p._tenant[ids].copy(), p._vc[ids].copy(),
+                     list(p._vc_names), p._vec[ids].copy(),
+                     np.array(p._vecs, np.int64).reshape(len(p._vecs), state.used.shape[1]), dict(p._dev),
+                     dict(state.tasks_on_node), hosts, why)
+
+
+# ------------------------------------------------------------ the global part
+
+
+@dataclass
+class GlobalPass:
+    """The global part's pass over the units the shards do not decide, with
+    what it presumed of theirs."""
+
+    outcome: Outcome
+    split: Split
+    presumed: int  # order-free units passed over, each presumed placed
+    made: dict[str, list[tuple[tuple, int]]]  # default VC -> (unit key, fitted hosts it made), in order
+
+
+def global_pass(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> GlobalPass:
+    rng = np.random.default_rng(world.seed if seed is None else seed)
+    state = PlacementState(world)
+    global_layer = GlobalLayer(state, rng)
+    global_layer.place_initial()
+    layer = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
+    split = split_work(world, layer, shards)
+    n_tasks = sum(c.size for app in world.apps for c in app.components)
+    presumed, made = _merge(layer, split)
+    return GlobalPass(Outcome(state, layer.unscheduled, global_layer.unplaced, n_tasks), split, presumed, made)
+
+
+def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict]:
+    """The pass of ``BusinessLayer.run_apps``, deciding only the global part's
+    units, in the order one process takes them (see the module's text)."""
+    state = layer.state
+    world = state.world
+    entries, _, tenants = layer.queues_of(world.apps)
+    index = {id(app): a for a, app in enumerate(world.apps)}
+    vector = _Vectors(state.fleet)
+    several = len(tenants) > 1
+    share = layer._waiting_shares(tenants) if several else {}
+    failed: list = []
+    failed_shapes: dict = {}
+    made: dict[str, list] = defaultdict(list)
+    presumed = 0
+    for level in sorted(entries, reverse=True):
+        tenants_of = entries[level]
+        order = {t: i for i, t in enumerate(tenants_of)}
+        walks = {t: _runs(by_priority, split, index, vector) for t, by_priority in tenants_of.items()}
+        pending: dict[str, Iterator] = {}
+        top: dict[str, tuple] = {}  # per tenant: the largest key of its units so far (several tenants)
+        heap: list = []
+
+        def advance(t: str) -> None:
+            nonlocal presumed
+            while True:
+                units = pending.get(t)
+                if units is not None:
+                    u = next(units, None)
+                    if u is not None:
+                        key = (share.get(t, 0.0), u.seq, order[t])
+                        m = top.get(t)
+                        heapq.heappush(heap, (key if m is None or key > m else m, u))
+                        return
+                    del pending[t]
+                item = next(walks[t], None)
+                if item is None:
+                    return
+                if item[0] == "units":
+                    pending[t] = spec_units(*item[1:])
+                    continue
+                _, n, total, last, last_seq = item  # order-free units: its usage grows by what they take
+                row = state.tenant_index[t]
+                if several:
+                    key = (state.share_of(t, state.used[row] + total - last), last_seq, order[t])
+                    m = top.get(t)
+                    top[t] = key if m is None or key > m else m
+                state.used[row] += total
+                if several:
+                    share[t] = state.dominant_share(t)
+                presumed += n
+
+        for t in tenants_of:
+            advance(t)
+        while heap:
+            key, u = heapq.heappop(heap)
+            t = u.tenant
+            vcs = state.vcs[u.app.vc]
+            before = len(vcs.hosts)
+            if layer._run_one(u, True, failed, failed_shapes, None) and several:
+                share[t] = state.dominant_share(t)
+            if vcs.default and len(vcs.hosts) > before:
+                made[vcs.name].append(((-level, -u.priority, u.seq), len(vcs.hosts) - before))
+            top[t] = key
+            advance(t)
+    return presumed, made
+
+
+def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
+    """The global part's outcome with the shards' placements and fitted hosts
+    put in (see the module's text); the parts must be ``ok``."""
+    state = done.outcome.state
+    p = state.placements
+    split = done.split
+    theirs: dict[str, list] = defaultdict(list)  # VC -> (key, host) of the shards' fitted hosts
+    for part in parts:
+        if not part.ids.size:
+            continue
+        top = int(part.ids.max()) + 1
+        if top > p._row.size:
+            p._widen(max(2 * p._row.size, top))
+        vc_map = np.array([_intern(p._vc_at, p._vc_names, name) for name in part.vc_names], np.int32)
+        vec_map = np.array([_intern_vec(p, v) for v in part.vecs], np.int32)
+        ids = part.ids
+        p._tenant[ids] = part.tenants
+        p._vc[ids] = vc_map[part.vcs]
+        p._row[ids] = part.rows
+        p._vec[ids] = vec_map[part.vec_ids]
+        p._n += int(ids.size)
+        for i, pair in part.dev.items():
+            p._dev[i] = p._pairs.setdefault(pair, pair)
+        state.tasks_on_node.update(part.on_node)
+        r = state.used.shape[1]
+        for name, (nodes, counts) in part.hosts.items():
+            vc = state.vcs[name]
+            for node, count in zip(nodes.tolist(), counts.tolist()):
+                host = Host(name, "", None, node, Allocation(node, np.zeros(r, np.int64)), -1, p)
+                host.count = count
+                vc.by_node[node] = host
+                theirs[name].append((split.first_key(node), host))
+    for name, hosts in theirs.items():
+        vc = state.vcs[name]
+        ours = list(vc.hosts)
+        keys = [key for key, n in done.made.get(name, ()) for _ in range(n)]
+        merged = sorted([*zip(keys, ours), *hosts], key=lambda kh: kh[0])  # (stable: one unit's hosts in order)
+        vc.hosts = Hosts()
+        for i, (_, host) in enumerate(merged):
+            host.name = f"auto-{i}"
+            vc.hosts.append(host)
+        vc.next_index[None] = len(merged)
+        if vc.component < 0:
+            vc.component = int(state.fleet.network.component[state.fleet.node_site[merged[0][1].node]])
+            vc.together = True
+    return done.outcome
+
+
+def _intern(at: dict, names: list, name: str) -> int:
+    i = at.get(name)
+    if i is None:
+        i = at[name] = len(names)
+        names.append(name)
+    return i
+
+
+def _intern_vec(p, vec: np.ndarray) -> int:
+    vec = np.ascontiguousarray(vec, dtype=p._vecs[0].dtype if p._vecs else np.int64)
+    key = vec.tobytes()
+    k = p._vec_at.get(key)
+    if k is None:
+        k = p._vec_at[key] = len(p._vecs)
+        vec.setflags(write=False)
+        p._vecs.append(vec)
+    return k
+
+
+def finish(world: World, done: GlobalPass, parts: list[ShardPart], seed: int | None = None,
+           policy: str | None = None) -> tuple[Outcome, str]:
+    """The outcome: the shards' answers checked against what the global part
+    presumed and put in; where they differ, the world scheduled in one
+    process. Also says which it was ("" when the shards' answers stood)."""
+    placed = sum(part.units for part in parts)
+    bad = [part.why for part in parts if not part.ok]
+    if not bad and placed != done.presumed:
+        bad.append(f"the shards placed {placed} order-free units, the global part presumed {done.presumed}")
+    if bad:
+        return schedule(world, seed, policy), "; ".join(bad)
+    return absorb(done, parts), ""
+
+
+def schedule_split(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> Outcome:
+    """The sharded pass in one process, part after part (what the actors do, without Ray)."""
+    parts = [decide_shard(world, k, shards, policy) for k in range(shards)]
+    done = global_pass(world, shards, seed, policy)
+    return finish(world, done, parts, seed, policy)[0]
+
