@@ -20,7 +20,14 @@ process and prints JSON: wall time, peak RSS, the counts of the summary,
 and bytes and microseconds per task. Fails unless every task is counted
 once (placed or unscheduled) and at least 99% are placed.
 
+With ``--workers N`` the pass is split over N shard actors and a global
+actor on Ray (a local Ray started for the run, or ``--ray HOST:PORT``); the
+JSON then also has how the work split, each phase's seconds, and the peak
+RSS summed over the driver and every actor; with ``--compare`` one process
+runs first on the same documents, and the two summaries must be the same.
+
     .venv/bin/python bench/bench_seed_world.py [--tasks 1000000] [--tenants 10000] [--gangs 300]
+        [--workers N [--ray HOST:PORT] [--compare]]
 """
 
 from __future__ import annotations
@@ -96,6 +103,9 @@ def main() -> int:
     ap.add_argument("--tenants", type=int, default=10_000)
     ap.add_argument("--gangs", type=int, default=300)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "seed")
+    ap.add_argument("--workers", type=int, default=None, help="shard actors on Ray (default: one process)")
+    ap.add_argument("--ray", default=None, help="with --workers: a Ray cluster's HOST:PORT (default: a local one)")
+    ap.add_argument("--compare", action="store_true", help="with --workers: run one process first, compare")
     args = ap.parse_args()
     devices = args.tasks // len(SERVICES)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -104,8 +114,21 @@ def main() -> int:
     counts["device"], counts["assist"] = devices * len(SERVICES), vans
     files = {"fleet.yaml": fleet(devices), "tenants.yaml": tenant_docs(args.tenants), "apps.yaml": app_docs}
     paths = write_docs(args.out, files)
+    total = sum(counts.values())
+    out = {"devices": devices, "tenants": args.tenants, "tasks": total, "by_kind": counts}
+    problems = []
+    command = [*SUANLI, "schedule", *paths, "-o", "summary"]
+    if args.workers and args.compare:
+        one_path = args.out / "summary-one.txt"
+        wall, rss, done = run(command, one_path)
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            return 1
+        out["one_process"] = {"wall_s": round(wall, 1), "peak_rss_gib": round(rss, 2)}
+    if args.workers:
+        command += ["--workers", str(args.workers)] + (["--ray", args.ray] if args.ray else [])
     summary_path = args.out / "summary.txt"
-    wall, rss, done = run([*SUANLI, "schedule", *paths, "-o", "summary"], summary_path)
+    wall, rss, done = run(command, summary_path)
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
         return 1
@@ -114,13 +137,27 @@ def main() -> int:
         print(f"no summary in {summary_path}", file=sys.stderr)
         return 1
     placed, _, unscheduled = (int(x) for x in said.groups())
-    total = sum(counts.values())
-    out = {"devices": devices, "tenants": args.tenants, "tasks": total, "by_kind": counts,
-           "wall_s": round(wall, 1), "peak_rss_gib": round(rss, 2),
-           "bytes_per_task": round(rss * 2**30 / total), "us_per_task": round(wall * 1e6 / total, 1),
-           "placed": placed, "unscheduled": unscheduled}
+    out.update({"wall_s": round(wall, 1), "peak_rss_gib": round(rss, 2),
+                "bytes_per_task": round(rss * 2**30 / total), "us_per_task": round(wall * 1e6 / total, 1),
+                "placed": placed, "unscheduled": unscheduled})
+    if args.workers:
+        split = re.search(r"split: .*", done.stderr)
+        if split is None:
+            problems.append("the shards' answers did not stand: " + done.stderr.strip().splitlines()[-1])
+        else:
+            line = split[0]
+            numbers = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?) GiB in all \(global actor first: ([\d., ]+)\)",
+                                                     line)[0][1].split(", ")]
+            out["workers"] = args.workers
+            out["split"] = line
+            out["peak_rss_gib_all_processes"] = round(rss + sum(numbers), 2)
+        if args.compare:
+            same = (args.out / "summary-one.txt").read_text() == summary_path.read_text()
+            out["same_summary"] = same
+            out["wall_ratio"] = round(wall / out["one_process"]["wall_s"], 3)
+            if not same:
+                problems.append("the summaries differ")
     print(json.dumps(out, indent=2))
-    problems = []
     if placed + unscheduled != total:
         problems.append(f"{placed} placed + {unscheduled} unscheduled, want {total}")
     if placed < 0.99 * total:

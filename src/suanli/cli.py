@@ -159,8 +159,13 @@ def _schedule_sharded(files, output, seed, policy, population, strict, workers, 
             err.print(f"note: the shards' answers did not stand ({escape(report['fallback'])}); "
                       "scheduled in one process", soft_wrap=True)
         else:
+            took = report["seconds"]
             err.print(f"split: {len(report['shards'])} shard(s) placed {sum(report['shards'])} task(s) alone "
-                      f"({', '.join(map(str, report['shards']))}); the global actor decided {report['global']}",
+                      f"({', '.join(map(str, report['shards']))}); the global actor decided {report['global']}; "
+                      f"loading {took['load']:.1f} s, the global actor's pass {took['global']:.1f} s, "
+                      f"the shards' {took['shards']:.1f} s, putting together {took['finish']:.1f} s; peak memory "
+                      f"{sum(report['peak_bytes']) / 2**30:.2f} GiB in all (global actor first: "
+                      f"{', '.join(f'{b / 2**30:.2f}' for b in report['peak_bytes'])})",
                       soft_wrap=True, highlight=False)
         _print_outcome(output, run.lines, run.summary, run.json)
     finally:

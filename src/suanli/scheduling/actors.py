@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,9 @@ class ShardActor:
     def decide(self, k: int, shards: int, policy: str | None):
         from suanli.scheduling.sharded import decide_shard
 
-        return decide_shard(self.world, k, shards, policy)
+        part = decide_shard(self.world, k, shards, policy)
+        part.peak_bytes = _peak_bytes()
+        return part
 
 
 class GlobalActor:
@@ -76,7 +79,8 @@ class GlobalActor:
         decided = len(mine.state.placements) + len(mine.unscheduled)  # (tasks: before the shards' are put in)
         self.outcome, fallback = finish(self.world, self.done, list(parts), seed, policy)
         self.done = None
-        return {"fallback": fallback, "global": decided, "shards": [p.units for p in parts]}
+        return {"fallback": fallback, "global": decided, "shards": [p.units for p in parts],
+                "peak_bytes": [_peak_bytes(), *(p.peak_bytes for p in parts)]}
 
     def summary(self) -> dict[str, Any]:
         from suanli.output import metrics_json
@@ -155,16 +159,32 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     glob = global_cls.remote()
     shards = [shard_cls.remote() for _ in range(workers)]
     files = [os.path.abspath(f) for f in files]
+    clock = time.perf_counter()
     loads = [s.load.remote(files, sizes, strict) for s in shards]
     warnings = _get(ray, glob.load.remote(files, sizes, strict))
     _get(ray, loads)
+    seconds = {"load": time.perf_counter() - clock}
+    clock = time.perf_counter()
     decided = [s.decide.remote(k, workers, policy) for k, s in enumerate(shards)]
     planned = glob.plan.remote(workers, seed, policy)
     _get(ray, planned)
+    seconds["global"] = time.perf_counter() - clock
+    _get(ray, decided)
+    seconds["shards"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     report = _get(ray, glob.finish.remote(seed, policy, *decided))
+    seconds["finish"] = time.perf_counter() - clock
+    report["seconds"] = seconds
     for s in shards:
         ray.kill(s)
     return Sharded(ray, glob, warnings, report)
+
+
+def _peak_bytes() -> int:
+    """This process's peak resident memory so far."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _get(ray, refs):

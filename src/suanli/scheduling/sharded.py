@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.model.work import Application, Component, World
-from suanli.scheduling.business_layer import BusinessLayer, UnitQueue, _unit_specs, spec_run, spec_units
+from suanli.scheduling import nearby
+from suanli.scheduling.batch import _alone_kind as batch_alone_kind
+from suanli.scheduling.business_layer import BusinessLayer, UnitQueue, _unit_specs, spec_run, spec_units, unit_shape
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
 from suanli.scheduling.request import NearBound, Private, compile_request
@@ -135,7 +137,9 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
         for group in vc.host_groups:
             _reach(reached, fleet, layer.global_layer.host_request(vc, group))
     # the candidates: one task a unit, bound near a site within a bound, of a plain tenant's default VC
-    sites, rtts, tenants, apps, comps, seqs, prios, levels = [], [], [], [], [], [], [], []
+    sites, rtts, tenants, apps, comps, seqs, prios, levels, ns, vids = [], [], [], [], [], [], [], [], [], []
+    n_specs = np.zeros(len(world.apps), np.int64)
+    vector = _Vectors(fleet)
     last_name, last_site = None, -1
     start = 0
     for a, app in enumerate(world.apps):
@@ -145,6 +149,7 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
         standing: dict[int, int] = {}
         for i, comp, members, seq, priority, n in indexed_specs(app, start):
             start = seq + n
+            n_specs[a] += 1
             if members is None and plain and _alone_kind(comp):
                 name = comp.near.site
                 if name != last_name:  # (a device's services come one after another: looked up once)
@@ -160,6 +165,8 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
                 seqs.append(seq)
                 prios.append(priority)
                 levels.append(level)
+                ns.append(n)
+                vids.append(vector.index(comp))
                 continue
             for c in members if members is not None else (comp,):
                 if c.size:
@@ -202,14 +209,24 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     head = np.r_[True, nodes[1:] != nodes[:-1]]
     split = Split(shards, shard_of, nodes[head], keys[head])
     # applications all of whose units are order-free, of one priority: one run each
-    vector = _Vectors(fleet)
-    for a in free_apps:
-        if (shard_of[a] < 0).any():
-            continue
-        specs = list(indexed_specs(world.apps[a], 0))
-        if len({priority for *_, priority, _ in specs}) == 1:
-            total = sum(n * vector(comp) for _, comp, _, _, _, n in specs)
-            split.whole[a] = Whole(specs[-1][3] + specs[-1][5], specs[-1][4], total, vector(specs[-1][1]))
+    on, n = np.array(apps, np.int64)[free], np.array(ns, np.int64)[free]
+    free_specs = np.bincount(on, minlength=len(world.apps))
+    p = np.array(prios, np.int64)[free]
+    low = np.full(len(world.apps), np.iinfo(np.int64).max)
+    high = np.full(len(world.apps), np.iinfo(np.int64).min)
+    np.minimum.at(low, on, p)
+    np.maximum.at(high, on, p)
+    whole = np.flatnonzero((free_specs == n_specs) & (free_specs > 0) & (low == high))
+    if whole.size:
+        vecs = np.array(vector.vecs, np.int64)
+        vid = np.array(vids, np.int64)[free]
+        totals = np.zeros((len(world.apps), vecs.shape[1]), np.int64)
+        np.add.at(totals, on, n[:, None] * vecs[vid])
+        units = np.bincount(on, weights=n, minlength=len(world.apps)).astype(np.int64)
+        last = np.zeros(len(world.apps), np.int64)
+        last[on[cuts[1:] - 1]] = vid[cuts[1:] - 1]  # (candidates in application order: an application's last)
+        for a in whole.tolist():
+            split.whole[a] = Whole(int(units[a]), int(low[a]), totals[a], vecs[last[a]])
     return split
 
 
@@ -279,19 +296,28 @@ def _runs(by_priority: dict[int, list], split: Split, index: dict[int, int], vec
 
 
 class _Vectors:
-    """What a unit of a component takes (its request's vector), per distinct resources."""
+    """What a unit of a component takes (its request's vector), per distinct
+    resources; each distinct vector numbered (``index``, ``vecs``)."""
 
     def __init__(self, fleet) -> None:
         self.fleet = fleet
         self._of: dict = {}
+        self._ids: dict[bytes, int] = {}
+        self.vecs: list[np.ndarray] = []
 
-    def __call__(self, comp: Component) -> np.ndarray:
+    def index(self, comp: Component) -> int:
         res, arch = comp.resources, comp.arch
         got = self._of.get((id(res), id(arch)))  # (replicas and a template's per-site copies share both)
         if got is None or got[0] is not res or got[1] is not arch:
             vec = compile_request(self.fleet, res, arch=arch).vec.astype(np.int64)
-            got = self._of[(id(res), id(arch))] = (res, arch, vec)
+            k = self._ids.setdefault(vec.tobytes(), len(self.vecs))
+            if k == len(self.vecs):
+                self.vecs.append(vec)
+            got = self._of[(id(res), id(arch))] = (res, arch, k)
         return got[2]
+
+    def __call__(self, comp: Component) -> np.ndarray:
+        return self.vecs[self.index(comp)]
 
 
 # ------------------------------------------------------------ a shard
@@ -318,6 +344,7 @@ class ShardPart:
     on_node: dict[int, list[int] | set[int]]
     hosts: dict[str, tuple[np.ndarray, np.ndarray]]
     why: str = ""
+    peak_bytes: int = 0  # the shard's process's peak resident memory, when it ran as an actor
 
 
 def decide_shard(world: World, k: int, shards: int, policy: str | None = None) -> ShardPart:
@@ -378,6 +405,7 @@ class GlobalPass:
     split: Split
     presumed: int  # order-free units passed over, each presumed placed
     made: dict[str, list[tuple[tuple, int]]]  # default VC -> (unit key, fitted hosts it made), in order
+    homed: int = 0  # of its own units, placed on their own device without a request compiled
 
 
 def global_pass(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> GlobalPass:
@@ -388,11 +416,11 @@ def global_pass(world: World, shards: int, seed: int | None = None, policy: str 
     layer = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
     split = split_work(world, layer, shards)
     n_tasks = sum(c.size for app in world.apps for c in app.components)
-    presumed, made = _merge(layer, split)
-    return GlobalPass(Outcome(state, layer.unscheduled, global_layer.unplaced, n_tasks), split, presumed, made)
+    presumed, made, homed = _merge(layer, split)
+    return GlobalPass(Outcome(state, layer.unscheduled, global_layer.unplaced, n_tasks), split, presumed, made, homed)
 
 
-def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict]:
+def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
     """The pass of ``BusinessLayer.run_apps``, deciding only the global part's
     units, in the order one process takes them (see the module's text)."""
     state = layer.state
@@ -406,6 +434,7 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict]:
     failed_shapes: dict = {}
     made: dict[str, list] = defaultdict(list)
     presumed = 0
+    home = _Home(layer)
     for level in sorted(entries, reverse=True):
         tenants_of = entries[level]
         order = {t: i for i, t in enumerate(tenants_of)}
@@ -450,13 +479,62 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict]:
             t = u.tenant
             vcs = state.vcs[u.app.vc]
             before = len(vcs.hosts)
-            if layer._run_one(u, True, failed, failed_shapes, None) and several:
+            if (home.place(u, vcs, failed_shapes) or layer._run_one(u, True, failed, failed_shapes, None)) \
+                    and several:
                 share[t] = state.dominant_share(t)
             if vcs.default and len(vcs.hosts) > before:
                 made[vcs.name].append(((-level, -u.priority, u.seq), len(vcs.hosts) - before))
             top[t] = key
             advance(t)
-    return presumed, made
+    return presumed, made, home.placed
+
+
+class _Home:
+    """The global part's units that can only go to their own device (bound
+    within less than its link, a device of one row, no share of a device, a
+    tenant without a quota, a default VC): placed there when it fits, as a
+    batch of one would place them (``batch.Batches``), without compiling the
+    request bound near the device; one that does not fit goes the usual way
+    (for its reasons)."""
+
+    def __init__(self, layer: BusinessLayer) -> None:
+        self.layer = layer
+        state = layer.state
+        self.network = state.fleet.network
+        self.site_index = state.fleet.site_index
+        self.on = layer.policy is None and np.unique(self.network.component).size == 1
+        self.placed = 0
+
+    def place(self, unit, vcs, failed_shapes: dict) -> bool:
+        """True when ``unit`` was placed here."""
+        if not self.on or not vcs.default or vcs.table.listeners:
+            return False
+        comp = batch_alone_kind(unit)
+        if comp is None:
+            return False
+        layer = self.layer
+        state = layer.state
+        tenant = unit.app.tenant
+        if state.world.tenants[tenant].quota or (failed_shapes and unit_shape(unit) in failed_shapes):
+            return False
+        site = self.site_index[comp.near.site]
+        if not self.network.alone(site, comp.near.max_rtt_ms):
+            return False
+        t = layer.batches.template(comp, tenant)
+        if t is None or t.accels:
+            return False
+        table = vcs.table
+        order, start = nearby.site_rows(table)
+        if site >= start.size - 1 or start[site + 1] - start[site] != 1:
+            return False
+        rows = order[start[site]:start[site] + 1]
+        if not (nearby.static_ok(table, t, rows) & nearby.dynamic_ok(table, t, rows))[0]:
+            return False
+        a = Allocation(int(rows[0]), t.vec)
+        table.take(a)
+        state.add_placement(unit.tasks[0], tenant, vcs, a)
+        self.placed += 1
+        return True
 
 
 def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
