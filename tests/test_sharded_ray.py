@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,37 @@ def test_a_split_run_explains_bad_input_and_a_missing_cluster(cluster, world, tm
     assert out.returncode == 2 and "no Ray cluster at 127.0.0.1:1" in out.stderr and "Traceback" not in out.stderr
     out = run("schedule", str(world), "--workers", "0")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_a_shard_killed_is_started_anew_and_the_outcome_stands(cluster, world):
+    """A shard's process killed (SIGKILL) after it loaded the world and before
+    it decided: Ray starts the actor anew, it loads the world again and
+    decides; the outcome is one process's, and the killed process's part
+    never arrives (the part that does comes from the new process)."""
+    import ray
+
+    from suanli.output import metrics_json, outcome_text_lines
+    from suanli.scheduling.actors import schedule_sharded
+    from suanli.scheduling.static import schedule
+    from suanli.spec.build import load_world
+
+    killed: list[int] = []
+
+    def kill_one(pids: list[int]) -> None:
+        os.kill(pids[0], signal.SIGKILL)
+        killed.append(pids[0])
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{pids[0]}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # (a zombie until its raylet reaps it: gone from /proc once reaped)
+
+    one = load_world([world])
+    expected = "".join(outcome_text_lines(schedule(one, 5)))
+    ray.init(address=cluster.address, namespace="suanli-test", log_to_driver=False)
+    try:
+        run = schedule_sharded(ray, [str(world)], None, False, 5, None, 2, loaded=kill_one)
+        assert killed and run.report["pids"][0] != killed[0] and run.report["pids"][1] == run.report["loaded_pids"][1]
+        assert not run.report["fallback"] and run.report["shards"][0] > 0
+        assert "".join(run.lines()) == expected
+        assert run.summary() == metrics_json(schedule(load_world([world]), 5))
+    finally:
+        ray.shutdown()

@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,22 +32,32 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 class ShardActor:
-    """A business shard: its world, and its order-free units decided."""
+    """A business shard: its world, and its order-free units decided. It
+    keeps nothing but what it can make again: when its process is killed,
+    Ray starts it anew (``RESTARTS``) and runs the call it was in again, and
+    it loads the world again first. Its part is the same (a shard draws
+    nothing), and only the part the global actor receives is put in: no
+    task is placed twice."""
 
-    def __init__(self) -> None:
+    def __init__(self, files: list[str], sizes: dict[str, str] | None, strict: bool) -> None:
+        self.files, self.sizes, self.strict = files, sizes, strict
         self.world = None
 
-    def load(self, files: list[str], sizes: dict[str, str] | None, strict: bool) -> int:
-        from suanli.spec.build import load_world
+    def load(self) -> int:
+        """Load the world (once); this process's id."""
+        if self.world is None:
+            from suanli.spec.build import load_world
 
-        self.world = load_world(files, sizes, strict)
+            self.world = load_world(self.files, self.sizes, self.strict)
         return os.getpid()
 
     def decide(self, k: int, shards: int, policy: str | None):
         from suanli.scheduling.sharded import decide_shard
 
+        self.load()  # (again, in a process started after one was killed)
         part = decide_shard(self.world, k, shards, policy)
         part.peak_bytes = _peak_bytes()
+        part.pid = os.getpid()
         return part
 
 
@@ -80,6 +90,7 @@ class GlobalActor:
         self.outcome, fallback = finish(self.world, self.done, list(parts), seed, policy)
         self.done = None
         return {"fallback": fallback, "global": decided, "shards": [p.units for p in parts],
+                "pids": [p.pid for p in parts],
                 "peak_bytes": [_peak_bytes(), *(p.peak_bytes for p in parts)]}
 
     def summary(self) -> dict[str, Any]:
@@ -151,19 +162,30 @@ def start_ray(address: str | None, cpus: int):
     return ray
 
 
-def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, seed: int | None,
-                     policy: str | None, workers: int) -> Sharded:
-    """Schedule the world of ``files`` with ``workers`` shard actors and a global actor on ``ray``."""
-    shard_cls = ray.remote(num_cpus=0)(ShardActor)
+RESTARTS = 3  # a shard's process killed: started anew, its call run again, this many times
+
+
+def actors(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, workers: int):
+    """The global actor and ``workers`` shard actors (restartable), not yet loaded."""
+    shard_cls = ray.remote(num_cpus=0, max_restarts=RESTARTS, max_task_retries=RESTARTS)(ShardActor)
     global_cls = ray.remote(num_cpus=0)(GlobalActor)
-    glob = global_cls.remote()
-    shards = [shard_cls.remote() for _ in range(workers)]
+    return global_cls.remote(), [shard_cls.remote(files, sizes, strict) for _ in range(workers)]
+
+
+def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, seed: int | None,
+                     policy: str | None, workers: int, loaded: Callable[[list[int]], None] | None = None) -> Sharded:
+    """Schedule the world of ``files`` with ``workers`` shard actors and a
+    global actor on ``ray``. ``loaded``: called with the shards' process ids
+    once every actor has loaded the world, before they decide."""
     files = [os.path.abspath(f) for f in files]
+    glob, shards = actors(ray, files, sizes, strict, workers)
     clock = time.perf_counter()
-    loads = [s.load.remote(files, sizes, strict) for s in shards]
+    loads = [s.load.remote() for s in shards]
     warnings = _get(ray, glob.load.remote(files, sizes, strict))
-    _get(ray, loads)
+    pids = _get(ray, loads)
     seconds = {"load": time.perf_counter() - clock}
+    if loaded is not None:
+        loaded(pids)
     clock = time.perf_counter()
     decided = [s.decide.remote(k, workers, policy) for k, s in enumerate(shards)]
     planned = glob.plan.remote(workers, seed, policy)
@@ -175,6 +197,7 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     report = _get(ray, glob.finish.remote(seed, policy, *decided))
     seconds["finish"] = time.perf_counter() - clock
     report["seconds"] = seconds
+    report["loaded_pids"] = pids
     for s in shards:
         ray.kill(s)
     return Sharded(ray, glob, warnings, report)

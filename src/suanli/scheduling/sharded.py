@@ -345,6 +345,7 @@ class ShardPart:
     hosts: dict[str, tuple[np.ndarray, np.ndarray]]
     why: str = ""
     peak_bytes: int = 0  # the shard's process's peak resident memory, when it ran as an actor
+    pid: int = 0  # ... and its process's id
 
 
 def decide_shard(world: World, k: int, shards: int, policy: str | None = None) -> ShardPart:
