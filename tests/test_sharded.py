@@ -92,8 +92,11 @@ def _same_outcome(case):
     world = load(docs)
     one = text(schedule(world, seed))
     world = load(docs)
-    parts = [sharded.decide_shard(world, k, shards) for k in range(shards)]
-    done = sharded.global_pass(world, shards, seed)
+    prepared = sharded.prepare_global(world, shards, seed)
+    parts = [sharded.decide_shard(world, k, shards, None, prepared.split.shard_of) for k in range(shards)]
+    alone = [sharded.decide_shard(world, k, shards) for k in range(shards)]  # each finding the split itself
+    assert [p.ids.tolist() for p in alone] == [p.ids.tolist() for p in parts]
+    done = sharded.global_pass(world, shards, seed, None, prepared)
     decided = len(done.outcome.state.placements) + len(done.outcome.unscheduled)
     outcome, fallback = sharded.finish(world, done, parts, seed)
     assert text(outcome) == one

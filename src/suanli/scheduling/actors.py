@@ -51,11 +51,11 @@ class ShardActor:
             self.world = load_world(self.files, self.sizes, self.strict)
         return os.getpid()
 
-    def decide(self, k: int, shards: int, policy: str | None):
+    def decide(self, k: int, shards: int, policy: str | None, shard_of=None):
         from suanli.scheduling.sharded import decide_shard
 
         self.load()  # (again, in a process started after one was killed)
-        part = decide_shard(self.world, k, shards, policy)
+        part = decide_shard(self.world, k, shards, policy, shard_of)
         part.peak_bytes = _peak_bytes()
         part.pid = os.getpid()
         return part
@@ -66,6 +66,7 @@ class GlobalActor:
 
     def __init__(self) -> None:
         self.world = None
+        self.prepared = None
         self.done = None
         self.outcome = None
         self._lines: Iterator[str] | None = None
@@ -76,10 +77,19 @@ class GlobalActor:
         self.world = load_world(files, sizes, strict)
         return list(self.world.warnings)
 
+    def split(self, shards: int, seed: int | None, policy: str | None):
+        """Place the VCs' fixed hosts and find which units are order-free and
+        whose: the shard of each component (two arrays, for the shards)."""
+        from suanli.scheduling.sharded import prepare_global
+
+        self.prepared = prepare_global(self.world, shards, seed, policy)
+        return self.prepared.split.shard_of
+
     def plan(self, shards: int, seed: int | None, policy: str | None) -> int:
         from suanli.scheduling.sharded import global_pass
 
-        self.done = global_pass(self.world, shards, seed, policy)
+        self.done = global_pass(self.world, shards, seed, policy, self.prepared)
+        self.prepared = None
         return self.done.presumed
 
     def finish(self, seed: int | None, policy: str | None, *parts) -> dict[str, Any]:
@@ -187,7 +197,8 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     if loaded is not None:
         loaded(pids)
     clock = time.perf_counter()
-    decided = [s.decide.remote(k, workers, policy) for k, s in enumerate(shards)]
+    split = glob.split.remote(workers, seed, policy)  # (found once, by the global actor)
+    decided = [s.decide.remote(k, workers, policy, split) for k, s in enumerate(shards)]
     planned = glob.plan.remote(workers, seed, policy)
     _get(ray, planned)
     seconds["global"] = time.perf_counter() - clock

@@ -99,13 +99,33 @@ class Split:
     are all order-free and of one priority, their sum (``Whole``)."""
 
     shards: int
-    shard_of: list[np.ndarray]  # per application: int16[components]
+    shard_of: "PerApp"  # per application: int16[components]
     first_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ascending
     first_keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # (-standing, -priority, seq)
     whole: dict[int, "Whole"] = field(default_factory=dict)  # application index -> its units in one run
 
     def first_key(self, node: int) -> tuple[int, int, int]:
         return tuple(self.first_keys[int(np.searchsorted(self.first_nodes, node))].tolist())
+
+
+class PerApp:
+    """One int16 per component of every application, in one array (what a
+    shard is sent): ``per_app[a]`` is application ``a``'s, a view."""
+
+    __slots__ = ("flat", "offsets")
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray) -> None:
+        self.flat, self.offsets = flat, offsets
+
+    @classmethod
+    def empty(cls, world: World) -> "PerApp":
+        sizes = np.fromiter((len(app.components) for app in world.apps), np.int64, len(world.apps))
+        offsets = np.zeros(sizes.size + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return cls(np.full(int(offsets[-1]), -1, np.int16), offsets)
+
+    def __getitem__(self, a: int) -> np.ndarray:
+        return self.flat[self.offsets[a]:self.offsets[a + 1]]
 
 
 @dataclass(frozen=True)
@@ -124,7 +144,7 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     part (all the global part's with a placement policy, whose scores may
     read other rows, or where the network is in pieces: a default VC's reach
     then ties its tenant's units together)."""
-    shard_of = [np.full(len(app.components), -1, np.int16) for app in world.apps]
+    shard_of = PerApp.empty(world)
     fleet = world.fleet
     network = fleet.network
     if shards < 1 or layer.policy is not None or np.unique(network.component).size > 1:
@@ -348,11 +368,14 @@ class ShardPart:
     pid: int = 0  # ... and its process's id
 
 
-def decide_shard(world: World, k: int, shards: int, policy: str | None = None) -> ShardPart:
-    """Shard ``k`` of ``shards``: place its order-free units alone."""
+def decide_shard(world: World, k: int, shards: int, policy: str | None = None,
+                 shard_of: PerApp | None = None) -> ShardPart:
+    """Shard ``k`` of ``shards``: place its order-free units alone.
+    ``shard_of``: the split's shard of each component (``Split.shard_of``,
+    as the global part found it); default: found here."""
     state = PlacementState(world)
     layer = BusinessLayer(state, GlobalLayer(state, NoDraws()), NoDraws(), policy=policy_for(world, policy))
-    split = split_work(world, layer, shards)
+    split = split_work(world, layer, shards) if shard_of is None else Split(shards, shard_of)
     entries, _, _ = layer.queues_of(world.apps)
     index = {id(app): a for a, app in enumerate(world.apps)}
     counts: dict[tuple[int, str], int] = defaultdict(int)
@@ -409,16 +432,33 @@ class GlobalPass:
     homed: int = 0  # of its own units, placed on their own device without a request compiled
 
 
-def global_pass(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> GlobalPass:
+@dataclass
+class Prepared:
+    """The global part before its pass: the layers (the VCs' fixed hosts
+    placed) and the split."""
+
+    layer: BusinessLayer
+    split: Split
+
+
+def prepare_global(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> Prepared:
     rng = np.random.default_rng(world.seed if seed is None else seed)
     state = PlacementState(world)
     global_layer = GlobalLayer(state, rng)
     global_layer.place_initial()
     layer = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
-    split = split_work(world, layer, shards)
+    return Prepared(layer, split_work(world, layer, shards))
+
+
+def global_pass(world: World, shards: int, seed: int | None = None, policy: str | None = None,
+                prepared: Prepared | None = None) -> GlobalPass:
+    """The global part's pass (``prepared``: from ``prepare_global``, else made here)."""
+    prepared = prepared or prepare_global(world, shards, seed, policy)
+    layer, split = prepared.layer, prepared.split
     n_tasks = sum(c.size for app in world.apps for c in app.components)
     presumed, made, homed = _merge(layer, split)
-    return GlobalPass(Outcome(state, layer.unscheduled, global_layer.unplaced, n_tasks), split, presumed, made, homed)
+    outcome = Outcome(layer.state, layer.unscheduled, layer.global_layer.unplaced, n_tasks)
+    return GlobalPass(outcome, split, presumed, made, homed)
 
 
 def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
@@ -621,7 +661,8 @@ def finish(world: World, done: GlobalPass, parts: list[ShardPart], seed: int | N
 
 def schedule_split(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> Outcome:
     """The sharded pass in one process, part after part (what the actors do, without Ray)."""
-    parts = [decide_shard(world, k, shards, policy) for k in range(shards)]
-    done = global_pass(world, shards, seed, policy)
+    prepared = prepare_global(world, shards, seed, policy)
+    parts = [decide_shard(world, k, shards, policy, prepared.split.shard_of) for k in range(shards)]
+    done = global_pass(world, shards, seed, policy, prepared)
     return finish(world, done, parts, seed, policy)[0]
 
