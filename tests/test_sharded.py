@@ -27,6 +27,7 @@ from test_properties import SETTINGS, doc, load
 from suanli.output import outcome_text_lines
 from suanli.scheduling import sharded
 from suanli.scheduling.static import schedule
+from suanli.spec.build import load_world
 
 TALLY: Counter = Counter()
 
@@ -126,3 +127,84 @@ def test_a_split_pass_places_what_one_process_places():
         if shown():
             break
     assert shown(), TALLY
+
+
+RUNNING_MAXIMUM = """
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: fleet}
+spec:
+  sites:
+    - name: cloud-0
+      tier: cloud
+      nodeGroups:
+        - {name: g, count: 1, arch: x86_64, cpu: 8, memory: 64Gi,
+           accelerators: [{kind: gpu, model: A100, count: 2, memory: 80Gi}]}
+  populations:
+    - name: cars
+      count: 3
+      sites: car-#
+      private: true
+      nodeGroups: [{name: soc, count: 1, arch: aarch64, cpu: 4, memory: 8Gi}]
+      attach: {to: {}, rttMs: 2, bandwidth: 1Gbps}
+---
+{apiVersion: suanli/v1, kind: Tenant, metadata: {name: t}, spec: {}}
+---
+{apiVersion: suanli/v1, kind: Tenant, metadata: {name: u}, spec: {}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: t-late, tenant: t}
+spec:
+  components: [{name: j, lifetime: job, duration: 10m, resources: {cpu: 2, memory: 1Gi}, sites: {tier: [cloud]}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: u-late, tenant: u}
+spec:
+  components: [{name: j, lifetime: job, duration: 10m, resources: {cpu: 2, memory: 1Gi}, sites: {tier: [cloud]}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: t-gpu, tenant: t}
+spec:
+  components: [{name: g, lifetime: service, priority: 10,
+                resources: {cpu: 3, memory: 1Gi, accelerators: [{kind: gpu, count: 1}]}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: u-gpu, tenant: u}
+spec:
+  components: [{name: g, lifetime: service, priority: 10,
+                resources: {cpu: 3, memory: 1Gi, accelerators: [{kind: gpu, count: 1}]}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: t-cars, tenant: t}
+spec:
+  each: cars
+  components: [{name: s, lifetime: service, priority: 10, resources: {cpu: 100m, memory: 128Mi},
+                near: {site: "{site}", maxRttMs: 0.2}}]
+"""
+
+
+def test_a_tenant_waits_behind_its_order_free_units_as_in_one_process(tmp_path):
+    """t's queue: its GPU service, its cars' services (order-free: the
+    shards'), then its late job, numbered before u's. Each GPU service makes
+    its tenant's dominant share 0.5 (one of two GPUs), which the cars'
+    small services do not move; so after its cars t's late job keys at
+    (0.5, its number) below u's late job, yet in one process it waits
+    behind its cars' larger numbers, and u's late job takes the node's last
+    two cores. The global part, passing over the cars in one step, must
+    key t's late job by the largest key so far (its last car's), not by its
+    own; keyed by its own, t's job would take the cores."""
+    path = tmp_path / "world.yaml"
+    path.write_text(RUNNING_MAXIMUM)
+    one = schedule(load_world([path]), 0)
+    assert {u.task for u in one.unscheduled} == {"t-late/j/0"}  # u's late job went first
+    world = load_world([path])
+    prepared = sharded.prepare_global(world, 2, 0)
+    parts = [sharded.decide_shard(world, k, 2, None, prepared.split.shard_of) for k in range(2)]
+    assert sum(p.units for p in parts) == 3  # the cars' services: the shards'
+    outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
+    assert not fallback and text(outcome) == text(one)

@@ -18,7 +18,7 @@ import pytest
 
 from raycluster import LocalRayCluster
 
-pytestmark = pytest.mark.long(60)
+pytestmark = pytest.mark.long(40)
 
 if os.environ.get("CI"):
     import ray  # noqa: F401  (CI installs the ray extra: its absence is a failure, not a skip)
@@ -122,8 +122,7 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_shards_on_ray_give_the_one_process_outcome(cluster, world):
     static = [str(EXAMPLES / f) for f in ("city-fleet.yaml", "tenants.yaml", "static-heterogeneous.yaml")]
-    for files, fmt in (([str(world)], "ndjson"), ([str(world)], "json"), ([str(world)], "summary"),
-                       (static, "json")):
+    for files, fmt in (([str(world)], "ndjson"), ([str(world)], "summary"), (static, "json")):
         one = run("schedule", *files, "-o", fmt, "--seed", "5")
         two = run("schedule", *files, "-o", fmt, "--seed", "5", "--workers", "2", "--ray", cluster.address)
         assert one.returncode == 0, one.stderr
@@ -134,8 +133,8 @@ def test_shards_on_ray_give_the_one_process_outcome(cluster, world):
             split = re.search(r"split: 2 shard\(s\) placed (\d+) task\(s\) alone .*the global actor decided (\d+)",
                               two.stderr)
             assert split and int(split[1]) == 120 and int(split[2]) == 12 * 2 + 80, two.stderr
-    lines = one.stdout if fmt == "ndjson" else run("schedule", str(world), "-o", "ndjson").stdout
-    assert lines.count('"kind":"placement"') > 100
+        if fmt == "ndjson":
+            assert one.stdout.count('"kind":"placement"') > 200
 
 
 def test_a_split_run_explains_bad_input_and_a_missing_cluster(cluster, world, tmp_path):
