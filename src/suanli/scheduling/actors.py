@@ -152,6 +152,8 @@ def start_ray(address: str | None, cpus: int):
     """Ray connected: to the cluster at ``address``, else a local one started
     now (the caller stops it: ``ray.shutdown()``). ``SpecError`` naming
     ``--ray`` when Ray or the cluster is missing."""
+    if not address:
+        _own_token()  # (before Ray is imported: it reads its settings then)
     try:
         import ray
     except ImportError:
@@ -170,6 +172,28 @@ def start_ray(address: str | None, cpus: int):
     else:
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
     return ray
+
+
+def _own_token() -> None:
+    """A local Ray started for one run authenticates with a token of its own,
+    in a file of this run's (removed when the process ends), not one left in
+    the user's home for every later cluster to meet: unless the user chose
+    a token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``)."""
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    import atexit
+    import secrets
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="suanli-ray-token-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "auth_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE") or "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
 
 
 RESTARTS = 3  # a shard's process killed: started anew, its call run again, this many times
