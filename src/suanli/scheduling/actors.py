@@ -226,7 +226,7 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     planned = glob.plan.remote(workers, seed, policy)
     _get(ray, planned)
     seconds["global"] = time.perf_counter() - clock
-    _get(ray, decided)
+    ray.wait(decided, num_returns=len(decided), fetch_local=False)  # (done: their parts stay in the store)
     seconds["shards"] = time.perf_counter() - clock
     clock = time.perf_counter()
     report = _get(ray, glob.finish.remote(seed, policy, *decided))
