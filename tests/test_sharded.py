@@ -151,33 +151,14 @@ spec:
 {apiVersion: suanli/v1, kind: Tenant, metadata: {name: t}, spec: {}}
 ---
 {apiVersion: suanli/v1, kind: Tenant, metadata: {name: u}, spec: {}}
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: t-late, tenant: t}
-spec:
-  components: [{name: j, lifetime: job, duration: 10m, resources: {cpu: 2, memory: 1Gi}, sites: {tier: [cloud]}}]
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: u-late, tenant: u}
-spec:
-  components: [{name: j, lifetime: job, duration: 10m, resources: {cpu: 2, memory: 1Gi}, sites: {tier: [cloud]}}]
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: t-gpu, tenant: t}
-spec:
-  components: [{name: g, lifetime: service, priority: 10,
-                resources: {cpu: 3, memory: 1Gi, accelerators: [{kind: gpu, count: 1}]}}]
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: u-gpu, tenant: u}
-spec:
-  components: [{name: g, lifetime: service, priority: 10,
-                resources: {cpu: 3, memory: 1Gi, accelerators: [{kind: gpu, count: 1}]}}]
----
+""" + "".join(
+    f"---\n{{apiVersion: suanli/v1, kind: Application, metadata: {{name: {name}, tenant: {name[0]}}}, spec: {{components: "
+    f"[{{name: c, lifetime: {life}, {extra}resources: {{cpu: {cpu}, memory: 1Gi{gpu}}}}}]}}}}\n"
+    for name, life, extra, cpu, gpu in (  # in this order: numbered so
+        ("t-late", "job", "duration: 10m, sites: {tier: [cloud]}, ", 2, ""),
+        ("u-late", "job", "duration: 10m, sites: {tier: [cloud]}, ", 2, ""),
+        ("t-gpu", "service", "priority: 10, ", 3, ", accelerators: [{kind: gpu, count: 1}]"),
+        ("u-gpu", "service", "priority: 10, ", 3, ", accelerators: [{kind: gpu, count: 1}]"))) + """---
 apiVersion: suanli/v1
 kind: Application
 metadata: {name: t-cars, tenant: t}
@@ -201,7 +182,7 @@ def test_a_tenant_waits_behind_its_order_free_units_as_in_one_process(tmp_path):
     path = tmp_path / "world.yaml"
     path.write_text(RUNNING_MAXIMUM)
     one = schedule(load_world([path]), 0)
-    assert {u.task for u in one.unscheduled} == {"t-late/j/0"}  # u's late job went first
+    assert {u.task for u in one.unscheduled} == {"t-late/c/0"}  # u's late job went first
     world = load_world([path])
     prepared = sharded.prepare_global(world, 2, 0)
     parts = [sharded.decide_shard(world, k, 2, None, prepared.split.shard_of) for k in range(2)]

@@ -80,23 +80,15 @@ spec:
   components:
     - {name: camera, lifetime: service, resources: {cpu: 2, memory: 2Gi}, near: {site: "{site}", maxRttMs: 0.2}}
     - {name: assist, lifetime: service, resources: {cpu: 16, memory: 8Gi}, near: {site: "{site}", maxRttMs: 30}}
----
+""" + "".join(f"""---
 apiVersion: suanli/v1
 kind: Application
-metadata: {name: lab-jobs, tenant: lab}
+metadata: {{name: {tenant}-jobs, tenant: {tenant}}}
 spec:
   components:
-    - {name: j, lifetime: job, duration: 10m, replicas: 40, resources: {cpu: 2, memory: 1Gi},
-       sites: {tier: [cloud]}}
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: shop-jobs, tenant: shop}
-spec:
-  components:
-    - {name: j, lifetime: job, duration: 10m, replicas: 40, resources: {cpu: 2, memory: 1Gi},
-       sites: {tier: [cloud]}}
-"""
+    - {{name: j, lifetime: job, duration: 10m, replicas: 40, resources: {{cpu: 2, memory: 1Gi}},
+       sites: {{tier: [cloud]}}}}
+""" for tenant in ("lab", "shop"))
 
 
 @pytest.fixture(scope="module")
