@@ -210,13 +210,7 @@ class Batches:
         """Whether a row of ``site`` could take ``comp`` now (what it is and what
         it has free): a batch starting with a unit that cannot is not begun."""
         t = self.template(comp, tenant)
-        if t is None:
-            return False
-        order, start = nearby.site_rows(table)
-        if site >= start.size - 1:
-            return False
-        rows = order[start[site]:start[site + 1]]
-        return bool((nearby.static_ok(table, t, rows) & nearby.dynamic_ok(table, t, rows)).any())
+        return t is not None and fits(table, t, site_rows_of(table, site))
 
     def _decide(self, units, table, owners, owner_of, sites, limits, tmpl_of, templates) -> list[Allocation]:
         """The allocations of the batch's first units that fit, in the batch's
@@ -441,6 +435,25 @@ def _home(network, site, limit):
     return bool(out) if np.ndim(out) == 0 else out
 
 
+def site_rows_of(table, site: int) -> np.ndarray:
+    """The rows of ``site`` in ``table`` (none when it has none)."""
+    order, start = nearby.site_rows(table)
+    return order[start[site]:start[site + 1]] if site < start.size - 1 else order[:0]
+
+
+def fits(table, template: Request, rows: np.ndarray) -> bool:
+    """Whether one of ``rows`` could take ``template`` now (what it is and what it has free)."""
+    return bool((nearby.static_ok(table, template, rows) & nearby.dynamic_ok(table, template, rows)).any())
+
+
+def bound_alone(comp) -> bool:
+    """Whether ``comp`` is bound near a site within a bound, with nothing that
+    links it to other tasks or other sites (anti-affinity, a site selector, data)."""
+    near = comp.near
+    return (near is not None and near.max_rtt_ms is not None and comp.anti_affinity is None
+            and comp.selector is None and comp.data_source is None and comp.data_sink is None)
+
+
 def _alone_kind(unit):
     """The unit's one component when the unit is of the kind a batch takes:
     one task, bound near a site with a latency bound, nothing that links it to
@@ -450,8 +463,4 @@ def _alone_kind(unit):
     if unit.state_sites and unit.state_sites[0] >= 0:
         return None
     comp = unit.components[0]
-    near = comp.near
-    if (near is None or near.max_rtt_ms is None or comp.anti_affinity is not None or comp.selector is not None
-            or comp.data_source is not None or comp.data_sink is not None):
-        return None
-    return comp
+    return comp if bound_alone(comp) else None

@@ -159,15 +159,30 @@ def unit_runs(app: Application) -> list[tuple[int, int]]:
     return runs
 
 
-def app_specs(app: Application, start: int) -> Iterator[tuple[Component, list[Component] | None, int, int, int]]:
-    """An application's specs (``_unit_specs``) with what they make: (component,
-    members, first unit's number, priority, how many units); none of zero units."""
+def app_specs(app: Application, start: int) -> Iterator[tuple[int, Component, list[Component] | None, int, int, int]]:
+    """An application's specs (``_unit_specs``) with what they make: (the
+    component's index in ``app.components`` (an affinity group: its first
+    member's), component, members, first unit's number, priority, how many
+    units); none of zero units."""
+    index = {id(c): i for i, c in enumerate(app.components)} if any(c.affinity for c in app.components) else None
     seq = start
-    for comp, members in _unit_specs(app):
+    for i, (comp, members) in enumerate(_unit_specs(app)):
         priority, n = spec_run(comp, members)
         if n:
-            yield comp, members, seq, priority, n
+            yield (i if index is None else index[id(comp)]), comp, members, seq, priority, n
             seq += n
+
+
+def queued_specs(entries: dict[int, list[tuple[Application, int]]]):
+    """The specs of a tenant's queue of one standing, in its order: higher
+    priority first, then in the order written (``entries`` maps a priority to
+    the applications with units of it and their first unit's number); each as
+    (application, index, component, members, first unit's number, units)."""
+    for priority in sorted(entries, reverse=True):
+        for app, start in entries[priority]:
+            for i, comp, members, seq, p, n in app_specs(app, start):
+                if p == priority:
+                    yield app, i, comp, members, seq, n
 
 
 class UnitQueue:
@@ -203,14 +218,9 @@ class UnitQueue:
 
 
 def _queued(entries: dict[int, list[tuple[Application, int]]]) -> Iterator[Unit]:
-    """A tenant's units of one standing, higher priority first, then in the
-    order written: ``entries`` maps a priority to the applications with units
-    of it (and their first unit's number)."""
-    for priority in sorted(entries, reverse=True):
-        for app, start in entries[priority]:
-            for u in iter_app_units(app, start):
-                if u.priority == priority:
-                    yield u
+    """A tenant's units of one standing, in its queue's order (``queued_specs``)."""
+    for app, _, comp, members, seq, _ in queued_specs(entries):
+        yield from spec_units(app, comp, members, seq)
 
 
 class TaskExtras(Extras):

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Application, Component, World
-from suanli.scheduling import nearby
-from suanli.scheduling.batch import _alone_kind as batch_alone_kind
-from suanli.scheduling.business_layer import BusinessLayer, UnitQueue, _unit_specs, spec_run, spec_units, unit_shape
+from suanli.model.work import Component, World
+from suanli.scheduling.batch import _alone_kind as batch_alone_kind, bound_alone, fits, site_rows_of
+from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_specs, queued_specs, spec_units,
+                                              unit_shape)
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
 from suanli.scheduling.request import NearBound, Private, compile_request
@@ -71,24 +71,10 @@ class NoDraws:
 # ------------------------------------------------------------ the split
 
 
-def indexed_specs(app: Application, start: int) -> Iterator[tuple[int, Component, list | None, int, int, int]]:
-    """``business_layer.app_specs`` with each spec's component index in
-    ``app.components`` (an affinity group: its first member's)."""
-    index = {id(c): i for i, c in enumerate(app.components)} if any(c.affinity for c in app.components) else None
-    seq = start
-    for i, (comp, members) in enumerate(_unit_specs(app)):
-        priority, n = spec_run(comp, members)
-        if n:
-            yield (i if index is None else index[id(comp)]), comp, members, seq, priority, n
-            seq += n
-
-
 def _alone_kind(comp: Component) -> bool:
-    """One task per unit, bound near a site within a bound, nothing that ties it to other tasks or sites."""
-    near = comp.near
-    return (not comp.gang and comp.affinity is None and comp.anti_affinity is None and comp.selector is None
-            and comp.data_source is None and comp.data_sink is None and near is not None
-            and near.max_rtt_ms is not None and not comp.resources.whole)
+    """One task per unit, bound near a site within a bound, nothing that ties
+    it to other tasks or sites (``batch.bound_alone``), not a whole node."""
+    return not comp.gang and comp.affinity is None and not comp.resources.whole and bound_alone(comp)
 
 
 @dataclass
@@ -167,7 +153,7 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
         plain = tenant is not None and not tenant.quota and world.vcs[app.vc].default
         t = tenant_index.get(app.tenant, -1)
         standing: dict[int, int] = {}
-        for i, comp, members, seq, priority, n in indexed_specs(app, start):
+        for i, comp, members, seq, priority, n in app_specs(app, start):
             start = seq + n
             n_specs[a] += 1
             if members is None and plain and _alone_kind(comp):
@@ -275,14 +261,13 @@ def _reach(reached: np.ndarray, fleet, req) -> None:
 
 
 def _walk(by_priority: dict[int, list], split: Split, index: dict[int, int]):
-    """A tenant's specs of one standing in its queue's order (``business_layer._queued``),
+    """A tenant's specs of one standing in its queue's order (``business_layer.queued_specs``),
     each with its shard (-1: the global part's)."""
-    for priority in sorted(by_priority, reverse=True):
-        for app, start in by_priority[priority]:
-            mine = split.shard_of[index[id(app)]]
-            for i, comp, members, seq, p, n in indexed_specs(app, start):
-                if p == priority:
-                    yield app, comp, members, seq, n, int(mine[i]) if members is None else -1
+    last, mine = None, None
+    for app, i, comp, members, seq, n in queued_specs(by_priority):
+        if app is not last:
+            last, mine = app, split.shard_of[index[id(app)]]
+        yield app, comp, members, seq, n, int(mine[i]) if members is None else -1
 
 
 def _runs(by_priority: dict[int, list], split: Split, index: dict[int, int], vector: "_Vectors"):
@@ -300,7 +285,7 @@ def _runs(by_priority: dict[int, list], split: Split, index: dict[int, int], vec
                 n, total, last, last_seq = n + whole.n, total + whole.total, whole.last, start + whole.n - 1
                 continue
             mine = split.shard_of[a]
-            for i, comp, members, seq, p, k in indexed_specs(app, start):
+            for i, comp, members, seq, p, k in app_specs(app, start):
                 if p != priority:
                     continue
                 if members is None and mine[i] >= 0:
@@ -565,11 +550,8 @@ class _Home:
         if t is None or t.accels:
             return False
         table = vcs.table
-        order, start = nearby.site_rows(table)
-        if site >= start.size - 1 or start[site + 1] - start[site] != 1:
-            return False
-        rows = order[start[site]:start[site] + 1]
-        if not (nearby.static_ok(table, t, rows) & nearby.dynamic_ok(table, t, rows))[0]:
+        rows = site_rows_of(table, site)
+        if rows.size != 1 or not fits(table, t, rows):
             return False
         a = Allocation(int(rows[0]), t.vec)
         table.take(a)
