@@ -361,6 +361,20 @@ def ray_node_spec(resources: dict[str, float], kinds: list[str]) -> dict:
     return spec
 
 
+def unreachable(address: str) -> str | None:
+    """Why nothing answers at ``address`` (HOST:PORT of a Ray cluster's head,
+    perhaps with a scheme); None when something does, or when it names no
+    port. Ray waits for an absent cluster for many minutes: look first."""
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit()):
+        return None
+    try:
+        socket.create_connection((host.split("://")[-1], int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
 def connect(address: str | None) -> RayCluster:
     """Connect to the Ray cluster at ``address`` (else ``RAY_ADDRESS``, else
     the one started on this machine); ``SpecError`` naming the option when
@@ -372,13 +386,9 @@ def connect(address: str | None) -> RayCluster:
     where = address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     hint = f"start one with `ray start --head --labels {LABEL}=NAME`"
-    host, _, port = where.rpartition(":")
-    if host and port.isdigit():  # Ray waits for an absent cluster for many minutes: look first
-        try:
-            socket.create_connection((host.split("://")[-1], int(port)), timeout=CONNECT_TIMEOUT_S).close()
-        except OSError as exc:
-            raise SpecError([Problem("--ray-address", f"no Ray cluster at {where}: {exc.strerror or exc}; "
-                                     + hint)]) from None
+    why = unreachable(where)
+    if why is not None:
+        raise SpecError([Problem("--ray-address", f"no Ray cluster at {where}: {why}; {hint}")])
     outcome: list[BaseException | None] = []
 
     def init() -> None:

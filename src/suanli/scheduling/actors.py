@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ from typing import Any
 from suanli.spec.problems import Problem, SpecError
 
 CHUNK = 20_000  # NDJSON lines per answer of the global actor
-CONNECT_TIMEOUT_S = 5.0
 
 
 class ShardActor:
@@ -164,10 +162,11 @@ def start_ray(address: str | None, cpus: int):
         host, _, port = address.rpartition(":")
         if not (host and port.isdigit()):
             raise SpecError([Problem("--ray", f"{address!r} is not HOST:PORT of a Ray cluster's head")])
-        try:  # Ray waits for an absent cluster for minutes: look first
-            socket.create_connection((host.split("://")[-1], int(port)), timeout=CONNECT_TIMEOUT_S).close()
-        except OSError as exc:
-            raise SpecError([Problem("--ray", f"no Ray cluster at {address}: {exc.strerror or exc}")]) from None
+        from suanli.executors.ray import unreachable
+
+        why = unreachable(address)
+        if why is not None:
+            raise SpecError([Problem("--ray", f"no Ray cluster at {address}: {why}")])
         ray.init(address=address, **quiet)
     else:
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
