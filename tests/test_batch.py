@@ -23,7 +23,7 @@ import numpy as np
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from test_properties import SETTINGS, doc, load, populations, world_docs
+from test_properties import SETTINGS, doc, load, populations, rounds_until, world_docs
 from suanli.output import outcome_json
 from suanli.scheduling import batch
 from suanli.scheduling.static import schedule
@@ -148,10 +148,7 @@ def test_batches_decide_as_one_by_one():
         return (TALLY["with batches"] >= TALLY["cases"] // 6 and TALLY["units"] > TALLY["cases"]
                 and all(TALLY[what] > 0 for what in ("named again", "several rows", "cut", "tenants together")))
 
-    for _ in range(4):
-        _same_decisions()
-        if shown():
-            break
+    rounds_until(_same_decisions, shown)
     # not vacuous: batches decided units in many worlds, named sites again,
     # chose among several rows, were cut short (a unit that did not fit), and
     # held several tenants' units, in the order of their shares

@@ -403,6 +403,15 @@ def yaml_text(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=_DUMPER, sort_keys=False, default_flow_style=None)
 
 
+def rounds_until(run, shown, rounds: int = 4) -> None:
+    """``run()`` (a round of new random worlds) until ``shown()`` (the worlds
+    so far exercised what the test is about), at most ``rounds`` times."""
+    for _ in range(rounds):
+        run()
+        if shown():
+            return
+
+
 def load(docs: list[dict]) -> World:
     """Write the world as two YAML files (fleet; everything else) and load them."""
     fleet_text, rest_text = yaml_text(docs[:1]), yaml_text(docs[1:])

@@ -23,7 +23,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from test_batch import home_worlds
-from test_properties import SETTINGS, doc, load
+from test_properties import SETTINGS, doc, load, rounds_until
 from suanli.output import outcome_text_lines
 from suanli.scheduling import sharded
 from suanli.scheduling.static import schedule
@@ -122,10 +122,7 @@ def test_a_split_pass_places_what_one_process_places():
         return (TALLY["split"] >= TALLY["cases"] // 10 and TALLY["both"] > 0 and TALLY["several tenants"] > 0
                 and TALLY["order-free units"] > TALLY["cases"] and TALLY["homed"] > 0)
 
-    for _ in range(4):
-        _same_outcome()
-        if shown():
-            break
+    rounds_until(_same_outcome, shown)
     assert shown(), TALLY
 
 
