@@ -639,12 +639,3 @@ def finish(world: World, done: GlobalPass, parts: list[ShardPart], seed: int | N
     if bad:
         return schedule(world, seed, policy), "; ".join(bad)
     return absorb(done, parts), ""
-
-
-def schedule_split(world: World, shards: int, seed: int | None = None, policy: str | None = None) -> Outcome:
-    """The sharded pass in one process, part after part (what the actors do, without Ray)."""
-    prepared = prepare_global(world, shards, seed, policy)
-    parts = [decide_shard(world, k, shards, policy, prepared.split.shard_of) for k in range(shards)]
-    done = global_pass(world, shards, seed, policy, prepared)
-    return finish(world, done, parts, seed, policy)[0]
-
