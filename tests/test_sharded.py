@@ -17,6 +17,7 @@ The Ray actors that carry the parts are checked by ``test_sharded_ray.py``.
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 from hypothesis import given, note
@@ -34,6 +35,11 @@ TALLY: Counter = Counter()
 
 def text(outcome) -> str:
     return "".join(outcome_text_lines(outcome))
+
+
+def sent(piece):
+    """``piece`` as another process gets it (pickled and read back)."""
+    return pickle.loads(pickle.dumps(piece, protocol=5))
 
 
 @st.composite
@@ -72,6 +78,12 @@ def cases(draw):
                         c["near"]["site"] = fleet["sites"][0]["name"]
                     if not private and "near" not in c:
                         c["sites"] = {"tier": ["cloud", "edge"]}
+        if draw(st.booleans()):  # a car's service written out, not made per car: a shard is sent it whole
+            car = f"car-{draw(st.integers(0, pop['count'] - 1)):02d}"
+            pinned = {"name": "p", "lifetime": "service", "resources": {"cpu": "100m", "memory": "128Mi"},
+                      "near": {"site": car, "maxRttMs": 0.2}}
+            docs.insert(draw(st.integers(1, len(docs))),
+                        doc("Application", "pinned", {"components": [pinned]}, tenant=home["metadata"]["tenant"]))
     tenants = [d["metadata"]["name"] for d in docs if d["kind"] == "Tenant"]
     others = [t for t in tenants if t != home["metadata"]["tenant"]]
     if others and draw(st.booleans()):  # another tenant's work off the cars: its turns interleave with the cars'
@@ -94,9 +106,8 @@ def _same_outcome(case):
     one = text(schedule(world, seed))
     world = load(docs)
     prepared = sharded.prepare_global(world, shards, seed)
-    parts = [sharded.decide_shard(world, k, shards, None, prepared.split.shard_of) for k in range(shards)]
-    alone = [sharded.decide_shard(world, k, shards) for k in range(shards)]  # each finding the split itself
-    assert [p.ids.tolist() for p in alone] == [p.ids.tolist() for p in parts]
+    pieces = [sent(sharded.slice_for(world, prepared.split, k)) for k in range(shards)]
+    parts = [sharded.decide_slice(piece, k, shards) for k, piece in enumerate(pieces)]
     done = sharded.global_pass(world, shards, seed, None, prepared)
     decided = len(done.outcome.state.placements) + len(done.outcome.unscheduled)
     outcome, fallback = sharded.finish(world, done, parts, seed)
@@ -110,6 +121,8 @@ def _same_outcome(case):
     TALLY["several tenants"] += bool(free) and len(tenants) > 1 and not fallback
     TALLY["fallback"] += bool(fallback)
     TALLY["homed"] += done.homed
+    TALLY["sent per site"] += sum(int((piece.made >= 0).sum()) for piece in pieces)
+    TALLY["sent whole"] += sum(len(piece.apps) for piece in pieces)
     note(f"shards {shards}, order-free {free}, global {decided}, fallback {fallback!r}")
 
 
@@ -120,7 +133,8 @@ def test_a_split_pass_places_what_one_process_places():
 
     def shown() -> bool:
         return (TALLY["split"] >= TALLY["cases"] // 10 and TALLY["both"] > 0 and TALLY["several tenants"] > 0
-                and TALLY["order-free units"] > TALLY["cases"] and TALLY["homed"] > 0)
+                and TALLY["order-free units"] > TALLY["cases"] and TALLY["homed"] > 0
+                and TALLY["sent whole"] > 0 and TALLY["sent per site"] > 0)
 
     rounds_until(_same_outcome, shown)
     assert shown(), TALLY
@@ -182,7 +196,77 @@ def test_a_tenant_waits_behind_its_order_free_units_as_in_one_process(tmp_path):
     assert {u.task for u in one.unscheduled} == {"t-late/c/0"}  # u's late job went first
     world = load_world([path])
     prepared = sharded.prepare_global(world, 2, 0)
-    parts = [sharded.decide_shard(world, k, 2, None, prepared.split.shard_of) for k in range(2)]
+    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), k, 2) for k in range(2)]
     assert sum(p.units for p in parts) == 3  # the cars' services: the shards'
     outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
     assert not fallback and text(outcome) == text(one)
+
+
+PART_OF_A_RUN = """
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: fleet}
+spec:
+  sites:
+    - name: cloud-0
+      tier: cloud
+      nodeGroups: [{name: g, count: 1, arch: x86_64, cpu: 2, memory: 2Gi}]
+  populations:
+    - name: cars
+      count: 4
+      sites: car-#
+      private: true
+      nodeGroups: [{name: soc, count: 1, arch: x86_64, cpu: 4, memory: 2Gi}]
+      attach: {to: {}, rttMs: 0.5, bandwidth: 100Mbps}
+---
+{apiVersion: suanli/v1, kind: Tenant, metadata: {name: t}, spec: {}}
+---
+{apiVersion: suanli/v1, kind: Tenant, metadata: {name: u}, spec: {}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: u-small, tenant: u}
+spec:
+  components: [{name: c, lifetime: service, replicas: 2, resources: {cpu: 250m, memory: 256Mi}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: t-small, tenant: t}
+spec:
+  components: [{name: c, lifetime: service, resources: {cpu: 250m, memory: 256Mi}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: u-big, tenant: u}
+spec:
+  components: [{name: c, lifetime: service, resources: {cpu: 4, memory: 256Mi}}]
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: t-cars, tenant: t}
+spec:
+  each: cars
+  components: [{name: s, lifetime: service, resources: {cpu: 100m, memory: 256Mi}, near: {site: "{site}", maxRttMs: 0.2}}]
+"""
+
+
+def test_an_explanation_reads_the_devices_one_process_has_filled_by_then(tmp_path):
+    """u's big service fits nowhere; its explanation counts the cars it would
+    fit on but for their being other devices' sites. In one process, t's
+    cars' services (the shards') interleave with u's units: when u's big
+    service is decided, one car holds a service, and three cars could take
+    it. The global part passes over t's cars in one step; before the
+    explanation reads the rows it must take off the cars what one process
+    has placed by then (one car), not nothing (four) and not all (none:
+    then too little cpu would bind instead)."""
+    path = tmp_path / "world.yaml"
+    path.write_text(PART_OF_A_RUN)
+    one = schedule(load_world([path]), 0)
+    [why] = [u.reasons for u in one.unscheduled]
+    world = load_world([path])
+    prepared = sharded.prepare_global(world, 2, 0)
+    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), k, 2) for k in range(2)]
+    assert sum(p.units for p in parts) == 4
+    outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
+    assert not fallback and text(outcome) == text(one)
+    assert '"nodes":3,"binding":true' in text(one)

@@ -151,10 +151,11 @@ def test_a_split_run_explains_bad_input_and_a_missing_cluster(cluster, world, tm
 
 
 def test_a_shard_killed_is_started_anew_and_the_outcome_stands(cluster, world):
-    """A shard's process killed (SIGKILL) after it loaded the world and before
-    it decided: Ray starts the actor anew, it loads the world again and
-    decides; the outcome is one process's, and the killed process's part
-    never arrives (the part that does comes from the new process)."""
+    """A shard's process killed (SIGKILL) once it ran and before it was sent
+    its slice: Ray starts the actor anew, and the new process is sent the
+    slice and decides; the outcome is one process's, and the killed
+    process's part never arrives (the part that does comes from the new
+    process)."""
     import ray
 
     from suanli.output import metrics_json, outcome_text_lines
@@ -175,8 +176,8 @@ def test_a_shard_killed_is_started_anew_and_the_outcome_stands(cluster, world):
     expected = "".join(outcome_text_lines(schedule(one, 5)))
     ray.init(address=cluster.address, namespace="suanli-test", log_to_driver=False)
     try:
-        run = schedule_sharded(ray, [str(world)], None, False, 5, None, 2, loaded=kill_one)
-        assert killed and run.report["pids"][0] != killed[0] and run.report["pids"][1] == run.report["loaded_pids"][1]
+        run = schedule_sharded(ray, [str(world)], None, False, 5, None, 2, started=kill_one)
+        assert killed and run.report["pids"][0] != killed[0] and run.report["pids"][1] == run.report["started_pids"][1]
         assert not run.report["fallback"] and run.report["shards"][0] > 0
         assert "".join(run.lines()) == expected
         assert run.summary() == metrics_json(schedule(load_world([world]), 5))

@@ -2,17 +2,22 @@
 
 ``schedule --workers N`` starts N shard actors and one global actor (on a
 local Ray started for the run and stopped after it, or on the cluster at
-``--ray ADDRESS``). Each loads the world from the same files. The shards
-decide their order-free units while the global actor decides the rest in the
-single process's order (``sharded``); then the global actor takes the
+``--ray ADDRESS``). The global actor loads the world from the files, finds
+the split, and sends each shard its slice of the world (``sharded.Slice``:
+the fleet, the tenancy, and the applications with the shard's order-free
+units, those made per site as a prototype's number and a site). The shards
+decide their order-free units while the global actor decides the rest in
+the single process's order (``sharded``); then the global actor takes the
 shards' columns, checks them against what it presumed, and answers for the
 outcome: a summary, the JSON document, or NDJSON lines in chunks.
 
-Messages, in order: ``load`` to every actor (the files' paths: each reads
-them itself); ``decide`` to each shard and ``plan`` to the global actor, at
-once; ``finish`` to the global actor with the shards' answers (Ray hands
-their object references over: columns of 8 bytes a task, moved once);
-then the outcome asked for.
+Messages, in order: ``load`` to the global actor (the files' paths);
+``split``, then ``slice`` once per shard (each slice goes to its shard as
+an object reference: the store moves it, the driver never fetches it);
+``decide`` to each shard with its slice and ``plan`` to the global actor, at
+once; ``finish`` to the global actor with the shards' answers (their object
+references: columns of about 35 bytes a task, moved once); then the outcome
+asked for.
 """
 
 from __future__ import annotations
@@ -30,30 +35,20 @@ CHUNK = 20_000  # NDJSON lines per answer of the global actor
 
 
 class ShardActor:
-    """A business shard: its world, and its order-free units decided. It
-    keeps nothing but what it can make again: when its process is killed,
-    Ray starts it anew (``RESTARTS``) and runs the call it was in again, and
-    it loads the world again first. Its part is the same (a shard draws
-    nothing), and only the part the global actor receives is put in: no
-    task is placed twice."""
+    """A business shard: its slice of the world, its order-free units decided.
+    It keeps nothing: when its process is killed, Ray starts it anew
+    (``RESTARTS``) and runs the call it was in again, with the same slice
+    (an object in Ray's store, kept while the run holds its reference). Its
+    part is the same (a shard draws nothing), and only the part the global
+    actor receives is put in: no task is placed twice."""
 
-    def __init__(self, files: list[str], sizes: dict[str, str] | None, strict: bool) -> None:
-        self.files, self.sizes, self.strict = files, sizes, strict
-        self.world = None
-
-    def load(self) -> int:
-        """Load the world (once); this process's id."""
-        if self.world is None:
-            from suanli.spec.build import load_world
-
-            self.world = load_world(self.files, self.sizes, self.strict)
+    def pid(self) -> int:
         return os.getpid()
 
-    def decide(self, k: int, shards: int, policy: str | None, shard_of=None):
-        from suanli.scheduling.sharded import decide_shard
+    def decide(self, k: int, shards: int, policy: str | None, piece):
+        from suanli.scheduling.sharded import decide_slice
 
-        self.load()  # (again, in a process started after one was killed)
-        part = decide_shard(self.world, k, shards, policy, shard_of)
+        part = decide_slice(piece, k, shards, policy)
         part.peak_bytes = _peak_bytes()
         part.pid = os.getpid()
         return part
@@ -75,13 +70,17 @@ class GlobalActor:
         self.world = load_world(files, sizes, strict)
         return list(self.world.warnings)
 
-    def split(self, shards: int, seed: int | None, policy: str | None):
-        """Place the VCs' fixed hosts and find which units are order-free and
-        whose: the shard of each component (two arrays, for the shards)."""
+    def split(self, shards: int, seed: int | None, policy: str | None) -> None:
+        """Place the VCs' fixed hosts and find which units are order-free and whose."""
         from suanli.scheduling.sharded import prepare_global
 
         self.prepared = prepare_global(self.world, shards, seed, policy)
-        return self.prepared.split.shard_of
+
+    def slice(self, k: int):
+        """Shard ``k``'s slice of the world (``sharded.Slice``)."""
+        from suanli.scheduling.sharded import slice_for
+
+        return slice_for(self.world, self.prepared.split, k)
 
     def plan(self, shards: int, seed: int | None, policy: str | None) -> int:
         from suanli.scheduling.sharded import global_pass
@@ -198,30 +197,31 @@ def _own_token() -> None:
 RESTARTS = 3  # a shard's process killed: started anew, its call run again, this many times
 
 
-def actors(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, workers: int):
-    """The global actor and ``workers`` shard actors (restartable), not yet loaded."""
+def actors(ray, workers: int):
+    """The global actor and ``workers`` shard actors (restartable)."""
     shard_cls = ray.remote(num_cpus=0, max_restarts=RESTARTS, max_task_retries=RESTARTS)(ShardActor)
     global_cls = ray.remote(num_cpus=0)(GlobalActor)
-    return global_cls.remote(), [shard_cls.remote(files, sizes, strict) for _ in range(workers)]
+    return global_cls.remote(), [shard_cls.remote() for _ in range(workers)]
 
 
 def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict: bool, seed: int | None,
-                     policy: str | None, workers: int, loaded: Callable[[list[int]], None] | None = None) -> Sharded:
+                     policy: str | None, workers: int, started: Callable[[list[int]], None] | None = None) -> Sharded:
     """Schedule the world of ``files`` with ``workers`` shard actors and a
-    global actor on ``ray``. ``loaded``: called with the shards' process ids
-    once every actor has loaded the world, before they decide."""
+    global actor on ``ray``. ``started``: called with the shards' process
+    ids once they run and the world is loaded, before they are sent a slice."""
     files = [os.path.abspath(f) for f in files]
-    glob, shards = actors(ray, files, sizes, strict, workers)
+    glob, shards = actors(ray, workers)
     clock = time.perf_counter()
-    loads = [s.load.remote() for s in shards]
+    pids = [s.pid.remote() for s in shards]
     warnings = _get(ray, glob.load.remote(files, sizes, strict))
-    pids = _get(ray, loads)
+    pids = _get(ray, pids)
     seconds = {"load": time.perf_counter() - clock}
-    if loaded is not None:
-        loaded(pids)
+    if started is not None:
+        started(pids)
     clock = time.perf_counter()
-    split = glob.split.remote(workers, seed, policy)  # (found once, by the global actor)
-    decided = [s.decide.remote(k, workers, policy, split) for k, s in enumerate(shards)]
+    glob.split.remote(workers, seed, policy)
+    slices = [glob.slice.remote(k) for k in range(workers)]  # (an actor's calls run in the order sent)
+    decided = [s.decide.remote(k, workers, policy, piece) for k, (s, piece) in enumerate(zip(shards, slices))]
     planned = glob.plan.remote(workers, seed, policy)
     _get(ray, planned)
     seconds["global"] = time.perf_counter() - clock
@@ -231,7 +231,8 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     report = _get(ray, glob.finish.remote(seed, policy, *decided))
     seconds["finish"] = time.perf_counter() - clock
     report["seconds"] = seconds
-    report["loaded_pids"] = pids
+    report["started_pids"] = pids
+    del slices
     for s in shards:
         ray.kill(s)
     return Sharded(ray, glob, warnings, report)

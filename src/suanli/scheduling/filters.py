@@ -304,6 +304,8 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     network's neighbourhood, not a column): every other row fails one of
     those two first and is only counted (a car's service does not read a
     million rows to say that they are other cars' or too far)."""
+    if table.settle is not None:
+        table.settle()
     counts = Reasons()
     near = _near_first(table, req)
     at: slice | np.ndarray = slice(0, table.n)

@@ -45,16 +45,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Component, World
+from suanli.model.work import Application, Component, SiteComponent, World, site_component
 from suanli.scheduling.batch import _alone_kind as batch_alone_kind, bound_alone, fits, site_rows_of
 from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_specs, queued_specs, spec_units,
                                               unit_shape)
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
 from suanli.scheduling.request import NearBound, Private, compile_request
-from suanli.scheduling.state import Host, Hosts, PlacementState
+from suanli.scheduling.state import Catalogue, Host, Hosts, PlacementState
 from suanli.scheduling.static import Outcome, schedule
 from suanli.scheduling.table import Allocation
+from suanli.spec.build import each_copy
 
 
 class Drew(RuntimeError):
@@ -73,8 +74,11 @@ class NoDraws:
 
 def _alone_kind(comp: Component) -> bool:
     """One task per unit, bound near a site within a bound, nothing that ties
-    it to other tasks or sites (``batch.bound_alone``), not a whole node."""
-    return not comp.gang and comp.affinity is None and not comp.resources.whole and bound_alone(comp)
+    it to other tasks or sites (``batch.bound_alone``), not a whole node, no
+    accelerator (which device's share it takes is the shard's to choose, and
+    the global part takes what it passes over off the device's row)."""
+    return (not comp.gang and comp.affinity is None and not comp.resources.whole and not comp.resources.accelerators
+            and bound_alone(comp))
 
 
 @dataclass
@@ -89,6 +93,15 @@ class Split:
     first_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ascending
     first_keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # (-standing, -priority, seq)
     whole: dict[int, "Whole"] = field(default_factory=dict)  # application index -> its units in one run
+    # per order-free spec (application order): its application's first (``app_lo``), its component, its
+    # device's row, how many units and what each takes (``vecs``): what the global part takes off the
+    # devices' rows as it passes over them
+    app_lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per application, or -1
+    comp: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    n: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    vid: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    vecs: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
 
     def first_key(self, node: int) -> tuple[int, int, int]:
         return tuple(self.first_keys[int(np.searchsorted(self.first_nodes, node))].tolist())
@@ -208,14 +221,20 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     node_of_site = np.full(n_sites, -1, np.int64)
     node_of_site[fleet.node_site] = np.arange(fleet.n_nodes)
     nodes = node_of_site[d[free]]
+    split_rows = nodes.astype(np.int32)
     keys = np.stack([-np.array(levels, np.int64)[free], -np.array(prios, np.int64)[free],
                      np.array(seqs, np.int64)[free]], axis=1)
     by = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0], nodes))
     nodes, keys = nodes[by], keys[by]
     head = np.r_[True, nodes[1:] != nodes[:-1]]
     split = Split(shards, shard_of, nodes[head], keys[head])
-    # applications all of whose units are order-free, of one priority: one run each
     on, n = np.array(apps, np.int64)[free], np.array(ns, np.int64)[free]
+    vid = np.array(vids, np.int64)[free]
+    split.app_lo = np.full(len(world.apps), -1, np.int64)
+    split.app_lo[free_apps] = cuts[:-1]
+    split.comp, split.row, split.n = c_free.astype(np.int32), split_rows, n.astype(np.int32)
+    split.vid, split.vecs = vid.astype(np.int32), np.array(vector.vecs, np.int64)
+    # applications all of whose units are order-free, of one priority: one run each
     free_specs = np.bincount(on, minlength=len(world.apps))
     p = np.array(prios, np.int64)[free]
     low = np.full(len(world.apps), np.iinfo(np.int64).max)
@@ -224,8 +243,7 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     np.maximum.at(high, on, p)
     whole = np.flatnonzero((free_specs == n_specs) & (free_specs > 0) & (low == high))
     if whole.size:
-        vecs = np.array(vector.vecs, np.int64)
-        vid = np.array(vids, np.int64)[free]
+        vecs = split.vecs
         totals = np.zeros((len(world.apps), vecs.shape[1]), np.int64)
         np.add.at(totals, on, n[:, None] * vecs[vid])
         units = np.bincount(on, weights=n, minlength=len(world.apps)).astype(np.int64)
@@ -274,30 +292,36 @@ def _runs(by_priority: dict[int, list], split: Split, index: dict[int, int], vec
     """``_walk`` for the global part: its own specs (``("units", app, comp,
     members, seq)``) between runs of order-free units, each run (of one
     priority) as ``("free", n, what they take in all, what the last takes,
-    the last one's number)``; an application of order-free units only is
-    passed over whole."""
+    the last one's number, its spans)``, a span being consecutive specs of
+    the split's (first, end, the first unit's number); an application of
+    order-free units only is passed over whole, as one span."""
     for priority in sorted(by_priority, reverse=True):
-        n, total, last, last_seq = 0, 0, None, -1
+        n, total, last, last_seq, spans = 0, 0, None, -1, []
         for app, start in by_priority[priority]:
             a = index[id(app)]
             whole = split.whole.get(a)
+            mine = split.shard_of[a]
             if whole is not None and whole.priority == priority:
                 n, total, last, last_seq = n + whole.n, total + whole.total, whole.last, start + whole.n - 1
+                lo = int(split.app_lo[a])
+                spans.append((lo, lo + int(np.count_nonzero(mine >= 0)), start))
                 continue
-            mine = split.shard_of[a]
             for i, comp, members, seq, p, k in app_specs(app, start):
                 if p != priority:
                     continue
                 if members is None and mine[i] >= 0:
                     last = vector(comp)
                     n, total, last_seq = n + k, total + k * last, seq + k - 1
+                    lo = int(split.app_lo[a])
+                    j = lo + int(np.flatnonzero(split.comp[lo:lo + int(np.count_nonzero(mine >= 0))] == i)[0])
+                    spans.append((j, j + 1, seq))
                     continue
                 if n:
-                    yield "free", n, total, last, last_seq
-                    n, total = 0, 0
+                    yield "free", n, total, last, last_seq, spans
+                    n, total, spans = 0, 0, []
                 yield "units", app, comp, members, seq
         if n:
-            yield "free", n, total, last, last_seq
+            yield "free", n, total, last, last_seq, spans
 
 
 class _Vectors:
@@ -353,14 +377,96 @@ class ShardPart:
     pid: int = 0  # ... and its process's id
 
 
-def decide_shard(world: World, k: int, shards: int, policy: str | None = None,
-                 shard_of: PerApp | None = None) -> ShardPart:
+@dataclass
+class Slice:
+    """What a shard is sent of the world: the fleet and the tenancy, and the
+    applications with its order-free units, in the world's order, each with
+    where its task ids start in the world (``starts``; last, the world's
+    count) and the shard of each of its components (``shard_of``). An
+    application made per site (``each``) is sent as its prototype's number
+    and its site (``made``, ``sites``: a car's ten services in a few bytes,
+    made again there as the load made them); any other whole (``apps``)."""
+
+    fleet: object
+    tenants: dict
+    vcs: dict
+    seed: int
+    protos: list[Application]  # the prototypes of the applications made per site
+    made: np.ndarray  # int32 per application: its prototype, or -1 (the next of ``apps``)
+    sites: list[str]  # per application made per site: its site
+    apps: list[Application]
+    starts: np.ndarray  # int64: per application, its first task id in the world; last, the world's tasks
+    shard_of: PerApp
+
+    def world(self) -> World:
+        """The world of these applications only."""
+        classes = [[site_component(c) for c in proto.components] for proto in self.protos]
+        others, sites = iter(self.apps), iter(self.sites)
+        apps = tuple(next(others) if p < 0 else each_copy(self.protos[p], classes[p], next(sites))
+                     for p in self.made.tolist())
+        return World(self.fleet, self.tenants, self.vcs, apps, self.seed)
+
+
+def slice_for(world: World, split: Split, k: int) -> Slice:
+    """Shard ``k``'s slice of ``world`` (``split``: as the global part found it)."""
+    so = split.shard_of
+    sizes = np.fromiter((sum(c.size for c in app.components) for app in world.apps), np.int64, len(world.apps))
+    starts = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    comps = np.diff(so.offsets)
+    mine = np.unique(np.repeat(np.arange(comps.size), comps)[so.flat == k])
+    protos: list[Application] = []
+    proto_of: dict[tuple, int] = {}
+    made = np.full(mine.size, -1, np.int32)
+    sites: list[str] = []
+    apps: list[Application] = []
+    for j, a in enumerate(mine.tolist()):
+        app = world.apps[a]
+        site = _site_of_copy(app)
+        if site is None:
+            apps.append(app)
+            continue
+        key = (app.template, app.tenant, app.vc, app.priority, app.preemptible, *map(type, app.components))
+        p = proto_of.get(key)
+        if p is None:
+            p = proto_of[key] = len(protos)
+            protos.append(Application(app.template, app.tenant, app.vc, app.priority, app.preemptible,
+                                      tuple(type(c)._proto for c in app.components), app.template))
+        made[j] = p
+        sites.append(site)
+    flat = np.concatenate([so[a] for a in mine.tolist()]) if mine.size else np.zeros(0, np.int16)
+    offsets = np.zeros(mine.size + 1, np.int64)
+    np.cumsum(comps[mine], out=offsets[1:])
+    return Slice(world.fleet, dict(world.tenants), dict(world.vcs), world.seed, protos, made, sites, apps,
+                 np.append(starts[mine], starts[-1]), PerApp(flat, offsets))
+
+
+def _site_of_copy(app: Application) -> str | None:
+    """The site of an application made per site (``each``) whose components
+    are its prototype's copies; else None."""
+    if app.template is None or not app.name.startswith(app.template + ".") or not app.components:
+        return None
+    if not all(isinstance(c, SiteComponent) for c in app.components):
+        return None
+    return app.name[len(app.template) + 1:]
+
+
+def decide_slice(piece: Slice, k: int, shards: int, policy: str | None = None) -> ShardPart:
+    """Shard ``k`` of ``shards``: place the order-free units of its slice
+    alone, with the world's task ids."""
+    world = piece.world()
+    return decide_shard(world, k, shards, policy, piece.shard_of, Catalogue(world.apps, piece.starts))
+
+
+def decide_shard(world: World, k: int, shards: int, policy: str | None, shard_of: PerApp,
+                 ids: Catalogue | None = None) -> ShardPart:
     """Shard ``k`` of ``shards``: place its order-free units alone.
-    ``shard_of``: the split's shard of each component (``Split.shard_of``,
-    as the global part found it); default: found here."""
-    state = PlacementState(world)
+    ``shard_of``: the split's shard of each component of ``world``'s
+    applications (``Split.shard_of``, as the global part found it).
+    ``ids``: the task ids (default: ``world``'s own)."""
+    state = PlacementState(world, ids)
     layer = BusinessLayer(state, GlobalLayer(state, NoDraws()), NoDraws(), policy=policy_for(world, policy))
-    split = split_work(world, layer, shards) if shard_of is None else Split(shards, shard_of)
+    split = Split(shards, shard_of)
     entries, _, _ = layer.queues_of(world.apps)
     index = {id(app): a for a, app in enumerate(world.apps)}
     counts: dict[tuple[int, str], int] = defaultdict(int)
@@ -461,6 +567,8 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
     made: dict[str, list] = defaultdict(list)
     presumed = 0
     home = _Home(layer)
+    passed = _Passed(state, split)
+    state.nodes.settle = passed.settle
     for level in sorted(entries, reverse=True):
         tenants_of = entries[level]
         order = {t: i for i, t in enumerate(tenants_of)}
@@ -487,8 +595,9 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
                 if item[0] == "units":
                     pending[t] = spec_units(*item[1:])
                     continue
-                _, n, total, last, last_seq = item  # order-free units: its usage grows by what they take
+                _, n, total, last, last_seq, spans = item  # order-free units: its usage grows by what they take
                 row = state.tenant_index[t]
+                passed.add(level, t, order[t], top.get(t), spans)
                 if several:
                     key = (state.share_of(t, state.used[row] + total - last), last_seq, order[t])
                     m = top.get(t)
@@ -505,6 +614,7 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
             t = u.tenant
             vcs = state.vcs[u.app.vc]
             before = len(vcs.hosts)
+            passed.now = (level, key if several else None)
             if (home.place(u, vcs, failed_shapes) or layer._run_one(u, True, failed, failed_shapes, None)) \
                     and several:
                 share[t] = state.dominant_share(t)
@@ -512,7 +622,72 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
                 made[vcs.name].append(((-level, -u.priority, u.seq), len(vcs.hosts) - before))
             top[t] = key
             advance(t)
+    state.nodes.settle = None
     return presumed, made, home.placed
+
+
+class _Passed:
+    """The order-free units the global part has passed over, taken off their
+    devices' rows only when an explanation is to read the rows (``settle``:
+    how many rows a unit would fit on but for one check counts them, and
+    what the best of them has free), and then only those one process has
+    placed by then: a tenant's run before a unit of the same standing whose
+    key is larger than theirs (the running maximum), all of an earlier
+    standing's, all of them with one tenant. No other unit may go to those
+    devices, so nothing else reads them."""
+
+    def __init__(self, state: PlacementState, split: Split) -> None:
+        self.state, self.split = state, split
+        self.runs: list[dict] = []
+        self.now: tuple[int, tuple | None] = (0, None)  # the unit being decided: its standing and key
+
+    def add(self, level: int, tenant: str, order: int, top: tuple | None, spans: list) -> None:
+        row = self.state.tenant_index[tenant]
+        self.runs.append({"level": level, "tenant": tenant, "order": order, "top": top, "spans": spans,
+                          "used": self.state.used[row].copy()})
+
+    def settle(self) -> None:
+        level, key = self.now
+        keep = []
+        for run in self.runs:
+            units = run.get("rows")
+            if units is None:
+                self._units(run)
+            done = run["done"]
+            if run["level"] != level or key is None:
+                end = run["rows"].size
+            elif run["top"] is not None and run["top"] > key:
+                end = done
+            else:
+                share, seq = run["share"][done:], run["seq"][done:]
+                before = (share < key[0]) | ((share == key[0]) & ((seq < key[1]) | ((seq == key[1])
+                                                                                       & (run["order"] < key[2]))))
+                end = done + int(np.count_nonzero(before))  # (keys rise along a run: a prefix)
+            if end > done:
+                rows = run["rows"][done:end]
+                self.state.nodes.take_rows(rows, self.split.vecs[run["vid"][done:end]].T)
+                run["done"] = end
+            if end < run["rows"].size:
+                keep.append(run)
+        self.runs = keep
+
+    def _units(self, run: dict) -> None:
+        """A run's units, one by one: rows, vectors, numbers, and the key each
+        had (its tenant's share before it)."""
+        split, state = self.split, self.state
+        at = np.concatenate([np.arange(lo, hi) for lo, hi, _ in run["spans"]])
+        n = split.n[at].astype(np.int64)
+        run["rows"] = np.repeat(split.row[at].astype(np.int64), n)
+        run["vid"] = np.repeat(split.vid[at], n)
+        firsts = np.array([first for _, _, first in run["spans"]], np.int64)
+        per_span = np.array([int(split.n[lo:hi].sum()) for lo, hi, _ in run["spans"]], np.int64)
+        ends = np.cumsum(per_span)
+        run["seq"] = np.repeat(firsts - (ends - per_span), per_span) + np.arange(int(ends[-1]))
+        vecs = split.vecs[run["vid"]]
+        used = run["used"] + np.cumsum(vecs, axis=0) - vecs  # (before each)
+        share = (used / np.maximum(state.total, 1)).max(axis=1, initial=0.0)
+        run["share"] = share / state.world.tenants[run["tenant"]].weight
+        run["done"] = 0
 
 
 class _Home:

@@ -155,14 +155,20 @@ class Catalogue:
     component, then replica: a static pass's output order), with a name made
     from them when read, not kept per task: what is kept is an index of the
     applications by name and where each one's ids start. A name not of the
-    world's applications gets an id after theirs (kept as a name)."""
+    world's applications gets an id after theirs (kept as a name).
+
+    ``starts``: where each application's ids start and, last, where other
+    names' start, when ``apps`` are some of a larger world's (a shard's: its
+    ids are the world's); by default the applications' ids follow on."""
 
     __slots__ = ("_apps", "_starts", "_index", "_total", "_other")
 
-    def __init__(self, apps: Sequence) -> None:
+    def __init__(self, apps: Sequence, starts: np.ndarray | None = None) -> None:
         self._apps = tuple(apps)
-        sizes = [sum(c.size for c in app.components) for app in self._apps]
-        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        if starts is None:
+            sizes = [sum(c.size for c in app.components) for app in self._apps]
+            starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self._starts = starts
         self._total = int(self._starts[-1])
         self._index: dict[str, int] = {app.name: k for k, app in enumerate(self._apps)}
         self._other = TaskIds()

@@ -91,6 +91,7 @@ class CandidateTable:
         self.n_retired = 0
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
+        self.settle = None  # called before an explanation reads every row (a split pass's rows brought up to date)
         self._log = np.zeros(8192, np.int64)  # the latest part of the change log: rows touched, in order
         self._logged = 0  # entries of _log in use
         self.base = 0  # the log's position of _log[0] (older entries were dropped)

@@ -181,14 +181,16 @@ def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fle
     # made once with ``{site}`` as written, then per site only the fields that name it
     proto = build_application(name, tenant, spec, site=schema.EACH_SITE, template=name)
     classes = [site_component(c) for c in proto.components]  # what the copies share, held once
-    out = []
-    for s in fleet.site_table.population_range(spec.each):
-        site = names.name(s)
-        app = f"{name}.{site}"
-        nears: dict = {}  # the site's bounds, one object each for all its components (ten a car, not ten copies)
-        comps = tuple(_for_site(c, cls, app, site, nears) for c, cls in zip(proto.components, classes))
-        out.append(Application(app, tenant, proto.vc, proto.priority, proto.preemptible, comps, name))
-    return out
+    return [each_copy(proto, classes, names.name(s)) for s in fleet.site_table.population_range(spec.each)]
+
+
+def each_copy(proto: Application, classes: Sequence[type[SiteComponent]], site: str) -> Application:
+    """The copy for ``site`` of an ``each`` application's prototype ``proto``
+    (its components' per-site classes: ``classes``), named APP.SITE."""
+    app = f"{proto.name}.{site}"
+    nears: dict = {}  # the site's bounds, one object each for all its components (ten a car, not ten copies)
+    comps = tuple(_for_site(c, cls, app, site, nears) for c, cls in zip(proto.components, classes))
+    return Application(app, proto.tenant, proto.vc, proto.priority, proto.preemptible, comps, proto.name)
 
 
 def _for_site(c: Component, cls: type[SiteComponent], app: str, site: str, nears: dict) -> SiteComponent:
