@@ -913,6 +913,19 @@ class Network:
         out = self.leaf[site] & (self.leaf_rtt[site] > max_rtt_ms) & (self.intra_rtt_ms[site] <= max_rtt_ms)
         return bool(out) if np.ndim(out) == 0 else out
 
+    def alone_anywhere(self, site: np.ndarray, max_rtt_ms: np.ndarray) -> np.ndarray:
+        """``alone`` for sites of the core too (a device on two edges): every
+        link of the site, up or down, and every leaf's link to it, longer
+        than the bound; elementwise."""
+        nearest = np.full(self.n, np.inf)
+        live = self._calive
+        np.minimum.at(nearest, self._ca[live], self._cr[live])
+        np.minimum.at(nearest, self._cb[live], self._cr[live])
+        kids = np.flatnonzero(self.leaf)
+        np.minimum.at(nearest, self.parent[kids], self._link_rtt[kids])
+        core = ~self.leaf[site] & (nearest[site] > max_rtt_ms) & (self.intra_rtt_ms[site] <= max_rtt_ms)
+        return self.alone(site, max_rtt_ms) | core
+
     # ------------------------------------------------------------ pairs
 
     def rtt(self, a, b):

@@ -5,12 +5,13 @@ single process's outcome, byte for byte.
 tenant does, and nothing its own tenant does elsewhere, can change where it
 goes: one task of a tenant without a quota, in its default VC, bound near a
 private site (a device's own: it takes only the work bound near it) within
-less than the device's link, so that its neighbourhood is the device alone,
-on a device of one node (no tie to draw), where every unit bound near that
-device is such a unit of that same tenant. Its decision reads the device's
-row only, and the device's units come in their tenant's order whatever the
-other tenants do. Shards own devices by the edge they hang from and decide
-their order-free units; none of them draws from the run's generator (a draw
+less than the device's links (each of them, where it hangs from two edges),
+so that its neighbourhood is the device alone, on a device of one node (no
+tie to draw), where every unit bound near that device is such a unit of
+that same tenant. Its decision reads the device's row only, and the
+device's units come in their tenant's order whatever the other tenants do.
+Shards own devices by the edge they hang from (one on two edges by its own
+number) and decide their order-free units; none of them draws from the run's generator (a draw
 would be an error, caught, and the run would be redone in one process).
 
 **What the global part decides.** Everything else, in the single process's
@@ -194,9 +195,9 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
         return Split(shards, shard_of)
     d = np.array(sites, np.int64)
     # order-free: its neighbourhood is its device alone, of one node (no tie to draw)
-    ok = network.alone(d, np.array(rtts, np.float64)) & (np.bincount(fleet.node_site, minlength=n_sites) == 1)[d]
-    reached[d[~ok]] = True  # a candidate that is not: its site, and where it may go, are reached
-    for k in np.flatnonzero(~ok).tolist():
+    ok = network.alone_anywhere(d, np.array(rtts, np.float64)) \
+        & (np.bincount(fleet.node_site, minlength=n_sites) == 1)[d]
+    for k in np.flatnonzero(~ok).tolist():  # a candidate that is not: where it may go is reached
         app = world.apps[apps[k]]
         _reach(reached, fleet, layer.request(app.components[comps[k]], app.tenant))
     t = np.array(tenants, np.int64)
@@ -208,10 +209,10 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     good_site = np.zeros(n_sites, bool)
     good_site[ds[starts]] = one
     good_site &= ~reached
-    free = np.flatnonzero(good_site[d])
+    free = np.flatnonzero(good_site[d] & ok)  # (a candidate that is not, bound near the device, goes elsewhere)
     if not free.size:
         return Split(shards, shard_of)
-    shard = (network.parent[d] % shards).astype(np.int16)
+    shard = (np.where(network.leaf[d], network.parent[d], d) % shards).astype(np.int16)  # (on two edges: its own)
     a_free, c_free, s_free = np.array(apps, np.int64)[free], np.array(comps, np.int64)[free], shard[free]
     cuts = np.flatnonzero(np.r_[True, a_free[1:] != a_free[:-1], True])  # (candidates come in application order)
     free_apps = a_free[cuts[:-1]].tolist()
@@ -614,7 +615,7 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
             t = u.tenant
             vcs = state.vcs[u.app.vc]
             before = len(vcs.hosts)
-            passed.now = (level, key if several else None)
+            passed.now = (level, t, key if several else None)
             if (home.place(u, vcs, failed_shapes) or layer._run_one(u, True, failed, failed_shapes, None)) \
                     and several:
                 share[t] = state.dominant_share(t)
@@ -631,15 +632,16 @@ class _Passed:
     devices' rows only when an explanation is to read the rows (``settle``:
     how many rows a unit would fit on but for one check counts them, and
     what the best of them has free), and then only those one process has
-    placed by then: a tenant's run before a unit of the same standing whose
-    key is larger than theirs (the running maximum), all of an earlier
-    standing's, all of them with one tenant. No other unit may go to those
+    placed by then: another tenant's run before a unit of the same standing
+    whose key is larger than theirs (the running maximum), all of the unit's
+    own tenant's (walked before it), all of an earlier standing's, all of
+    them with one tenant. No other unit may go to those
     devices, so nothing else reads them."""
 
     def __init__(self, state: PlacementState, split: Split) -> None:
         self.state, self.split = state, split
         self.runs: list[dict] = []
-        self.now: tuple[int, tuple | None] = (0, None)  # the unit being decided: its standing and key
+        self.now: tuple[int, str, tuple | None] = (0, "", None)  # the unit being decided: standing, tenant, key
 
     def add(self, level: int, tenant: str, order: int, top: tuple | None, spans: list) -> None:
         row = self.state.tenant_index[tenant]
@@ -647,14 +649,14 @@ class _Passed:
                           "used": self.state.used[row].copy()})
 
     def settle(self) -> None:
-        level, key = self.now
+        level, tenant, key = self.now
         keep = []
         for run in self.runs:
             units = run.get("rows")
             if units is None:
                 self._units(run)
             done = run["done"]
-            if run["level"] != level or key is None:
+            if run["level"] != level or key is None or run["tenant"] == tenant:
                 end = run["rows"].size
             elif run["top"] is not None and run["top"] > key:
                 end = done
