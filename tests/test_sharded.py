@@ -5,12 +5,14 @@ Random worlds of the batch suite (a population of cars, services bound to
 each car, often another tenant's on the same cars, often a wider bound that
 reaches past the car, devices of several rows; and the property suite's
 applications, tenants with weights, quotas and priority ceilings, explicit
-VCs) are scheduled in one process and split over one to three shards; the
-NDJSON must be the same bytes. Not vacuous: shards decided units in many
-worlds, the global part decided units of several tenants in those worlds
-too (some on their own contested device without a compiled request), and
-a shard's answers that do not stand (a unit not placed) send the world to
-one process.
+VCs) are scheduled in one process and split over one to three shards, each
+shard given its slice of the world as another process gets it (pickled);
+the NDJSON must be the same bytes, explanations included. Not vacuous:
+shards decided units in many worlds, of several tenants' passes, on
+devices that hang from two edges too, from applications made per car and
+written out; the global part decided units too (some on their own
+contested device without a compiled request); and a shard's answers that
+do not stand (a unit not placed) send the world to one process.
 
 The Ray actors that carry the parts are checked by ``test_sharded_ray.py``.
 """
@@ -61,7 +63,7 @@ def cases(draw):
                 fleet.setdefault("links", []).append({"between": [a, b], "rttMs": 5, "bandwidth": "10Gbps"})
         pop = fleet["populations"][0]
         pop["nodeGroups"] = [{**pop["nodeGroups"][0], "count": 1}]
-        pop["attach"]["homes"] = 1
+        pop["attach"]["homes"] = draw(st.sampled_from([1, 2])) if len(names) > 1 else 1  # two: in the core
         pop["attach"]["rttMs"] = max(pop["attach"]["rttMs"], 0.5)
         for c in home["spec"]["components"]:
             c["near"]["maxRttMs"] = 0.2
@@ -86,7 +88,7 @@ def cases(draw):
                         doc("Application", "pinned", {"components": [pinned]}, tenant=home["metadata"]["tenant"]))
     tenants = [d["metadata"]["name"] for d in docs if d["kind"] == "Tenant"]
     others = [t for t in tenants if t != home["metadata"]["tenant"]]
-    if others and draw(st.booleans()):  # another tenant's work off the cars: its turns interleave with the cars'
+    if others and draw(st.integers(0, 3)):  # another tenant's work off the cars: its turns interleave with the cars'
         jobs = {"name": "j", "lifetime": "job", "duration": "10m", "replicas": draw(st.integers(1, 6)),
                 "resources": {"cpu": draw(st.sampled_from(["250m", "500m", 1])), "memory": "256Mi"},
                 "sites": {"tier": ["cloud", "edge"]}}
@@ -107,13 +109,14 @@ def _same_outcome(case):
     world = load(docs)
     prepared = sharded.prepare_global(world, shards, seed)
     pieces = [sent(sharded.slice_for(world, prepared.split, k)) for k in range(shards)]
-    parts = [sharded.decide_slice(piece, k, shards) for k, piece in enumerate(pieces)]
+    fleet = sent(world.fleet)
+    parts = [sharded.decide_slice(piece, fleet, k, shards) for k, piece in enumerate(pieces)]
     done = sharded.global_pass(world, shards, seed, None, prepared)
     decided = len(done.outcome.state.placements) + len(done.outcome.unscheduled)
     outcome, fallback = sharded.finish(world, done, parts, seed)
     assert text(outcome) == one
     free = sum(p.units for p in parts)
-    tenants = {p.tenant for p in done.outcome.state.placements.values()} if not fallback else set()
+    tenants = {p.tenant for p in outcome.state.placements.values()} if not fallback else set()  # (both parts')
     TALLY["cases"] += 1
     TALLY["split"] += bool(free) and not fallback
     TALLY["order-free units"] += free if not fallback else 0
@@ -123,6 +126,8 @@ def _same_outcome(case):
     TALLY["homed"] += done.homed
     TALLY["sent per site"] += sum(int((piece.made >= 0).sum()) for piece in pieces)
     TALLY["sent whole"] += sum(len(piece.apps) for piece in pieces)
+    core = ~world.fleet.network.leaf[world.fleet.node_site[sum((p.rows.tolist() for p in parts), [])]]
+    TALLY["on two edges"] += int(core.sum()) if not fallback else 0
     note(f"shards {shards}, order-free {free}, global {decided}, fallback {fallback!r}")
 
 
@@ -134,7 +139,7 @@ def test_a_split_pass_places_what_one_process_places():
     def shown() -> bool:
         return (TALLY["split"] >= TALLY["cases"] // 10 and TALLY["both"] > 0 and TALLY["several tenants"] > 0
                 and TALLY["order-free units"] > TALLY["cases"] and TALLY["homed"] > 0
-                and TALLY["sent whole"] > 0 and TALLY["sent per site"] > 0)
+                and TALLY["sent whole"] > 0 and TALLY["sent per site"] > 0 and TALLY["on two edges"] > 0)
 
     rounds_until(_same_outcome, shown)
     assert shown(), TALLY
@@ -196,7 +201,8 @@ def test_a_tenant_waits_behind_its_order_free_units_as_in_one_process(tmp_path):
     assert {u.task for u in one.unscheduled} == {"t-late/c/0"}  # u's late job went first
     world = load_world([path])
     prepared = sharded.prepare_global(world, 2, 0)
-    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), k, 2) for k in range(2)]
+    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), world.fleet, k, 2)
+             for k in range(2)]
     assert sum(p.units for p in parts) == 3  # the cars' services: the shards'
     outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
     assert not fallback and text(outcome) == text(one)
@@ -265,7 +271,8 @@ def test_an_explanation_reads_the_devices_one_process_has_filled_by_then(tmp_pat
     [why] = [u.reasons for u in one.unscheduled]
     world = load_world([path])
     prepared = sharded.prepare_global(world, 2, 0)
-    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), k, 2) for k in range(2)]
+    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), world.fleet, k, 2)
+             for k in range(2)]
     assert sum(p.units for p in parts) == 4
     outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
     assert not fallback and text(outcome) == text(one)

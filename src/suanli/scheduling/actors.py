@@ -3,19 +3,20 @@
 ``schedule --workers N`` starts N shard actors and one global actor (on a
 local Ray started for the run and stopped after it, or on the cluster at
 ``--ray ADDRESS``). The global actor loads the world from the files, finds
-the split, and sends each shard its slice of the world (``sharded.Slice``:
-the fleet, the tenancy, and the applications with the shard's order-free
-units, those made per site as a prototype's number and a site). The shards
+the split, and sends the shards the fleet and each its slice of the world
+(``sharded.Slice``: the tenancy, and the applications with the shard's
+order-free units, those made per site as a prototype's number and a site). The shards
 decide their order-free units while the global actor decides the rest in
 the single process's order (``sharded``); then the global actor takes the
 shards' columns, checks them against what it presumed, and answers for the
 outcome: a summary, the JSON document, or NDJSON lines in chunks.
 
 Messages, in order: ``load`` to the global actor (the files' paths);
-``split``, then ``slice`` once per shard (each slice goes to its shard as
-an object reference: the store moves it, the driver never fetches it);
-``decide`` to each shard with its slice and ``plan`` to the global actor, at
-once; ``finish`` to the global actor with the shards' answers (their object
+``split``, then ``fleet`` once and ``slice`` once per shard (each goes to
+the shards as an object reference: the store moves it, the driver never
+fetches it, and the shards read the one fleet's arrays in place);
+``decide`` to each shard with its slice and the fleet, and ``plan`` to the
+global actor, at once; ``finish`` to the global actor with the shards' answers (their object
 references: columns of about 35 bytes a task, moved once); then the outcome
 asked for.
 """
@@ -45,10 +46,10 @@ class ShardActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def decide(self, k: int, shards: int, policy: str | None, piece):
+    def decide(self, k: int, shards: int, policy: str | None, piece, fleet):
         from suanli.scheduling.sharded import decide_slice
 
-        part = decide_slice(piece, k, shards, policy)
+        part = decide_slice(piece, fleet, k, shards, policy)
         part.peak_bytes = _peak_bytes()
         part.pid = os.getpid()
         return part
@@ -75,6 +76,10 @@ class GlobalActor:
         from suanli.scheduling.sharded import prepare_global
 
         self.prepared = prepare_global(self.world, shards, seed, policy)
+
+    def fleet(self):
+        """The world's fleet (one object in Ray's store, read by every shard)."""
+        return self.world.fleet
 
     def slice(self, k: int):
         """Shard ``k``'s slice of the world (``sharded.Slice``)."""
@@ -220,8 +225,9 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
         started(pids)
     clock = time.perf_counter()
     glob.split.remote(workers, seed, policy)
+    fleet = glob.fleet.remote()
     slices = [glob.slice.remote(k) for k in range(workers)]  # (an actor's calls run in the order sent)
-    decided = [s.decide.remote(k, workers, policy, piece) for k, (s, piece) in enumerate(zip(shards, slices))]
+    decided = [s.decide.remote(k, workers, policy, piece, fleet) for k, (s, piece) in enumerate(zip(shards, slices))]
     planned = glob.plan.remote(workers, seed, policy)
     _get(ray, planned)
     seconds["global"] = time.perf_counter() - clock
@@ -232,7 +238,7 @@ def schedule_sharded(ray, files: list[str], sizes: dict[str, str] | None, strict
     seconds["finish"] = time.perf_counter() - clock
     report["seconds"] = seconds
     report["started_pids"] = pids
-    del slices
+    del slices, fleet
     for s in shards:
         ray.kill(s)
     return Sharded(ray, glob, warnings, report)

@@ -57,6 +57,7 @@ from suanli.scheduling.state import Catalogue, Host, Hosts, PlacementState
 from suanli.scheduling.static import Outcome, schedule
 from suanli.scheduling.table import Allocation
 from suanli.spec.build import each_copy
+from suanli.spec.schema import EACH_SITE
 
 
 class Drew(RuntimeError):
@@ -160,9 +161,14 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     sites, rtts, tenants, apps, comps, seqs, prios, levels, ns, vids = [], [], [], [], [], [], [], [], [], []
     n_specs = np.zeros(len(world.apps), np.int64)
     vector = _Vectors(fleet)
+    made = _Made(world, layer, vector)  # applications made per site whose specs are all candidates, in bulk
     last_name, last_site = None, -1
     start = 0
     for a, app in enumerate(world.apps):
+        if made.take(a, app, start):
+            start += made.units
+            n_specs[a] = made.specs
+            continue
         tenant = world.tenants.get(app.tenant)
         plain = tenant is not None and not tenant.quota and world.vcs[app.vc].default
         t = tenant_index.get(app.tenant, -1)
@@ -191,16 +197,24 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
             for c in members if members is not None else (comp,):
                 if c.size:
                     _reach(reached, fleet, layer.request(c, app.tenant))
-    if not sites:
+    columns = [np.array(x, dtype) for x, dtype in ((sites, np.int64), (rtts, np.float64), (tenants, np.int64),
+                                                    (apps, np.int64), (comps, np.int64), (seqs, np.int64),
+                                                    (prios, np.int64), (levels, np.int64), (ns, np.int64),
+                                                    (vids, np.int64))]
+    bulk = made.columns()
+    if bulk is not None:  # (each source in application order, an application's specs in order: merged stably)
+        columns = [np.concatenate([c, b]) for c, b in zip(columns, bulk)]
+        order = np.argsort(columns[3], kind="stable")
+        columns = [c[order] for c in columns]
+    d, rtts, tenants, apps, comps, seqs, prios, levels, ns, vids = columns
+    if not d.size:
         return Split(shards, shard_of)
-    d = np.array(sites, np.int64)
     # order-free: its neighbourhood is its device alone, of one node (no tie to draw)
-    ok = network.alone_anywhere(d, np.array(rtts, np.float64)) \
-        & (np.bincount(fleet.node_site, minlength=n_sites) == 1)[d]
+    ok = network.alone_anywhere(d, rtts) & (np.bincount(fleet.node_site, minlength=n_sites) == 1)[d]
     for k in np.flatnonzero(~ok).tolist():  # a candidate that is not: where it may go is reached
-        app = world.apps[apps[k]]
-        _reach(reached, fleet, layer.request(app.components[comps[k]], app.tenant))
-    t = np.array(tenants, np.int64)
+        app = world.apps[int(apps[k])]
+        _reach(reached, fleet, layer.request(app.components[int(comps[k])], app.tenant))
+    t = tenants
     # ... and the device is its tenant's alone: no other unit may go there, no other tenant's is bound near it
     order = np.argsort(d, kind="stable")
     ds = d[order]
@@ -213,7 +227,7 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     if not free.size:
         return Split(shards, shard_of)
     shard = (np.where(network.leaf[d], network.parent[d], d) % shards).astype(np.int16)  # (on two edges: its own)
-    a_free, c_free, s_free = np.array(apps, np.int64)[free], np.array(comps, np.int64)[free], shard[free]
+    a_free, c_free, s_free = apps[free], comps[free], shard[free]
     cuts = np.flatnonzero(np.r_[True, a_free[1:] != a_free[:-1], True])  # (candidates come in application order)
     free_apps = a_free[cuts[:-1]].tolist()
     for a, lo, hi in zip(free_apps, cuts[:-1].tolist(), cuts[1:].tolist()):
@@ -223,21 +237,21 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
     node_of_site[fleet.node_site] = np.arange(fleet.n_nodes)
     nodes = node_of_site[d[free]]
     split_rows = nodes.astype(np.int32)
-    keys = np.stack([-np.array(levels, np.int64)[free], -np.array(prios, np.int64)[free],
-                     np.array(seqs, np.int64)[free]], axis=1)
+    keys = np.stack([-levels[free], -prios[free],
+                     seqs[free]], axis=1)
     by = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0], nodes))
     nodes, keys = nodes[by], keys[by]
     head = np.r_[True, nodes[1:] != nodes[:-1]]
     split = Split(shards, shard_of, nodes[head], keys[head])
-    on, n = np.array(apps, np.int64)[free], np.array(ns, np.int64)[free]
-    vid = np.array(vids, np.int64)[free]
+    on, n = apps[free], ns[free]
+    vid = vids[free]
     split.app_lo = np.full(len(world.apps), -1, np.int64)
     split.app_lo[free_apps] = cuts[:-1]
     split.comp, split.row, split.n = c_free.astype(np.int32), split_rows, n.astype(np.int32)
     split.vid, split.vecs = vid.astype(np.int32), np.array(vector.vecs, np.int64)
     # applications all of whose units are order-free, of one priority: one run each
     free_specs = np.bincount(on, minlength=len(world.apps))
-    p = np.array(prios, np.int64)[free]
+    p = prios[free]
     low = np.full(len(world.apps), np.iinfo(np.int64).max)
     high = np.full(len(world.apps), np.iinfo(np.int64).min)
     np.minimum.at(low, on, p)
@@ -253,6 +267,96 @@ def split_work(world: World, layer: BusinessLayer, shards: int) -> Split:
         for a in whole.tolist():
             split.whole[a] = Whole(int(units[a]), int(low[a]), totals[a], vecs[last[a]])
     return split
+
+
+class _Made:
+    """The candidates of applications made per site (``each``) whose specs
+    are all candidates, found per prototype and tenant once and laid out per
+    application in arrays (what ``split_work``'s loop finds one spec at a
+    time): a million cars' applications, ten services each."""
+
+    def __init__(self, world: World, layer: BusinessLayer, vector: "_Vectors") -> None:
+        self.world, self.layer, self.vector = world, layer, vector
+        self.site_index = world.fleet.site_index
+        self._kinds: dict[tuple, int] = {}  # (component classes, tenant, VC) -> kind, or -1: not all candidates
+        self.specs_of: list[np.ndarray] = []  # per kind, per spec: component, number, priority, standing,
+        # units, vector, tenant, fixed site (-1: the application's own)
+        self.rtts_of: list[np.ndarray] = []  # per kind, per spec: its bound
+        self.units_of: list[int] = []
+        self._a: list[int] = []
+        self._kind: list[int] = []
+        self._site: list[int] = []
+        self._start: list[int] = []
+        self.units = self.specs = 0
+
+    def take(self, a: int, app: Application, start: int) -> bool:
+        """Whether ``app`` is of a kind taken in bulk (then noted, with
+        ``units`` and ``specs`` its counts)."""
+        first = app.components[0] if app.components else None
+        if not isinstance(first, SiteComponent) or app.template is None:
+            return False
+        key = (*map(type, app.components), app.tenant, app.vc)
+        k = self._kinds.get(key)
+        if k is None:
+            k = self._kinds[key] = self._kind_of(app)
+        if k < 0:
+            return False
+        self._a.append(a)
+        self._kind.append(k)
+        self._site.append(self.site_index[app.name[len(app.template) + 1:]])
+        self._start.append(start)
+        self.units, self.specs = self.units_of[k], len(self.specs_of[k])
+        return True
+
+    def _kind_of(self, app: Application) -> int:
+        world, layer = self.world, self.layer
+        tenant = world.tenants.get(app.tenant)
+        if tenant is None or tenant.quota or not world.vcs[app.vc].default:
+            return -1
+        t = layer.state.tenant_index.get(app.tenant, -1)
+        rows, rtts = [], []
+        for i, comp, members, seq, priority, n in app_specs(app, 0):
+            if members is not None or not _alone_kind(comp):
+                return -1
+            proto_near = type(comp)._proto.near
+            fixed = -1 if proto_near.site == EACH_SITE else self.site_index[comp.near.site]
+            rows.append((i, seq, priority, layer.standing_of(app.tenant, priority), n, self.vector.index(comp),
+                         t, fixed))
+            rtts.append(comp.near.max_rtt_ms)
+        if not rows:
+            return -1
+        self.specs_of.append(np.array(rows, np.int64))
+        self.rtts_of.append(np.array(rtts, np.float64))
+        self.units_of.append(int(sum(r[4] for r in rows)))
+        return len(self.specs_of) - 1
+
+    def columns(self) -> list[np.ndarray] | None:
+        """The candidates as ``split_work``'s columns (sites, rtts, tenants,
+        applications, components, numbers, priorities, standings, units,
+        vectors), in application order; None when there are none."""
+        if not self._a:
+            return None
+        a, kind = np.array(self._a, np.int64), np.array(self._kind, np.int64)
+        site, start = np.array(self._site, np.int64), np.array(self._start, np.int64)
+        out: list[list[np.ndarray]] = [[] for _ in range(10)]
+        for k, spec in enumerate(self.specs_of):
+            mine = np.flatnonzero(kind == k)
+            if not mine.size:
+                continue
+            m, s = mine.size, spec.shape[0]
+            ints = lambda j: np.tile(spec[:, j], m)  # noqa: E731  (spec by spec, application by application)
+            fixed = ints(7)
+            out[0].append(np.where(fixed >= 0, fixed, np.repeat(site[mine], s)))
+            out[1].append(np.tile(self.rtts_of[k], m))
+            out[2].append(ints(6))
+            out[3].append(np.repeat(a[mine], s))
+            out[4].append(ints(0))
+            out[5].append(np.repeat(start[mine], s) + ints(1))
+            out[6].append(ints(2))
+            out[7].append(ints(3))
+            out[8].append(ints(4))
+            out[9].append(ints(5))
+        return [np.concatenate(c) for c in out]
 
 
 def _reach(reached: np.ndarray, fleet, req) -> None:
@@ -380,15 +484,14 @@ class ShardPart:
 
 @dataclass
 class Slice:
-    """What a shard is sent of the world: the fleet and the tenancy, and the
-    applications with its order-free units, in the world's order, each with
+    """What a shard is sent of the world besides the fleet (sent once for
+    all shards): the tenancy, and the applications with its order-free units, in the world's order, each with
     where its task ids start in the world (``starts``; last, the world's
     count) and the shard of each of its components (``shard_of``). An
     application made per site (``each``) is sent as its prototype's number
     and its site (``made``, ``sites``: a car's ten services in a few bytes,
     made again there as the load made them); any other whole (``apps``)."""
 
-    fleet: object
     tenants: dict
     vcs: dict
     seed: int
@@ -399,13 +502,13 @@ class Slice:
     starts: np.ndarray  # int64: per application, its first task id in the world; last, the world's tasks
     shard_of: PerApp
 
-    def world(self) -> World:
-        """The world of these applications only."""
+    def world(self, fleet) -> World:
+        """The world of these applications only, on ``fleet`` (the world's)."""
         classes = [[site_component(c) for c in proto.components] for proto in self.protos]
         others, sites = iter(self.apps), iter(self.sites)
         apps = tuple(next(others) if p < 0 else each_copy(self.protos[p], classes[p], next(sites))
                      for p in self.made.tolist())
-        return World(self.fleet, self.tenants, self.vcs, apps, self.seed)
+        return World(fleet, self.tenants, self.vcs, apps, self.seed)
 
 
 def slice_for(world: World, split: Split, k: int) -> Slice:
@@ -438,7 +541,7 @@ def slice_for(world: World, split: Split, k: int) -> Slice:
     flat = np.concatenate([so[a] for a in mine.tolist()]) if mine.size else np.zeros(0, np.int16)
     offsets = np.zeros(mine.size + 1, np.int64)
     np.cumsum(comps[mine], out=offsets[1:])
-    return Slice(world.fleet, dict(world.tenants), dict(world.vcs), world.seed, protos, made, sites, apps,
+    return Slice(dict(world.tenants), dict(world.vcs), world.seed, protos, made, sites, apps,
                  np.append(starts[mine], starts[-1]), PerApp(flat, offsets))
 
 
@@ -452,10 +555,10 @@ def _site_of_copy(app: Application) -> str | None:
     return app.name[len(app.template) + 1:]
 
 
-def decide_slice(piece: Slice, k: int, shards: int, policy: str | None = None) -> ShardPart:
+def decide_slice(piece: Slice, fleet, k: int, shards: int, policy: str | None = None) -> ShardPart:
     """Shard ``k`` of ``shards``: place the order-free units of its slice
-    alone, with the world's task ids."""
-    world = piece.world()
+    (on the world's ``fleet``) alone, with the world's task ids."""
+    world = piece.world(fleet)
     return decide_shard(world, k, shards, policy, piece.shard_of, Catalogue(world.apps, piece.starts))
 
 
