@@ -85,7 +85,7 @@ class GlobalActor:
         """Shard ``k``'s slice of the world (``sharded.Slice``)."""
         from suanli.scheduling.sharded import slice_for
 
-        return slice_for(self.world, self.prepared.split, k)
+        return slice_for(self.world, self.prepared.split, k, self.prepared.layer.state.task_ids.starts)
 
     def plan(self, shards: int, seed: int | None, policy: str | None) -> int:
         from suanli.scheduling.sharded import global_pass

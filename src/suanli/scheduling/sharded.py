@@ -11,8 +11,9 @@ tie to draw), where every unit bound near that device is such a unit of
 that same tenant. Its decision reads the device's row only, and the
 device's units come in their tenant's order whatever the other tenants do.
 Shards own devices by the edge they hang from (one on two edges by its own
-number) and decide their order-free units; none of them draws from the run's generator (a draw
-would be an error, caught, and the run would be redone in one process).
+number) and decide their order-free units; none of them draws from the
+run's generator (a draw would be an error, caught, and the run would be
+redone in one process).
 
 **What the global part decides.** Everything else, in the single process's
 order. The pass takes, within a standing, the tenant of least key (weighted
@@ -313,6 +314,8 @@ class _Made:
         tenant = world.tenants.get(app.tenant)
         if tenant is None or tenant.quota or not world.vcs[app.vc].default:
             return -1
+        if not all(isinstance(c, SiteComponent) for c in app.components):
+            return -1
         t = layer.state.tenant_index.get(app.tenant, -1)
         rows, rtts = [], []
         for i, comp, members, seq, priority, n in app_specs(app, 0):
@@ -485,9 +488,10 @@ class ShardPart:
 @dataclass
 class Slice:
     """What a shard is sent of the world besides the fleet (sent once for
-    all shards): the tenancy, and the applications with its order-free units, in the world's order, each with
-    where its task ids start in the world (``starts``; last, the world's
-    count) and the shard of each of its components (``shard_of``). An
+    all shards): the tenancy, and the applications with its order-free
+    units, in the world's order, each with where its task ids start in the
+    world (``starts``; last, the world's count) and the shard of each of its
+    components (``shard_of``). An
     application made per site (``each``) is sent as its prototype's number
     and its site (``made``, ``sites``: a car's ten services in a few bytes,
     made again there as the load made them); any other whole (``apps``)."""
@@ -511,12 +515,13 @@ class Slice:
         return World(fleet, self.tenants, self.vcs, apps, self.seed)
 
 
-def slice_for(world: World, split: Split, k: int) -> Slice:
-    """Shard ``k``'s slice of ``world`` (``split``: as the global part found it)."""
+def slice_for(world: World, split: Split, k: int, starts: np.ndarray | None = None) -> Slice:
+    """Shard ``k``'s slice of ``world`` (``split``: as the global part found
+    it; ``starts``: where each application's task ids start, and last their
+    count, as ``Catalogue.starts``; default: counted here)."""
     so = split.shard_of
-    sizes = np.fromiter((sum(c.size for c in app.components) for app in world.apps), np.int64, len(world.apps))
-    starts = np.zeros(sizes.size + 1, np.int64)
-    np.cumsum(sizes, out=starts[1:])
+    if starts is None:
+        starts = Catalogue(world.apps).starts
     comps = np.diff(so.offsets)
     mine = np.unique(np.repeat(np.arange(comps.size), comps)[so.flat == k])
     protos: list[Application] = []

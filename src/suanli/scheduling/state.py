@@ -173,6 +173,11 @@ class Catalogue:
         self._index: dict[str, int] = {app.name: k for k, app in enumerate(self._apps)}
         self._other = TaskIds()
 
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each application's ids start; last, where other names' start."""
+        return self._starts
+
     def get(self, name: str) -> int | None:
         parts = name.rsplit("/", 2) if type(name) is str else ()
         if len(parts) == 3:
