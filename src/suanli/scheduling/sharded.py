@@ -3,17 +3,19 @@ single process's outcome, byte for byte.
 
 **What a shard decides alone.** A unit is *order-free* when nothing another
 tenant does, and nothing its own tenant does elsewhere, can change where it
-goes: one task of a tenant without a quota, in its default VC, bound near a
-private site (a device's own: it takes only the work bound near it) within
-less than the device's links (each of them, where it hangs from two edges),
-so that its neighbourhood is the device alone, on a device of one node (no
-tie to draw), where every unit bound near that device is such a unit of
-that same tenant. Its decision reads the device's row only, and the
-device's units come in their tenant's order whatever the other tenants do.
-Shards own devices by the edge they hang from (one on two edges by its own
+goes: one task of a tenant without a quota, in its default VC, asking for
+no accelerator, bound near a device within less than the device's links
+(each of them, where it hangs from two edges), so that its neighbourhood is
+the device alone, on a device of one node (no tie to draw), where every
+unit bound near that device is of that same tenant and no other unit may
+go (what each unit's request reaches: its site checks and the sites'
+largest nodes). Its decision reads the device's row only, and the device's
+units come in their tenant's order whatever the other tenants do. Shards
+own devices by the edge they hang from (one on two edges by its own
 number) and decide their order-free units; none of them draws from the
 run's generator (a draw would be an error, caught, and the run would be
-redone in one process).
+redone in one process). What another unit's explanation reads of those
+rows is kept as one process has it (``_Passed``).
 
 **What the global part decides.** Everything else, in the single process's
 order. The pass takes, within a standing, the tenant of least key (weighted
