@@ -44,6 +44,47 @@ def sent(piece):
     return pickle.loads(pickle.dumps(piece, protocol=5))
 
 
+def split(world, shards: int, seed: int):
+    """``world`` scheduled split, each shard sent its slice and the fleet as
+    another process gets them: (outcome, the fallback's reason or "", the
+    shards' parts, their slices, the global part's pass, how many tasks it
+    decided itself)."""
+    prepared = sharded.prepare_global(world, shards, seed)
+    fleet = sent(world.fleet)
+    pieces = [sent(sharded.slice_for(world, prepared.split, k)) for k in range(shards)]
+    parts = [sharded.decide_slice(piece, fleet, k, shards) for k, piece in enumerate(pieces)]
+    done = sharded.global_pass(world, shards, seed, None, prepared)
+    decided = len(done.outcome.state.placements) + len(done.outcome.unscheduled)
+    outcome, fallback = sharded.finish(world, done, parts, seed)
+    return outcome, fallback, parts, pieces, done, decided
+
+
+def cars_world(cloud: str, car: str, cars: int, rtt: float) -> str:
+    """A cloud node ``cloud`` and ``cars`` private cars of node ``car``
+    linked at ``rtt`` ms; tenants t and u."""
+    return f"""
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {{name: fleet}}
+spec:
+  sites:
+    - name: cloud-0
+      tier: cloud
+      nodeGroups: [{{name: g, count: 1, arch: x86_64, {cloud}}}]
+  populations:
+    - name: cars
+      count: {cars}
+      sites: car-#
+      private: true
+      nodeGroups: [{{name: soc, count: 1, {car}}}]
+      attach: {{to: {{}}, rttMs: {rtt}, bandwidth: 1Gbps}}
+---
+{{apiVersion: suanli/v1, kind: Tenant, metadata: {{name: t}}, spec: {{}}}}
+---
+{{apiVersion: suanli/v1, kind: Tenant, metadata: {{name: u}}, spec: {{}}}}
+"""
+
+
 @st.composite
 def cases(draw):
     """A world of ``home_worlds``; two times in three made so that its cars'
@@ -107,13 +148,7 @@ def _same_outcome(case):
     world = load(docs)
     one = text(schedule(world, seed))
     world = load(docs)
-    prepared = sharded.prepare_global(world, shards, seed)
-    pieces = [sent(sharded.slice_for(world, prepared.split, k)) for k in range(shards)]
-    fleet = sent(world.fleet)
-    parts = [sharded.decide_slice(piece, fleet, k, shards) for k, piece in enumerate(pieces)]
-    done = sharded.global_pass(world, shards, seed, None, prepared)
-    decided = len(done.outcome.state.placements) + len(done.outcome.unscheduled)
-    outcome, fallback = sharded.finish(world, done, parts, seed)
+    outcome, fallback, parts, pieces, done, decided = split(world, shards, seed)
     assert text(outcome) == one
     free = sum(p.units for p in parts)
     tenants = {p.tenant for p in outcome.state.placements.values()} if not fallback else set()  # (both parts')
@@ -145,29 +180,8 @@ def test_a_split_pass_places_what_one_process_places():
     assert shown(), TALLY
 
 
-RUNNING_MAXIMUM = """
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {name: fleet}
-spec:
-  sites:
-    - name: cloud-0
-      tier: cloud
-      nodeGroups:
-        - {name: g, count: 1, arch: x86_64, cpu: 8, memory: 64Gi,
-           accelerators: [{kind: gpu, model: A100, count: 2, memory: 80Gi}]}
-  populations:
-    - name: cars
-      count: 3
-      sites: car-#
-      private: true
-      nodeGroups: [{name: soc, count: 1, arch: aarch64, cpu: 4, memory: 8Gi}]
-      attach: {to: {}, rttMs: 2, bandwidth: 1Gbps}
----
-{apiVersion: suanli/v1, kind: Tenant, metadata: {name: t}, spec: {}}
----
-{apiVersion: suanli/v1, kind: Tenant, metadata: {name: u}, spec: {}}
-""" + "".join(
+RUNNING_MAXIMUM = cars_world("cpu: 8, memory: 64Gi, accelerators: [{kind: gpu, model: A100, count: 2, memory: 80Gi}]",
+                             "arch: aarch64, cpu: 4, memory: 8Gi", 3, 2) + "".join(
     f"---\n{{apiVersion: suanli/v1, kind: Application, metadata: {{name: {name}, tenant: {name[0]}}}, spec: {{components: "
     f"[{{name: c, lifetime: {life}, {extra}resources: {{cpu: {cpu}, memory: 1Gi{gpu}}}}}]}}}}\n"
     for name, life, extra, cpu, gpu in (  # in this order: numbered so
@@ -199,36 +213,12 @@ def test_a_tenant_waits_behind_its_order_free_units_as_in_one_process(tmp_path):
     path.write_text(RUNNING_MAXIMUM)
     one = schedule(load_world([path]), 0)
     assert {u.task for u in one.unscheduled} == {"t-late/c/0"}  # u's late job went first
-    world = load_world([path])
-    prepared = sharded.prepare_global(world, 2, 0)
-    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), world.fleet, k, 2)
-             for k in range(2)]
+    outcome, fallback, parts, *_ = split(load_world([path]), 2, 0)
     assert sum(p.units for p in parts) == 3  # the cars' services: the shards'
-    outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
     assert not fallback and text(outcome) == text(one)
 
 
-PART_OF_A_RUN = """
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {name: fleet}
-spec:
-  sites:
-    - name: cloud-0
-      tier: cloud
-      nodeGroups: [{name: g, count: 1, arch: x86_64, cpu: 2, memory: 2Gi}]
-  populations:
-    - name: cars
-      count: 4
-      sites: car-#
-      private: true
-      nodeGroups: [{name: soc, count: 1, arch: x86_64, cpu: 4, memory: 2Gi}]
-      attach: {to: {}, rttMs: 0.5, bandwidth: 100Mbps}
----
-{apiVersion: suanli/v1, kind: Tenant, metadata: {name: t}, spec: {}}
----
-{apiVersion: suanli/v1, kind: Tenant, metadata: {name: u}, spec: {}}
----
+PART_OF_A_RUN = cars_world("cpu: 2, memory: 2Gi", "arch: x86_64, cpu: 4, memory: 2Gi", 4, 0.5) + """---
 apiVersion: suanli/v1
 kind: Application
 metadata: {name: u-small, tenant: u}
@@ -268,12 +258,8 @@ def test_an_explanation_reads_the_devices_one_process_has_filled_by_then(tmp_pat
     path = tmp_path / "world.yaml"
     path.write_text(PART_OF_A_RUN)
     one = schedule(load_world([path]), 0)
-    [why] = [u.reasons for u in one.unscheduled]
-    world = load_world([path])
-    prepared = sharded.prepare_global(world, 2, 0)
-    parts = [sharded.decide_slice(sent(sharded.slice_for(world, prepared.split, k)), world.fleet, k, 2)
-             for k in range(2)]
+    assert len(one.unscheduled) == 1
+    outcome, fallback, parts, *_ = split(load_world([path]), 2, 0)
     assert sum(p.units for p in parts) == 4
-    outcome, fallback = sharded.finish(world, sharded.global_pass(world, 2, 0, None, prepared), parts, 0)
     assert not fallback and text(outcome) == text(one)
     assert '"nodes":3,"binding":true' in text(one)
