@@ -204,13 +204,19 @@ def copy_for_site(cls: type[SiteComponent], app: str, near: Near | None, data_so
 _SITE_CLASSES: dict[Component, type[SiteComponent]] = {}
 
 
-def _site_copy(proto: Component, app: str, near: Near | None, data_source: str | None,
-               data_sink: str | None) -> SiteComponent:
-    """A copy unpickled (another process): one class per prototype there too."""
+def site_class(proto: Component) -> type[SiteComponent]:
+    """``site_component(proto)``, one class per prototype in this process (a
+    copy unpickled, or made again from its prototype: a shard's)."""
     cls = _SITE_CLASSES.get(proto)
     if cls is None:
         cls = _SITE_CLASSES[proto] = site_component(proto)
-    return copy_for_site(cls, app, near, data_source, data_sink)
+    return cls
+
+
+def _site_copy(proto: Component, app: str, near: Near | None, data_source: str | None,
+               data_sink: str | None) -> SiteComponent:
+    """A copy unpickled (another process): one class per prototype there too."""
+    return copy_for_site(site_class(proto), app, near, data_source, data_sink)
 
 
 @dataclass(frozen=True, slots=True)

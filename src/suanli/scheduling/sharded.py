@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Application, Component, SiteComponent, World, site_component
+from suanli.model.work import Application, Component, SiteComponent, World, site_class
 from suanli.scheduling.batch import _alone_kind as batch_alone_kind, bound_alone, fits, site_rows_of
 from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_specs, queued_specs, spec_units,
                                               unit_shape)
@@ -295,8 +295,8 @@ class _Made:
     def take(self, a: int, app: Application, start: int) -> bool:
         """Whether ``app`` is of a kind taken in bulk (then noted, with
         ``units`` and ``specs`` its counts)."""
-        first = app.components[0] if app.components else None
-        if not isinstance(first, SiteComponent) or app.template is None:
+        site = _site_of_copy(app)
+        if site is None:
             return False
         key = (*map(type, app.components), app.tenant, app.vc)
         k = self._kinds.get(key)
@@ -306,7 +306,7 @@ class _Made:
             return False
         self._a.append(a)
         self._kind.append(k)
-        self._site.append(self.site_index[app.name[len(app.template) + 1:]])
+        self._site.append(self.site_index[site])
         self._start.append(start)
         self.units, self.specs = self.units_of[k], len(self.specs_of[k])
         return True
@@ -315,8 +315,6 @@ class _Made:
         world, layer = self.world, self.layer
         tenant = world.tenants.get(app.tenant)
         if tenant is None or tenant.quota or not world.vcs[app.vc].default:
-            return -1
-        if not all(isinstance(c, SiteComponent) for c in app.components):
             return -1
         t = layer.state.tenant_index.get(app.tenant, -1)
         rows, rtts = [], []
@@ -510,7 +508,7 @@ class Slice:
 
     def world(self, fleet) -> World:
         """The world of these applications only, on ``fleet`` (the world's)."""
-        classes = [[site_component(c) for c in proto.components] for proto in self.protos]
+        classes = [[site_class(c) for c in proto.components] for proto in self.protos]
         others, sites = iter(self.apps), iter(self.sites)
         apps = tuple(next(others) if p < 0 else each_copy(self.protos[p], classes[p], next(sites))
                      for p in self.made.tolist())
@@ -737,6 +735,43 @@ def _merge(layer: BusinessLayer, split: Split) -> tuple[int, dict, int]:
     return presumed, made, home.placed
 
 
+@dataclass
+class _Run:
+    """A run of one tenant's order-free units the global part passed over:
+    its standing, its tenant and the tenant's place, the tenant's running
+    maximum key and usage before it, its spans (``_runs``); then, once an
+    explanation needs them, its units one by one (``units``) and how many of
+    them have been taken off their rows (``done``)."""
+
+    level: int
+    tenant: str
+    order: int
+    top: tuple | None
+    used: np.ndarray
+    spans: list
+    rows: np.ndarray | None = None
+    vid: np.ndarray | None = None
+    seq: np.ndarray | None = None
+    share: np.ndarray | None = None
+    done: int = 0
+
+    def units(self, split: Split, state: PlacementState) -> None:
+        """Its units, one by one: rows, vectors, numbers, and the key each
+        had (its tenant's share before it)."""
+        if self.rows is not None:
+            return
+        at = np.concatenate([np.arange(lo, hi) for lo, hi, _ in self.spans])
+        n = split.n[at].astype(np.int64)
+        self.rows = np.repeat(split.row[at].astype(np.int64), n)
+        self.vid = np.repeat(split.vid[at], n)
+        firsts = np.array([first for _, _, first in self.spans], np.int64)
+        per_span = np.array([int(split.n[lo:hi].sum()) for lo, hi, _ in self.spans], np.int64)
+        ends = np.cumsum(per_span)
+        self.seq = np.repeat(firsts - (ends - per_span), per_span) + np.arange(int(ends[-1]))
+        vecs = split.vecs[self.vid]
+        self.share = state.shares_of(self.tenant, self.used + np.cumsum(vecs, axis=0) - vecs)  # (before each)
+
+
 class _Passed:
     """The order-free units the global part has passed over, taken off their
     devices' rows only when an explanation is to read the rows (``settle``:
@@ -745,61 +780,39 @@ class _Passed:
     placed by then: another tenant's run before a unit of the same standing
     whose key is larger than theirs (the running maximum), all of the unit's
     own tenant's (walked before it), all of an earlier standing's, all of
-    them with one tenant. No other unit may go to those
-    devices, so nothing else reads them."""
+    them with one tenant. No other unit may go to those devices, so nothing
+    else reads them."""
 
     def __init__(self, state: PlacementState, split: Split) -> None:
         self.state, self.split = state, split
-        self.runs: list[dict] = []
+        self.runs: list[_Run] = []
         self.now: tuple[int, str, tuple | None] = (0, "", None)  # the unit being decided: standing, tenant, key
 
     def add(self, level: int, tenant: str, order: int, top: tuple | None, spans: list) -> None:
-        row = self.state.tenant_index[tenant]
-        self.runs.append({"level": level, "tenant": tenant, "order": order, "top": top, "spans": spans,
-                          "used": self.state.used[row].copy()})
+        used = self.state.used[self.state.tenant_index[tenant]].copy()
+        self.runs.append(_Run(level, tenant, order, top, used, spans))
 
     def settle(self) -> None:
         level, tenant, key = self.now
         keep = []
         for run in self.runs:
-            units = run.get("rows")
-            if units is None:
-                self._units(run)
-            done = run["done"]
-            if run["level"] != level or key is None or run["tenant"] == tenant:
-                end = run["rows"].size
-            elif run["top"] is not None and run["top"] > key:
+            run.units(self.split, self.state)
+            done = run.done
+            if run.level != level or key is None or run.tenant == tenant:
+                end = run.rows.size
+            elif run.top is not None and run.top > key:
                 end = done
             else:
-                share, seq = run["share"][done:], run["seq"][done:]
+                share, seq = run.share[done:], run.seq[done:]
                 before = (share < key[0]) | ((share == key[0]) & ((seq < key[1]) | ((seq == key[1])
-                                                                                       & (run["order"] < key[2]))))
+                                                                                       & (run.order < key[2]))))
                 end = done + int(np.count_nonzero(before))  # (keys rise along a run: a prefix)
             if end > done:
-                rows = run["rows"][done:end]
-                self.state.nodes.take_rows(rows, self.split.vecs[run["vid"][done:end]].T)
-                run["done"] = end
-            if end < run["rows"].size:
+                self.state.nodes.take_rows(run.rows[done:end], self.split.vecs[run.vid[done:end]].T)
+                run.done = end
+            if end < run.rows.size:
                 keep.append(run)
         self.runs = keep
-
-    def _units(self, run: dict) -> None:
-        """A run's units, one by one: rows, vectors, numbers, and the key each
-        had (its tenant's share before it)."""
-        split, state = self.split, self.state
-        at = np.concatenate([np.arange(lo, hi) for lo, hi, _ in run["spans"]])
-        n = split.n[at].astype(np.int64)
-        run["rows"] = np.repeat(split.row[at].astype(np.int64), n)
-        run["vid"] = np.repeat(split.vid[at], n)
-        firsts = np.array([first for _, _, first in run["spans"]], np.int64)
-        per_span = np.array([int(split.n[lo:hi].sum()) for lo, hi, _ in run["spans"]], np.int64)
-        ends = np.cumsum(per_span)
-        run["seq"] = np.repeat(firsts - (ends - per_span), per_span) + np.arange(int(ends[-1]))
-        vecs = split.vecs[run["vid"]]
-        used = run["used"] + np.cumsum(vecs, axis=0) - vecs  # (before each)
-        share = (used / np.maximum(state.total, 1)).max(axis=1, initial=0.0)
-        run["share"] = share / state.world.tenants[run["tenant"]].weight
-        run["done"] = 0
 
 
 class _Home:

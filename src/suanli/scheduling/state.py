@@ -690,6 +690,11 @@ class PlacementState:
         share = used / np.maximum(self.total, 1)
         return float(share.max(initial=0.0)) / self.world.tenants[tenant].weight
 
+    def shares_of(self, tenant: str, used: np.ndarray) -> np.ndarray:
+        """``share_of`` for each row of ``used`` (float[k, R]), in one array operation (the same floats)."""
+        share = used / np.maximum(self.total, 1)
+        return share.max(axis=1, initial=0.0) / self.world.tenants[tenant].weight
+
     def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> None:
         """A default VC's task on its node's fitted host (made when it is the
         node's first), its usage not counted here."""
