@@ -92,6 +92,11 @@ class Attachment(NamedTuple):
 
 
 class Executor(Protocol):
+    """What runs the work. One that keeps nothing of the runs it is given
+    between calls (the simulated one) says so with ``holds_runs = False``:
+    the ledger may then keep a plain run as columns, and the next call about
+    it gets a run made again from them (equal, not the same object)."""
+
     def start(self, run: Run, now: float) -> None:
         """Start every task of ``run`` where the scheduler placed it."""
 

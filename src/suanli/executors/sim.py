@@ -31,6 +31,8 @@ def runtime(run: Run) -> float | None:
 
 
 class SimExecutor:
+    holds_runs = False  # it keeps no run: the ledger may keep a plain one as columns and make it again
+
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
 

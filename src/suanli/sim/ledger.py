@@ -31,7 +31,7 @@ from typing import Collection, Container, Iterable, Iterator
 import numpy as np
 
 from suanli.executors.base import Run
-from suanli.model.work import Component, World
+from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import Placements, TaskIds, add_few
 
@@ -199,16 +199,30 @@ class UnitTable(Mapping[int, "UnitState"]):
     columns: the unit, its run (None: not running), its class code, and the
     work and time a job has left between runs (NaN: none). A unit's state is
     read as a ``UnitState``, a view of its row made when asked for; a unit
-    forgotten (its application deleted, its work ended) leaves its row empty."""
+    forgotten (its application deleted, its work ended) leaves its row empty.
 
-    __slots__ = ("unit", "run", "klass", "work", "left", "_live")
+    Objects are kept only for the units being decided or moved. A running
+    unit of one task, of one replica of one component (a city's millions of
+    services), is kept as its application, the component's place in it and
+    its task's id (``compact``); its ``Unit`` is made again when read, and
+    goes back to being an object when it stops. A run whose executor keeps
+    nothing of it, of all its unit's tasks and with no work to count (a
+    simulated service's), is kept as its id and its start; its ``Run`` is
+    made when read, with what its unit's lead component says."""
 
-    def __init__(self) -> None:
-        self.unit: list[Unit | None] = []
-        self.run: list[Run | None] = []
+    __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live")
+
+    def __init__(self, tasks: TaskTable | None = None) -> None:
+        self.unit: list[Unit | Application | None] = []  # an Application: a compact unit
+        self.run: list[Run | None] = []  # None with a run id: a compact run
         self.klass = array("b")
         self.work = array("d")
         self.left = array("d")
+        self.comp = array("i")  # a compact unit's component: its place in the application's
+        self.task = array("q")  # a compact unit's task id
+        self.run_id = array("q")  # 0: no run
+        self.run_at = array("d")  # when the run started
+        self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids
         self._live = 0
 
     def add(self, unit: Unit, klass: str, work: float | None, left: float | None) -> int:
@@ -218,15 +232,65 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.klass.append(_KLASS_CODE[klass])
         self.work.append(_NONE if work is None else work)
         self.left.append(_NONE if left is None else left)
+        self.comp.append(-1)
+        self.task.append(-1)
+        self.run_id.append(0)
+        self.run_at.append(_NONE)
         self._live += 1
         return uid
 
+    def unit_of(self, uid: int) -> Unit:
+        """The unit (made again for a compact one)."""
+        u = self.unit[uid]
+        if type(u) is Unit or u is None:
+            return u
+        return Unit(u, (self._tasks.names[self.task[uid]],), (u.components[self.comp[uid]],), uid)
+
+    def run_of(self, uid: int) -> Run | None:
+        """The unit's run (made again for a compact one)."""
+        run = self.run[uid]
+        if run is not None or not self.run_id[uid]:
+            return run
+        unit = self.unit_of(uid)
+        lead = unit.components[0]
+        return Run(self.run_id[uid], unit.tasks, len(unit.tasks), self.run_at[uid], None, None, lead.efficiency,
+                   lead.checkpoint_every_s if lead.stateful else None)
+
+    def set_run(self, uid: int, run: Run | None, compact: bool = False) -> None:
+        """The unit runs ``run`` (None: it stops); ``compact``: its executor
+        keeps nothing of it, so a plain one is kept as columns (and so is its
+        unit, when plain too)."""
+        if run is None:
+            self.run[uid], self.run_id[uid], self.run_at[uid] = None, 0, _NONE
+            u = self.unit[uid]
+            if u is not None and type(u) is not Unit:  # not running: an object again
+                self.unit[uid], self.comp[uid], self.task[uid] = self.unit_of(uid), -1, -1
+            return
+        self.run_id[uid], self.run_at[uid] = run.run_id, run.started_at
+        unit = self.unit_of(uid)
+        self.run[uid] = None if compact and _plain_run(unit, run) else run
+        if self.unit[uid] is unit:
+            self._compact(uid, unit)
+
+    def _compact(self, uid: int, unit: Unit) -> None:
+        """Keep a plain unit as columns."""
+        if (len(unit.tasks) != 1 or unit.min_members is not None or unit.couplings or unit.affinity_scope is not None
+                or unit.state_sites):
+            return
+        comp, app = unit.components[0], unit.app
+        at = next((i for i, c in enumerate(app.components) if c is comp), -1)
+        task = self._tasks.ids.get(unit.tasks[0], -1)
+        if at < 0 or task < 0:
+            return
+        self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
+
     def pop(self, uid: int) -> "UnitState":
         """The unit's row emptied; returns what it held (a view no longer backed: read it at once)."""
-        us = _Gone(self.unit[uid], KLASSES[self.klass[uid]], self.run[uid])
+        us = _Gone(self.unit_of(uid), KLASSES[self.klass[uid]], self.run_of(uid))
         if us.unit is None:
             raise KeyError(uid)
         self.unit[uid] = self.run[uid] = None
+        self.run_id[uid] = 0
         self._live -= 1
         return us
 
@@ -270,16 +334,10 @@ class UnitState:
         self._t = table
         self.uid = uid
 
-    unit = property(lambda s: s._t.unit[s.uid])
+    unit = property(lambda s: s._t.unit_of(s.uid))
     klass = property(lambda s: KLASSES[s._t.klass[s.uid]])  # short/small, short/large, resident/small, resident/large
-
-    @property
-    def run(self) -> Run | None:
-        return self._t.run[self.uid]
-
-    @run.setter
-    def run(self, run: Run | None) -> None:
-        self._t.run[self.uid] = run
+    run = property(lambda s: s._t.run_of(s.uid))
+    run_id = property(lambda s: s._t.run_id[s.uid])  # 0: not running
 
     remaining_work_s = _time_column("work", "a job's task-time still to do between runs (None: not a job's)")
     remaining_s = _time_column("left", "a job's fixed seconds still to run between runs (None: none)")
@@ -292,6 +350,17 @@ class _Gone:
     unit: Unit
     klass: str
     run: Run | None
+
+
+def _plain_run(unit: Unit, run: Run) -> bool:
+    """The run is what its unit and its start say: all the unit's tasks, no
+    work or time to count, nothing restarted or exited, its speed-up and
+    checkpoints its lead component's."""
+    lead = unit.components[0]
+    return (run.remaining_work_s is None and run.remaining_s is None and run.finish_at is None and not run.restarts
+            and not run.exited and run.parallelism == len(unit.tasks) and run.efficiency == lead.efficiency
+            and run.checkpoint_every_s == (lead.checkpoint_every_s if lead.stateful else None)
+            and (run.tasks is unit.tasks or run.tasks == unit.tasks))
 
 
 def unit_class(unit: Unit) -> str:
@@ -309,7 +378,7 @@ class Ledger:
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         self.tasks = TaskTable(ids)
-        self.units = UnitTable()
+        self.units = UnitTable(self.tasks)
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
         self.running: dict[int, None] = {}  # unit ids with a run, in start order
         self.running_seq = array("q")  # unit -> when it last entered ``running`` (its order there)
@@ -361,15 +430,19 @@ class Ledger:
         uid = self.runs[run_id] if 0 < run_id < len(self.runs) else -1
         return None if uid < 0 else uid
 
-    def start(self, uid: int, run: Run) -> bool:
-        """The unit runs ``run``; True when it was not running before (its standing is counted then)."""
-        us = self.units[uid]
-        us.run = run
+    def start(self, uid: int, run: Run, compact: bool = False) -> bool:
+        """The unit runs ``run``; True when it was not running before (its
+        standing is counted then). ``compact``: the executor keeps nothing of
+        the run (``UnitTable``)."""
+        unit = self.units.unit_of(uid)
+        if unit is None:
+            raise KeyError(uid)
+        self.units.set_run(uid, run, compact)
         self.runs[run.run_id] = uid
         new = uid not in self.running
         if new:
             self.running_seq[uid] = run.run_id  # the running dict's order, for lookups that skip the scan
-            for comp in us.unit.distinct_components():
+            for comp in unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
                         add_few(self.bound_to, name, uid)
@@ -378,11 +451,10 @@ class Ledger:
 
     def close(self, uid: int) -> tuple[Run, bool]:
         """The unit's run is off the books: (that run, whether the unit was running)."""
-        us = self.units[uid]
-        run = us.run
+        run = self.units.run_of(uid)
         self.runs[run.run_id] = -1
         was = self.running.pop(uid, 0) is None
-        us.run = None
+        self.units.set_run(uid, None)
         return run, was
 
     # ------------------------------------------------------------ tasks

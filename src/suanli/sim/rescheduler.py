@@ -195,17 +195,17 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     out = []
     for uid in candidates:
         us = sim.view.units[uid]
-        comps = us.unit.components
-        if not all(c.preemptible for c in comps):
+        them = us.unit  # (made again when kept as columns: read once)
+        if not all(c.preemptible for c in them.components):
             continue
-        other = us.unit.tenant
+        other = them.tenant
         if fair:
-            if other == unit.tenant or standing(us.unit) > mine or \
+            if other == unit.tenant or standing(them) > mine or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
                 continue
             if not sim.may_disturb(uid):
                 continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
-        elif not outranks(sim, unit, us.unit):
+        elif not outranks(sim, unit, them):
             continue
         held = []
         for task in us.run.tasks:
@@ -215,11 +215,11 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             held.append((sim.view.tasks[task].component, p.alloc))
         else:
             if held and any(useful[a.row] for _, a in held):
-                state = sum(c.state_mib for c in us.unit.distinct_components() if c.stateful)
-                rank = -share[us.unit.tenant] if fair else 0.0  # the tenant furthest above gives first
-                theirs = standing(us.unit)
-                level = (theirs, us.unit.priority if other == unit.tenant else theirs)
-                out.append(Victim(uid, us.unit.tenant, us.unit.priority, state, held, rank, level))
+                state = sum(c.state_mib for c in them.distinct_components() if c.stateful)
+                rank = -share[other] if fair else 0.0  # the tenant furthest above gives first
+                theirs = standing(them)
+                level = (theirs, them.priority if other == unit.tenant else theirs)
+                out.append(Victim(uid, other, them.priority, state, held, rank, level))
     return out
 
 

@@ -100,8 +100,7 @@ class Shard:
         uid = self.ledger.unit_of_run(run_id)
         if uid is None:
             return None
-        run = self._units[uid].run
-        return uid if run is not None and run.run_id == run_id else None
+        return uid if self._units.run_id[uid] == run_id else None
 
     def finished(self, t: float, run_id: int) -> None:
         uid = self.current(run_id)
@@ -440,22 +439,23 @@ class Shard:
 
     def started(self, t: float, uid: int) -> None:
         us = self._units[uid]
-        us.unit.state_sites = ()
-        placed = [task for task in us.unit.tasks if task in self.state.placements]
+        unit = us.unit  # (pending: the object itself)
+        unit.state_sites = ()
+        placed = [task for task in unit.tasks if task in self.state.placements]
         left_out = self.business.left_out.pop(uid, None)
-        if len(placed) < len(us.unit.tasks):  # an elastic gang placed below its size: why, the binding bound first
+        if len(placed) < len(unit.tasks):  # an elastic gang placed below its size: why, the binding bound first
             if left_out is None:
-                left_out = Counter({Why("elastic", placed=len(placed), members=len(us.unit.tasks)): 1})
+                left_out = Counter({Why("elastic", placed=len(placed), members=len(unit.tasks)): 1})
             why = why_json(left_out)
-            for task in us.unit.tasks[len(placed):]:
+            for task in unit.tasks[len(placed):]:
                 self.end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
-        lead = us.unit.components[0]
+        lead = unit.components[0]
         ledger = self.ledger
-        tasks = us.unit.tasks if len(placed) == len(us.unit.tasks) else tuple(placed)  # (all: shared)
+        tasks = unit.tasks if len(placed) == len(unit.tasks) else tuple(placed)  # (all: shared)
         run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
-        if ledger.start(uid, run):
-            self.count_running(us.unit, +1)
+        if ledger.start(uid, run, compact=not getattr(self.executor, "holds_runs", True)):
+            self.count_running(unit, +1)
         tab = self._tasks
         ids, moving = tab.ids, tab.moving
         for task in placed:
