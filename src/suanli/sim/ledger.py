@@ -9,8 +9,9 @@ loses it when it stops. The indexes that the scheduler reads change with
 these transitions and nowhere else, so they stay together:
 
 - runs by id;
-- running units in the order they started;
-- units by application;
+- running units in the order they started (the units with a run, ordered
+  by when each last became running: no index of its own);
+- units by application (a range while they were submitted together);
 - units that ran bound near a site or to its data;
 - tasks counted by status.
 
@@ -33,7 +34,7 @@ import numpy as np
 from suanli.executors.base import Run
 from suanli.model.work import Application, Component, World
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import Placements, TaskIds, add_few
+from suanli.scheduling.state import FEW, Placements, TaskIds, add_few
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
@@ -370,21 +371,40 @@ def unit_class(unit: Unit) -> str:
     return _CLASSES[bool(jobs and jobs == len(comps)), len(unit.tasks) > 1]
 
 
+def _add_unit(groups: dict, key, uid: int, sets: bool = True) -> None:
+    """``uid`` joins ``groups[key]``: a range while its members came one after
+    the other (a device's units, an application's: no int object per unit),
+    then a list (``add_few``'s list and set past a few, with ``sets``)."""
+    group = groups.get(key)
+    if group is None:
+        groups[key] = range(uid, uid + 1)
+    elif type(group) is range:
+        if group.stop == uid:
+            groups[key] = range(group.start, uid + 1)
+        elif uid not in group:
+            groups[key] = [*group, uid]
+            if sets and len(group) >= FEW:
+                groups[key] = {*group, uid}
+    elif sets:
+        add_few(groups, key, uid)
+    else:
+        group.append(uid)
+
+
 class Ledger:
     """The records and their transitions (see the module's text)."""
 
-    __slots__ = ("tasks", "units", "runs", "running", "running_seq", "by_app", "bound_to", "counts",
-                 "_run_ids")
+    __slots__ = ("tasks", "units", "runs", "running_seq", "by_app", "bound_to", "counts", "_run_ids")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         self.tasks = TaskTable(ids)
         self.units = UnitTable(self.tasks)
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
-        self.running: dict[int, None] = {}  # unit ids with a run, in start order
-        self.running_seq = array("q")  # unit -> when it last entered ``running`` (its order there)
-        self.by_app: dict[str, list[int]] = {}  # application -> its units, in submission order
-        # site -> units that ran bound near it or to its data (``add_few``: a list while few)
-        self.bound_to: dict[str, list[int] | set[int]] = {}
+        self.running_seq = array("q")  # unit -> when it last became running (its order in ``running``)
+        # application -> its units, in submission order (a range while they came together)
+        self.by_app: dict[str, range | list[int]] = {}
+        # site -> units that ran bound near it or to its data (``_add_unit``: a range while they came in order)
+        self.bound_to: dict[str, range | list[int] | set[int]] = {}
         self.counts: Counter = Counter()  # status -> tasks
         self._run_ids = 0
 
@@ -409,7 +429,7 @@ class Ledger:
         lead = next((c for c in comps if c.lifetime == "job"), None)
         uid = unit.seq = self.units.add(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
         self.running_seq.append(-1)
-        self.by_app.setdefault(unit.app.name, []).append(uid)
+        _add_unit(self.by_app, unit.app.name, uid, sets=False)
         tenant, put, counts = unit.tenant, self.tasks.put, self.counts
         for task, comp in zip(unit.tasks, comps):
             old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job")[1]
@@ -419,6 +439,16 @@ class Ledger:
         return uid
 
     # ------------------------------------------------------------ runs
+
+    @property
+    def running(self) -> list[int]:
+        """The units with a run, in the order they last became running (a
+        scan of two columns: for the few passes that look at all of them)."""
+        uids = np.flatnonzero(np.frombuffer(self.units.run_id, np.int64) > 0)
+        return uids[np.argsort(np.frombuffer(self.running_seq, np.int64)[uids], kind="stable")].tolist()
+
+    def is_running(self, uid: int) -> bool:
+        return 0 <= uid < len(self.units.run_id) and self.units.run_id[uid] > 0
 
     def next_run_id(self) -> int:
         self._run_ids += 1
@@ -437,25 +467,23 @@ class Ledger:
         unit = self.units.unit_of(uid)
         if unit is None:
             raise KeyError(uid)
+        new = not self.units.run_id[uid]
         self.units.set_run(uid, run, compact)
         self.runs[run.run_id] = uid
-        new = uid not in self.running
         if new:
-            self.running_seq[uid] = run.run_id  # the running dict's order, for lookups that skip the scan
+            self.running_seq[uid] = run.run_id  # its place in the start order
             for comp in unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
-                        add_few(self.bound_to, name, uid)
-        self.running[uid] = None
+                        _add_unit(self.bound_to, name, uid)
         return new
 
-    def close(self, uid: int) -> tuple[Run, bool]:
-        """The unit's run is off the books: (that run, whether the unit was running)."""
+    def close(self, uid: int) -> Run:
+        """The unit's run is off the books; returns it."""
         run = self.units.run_of(uid)
         self.runs[run.run_id] = -1
-        was = self.running.pop(uid, 0) is None
         self.units.set_run(uid, None)
-        return run, was
+        return run
 
     # ------------------------------------------------------------ tasks
 
@@ -534,8 +562,8 @@ class LedgerView:
 
     def in_start_order(self, uids: Iterable[int]) -> list[int]:
         """Those of ``uids`` that are running, in the order they started."""
-        running, seq = self._ledger.running, self._ledger.running_seq
-        return sorted((u for u in uids if u in running), key=seq.__getitem__)
+        running, seq = self._ledger.is_running, self._ledger.running_seq
+        return sorted((u for u in uids if running(u)), key=seq.__getitem__)
 
     def bound_near(self, site: str) -> Collection[int]:
         """Units that ran bound near ``site`` or to its data (running or not)."""

@@ -2,7 +2,7 @@
 
 One ``Logbook`` is shared by the event engine, the global layer's state, the
 shard and the rescheduler: events go in time order, with the node's and
-site's names (kept per node once made), and the hosts added or removed since
+site's names (kept for the nodes named lately), and the hosts added or removed since
 the last event come first, before what they made possible.
 """
 
@@ -11,6 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from suanli.sim.events import EventLog
+
+# Nodes whose names are kept made. Events name the same few nodes again and
+# again (an edge's, a cloud's), but a million devices each named a few times
+# would keep 200 bytes each for the run: past this many the names are dropped
+# and made again as they are asked for.
+NAMES_KEPT = 1 << 16
 
 
 class Logbook:
@@ -42,10 +48,12 @@ class Logbook:
             append({"t": rounded, "kind": kind, "vc": h.vc, "host": h.name, "node": name(h.node), **why})
 
     def names_of(self, node: int) -> tuple[str, str]:
-        """The node's name and its site's (kept per node once made)."""
+        """The node's name and its site's (kept while few nodes are named: ``NAMES_KEPT``)."""
         names = self._names.get(node)
         if names is None:
             fleet = self.world.fleet
+            if len(self._names) >= NAMES_KEPT:
+                self._names.clear()
             names = self._names[node] = (fleet.node_name(node), fleet.site_name_of(node))
         return names
 

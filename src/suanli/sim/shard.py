@@ -141,8 +141,8 @@ class Shard:
             us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
         else:
             self.executor.release(run, self.now)
-        if self.ledger.close(uid)[1]:
-            self.count_running(us.unit, -1)
+        self.ledger.close(uid)
+        self.count_running(us.unit, -1)
         return run
 
     def count_running(self, unit: Unit, step: int) -> None:
