@@ -362,36 +362,33 @@ class Placements(Mapping):
         default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
         return default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
 
-    def fitted_allocs(self) -> dict[tuple[str, int], Allocation]:
+    def fitted_allocs(self) -> "FittedAllocs":
         """What every default VC's fitted host holds, by (VC, node): its tasks'
         slices added up, for all of them in one pass over the columns (an
         output of every host), not host by host."""
         ids = np.flatnonzero(self._row >= 0)
         ids = ids[self._of_default(ids)]
         if not ids.size:
-            return {}
-        vcs, nodes, vec_ids = self._vc[ids].astype(np.int64), self._row[ids], self._vec[ids].astype(np.int64)
-        span = int(nodes.max()) + 1
-        hosts, host_of = np.unique(vcs * span + nodes, return_inverse=True)
+            return FittedAllocs(np.zeros(0, np.int64), np.zeros((0, 0), np.int64), {}, {}, 1)
+        span = int(self._row[ids].max()) + 1
+        codes = self._vc[ids].astype(np.int64) * span + self._row[ids]
+        hosts, host_of = np.unique(codes, return_inverse=True)
+        del codes
         k = len(self._vecs)
-        pairs, count = np.unique(host_of * k + vec_ids, return_counts=True)  # (host, vector): how many
+        pairs, count = np.unique(host_of * k + self._vec[ids], return_counts=True)  # (host, vector): how many
         vecs = np.array(self._vecs, np.int64)
         sums = np.zeros((hosts.size, vecs.shape[1]), np.int64)
         np.add.at(sums, pairs // k, count[:, None] * vecs[pairs % k])
         shares: dict[int, dict[int, int]] = {}
         if self._dev:
-            at = dict(zip(ids.tolist(), host_of.tolist()))
-            for i, (slots, milli) in self._dev.items():
-                h = at.get(i)
-                if h is not None:
-                    got = shares.setdefault(h, {})
-                    for slot, m in zip(slots, milli):
-                        got[slot] = got.get(slot, 0) + m
-        out = {}
-        for h, key in enumerate(hosts.tolist()):
-            v, node = divmod(key, span)
-            out[self._vc_names[v], node] = _summed(node, sums[h], shares.get(h, {}))
-        return out
+            dev = np.fromiter(self._dev, np.int64, len(self._dev))
+            at = np.minimum(np.searchsorted(ids, dev), ids.size - 1)
+            mine = ids[at] == dev  # (a task of another VC's host has its shares there)
+            for i, h in zip(dev[mine].tolist(), host_of[at[mine]].tolist()):
+                got = shares.setdefault(h, {})
+                for slot, m in zip(*self._dev[i]):
+                    got[slot] = got.get(slot, 0) + m
+        return FittedAllocs(hosts, sums, shares, self._vc_at, span)
 
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
         """``none`` plus the allocations of ``vc``'s tasks on ``node`` (a default
@@ -822,6 +819,32 @@ def _zeros(r: int) -> np.ndarray:
         z = _ZEROS[r] = np.zeros(r, np.int64)
         z.setflags(write=False)
     return z
+
+
+class FittedAllocs:
+    """``Placements.fitted_allocs``: the fitted hosts' sums as arrays (hosts
+    coded by VC and node, in order), an ``Allocation`` made when one is read
+    (a million hosts are not a million objects at once)."""
+
+    __slots__ = ("_hosts", "_sums", "_shares", "_vc_at", "_span")
+
+    def __init__(self, hosts: np.ndarray, sums: np.ndarray, shares: dict[int, dict[int, int]],
+                 vc_at: dict[str, int], span: int) -> None:
+        self._hosts, self._sums, self._shares, self._vc_at, self._span = hosts, sums, shares, vc_at, span
+
+    def get(self, key: tuple[str, int], default: Allocation | None = None) -> Allocation | None:
+        vc, node = key
+        v = self._vc_at.get(vc)
+        if v is None or not 0 <= node < self._span:
+            return default
+        code = v * self._span + node
+        h = int(np.searchsorted(self._hosts, code))
+        if h == self._hosts.size or self._hosts[h] != code:
+            return default
+        return _summed(node, self._sums[h], self._shares.get(h, {}))
+
+    def __len__(self) -> int:
+        return int(self._hosts.size)
 
 
 def _summed(row: int, vec: np.ndarray, shares: dict[int, int]) -> Allocation:

@@ -666,15 +666,21 @@ def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str
     return stories.lanes(end, limit=limit, chosen=tasks)
 
 
-def _grouped(codes: np.ndarray, values: np.ndarray, names, into: dict[str, list[float]]) -> None:
-    """``values`` appended to ``into[names[code]]`` by their codes (one sort, not a pass per code)."""
+def _grouped(codes: np.ndarray, values: np.ndarray, names, into: dict[str, list]) -> None:
+    """``values`` appended to ``into[names[code]]`` by their codes, as one
+    array per code (one sort, not a pass per code; no float object per task)."""
     if not codes.size:
         return
     order = np.argsort(codes, kind="stable")
     codes, values = codes[order], values[order]
     cuts = np.flatnonzero(np.diff(codes)) + 1
     for start, part in zip(np.concatenate(([0], cuts)).tolist(), np.split(values, cuts)):
-        into[names[int(codes[start])]].extend(part.tolist())
+        into[names[int(codes[start])]].append(part)
+
+
+def _flat(values: list) -> np.ndarray:
+    """A group's values (``_grouped``'s arrays and single floats) as one array."""
+    return np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in values]) if values else np.zeros(0)
 
 
 def _first_waits(c, end: float, waits, tenant_waits, censored: Counter, tenant_censored: Counter, completion,
@@ -724,12 +730,13 @@ class Readout(Protocol):
 
 def summarize(sim: Readout, end: float) -> dict[str, Any]:
     status = sim.view.counts()
-    waits: dict[str, list[float]] = defaultdict(list)
-    tenant_waits: dict[str, list[float]] = defaultdict(list)
+    # per class and per tenant: arrays of the first waits (``_grouped``), then single later waits
+    waits: dict[str, list] = defaultdict(list)
+    tenant_waits: dict[str, list] = defaultdict(list)
     censored: Counter = Counter()
     tenant_censored: Counter = Counter()
-    completion: dict[str, list[float]] = defaultdict(list)
-    tenant_completion: dict[str, list[float]] = defaultdict(list)
+    completion: dict[str, list] = defaultdict(list)
+    tenant_completion: dict[str, list] = defaultdict(list)
 
     def wait(rec, seconds: float, cut: bool) -> None:
         waits[rec.klass].append(seconds)
@@ -777,9 +784,10 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
     return {
         "end_s": round(end, 6),
         "tasks": {"submitted": len(sim.view), **status},
-        "queueing_delay_s": {k: percentiles(v, censored[k]) for k, v in sorted(waits.items())},
-        "completion_time_s": {k: percentiles(v) for k, v in sorted(completion.items())},
-        "queueing_delay_by_tenant_s": {k: percentiles(v, tenant_censored[k]) for k, v in sorted(tenant_waits.items())},
+        "queueing_delay_s": {k: percentiles(_flat(v), censored[k]) for k, v in sorted(waits.items())},
+        "completion_time_s": {k: percentiles(_flat(v)) for k, v in sorted(completion.items())},
+        "queueing_delay_by_tenant_s": {k: percentiles(_flat(v), tenant_censored[k])
+                                       for k, v in sorted(tenant_waits.items())},
         "pending_reasons": reasons_json(reasons),
         "omitted_by": dict(sorted(stories.omitted.items(), key=lambda kv: (-kv[1], kv[0]))),
         "allocation_time_average": sim.recorder.time_average(end),
@@ -787,7 +795,7 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
         "allocation_by_site": sim.recorder.by_site(end),
         "fragmentation": sim.recorder.fragmentation(end),
         "near_violations": sim.recorder.near(end),
-        "completion_time_by_tenant_s": {k: percentiles(v) for k, v in sorted(tenant_completion.items())},
+        "completion_time_by_tenant_s": {k: percentiles(_flat(v)) for k, v in sorted(tenant_completion.items())},
         "fairness": {
             "dominant_share": {n: round(s * state.world.tenants[n].weight, 6) for n, s in weighted.items()},
             "weighted_share": {n: round(s, 6) for n, s in weighted.items()},
