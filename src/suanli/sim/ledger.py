@@ -202,14 +202,14 @@ class UnitTable(Mapping[int, "UnitState"]):
     read as a ``UnitState``, a view of its row made when asked for; a unit
     forgotten (its application deleted, its work ended) leaves its row empty.
 
-    Objects are kept only for the units being decided or moved. A running
-    unit of one task, of one replica of one component (a city's millions of
-    services), is kept as its application, the component's place in it and
-    its task's id (``compact``); its ``Unit`` is made again when read, and
-    goes back to being an object when it stops. A run whose executor keeps
-    nothing of it, of all its unit's tasks and with no work to count (a
-    simulated service's), is kept as its id and its start; its ``Run`` is
-    made when read, with what its unit's lead component says."""
+    Objects are kept only for the units being decided, moved or run to an
+    end. A run whose executor keeps nothing of it, of all its unit's tasks
+    and with no work to count (a simulated service's: a city has millions),
+    is kept as its id and its start; its ``Run`` is made when read, with
+    what its unit's lead component says. Such a run's unit, when it is one
+    task (one replica of one component), is kept as its application, the
+    component's place in it and its task's id; its ``Unit`` is made again
+    when read, and is an object again when the run stops."""
 
     __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live")
 
@@ -257,10 +257,10 @@ class UnitTable(Mapping[int, "UnitState"]):
         return Run(self.run_id[uid], unit.tasks, len(unit.tasks), self.run_at[uid], None, None, lead.efficiency,
                    lead.checkpoint_every_s if lead.stateful else None)
 
-    def set_run(self, uid: int, run: Run | None, compact: bool = False) -> None:
+    def set_run(self, uid: int, run: Run | None, compact: bool = False, unit: Unit | None = None) -> None:
         """The unit runs ``run`` (None: it stops); ``compact``: its executor
-        keeps nothing of it, so a plain one is kept as columns (and so is its
-        unit, when plain too)."""
+        keeps nothing of it, so a plain one is kept as columns, and so is its
+        unit when plain too."""
         if run is None:
             self.run[uid], self.run_id[uid], self.run_at[uid] = None, 0, _NONE
             u = self.unit[uid]
@@ -268,9 +268,11 @@ class UnitTable(Mapping[int, "UnitState"]):
                 self.unit[uid], self.comp[uid], self.task[uid] = self.unit_of(uid), -1, -1
             return
         self.run_id[uid], self.run_at[uid] = run.run_id, run.started_at
-        unit = self.unit_of(uid)
-        self.run[uid] = None if compact and _plain_run(unit, run) else run
-        if self.unit[uid] is unit:
+        if unit is None:
+            unit = self.unit_of(uid)
+        plain = compact and _plain_run(unit, run)
+        self.run[uid] = None if plain else run
+        if plain and self.unit[uid] is unit:  # (a job's unit stays an object: its run ends, it goes)
             self._compact(uid, unit)
 
     def _compact(self, uid: int, unit: Unit) -> None:
@@ -335,10 +337,19 @@ class UnitState:
         self._t = table
         self.uid = uid
 
-    unit = property(lambda s: s._t.unit_of(s.uid))
     klass = property(lambda s: KLASSES[s._t.klass[s.uid]])  # short/small, short/large, resident/small, resident/large
-    run = property(lambda s: s._t.run_of(s.uid))
     run_id = property(lambda s: s._t.run_id[s.uid])  # 0: not running
+
+    @property
+    def unit(self) -> Unit:
+        u = self._t.unit[self.uid]
+        return u if type(u) is Unit else self._t.unit_of(self.uid)  # (an object, unless kept as columns)
+
+    @property
+    def run(self) -> Run | None:
+        t = self._t
+        r = t.run[self.uid]
+        return r if r is not None or not t.run_id[self.uid] else t.run_of(self.uid)
 
     remaining_work_s = _time_column("work", "a job's task-time still to do between runs (None: not a job's)")
     remaining_s = _time_column("left", "a job's fixed seconds still to run between runs (None: none)")
@@ -468,7 +479,7 @@ class Ledger:
         if unit is None:
             raise KeyError(uid)
         new = not self.units.run_id[uid]
-        self.units.set_run(uid, run, compact)
+        self.units.set_run(uid, run, compact, unit)
         self.runs[run.run_id] = uid
         if new:
             self.running_seq[uid] = run.run_id  # its place in the start order
@@ -478,9 +489,10 @@ class Ledger:
                         _add_unit(self.bound_to, name, uid)
         return new
 
-    def close(self, uid: int) -> Run:
-        """The unit's run is off the books; returns it."""
-        run = self.units.run_of(uid)
+    def close(self, uid: int, run: Run | None = None) -> Run:
+        """The unit's run (``run``, when the caller has read it) is off the books; returns it."""
+        if run is None:
+            run = self.units.run_of(uid)
         self.runs[run.run_id] = -1
         self.units.set_run(uid, None)
         return run

@@ -141,7 +141,7 @@ class Shard:
             us.remaining_s, us.remaining_work_s = run.remaining_s, run.remaining_work_s
         else:
             self.executor.release(run, self.now)
-        self.ledger.close(uid)
+        self.ledger.close(uid, run)
         self.count_running(us.unit, -1)
         return run
 
