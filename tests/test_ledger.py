@@ -4,6 +4,7 @@ what it hands out is read only."""
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from suanli.sim.ledger import RUNNING, STATUSES
@@ -143,3 +144,32 @@ def test_waits_over_the_columns_are_those_record_by_record(case, tmp_path):
         assert sum(ref[2].values()) > 0  # censored waits (pending at the end, or failed) were compared too
     else:
         assert sum(map(len, ref[4].values())) > 0  # and completion times
+
+
+def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host():
+    """What an output of every host reads (``Placements.fitted_allocs``, one
+    pass over the columns) is what each default VC's fitted host adds up from
+    its node's tasks alone: vectors, device slots and shares; hosts with one
+    task that has device shares and hosts with several are both there."""
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    sim = Simulation(load_world([city], {"cars": "300"}), seed=3, until=3600.0)
+    sim.run()
+    state = sim.state
+    fitted = state.placements.fitted_allocs()
+    seen = Counter()
+    for vc in state.vcs.values():
+        if not vc.default:
+            continue
+        for host in vc.hosts:
+            mine = state.placements.held_on(host.node, vc.name, host._none)
+            theirs = fitted.get((vc.name, host.node))
+            assert theirs is not None
+            assert (theirs.row, theirs.vec.tolist(), theirs.slots, theirs.milli) == \
+                (mine.row, mine.vec.tolist(), mine.slots, mine.milli)
+            seen["hosts"] += 1
+            seen["shared"] += bool(mine.slots)
+            seen["several"] += bool(mine.slots) and int(fitted._one[np.searchsorted(
+                fitted._hosts, state.placements._vc_at[vc.name] * fitted._span + host.node)]) < 0
+    assert len(fitted) == seen["hosts"] > 100
+    assert seen["shared"] > seen["several"] > 0  # both ways of keeping device shares are read
+    assert fitted.get(("no-such-vc", 0)) is None

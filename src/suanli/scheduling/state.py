@@ -369,26 +369,37 @@ class Placements(Mapping):
         ids = np.flatnonzero(self._row >= 0)
         ids = ids[self._of_default(ids)]
         if not ids.size:
-            return FittedAllocs(np.zeros(0, np.int64), np.zeros((0, 0), np.int64), {}, {}, 1)
+            return FittedAllocs(np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.int64), {}, {},
+                                {}, 1)
         span = int(self._row[ids].max()) + 1
         codes = self._vc[ids].astype(np.int64) * span + self._row[ids]
         hosts, host_of = np.unique(codes, return_inverse=True)
         del codes
-        k = len(self._vecs)
-        pairs, count = np.unique(host_of * k + self._vec[ids], return_counts=True)  # (host, vector): how many
         vecs = np.array(self._vecs, np.int64)
+        vec_of = self._vec[ids]
         sums = np.zeros((hosts.size, vecs.shape[1]), np.int64)
-        np.add.at(sums, pairs // k, count[:, None] * vecs[pairs % k])
+        exact = float(np.abs(vecs).max(initial=0)) * ids.size < 2.0 ** 53  # float sums of integers, exact below
+        for r in np.flatnonzero(vecs.any(axis=0)).tolist():  # a resource at a time: no [tasks, R] array
+            col = vecs[:, r][vec_of]
+            if exact:
+                sums[:, r] = np.bincount(host_of, weights=col.astype(np.float64), minlength=hosts.size).astype(np.int64)
+            else:
+                np.add.at(sums[:, r], host_of, col)
+        # device shares: a host's one task that has some (most hosts: a device's), or their sums by slot
+        one = np.full(hosts.size, -1, np.int64)
         shares: dict[int, dict[int, int]] = {}
         if self._dev:
             dev = np.fromiter(self._dev, np.int64, len(self._dev))
             at = np.minimum(np.searchsorted(ids, dev), ids.size - 1)
             mine = ids[at] == dev  # (a task of another VC's host has its shares there)
-            for i, h in zip(dev[mine].tolist(), host_of[at[mine]].tolist()):
+            dev, of = dev[mine], host_of[at[mine]]
+            alone = np.bincount(of, minlength=hosts.size)[of] == 1
+            one[of[alone]] = dev[alone]
+            for i, h in zip(dev[~alone].tolist(), of[~alone].tolist()):
                 got = shares.setdefault(h, {})
                 for slot, m in zip(*self._dev[i]):
                     got[slot] = got.get(slot, 0) + m
-        return FittedAllocs(hosts, sums, shares, self._vc_at, span)
+        return FittedAllocs(hosts, sums, one, shares, self._dev, self._vc_at, span)
 
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
         """``none`` plus the allocations of ``vc``'s tasks on ``node`` (a default
@@ -826,11 +837,12 @@ class FittedAllocs:
     coded by VC and node, in order), an ``Allocation`` made when one is read
     (a million hosts are not a million objects at once)."""
 
-    __slots__ = ("_hosts", "_sums", "_shares", "_vc_at", "_span")
+    __slots__ = ("_hosts", "_sums", "_one", "_shares", "_dev", "_vc_at", "_span")
 
-    def __init__(self, hosts: np.ndarray, sums: np.ndarray, shares: dict[int, dict[int, int]],
-                 vc_at: dict[str, int], span: int) -> None:
-        self._hosts, self._sums, self._shares, self._vc_at, self._span = hosts, sums, shares, vc_at, span
+    def __init__(self, hosts: np.ndarray, sums: np.ndarray, one: np.ndarray, shares: dict[int, dict[int, int]],
+                 dev: dict, vc_at: dict[str, int], span: int) -> None:
+        self._hosts, self._sums, self._vc_at, self._span = hosts, sums, vc_at, span
+        self._one, self._shares, self._dev = one, shares, dev  # (see ``Placements.fitted_allocs``)
 
     def get(self, key: tuple[str, int], default: Allocation | None = None) -> Allocation | None:
         vc, node = key
@@ -841,7 +853,13 @@ class FittedAllocs:
         h = int(np.searchsorted(self._hosts, code))
         if h == self._hosts.size or self._hosts[h] != code:
             return default
-        return _summed(node, self._sums[h], self._shares.get(h, {}))
+        i = int(self._one[h])
+        shares = self._shares.get(h, {})
+        if i >= 0:
+            shares = {}
+            for slot, m in zip(*self._dev[i]):
+                shares[slot] = shares.get(slot, 0) + m
+        return _summed(node, self._sums[h], shares)
 
     def __len__(self) -> int:
         return int(self._hosts.size)
