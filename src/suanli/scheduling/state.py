@@ -396,9 +396,7 @@ class Placements(Mapping):
             alone = np.bincount(of, minlength=hosts.size)[of] == 1
             one[of[alone]] = dev[alone]
             for i, h in zip(dev[~alone].tolist(), of[~alone].tolist()):
-                got = shares.setdefault(h, {})
-                for slot, m in zip(*self._dev[i]):
-                    got[slot] = got.get(slot, 0) + m
+                _add_shares(shares.setdefault(h, {}), self._dev[i])
         return FittedAllocs(hosts, sums, one, shares, self._dev, self._vc_at, span)
 
     def held_on(self, node: int, vc: str, none: Allocation) -> Allocation:
@@ -415,8 +413,7 @@ class Placements(Mapping):
             vec += vecs[self._vec[i]]
             dev = devs.get(i)
             if dev is not None:
-                for s, m in zip(*dev):
-                    shares[s] = shares.get(s, 0) + m
+                _add_shares(shares, dev)
         return _summed(none.row, vec, shares)
 
     def pop(self, task: str) -> Placement:
@@ -854,15 +851,18 @@ class FittedAllocs:
         if h == self._hosts.size or self._hosts[h] != code:
             return default
         i = int(self._one[h])
-        shares = self._shares.get(h, {})
-        if i >= 0:
-            shares = {}
-            for slot, m in zip(*self._dev[i]):
-                shares[slot] = shares.get(slot, 0) + m
+        shares = _add_shares({}, self._dev[i]) if i >= 0 else self._shares.get(h, {})
         return _summed(node, self._sums[h], shares)
 
     def __len__(self) -> int:
         return int(self._hosts.size)
+
+
+def _add_shares(shares: dict[int, int], dev: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[int, int]:
+    """One task's device shares (slots, milli) added to ``shares`` per slot; returns ``shares``."""
+    for slot, m in zip(*dev):
+        shares[slot] = shares.get(slot, 0) + m
+    return shares
 
 
 def _summed(row: int, vec: np.ndarray, shares: dict[int, int]) -> Allocation:
