@@ -38,6 +38,9 @@ def check(sim: Simulation, seen: Counter) -> None:
                for node in sim.state.tasks_on_node for task in sim.state.tasks_on(node))
     for app, uids in ledger.by_app.items():
         assert all(units[uid].unit.app.name == app for uid in uids)
+        assert ledger.by_app.get(app) == uids  # (an application made per site: found from its name)
+        seen["made per site"] += type(units[uids[0]].unit.app).__name__ == "Application" and \
+            units[uids[0]].unit.app.template is not None
     assert {uid for uids in ledger.by_app.values() for uid in uids} == set(units)
     for uid, us in units.items():
         assert all(tasks[task].unit == uid for task in us.unit.tasks)
@@ -66,20 +69,31 @@ def moving_with_churn(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["ai-hpc-mix", "churn"])
+CITY = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+
+
+@pytest.mark.parametrize("case", ["ai-hpc-mix", "churn", "city"])
 def test_the_ledger_keeps_its_indexes_together(case, tmp_path):
     """At every instant of a run with jobs that finish, gangs, tasks lost, preemptions,
     migrations, a node down and up, and a deleted application, the ledger's
     counts equal a count over its records, its running units are those with
     a run, in start order, running tasks are those placed, and units bound
-    near a site are found from it."""
-    path = EXAMPLES / "ai-hpc-mix.yaml" if case == "ai-hpc-mix" else moving_with_churn(tmp_path)
+    near a site are found from it. The city: applications made per site
+    that arrive, hand over and leave."""
+    if case == "city":
+        world, until = load_world([CITY], {"cars": "150"}), 3600.0
+    else:
+        path = EXAMPLES / "ai-hpc-mix.yaml" if case == "ai-hpc-mix" else moving_with_churn(tmp_path)
+        world, until = load_world([path]), None if case == "ai-hpc-mix" else 3 * 3600.0
     seen: Counter = Counter()
-    sim = Simulation(load_world([path]), seed=5, until=None if case == "ai-hpc-mix" else 3 * 3600.0,
-                     on_instant=lambda t: check(sim, seen))
+    sim = Simulation(world, seed=5, until=until, on_instant=lambda t: check(sim, seen))
     sim.run()
     kinds = sim.events.kinds
-    assert seen["instants"] > 10 and seen["running"] and seen["pending"], seen
+    assert seen["instants"] > 10 and seen["running"], seen
+    if case == "city":
+        assert seen["made per site"] > 0 and kinds["handover"] > 0 and seen["forgotten"] > 0, (seen, kinds)
+        return
+    assert seen["pending"], seen
     if case == "ai-hpc-mix":
         assert kinds["finished"] > 0 and kinds["lost"] > 0, kinds
     else:
@@ -151,8 +165,7 @@ def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host():
     pass over the columns) is what each default VC's fitted host adds up from
     its node's tasks alone: vectors, device slots and shares; hosts with one
     task that has device shares and hosts with several are both there."""
-    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
-    sim = Simulation(load_world([city], {"cars": "300"}), seed=3, until=3600.0)
+    sim = Simulation(load_world([CITY], {"cars": "300"}), seed=3, until=3600.0)
     sim.run()
     state = sim.state
     fitted = state.placements.fitted_allocs()

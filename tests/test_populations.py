@@ -10,7 +10,10 @@ names, capacities, paths and components.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
+import tracemalloc
 from collections import Counter
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -316,6 +319,48 @@ def test_each_makes_one_application_per_site(tmp_path):
     for k in range(30):  # each car's music on the car itself, its game (20 cores) off it
         assert placed[f"info.car-{k:05d}/music/0"] == f"car-{k:05d}"
         assert placed[f"info.car-{k:05d}/game/0"].startswith("s-")
+
+
+def test_an_application_made_per_site_reads_as_one_written_for_its_site_and_keeps_little(tmp_path):
+    """A copy made per site keeps its site's number only: its name and
+    components are made when read, equal to what a document written for that
+    site gives, and it pickles, compares and hashes as that application."""
+    listed, links, pop = CASE_TWO_HOMES
+    n = 3000
+    pop = {**pop, "count": n}
+    big = [site(s["name"], s["tier"], [node_group(count=4, cpu=64)]) for s in listed]
+    with_apps, without = tmp_path / "apps", tmp_path / "none"
+    with_apps.mkdir(), without.mkdir()
+    with_apps, without = (write(with_apps, [fleet_doc(big, links, [pop]), TENANT, per_car_app()]),
+                          write(without, [fleet_doc(big, links, [pop]), TENANT]))
+    load_world([with_apps])  # (what loading imports and caches, before counting)
+    held = []
+    tracemalloc.start()
+    for path in (without, with_apps):
+        before = tracemalloc.get_traced_memory()[0]
+        held.append(load_world([path]))
+        held[-1] = (held[-1], tracemalloc.get_traced_memory()[0] - before)
+    tracemalloc.stop()
+    world = held[1][0]
+    apps_bytes = held[1][1] - held[0][1]
+    assert len(world.apps) == n and not held[0][0].apps
+    for k in (0, 17, n - 1):
+        car = f"car-{k:05d}"
+        written = per_car_app(each=None, near=car)
+        written["metadata"]["name"] = f"info.{car}"
+        del written["spec"]["each"]
+        (tmp_path / car).mkdir()
+        alone = load_world([write(tmp_path / car, [fleet_doc(big, links, [pop]), TENANT, written])]).apps[0]
+        copy = world.apps[k]
+        assert copy.name == alone.name and copy.components == alone.components and copy.template == "info"
+        assert copy == dataclasses.replace(alone, template="info") and alone != copy  # (the copy has a template)
+        assert hash(copy) == hash(dataclasses.replace(alone, template="info"))
+        again = pickle.loads(pickle.dumps(copy))
+        assert again == copy and again.name == copy.name and again is not copy
+        assert type(dataclasses.replace(copy, priority=5)).__name__ == "Application"
+        assert copy.components[1].near.site == car and copy.components[1].data_source == car
+    # what the copies keep: about 80 bytes a copy (500 when each kept its name and its two components)
+    assert 0 < apps_bytes / n < 150, apps_bytes / n
 
 
 def test_each_arrives_and_is_deleted_as_one_document(tmp_path):

@@ -146,6 +146,14 @@ class SiteNames:
         """int64: the ids of the sites written one by one (not of a population)."""
         return np.fromiter(self._listed, np.int64, len(self._listed))
 
+    def block_of(self, i: int) -> range | None:
+        """The ids of the population site ``i`` is of (None: a listed site)."""
+        b = bisect.bisect_right(self._firsts, i) - 1
+        if b < 0 or i in self._listed or not 0 <= i - self._blocks[b][0] < self._blocks[b][1]:
+            return None
+        first, count, _ = self._blocks[b]
+        return range(first, first + count)
+
     def blocks(self) -> list[tuple[int, int, NamePattern]]:
         return list(self._blocks)
 

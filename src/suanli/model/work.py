@@ -235,6 +235,123 @@ class Application:
         return self.template or self.name
 
 
+EACH_SITE = "{site}"  # in an application made per site (``each``): the site it is made for
+_APP_FIELDS = tuple(Application.__dataclass_fields__)
+
+
+class SiteApplication:
+    """An application made per site (``each``: a car's services, for a
+    million cars). It reads as an ``Application`` of the same fields, and
+    keeps only its site's number: what its copies share is held once on a
+    class made per prototype (``site_application``), and its name and its
+    components (``SiteComponent``: the prototype's, with ``{site}`` read as
+    the site) are made when read. It compares and hashes by its fields, as an
+    ``Application`` does, and ``dataclasses.replace`` of one gives an
+    ``Application``. Two reads of ``components`` may give distinct objects
+    (equal ones): tell its components apart by place or name."""
+
+    __slots__ = ("site",)
+    __dataclass_fields__ = Application.__dataclass_fields__
+    _proto: Application  # (these on the class of each prototype)
+    _classes: tuple  # the components' per-site classes
+    _names: object  # the fleet's site names (``SiteNames``)
+    _last: tuple = (-1, "", ())  # the site read last: its name and components (read again at once, often)
+
+    def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Application)
+        return Application(*args, **kwargs)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def _made(self) -> tuple:
+        last = self._last
+        if last[0] == self.site:
+            return last
+        cls = type(self)
+        site = cls._names.name(self.site)
+        name = f"{cls.template}.{site}"
+        nears: dict = {}
+        comps = tuple(_for_site(c, k, name, site, nears) for c, k in zip(cls._proto.components, cls._classes))
+        cls._last = made = (self.site, name, comps)
+        return made
+
+    @property
+    def name(self) -> str:
+        return self._made()[1]
+
+    @property
+    def components(self) -> tuple:
+        return self._made()[2]
+
+    @property
+    def document(self) -> str:
+        return self.template
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in _APP_FIELDS)
+
+    def __eq__(self, other):
+        if isinstance(other, (Application, SiteApplication)):
+            return self._fields() == tuple(getattr(other, f) for f in _APP_FIELDS)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Application(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _APP_FIELDS) + ")"
+
+    def __reduce__(self):
+        return _site_app, (self._proto, self._names, self.site)
+
+
+_SET_APP_SITE = SiteApplication.site.__set__  # (the slot's setter: no frozen check)
+
+
+def site_application(proto: Application, names) -> type[SiteApplication]:
+    """The class of the copies of ``proto`` (an application written with
+    ``{site}``, its ``template`` its document's name) made per site of
+    ``names`` (the fleet's ``SiteNames``), one per prototype in this process
+    (a copy unpickled, or made again from its prototype: a shard's)."""
+    for known, cls in _APP_CLASSES.get(proto, ()):
+        if known is names:
+            return cls
+    shared = {"tenant": proto.tenant, "vc": proto.vc, "priority": proto.priority, "preemptible": proto.preemptible,
+              "template": proto.template, "_proto": proto, "_names": names,
+              "_classes": tuple(site_class(c) for c in proto.components)}
+    cls = type("Application", (SiteApplication,), {"__slots__": (), **shared})
+    _APP_CLASSES.setdefault(proto, []).append((names, cls))
+    return cls
+
+
+_APP_CLASSES: dict[Application, list[tuple[object, type[SiteApplication]]]] = {}
+
+
+def app_for_site(cls: type[SiteApplication], site: int) -> SiteApplication:
+    """The copy of class ``cls`` (``site_application``) for site number ``site``."""
+    out = object.__new__(cls)
+    _SET_APP_SITE(out, site)
+    return out
+
+
+def _site_app(proto: Application, names, site: int) -> SiteApplication:
+    """A copy unpickled (another process)."""
+    return app_for_site(site_application(proto, names), site)
+
+
+def _for_site(c: Component, cls: type[SiteComponent], app: str, site: str, nears: dict) -> SiteComponent:
+    """A component of an ``each`` application's prototype ``c`` (of per-site
+    class ``cls``), for ``app`` on ``site``. ``nears``: the site's bounds made
+    so far, by their rtt (components bound alike share one)."""
+    near = c.near
+    if near is not None and near.site == EACH_SITE:
+        near = nears.get(c.near.max_rtt_ms)
+        if near is None:
+            near = nears[c.near.max_rtt_ms] = Near(site, c.near.max_rtt_ms)
+    return copy_for_site(cls, app, near, site if c.data_source == EACH_SITE else c.data_source,
+                         site if c.data_sink == EACH_SITE else c.data_sink)
+
+
 @dataclass(frozen=True, slots=True)
 class World:
     """Everything one load describes."""

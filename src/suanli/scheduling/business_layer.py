@@ -93,16 +93,17 @@ def app_units(app: Application, start: int = 0) -> list[Unit]:
     return list(iter_app_units(app, start))
 
 
-def _unit_specs(app: Application) -> Iterator[tuple[Component, list[Component] | None]]:
+def _unit_specs(app: Application, comps: tuple | None = None) -> Iterator[tuple[Component, list[Component] | None]]:
     """What an application's units are made of, in order, before they are
     made: an affinity group (its first component and its members, at its
     first component's place), or a component alone (a gang: one unit; else
-    one unit per replica)."""
+    one unit per replica). ``comps``: ``app.components`` as read already."""
+    comps = app.components if comps is None else comps  # (read once: an application made per site makes them)
     grouped: dict[str, list[Component]] = defaultdict(list)
-    for comp in app.components:
+    for comp in comps:
         if comp.affinity is not None:
             grouped[comp.affinity[0]].append(comp)
-    for comp in app.components:
+    for comp in comps:
         if comp.affinity is None:
             yield comp, None
             continue
@@ -164,9 +165,10 @@ def app_specs(app: Application, start: int) -> Iterator[tuple[int, Component, li
     component's index in ``app.components`` (an affinity group: its first
     member's), component, members, first unit's number, priority, how many
     units); none of zero units."""
-    index = {id(c): i for i, c in enumerate(app.components)} if any(c.affinity for c in app.components) else None
+    comps = app.components
+    index = {id(c): i for i, c in enumerate(comps)} if any(c.affinity for c in comps) else None
     seq = start
-    for i, (comp, members) in enumerate(_unit_specs(app)):
+    for i, (comp, members) in enumerate(_unit_specs(app, comps)):
         priority, n = spec_run(comp, members)
         if n:
             yield (i if index is None else index[id(comp)]), comp, members, seq, priority, n

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Application, Component, SiteComponent, World, site_class
+from suanli.model.work import Application, Component, SiteApplication, World, app_for_site, site_application
 from suanli.scheduling.batch import _alone_kind as batch_alone_kind, bound_alone, fits, site_rows_of
 from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_specs, queued_specs, spec_units,
                                               unit_shape)
@@ -59,7 +59,6 @@ from suanli.scheduling.request import NearBound, Private, compile_request
 from suanli.scheduling.state import Catalogue, Host, Hosts, PlacementState
 from suanli.scheduling.static import Outcome, schedule
 from suanli.scheduling.table import Allocation
-from suanli.spec.build import each_copy
 from suanli.spec.schema import EACH_SITE
 
 
@@ -295,10 +294,9 @@ class _Made:
     def take(self, a: int, app: Application, start: int) -> bool:
         """Whether ``app`` is of a kind taken in bulk (then noted, with
         ``units`` and ``specs`` its counts)."""
-        site = _site_of_copy(app)
-        if site is None:
+        if not isinstance(app, SiteApplication) or not app._proto.components:
             return False
-        key = (*map(type, app.components), app.tenant, app.vc)
+        key = type(app)
         k = self._kinds.get(key)
         if k is None:
             k = self._kinds[key] = self._kind_of(app)
@@ -306,7 +304,7 @@ class _Made:
             return False
         self._a.append(a)
         self._kind.append(k)
-        self._site.append(self.site_index[site])
+        self._site.append(app.site)
         self._start.append(start)
         self.units, self.specs = self.units_of[k], len(self.specs_of[k])
         return True
@@ -501,17 +499,16 @@ class Slice:
     seed: int
     protos: list[Application]  # the prototypes of the applications made per site
     made: np.ndarray  # int32 per application: its prototype, or -1 (the next of ``apps``)
-    sites: list[str]  # per application made per site: its site
+    sites: list[int]  # per application made per site: its site's number
     apps: list[Application]
     starts: np.ndarray  # int64: per application, its first task id in the world; last, the world's tasks
     shard_of: PerApp
 
     def world(self, fleet) -> World:
         """The world of these applications only, on ``fleet`` (the world's)."""
-        classes = [[site_class(c) for c in proto.components] for proto in self.protos]
+        classes = [site_application(proto, fleet.site_table.names) for proto in self.protos]
         others, sites = iter(self.apps), iter(self.sites)
-        apps = tuple(next(others) if p < 0 else each_copy(self.protos[p], classes[p], next(sites))
-                     for p in self.made.tolist())
+        apps = tuple(next(others) if p < 0 else app_for_site(classes[p], next(sites)) for p in self.made.tolist())
         return World(fleet, self.tenants, self.vcs, apps, self.seed)
 
 
@@ -525,39 +522,26 @@ def slice_for(world: World, split: Split, k: int, starts: np.ndarray | None = No
     comps = np.diff(so.offsets)
     mine = np.unique(np.repeat(np.arange(comps.size), comps)[so.flat == k])
     protos: list[Application] = []
-    proto_of: dict[tuple, int] = {}
+    proto_of: dict[type, int] = {}
     made = np.full(mine.size, -1, np.int32)
-    sites: list[str] = []
+    sites: list[int] = []
     apps: list[Application] = []
     for j, a in enumerate(mine.tolist()):
         app = world.apps[a]
-        site = _site_of_copy(app)
-        if site is None:
+        if not isinstance(app, SiteApplication):
             apps.append(app)
             continue
-        key = (app.template, app.tenant, app.vc, app.priority, app.preemptible, *map(type, app.components))
-        p = proto_of.get(key)
+        p = proto_of.get(type(app))
         if p is None:
-            p = proto_of[key] = len(protos)
-            protos.append(Application(app.template, app.tenant, app.vc, app.priority, app.preemptible,
-                                      tuple(type(c)._proto for c in app.components), app.template))
+            p = proto_of[type(app)] = len(protos)
+            protos.append(app._proto)
         made[j] = p
-        sites.append(site)
+        sites.append(app.site)
     flat = np.concatenate([so[a] for a in mine.tolist()]) if mine.size else np.zeros(0, np.int16)
     offsets = np.zeros(mine.size + 1, np.int64)
     np.cumsum(comps[mine], out=offsets[1:])
     return Slice(dict(world.tenants), dict(world.vcs), world.seed, protos, made, sites, apps,
                  np.append(starts[mine], starts[-1]), PerApp(flat, offsets))
-
-
-def _site_of_copy(app: Application) -> str | None:
-    """The site of an application made per site (``each``) whose components
-    are its prototype's copies; else None."""
-    if app.template is None or not app.name.startswith(app.template + ".") or not app.components:
-        return None
-    if not all(isinstance(c, SiteComponent) for c in app.components):
-        return None
-    return app.name[len(app.template) + 1:]
 
 
 def decide_slice(piece: Slice, fleet, k: int, shards: int, policy: str | None = None) -> ShardPart:

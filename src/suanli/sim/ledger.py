@@ -32,7 +32,7 @@ from typing import Collection, Container, Iterable, Iterator
 import numpy as np
 
 from suanli.executors.base import Run
-from suanli.model.work import Application, Component, World
+from suanli.model.work import Application, Component, SiteApplication, World
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, Placements, TaskIds, add_few
 
@@ -49,6 +49,9 @@ NO_REASONS: Counter = Counter()  # shared by every record with none; records get
 _NONE = float("nan")  # a time not yet (a float column's None)
 
 
+IN_UNIT = object()  # a record's component while its unit is kept as columns: read from the unit
+
+
 class TaskTable(Mapping[str, "TaskRecord"]):
     """Every task's record as columns, indexed by task id: the order in which
     a name was first submitted. A record is read as a ``TaskRecord``, a view
@@ -61,7 +64,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
     dropped leaves its row marked gone."""
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
-                 "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live")
+                 "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
+                 "units")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
@@ -70,7 +74,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
         self.unit = array("i")  # -1: it never became work
-        self.component: list[Component | None] = []
+        self.component: list[Component | None] = []  # IN_UNIT: a compact unit's task (read ``component_of``)
+        self.units: UnitTable | None = None  # the units of its records (set by the ``UnitTable``)
         self.submitted_at = array("d")
         self.first_placed_at = array("d")  # NaN: not yet
         self.ended_at = array("d")
@@ -114,6 +119,13 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.klass[i], self.job[i] = _KLASS_CODE[klass], job
         self._clear(i)
         return i, old
+
+    def component_of(self, i: int) -> Component | None:
+        """Record ``i``'s component; read from its unit while that is kept
+        as columns (an application made per site makes its components when
+        read: none is kept per task)."""
+        c = self.component[i]
+        return self.units.lead(self.unit[i]) if c is IN_UNIT else c
 
     def drop(self, task: str) -> str:
         """The record goes (its row stays, marked gone); its status."""
@@ -175,7 +187,7 @@ class TaskRecord:
     task = property(lambda r: r._t.names[r.id])
     status = property(lambda r: STATUSES[r._t.status[r.id]])
     tenant = property(lambda r: r._t.tenants[r._t.tenant[r.id]])
-    component = property(lambda r: r._t.component[r.id])  # None: a trace record that never became work
+    component = property(lambda r: r._t.component_of(r.id))  # None: a trace record that never became work
     unit = property(lambda r: r._t.unit[r.id])  # -1 with no component
     submitted_at = property(lambda r: r._t.submitted_at[r.id])
     first_placed_at = property(lambda r: _time(r._t.first_placed_at, r.id))
@@ -224,6 +236,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.run_id = array("q")  # 0: no run
         self.run_at = array("d")  # when the run started
         self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids
+        self._tasks.units = self
         self._live = 0
 
     def add(self, unit: Unit, klass: str, work: float | None, left: float | None) -> int:
@@ -247,6 +260,18 @@ class UnitTable(Mapping[int, "UnitState"]):
             return u
         return Unit(u, (self._tasks.names[self.task[uid]],), (u.components[self.comp[uid]],), uid)
 
+    def lead(self, uid: int) -> Component:
+        """The unit's lead component (a compact unit's one)."""
+        u = self.unit[uid]
+        return u.components[0] if type(u) is Unit else u.components[self.comp[uid]]
+
+    def _expand(self, uid: int) -> Unit:
+        """A compact unit an object again, its task's component on its record."""
+        unit = self.unit_of(uid)
+        self._tasks.component[self.task[uid]] = unit.components[0]
+        self.unit[uid], self.comp[uid], self.task[uid] = unit, -1, -1
+        return unit
+
     def run_of(self, uid: int) -> Run | None:
         """The unit's run (made again for a compact one)."""
         run = self.run[uid]
@@ -265,7 +290,7 @@ class UnitTable(Mapping[int, "UnitState"]):
             self.run[uid], self.run_id[uid], self.run_at[uid] = None, 0, _NONE
             u = self.unit[uid]
             if u is not None and type(u) is not Unit:  # not running: an object again
-                self.unit[uid], self.comp[uid], self.task[uid] = self.unit_of(uid), -1, -1
+                self._expand(uid)
             return
         self.run_id[uid], self.run_at[uid] = run.run_id, run.started_at
         if unit is None:
@@ -281,15 +306,18 @@ class UnitTable(Mapping[int, "UnitState"]):
                 or unit.state_sites):
             return
         comp, app = unit.components[0], unit.app
-        at = next((i for i, c in enumerate(app.components) if c is comp), -1)
+        at = next((i for i, c in enumerate(app.components) if c is comp or c == comp), -1)  # (made when read: equal)
         task = self._tasks.ids.get(unit.tasks[0], -1)
         if at < 0 or task < 0:
             return
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
+        self._tasks.component[task] = IN_UNIT
 
     def pop(self, uid: int) -> "UnitState":
         """The unit's row emptied; returns what it held (a view no longer backed: read it at once)."""
-        us = _Gone(self.unit_of(uid), KLASSES[self.klass[uid]], self.run_of(uid))
+        run = self.run_of(uid)
+        u = self.unit[uid]
+        us = _Gone(u if u is None or type(u) is Unit else self._expand(uid), KLASSES[self.klass[uid]], run)
         if us.unit is None:
             raise KeyError(uid)
         self.unit[uid] = self.run[uid] = None
@@ -402,6 +430,99 @@ def _add_unit(groups: dict, key, uid: int, sets: bool = True) -> None:
         group.append(uid)
 
 
+class AppUnits:
+    """Each application's units by its name, in submission order (read as a
+    mapping of name -> uids): a range while they came one after the other,
+    else a list. The units of an application made per site
+    (``SiteApplication``), while they came together, are kept as two numbers
+    in arrays of its prototype (its first unit, how many), found from its
+    name when asked: a million cars' applications keep no name, range or
+    entry each."""
+
+    __slots__ = ("_named", "_made", "_templates")
+
+    def __init__(self) -> None:
+        self._named: dict[str, range | list[int]] = {}
+        # the class of a prototype's copies -> (its population's site ids, first unit and count per site)
+        self._made: dict[type, tuple[range, array, array]] = {}
+        self._templates: dict[str, list[type]] = {}  # a prototype's document -> its copies' classes
+
+    def add(self, app: Application, uid: int) -> None:
+        cls = type(app)
+        if isinstance(app, SiteApplication):
+            made = self._made.get(cls)
+            if made is None:
+                made = self._column(cls, app.site)
+            sites, first, count = made
+            k = app.site - sites.start
+            if 0 <= k < len(sites):
+                f = first[k]
+                if f == -1:
+                    first[k], count[k] = uid, 1
+                    return
+                if f >= 0 and f + count[k] == uid:
+                    count[k] += 1
+                    return
+                if f >= 0:  # not together: a list by its name from now on
+                    self._named[app.name] = range(f, f + count[k])
+                    first[k] = -2
+        _add_unit(self._named, app.name, uid, sets=False)
+
+    def _column(self, cls: type, site: int) -> tuple:
+        sites = cls._names.block_of(site)
+        if sites is None:  # (a listed site's copy: by its name)
+            self._made[cls] = made = (range(0), array("q"), array("i"))
+            return made
+        self._made[cls] = made = (sites, array("q", [-1]) * len(sites), array("i", [0]) * len(sites))
+        self._templates.setdefault(cls.template, []).append(cls)
+        return made
+
+    def _find(self, name: str) -> tuple[array, array, int] | None:
+        for template, classes in self._templates.items():
+            if name.startswith(template) and name[len(template):len(template) + 1] == ".":
+                for cls in classes:
+                    sites, first, count = self._made[cls]
+                    k = cls._names.get(name[len(template) + 1:]) - sites.start
+                    if 0 <= k < len(sites) and first[k] >= 0:
+                        return first, count, k
+        return None
+
+    def get(self, name: str, default=None):
+        got = self._named.get(name)
+        if got is not None or not self._templates:
+            return default if got is None else got
+        found = self._find(name)
+        if found is None:
+            return default
+        first, count, k = found
+        return range(first[k], first[k] + count[k])
+
+    def pop(self, name: str, default=None):
+        got = self._named.pop(name, None)
+        if got is not None:
+            return got
+        found = self._find(name) if self._templates else None
+        if found is None:
+            return default
+        first, count, k = found
+        out = range(first[k], first[k] + count[k])
+        first[k], count[k] = -1, 0
+        return out
+
+    def __contains__(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def items(self) -> Iterator[tuple[str, range | list[int]]]:
+        yield from self._named.items()
+        for cls, (sites, first, count) in self._made.items():
+            for k in range(len(sites)):
+                if first[k] >= 0:
+                    yield f"{cls.template}.{cls._names.name(sites.start + k)}", range(first[k], first[k] + count[k])
+
+    def values(self) -> Iterator[range | list[int]]:
+        return (uids for _, uids in self.items())
+
+
 class Ledger:
     """The records and their transitions (see the module's text)."""
 
@@ -413,7 +534,7 @@ class Ledger:
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
         self.running_seq = array("q")  # unit -> when it last became running (its order in ``running``)
         # application -> its units, in submission order (a range while they came together)
-        self.by_app: dict[str, range | list[int]] = {}
+        self.by_app = AppUnits()
         # site -> units that ran bound near it or to its data (``_add_unit``: a range while they came in order)
         self.bound_to: dict[str, range | list[int] | set[int]] = {}
         self.counts: Counter = Counter()  # status -> tasks
@@ -440,7 +561,7 @@ class Ledger:
         lead = next((c for c in comps if c.lifetime == "job"), None)
         uid = unit.seq = self.units.add(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
         self.running_seq.append(-1)
-        _add_unit(self.by_app, unit.app.name, uid, sets=False)
+        self.by_app.add(unit.app, uid)
         tenant, put, counts = unit.tenant, self.tasks.put, self.counts
         for task, comp in zip(unit.tasks, comps):
             old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job")[1]

@@ -462,7 +462,7 @@ class Shard:
             i = ids[task]
             p = self.state.placements[task]
             ledger.placed(i, t)
-            self.track_near(task, tab.component[i])
+            self.track_near(task, tab.component_of(i))
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if moving and i in moving:  # a service that stopped to move: priced from where it left

@@ -92,7 +92,7 @@ class Timeline:
         self.book, self.shard, self.globe, self.resched, self.hosts, self.recorder = \
             book, shard, globe, resched, hosts, recorder
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
-        self.apps_of_document: dict[str, list[str]] = {}  # documents with `each`: the applications made
+        self.apps_of_document: dict[str, list[Application]] = {}  # documents with `each`: the applications made
         self._mobility: list[Iterator] = []  # mobility streams (handovers, offline spells)
         self._next_mobility: list[tuple | None] = []
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
@@ -143,7 +143,7 @@ class Timeline:
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
             entry = entries.get(app.document)
             if app.template is not None:
-                self.apps_of_document.setdefault(app.template, []).append(app.name)
+                self.apps_of_document.setdefault(app.template, []).append(app)  # (its name made when read)
                 if entry is not None and (entry.share, entry.over, entry.stay) != (None, None, None):
                     copies.setdefault(app.template, []).append(app)
                     continue
@@ -270,7 +270,8 @@ class Timeline:
 
     def scenario_event(self, t: float, ev: Any) -> None:
         if ev.kind == "delete":  # every application made from the document
-            for name in self.apps_of_document.get(ev.app, (ev.app,)):
+            made = self.apps_of_document.get(ev.app)
+            for name in (app.name for app in made) if made is not None else (ev.app,):
                 self.shard.delete(t, name, "deleted")
         else:
             self.globe.event(t, ev)

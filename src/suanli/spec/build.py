@@ -20,13 +20,12 @@ from suanli.model.work import (
     Resources,
     RunCommand,
     Selector,
-    SiteComponent,
     Tenant,
     VirtualCluster,
     World,
-    copy_for_site,
+    app_for_site,
     default_vc_name,
-    site_component,
+    site_application,
 )
 from suanli.spec import schema
 from suanli.spec.loader import Documents, load_documents, problem_at
@@ -174,37 +173,13 @@ def _site(ref: str | None, site: str | None) -> str | None:
 
 def build_applications(name: str, tenant: str, spec: schema.ApplicationSpec, fleet: Fleet) -> list[Application]:
     """The document's application, or with ``each`` one per site of the
-    population, named APP.SITE."""
+    population, named APP.SITE (each kept as its site's number, the rest held
+    once by its prototype's class: ``SiteApplication``)."""
     if spec.each is None:
         return [build_application(name, tenant, spec)]
-    names = fleet.site_table.names
-    # made once with ``{site}`` as written, then per site only the fields that name it
     proto = build_application(name, tenant, spec, site=schema.EACH_SITE, template=name)
-    classes = [site_component(c) for c in proto.components]  # what the copies share, held once
-    return [each_copy(proto, classes, names.name(s)) for s in fleet.site_table.population_range(spec.each)]
-
-
-def each_copy(proto: Application, classes: Sequence[type[SiteComponent]], site: str) -> Application:
-    """The copy for ``site`` of an ``each`` application's prototype ``proto``
-    (its components' per-site classes: ``classes``), named APP.SITE."""
-    app = f"{proto.name}.{site}"
-    nears: dict = {}  # the site's bounds, one object each for all its components (ten a car, not ten copies)
-    comps = tuple(_for_site(c, cls, app, site, nears) for c, cls in zip(proto.components, classes))
-    return Application(app, proto.tenant, proto.vc, proto.priority, proto.preemptible, comps, proto.name)
-
-
-def _for_site(c: Component, cls: type[SiteComponent], app: str, site: str, nears: dict) -> SiteComponent:
-    """A component of an ``each`` application's prototype ``c`` (of per-site
-    class ``cls``), for ``app`` on ``site``. ``nears``: the site's bounds made
-    so far, by their rtt (components bound alike share one)."""
-    each = schema.EACH_SITE
-    near = c.near
-    if near is not None and near.site == each:
-        near = nears.get(c.near.max_rtt_ms)
-        if near is None:
-            near = nears[c.near.max_rtt_ms] = Near(site, c.near.max_rtt_ms)
-    return copy_for_site(cls, app, near, site if c.data_source == each else c.data_source,
-                         site if c.data_sink == each else c.data_sink)
+    cls = site_application(proto, fleet.site_table.names)
+    return [app_for_site(cls, s) for s in fleet.site_table.population_range(spec.each)]
 
 
 def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site: str | None = None,

@@ -22,12 +22,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from suanli.model import quantities as q
-from suanli.model.work import MAX_RESTARTS
+from suanli.model.work import EACH_SITE, MAX_RESTARTS  # EACH_SITE: `{site}`, in an application with `each`
 from suanli.spec.problems import FieldError
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
-EACH_SITE = "{site}"  # in an application with `each`: the population site it is made for
 SITE_REF_PATTERN = r"^(?:[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\{site\})$"
 SiteRef = Annotated[str, Field(pattern=SITE_REF_PATTERN, max_length=128)]
 
