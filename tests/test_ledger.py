@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 from suanli.sim.ledger import RUNNING, STATUSES
 from suanli.sim.simulation import Simulation
@@ -186,3 +188,97 @@ def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host():
     assert len(fitted) == seen["hosts"] > 100
     assert seen["shared"] > seen["several"] > 0  # both ways of keeping device shares are read
     assert fitted.get(("no-such-vc", 0)) is None
+
+
+def _site_apps(n: int):
+    """``n`` copies (one per site of a population, after a listed site) of an
+    application of a one-replica and a two-replica component."""
+    from suanli.model.sites import NamePattern, SiteNames
+    from suanli.model.work import EACH_SITE, Application, Component, Near, Resources, app_for_site, \
+        site_application
+
+    names = SiteNames()
+    names.add("edge-0")
+    first = names.add_block(n, NamePattern.parse("car-##"))
+    comps = tuple(Component("info", c, "service", size, Resources(100, 64), 0, True, near=Near(EACH_SITE, 5.0))
+                  for c, size in (("music", 1), ("game", 2)))
+    cls = site_application(Application("info", "t", "t/default", 0, True, comps, "info"), names)
+    return [app_for_site(cls, first + k) for k in range(n)]
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.integers(0, 11), st.sampled_from(["all", "part", "shuffled"])),
+    st.tuples(st.just("plain"), st.integers(0, 5), st.none()),
+    st.tuples(st.just("drop"), st.integers(0, 50), st.none()),
+    st.tuples(st.just("settle"), st.integers(0, 50), st.none()),
+    st.tuples(st.just("flush"), st.none(), st.none())), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 2**16))
+def test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_name(ops, seed):
+    """Task ids of applications made per site, added in their order, out of
+    it, in part, between others, dropped, added again and let go of at an
+    instant's end: the ids, names, lookups and order are those of
+    ``TaskIds``, which keeps every name; most of the copies' names are made."""
+    import random
+
+    from suanli.scheduling.state import GrowingCatalogue, TaskIds
+
+    apps = _site_apps(12)
+    ref, cat = TaskIds(), GrowingCatalogue()
+    gone: set[str] = set()
+    rng = random.Random(seed)
+    for op, k, how in ops:
+        if op == "submit":
+            app = apps[k]
+            tasks = [c.task_name(r) for c in app.components for r in range(c.size)]
+            if how == "part":
+                tasks = tasks[:rng.randint(1, 2)]
+            elif how == "shuffled":
+                rng.shuffle(tasks)
+            for task in tasks:
+                i = ref.ids.get(task)
+                if i is None:
+                    i = ref.add(task)
+                    assert cat.find(task, app) is None
+                    assert cat.add(task, app) == i
+                else:
+                    assert cat.find(task, app) == i
+                gone.discard(task)
+        elif op == "plain":
+            task = f"job-{k}/main/0"
+            if ref.ids.get(task) is None:
+                assert cat.get(task) is None and cat.add(task) == ref.add(task)
+        elif op in ("drop", "settle") and ref.ids:
+            live = list(ref.ids)
+            task = live[k % len(live)]
+            if op == "drop":
+                assert cat.pop(task) == ref.ids.pop(task)
+                gone.add(task)
+            else:
+                cat.settle(task)
+        elif op == "flush":
+            cat.flush()
+    cat.flush()
+    assert [cat.name(i) for i in range(len(ref.names))] == ref.names
+    assert list(cat) == list(ref.ids) and len(cat) == len(ref.ids)
+    assert all(cat.get(task) == i and task in cat for task, i in ref.ids.items())
+    assert all(cat.get(task) is None for task in gone if task not in ref.ids)
+    for wrong in ("info.car-12/music/0", "info.car-01/music/1", "info.car-01/game/01", "info.car-1/game/0",
+                  "info.edge-0/music/0", "other.car-01/music/0", "info.car-01/music", 7):
+        assert cat.get(wrong) is None
+    note(f"made {sum(n is None for n in cat._names)} of {len(ref.names)}")
+    made_seen["made"] += sum(n is None for n in cat._names)
+    made_seen["kept"] += sum(n is not None for n in cat._names)
+
+
+made_seen: Counter = Counter()
+
+
+def test_the_growing_catalogue_property_made_names_and_kept_both():
+    """(Run after the property above, in this file's order: both ways of
+    keeping a name were exercised.)"""
+    if not made_seen:
+        test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_name()
+    assert made_seen["made"] > 100 and made_seen["kept"] > 100, made_seen

@@ -8,12 +8,14 @@ and the records stay consistent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import bisect
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import World
+from suanli.model.work import SiteApplication, World
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
@@ -138,7 +140,10 @@ class TaskIds:
         self.ids: dict[str, int] = {}
         self.names: list[str] = []
 
-    def add(self, name: str) -> int:
+    def find(self, name: str, app=None) -> int | None:
+        return self.ids.get(name)
+
+    def add(self, name: str, app=None) -> int:
         i = self.ids[name] = len(self.names)
         self.names.append(name)
         return i
@@ -148,6 +153,270 @@ class TaskIds:
 
     def name(self, i: int) -> str:
         return self.names[i]
+
+
+RECENT = 1 << 14  # names of made ids remembered since last read (two generations of this many)
+
+
+class GrowingCatalogue:
+    """Task ids in the order names are first seen, as ``TaskIds``, for a
+    simulation (or a live scheduler) whose applications arrive over time. The
+    tasks of an application made per site (``SiteApplication``), added in its
+    order (component, then replica), keep no name: such an application's
+    first id is kept per site in arrays of its prototype, and where each run
+    of its ids starts (``_starts``, with the prototype's number and the
+    site), so a name is made from its id when read and an id found by
+    reading its name (its document, site, component and replica) when
+    asked. Such a name is held from when it is added until its task is
+    ``settle``d (its unit kept as columns, or gone) and the instant ends
+    (``flush``): the units being decided find theirs at once; the names read
+    lately are remembered too. Any other name is kept, as ``TaskIds`` keeps
+    it. A name dropped gets a new id if it comes again. It reads as a mapping
+    of name -> id (live names, in id order), and ``names`` as a sequence of
+    every id's name."""
+
+    __slots__ = ("_names", "_dict", "_held", "_settled", "_young", "_old", "_made", "_templates", "_classes",
+                 "_starts", "_proto", "_site", "_gone", "_live", "names")
+
+    def __init__(self) -> None:
+        self._names: list[str | None] = []  # None: a made name
+        self._dict: dict[str, int] = {}  # the names kept
+        self._held: dict[str, int] = {}  # made names until settled
+        self._settled: list[str] = []  # to let go of at the instant's end
+        self._young: dict[str, int] = {}  # made names read lately (then ``_old``)
+        self._old: dict[str, int] = {}
+        # a prototype's copies' class -> (its population's sites, first id per site (-1: none), its tasks'
+        # (start, count, component) in order, their count, its number)
+        self._made: dict[type, tuple[range, array, tuple, int, int]] = {}
+        self._templates: dict[str, list[type]] = {}  # a document's name -> the classes of its copies
+        self._classes: list[type] = []
+        self._starts = array("q")  # where each run of made ids starts; its prototype and site:
+        self._proto = array("i")
+        self._site = array("q")
+        self._gone: set[int] = set()  # made ids dropped
+        self._live = 0
+        self.names = _Names(self)
+
+    # ------------------------------------------------------------ add
+
+    def add(self, name: str, app=None) -> int:
+        """A new id for ``name``; ``app``: its application, when the caller has it."""
+        i = len(self._names)
+        if app is not None and isinstance(app, SiteApplication) and self._add_made(name, app, i):
+            return i
+        self._dict[name] = i
+        self._names.append(name)
+        self._live += 1
+        return i
+
+    def _add_made(self, name: str, app, i: int) -> bool:
+        cls = type(app)
+        made = self._made.get(cls)
+        if made is None:
+            made = self._column(cls, app.site)
+        sites, first, layout, total, code = made
+        k = app.site - sites.start
+        if not 0 <= k < len(sites):
+            return False
+        f = first[k]
+        if f < -1 or (f >= 0 and (self._starts[-1] != f or i - f >= total)):
+            return False  # (not in its order, or another's ids came between)
+        off = 0 if f < 0 else i - f
+        for start, count, comp in layout:
+            if off < start + count:
+                if name != f"{app.name}/{comp}/{off - start}":
+                    return False
+                break
+        if f < 0:
+            first[k] = i
+            self._starts.append(i)
+            self._proto.append(code)
+            self._site.append(app.site)
+        self._names.append(None)
+        self._live += 1
+        self._held[name] = i
+        return True
+
+    def _column(self, cls: type, site: int) -> tuple:
+        sites = cls._names.block_of(site)
+        layout, start = [], 0
+        for c in cls._proto.components:
+            layout.append((start, c.size, c.name))
+            start += c.size
+        code = len(self._classes)
+        self._classes.append(cls)
+        if sites is None:  # (a listed site's copy: its names kept)
+            sites = range(0)
+        made = self._made[cls] = (sites, array("q", [-1]) * len(sites), tuple(layout), start, code)
+        self._templates.setdefault(cls.template, []).append(cls)
+        return made
+
+    def settle(self, name: str) -> None:
+        """``name``'s task is kept as columns now, or gone: its name may be
+        let go of when the instant ends."""
+        self._settled.append(name)
+
+    def hold(self, name: str) -> None:
+        """``name``'s task is decided again (its unit an object again): held till settled."""
+        i = self.get(name)
+        if i is not None and self._names[i] is None:
+            self._held[name] = i
+
+    def flush(self) -> None:
+        """The instant has ended: the settled names are let go of."""
+        held, settled = self._held, self._settled
+        for name in settled:
+            held.pop(name, None)
+        settled.clear()
+
+    def _remember(self, name: str, i: int) -> None:
+        young = self._young
+        young[name] = i
+        if len(young) >= RECENT:
+            self._old, self._young = young, {}
+
+    # ------------------------------------------------------------ read
+
+    def get(self, name: str, default=None):
+        i = self._dict.get(name)
+        if i is not None or not self._made:
+            return default if i is None else i
+        i = self._held.get(name)
+        if i is not None:
+            return i
+        i = self._young.get(name)
+        if i is None:
+            i = self._old.get(name)
+            if i is None:
+                i = self._parse(name)
+                if i is None:
+                    return default
+            self._remember(name, i)
+        return i
+
+    def find(self, name: str, app=None) -> int | None:
+        """``get``, told ``name``'s application: a name of an application made
+        per site none of whose tasks has an id yet is not read through."""
+        if app is not None and isinstance(app, SiteApplication) and name not in self._dict:
+            made = self._made.get(type(app))
+            if made is None:
+                return None
+            sites, first, layout, _, code = made
+            k = app.site - sites.start
+            if 0 <= k < len(sites):
+                f = first[k]
+                if f == -1:
+                    return None
+                i = self._held.get(name)
+                if i is not None:
+                    return i
+                parts = name.rsplit("/", 2)
+                if f >= 0 and len(parts) == 3 and parts[2].isdigit():
+                    for start, count, c in layout:
+                        if c == parts[1]:  # (past what has ids: new)
+                            if f + start + int(parts[2]) >= len(self._names):
+                                return None
+                            break
+        return self.get(name)
+
+    def _parse(self, name: object) -> int | None:
+        parts = name.rsplit("/", 2) if type(name) is str else ()
+        if len(parts) != 3:
+            return None
+        app, comp, digits = parts
+        if not (digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0")):
+            return None
+        r = int(digits)
+        for template, classes in self._templates.items():
+            if not (app.startswith(template) and app[len(template):len(template) + 1] == "."):
+                continue
+            for cls in classes:
+                sites, first, layout, _, code = self._made[cls]
+                site = cls._names.get(app[len(template) + 1:])
+                k = site - sites.start
+                if site < 0 or not 0 <= k < len(sites) or first[k] < 0:
+                    continue
+                for start, count, c in layout:
+                    if c == comp:
+                        i = first[k] + start + r
+                        if (r < count and i < len(self._names) and self._names[i] is None
+                                and i not in self._gone and self._run_of(i) == (code, site)):
+                            return i
+                        break
+        return None
+
+    def _run_of(self, i: int) -> tuple[int, int]:
+        b = bisect.bisect_right(self._starts, i) - 1
+        return self._proto[b], self._site[b]
+
+    def name(self, i: int) -> str:
+        n = self._names[i]
+        if n is not None:
+            return n
+        b = bisect.bisect_right(self._starts, i) - 1
+        cls = self._classes[self._proto[b]]
+        off = i - self._starts[b]
+        for start, count, comp in self._made[cls][2]:
+            if off < start + count:
+                return f"{cls.template}.{cls._names.name(self._site[b])}/{comp}/{off - start}"
+        raise IndexError(i)
+
+    def _live_id(self, i: int) -> bool:
+        n = self._names[i]
+        return i not in self._gone if n is None else self._dict.get(n) == i
+
+    # ------------------------------------------------------------ as a mapping
+
+    def pop(self, name: str, *default):
+        i = self._dict.pop(name, None)
+        if i is None:
+            i = self.get(name)
+            if i is None:
+                if default:
+                    return default[0]
+                raise KeyError(name)
+            self._gone.add(i)
+            self._held.pop(name, None)
+            self._young.pop(name, None)
+            self._old.pop(name, None)
+        self._live -= 1
+        return i
+
+    def __getitem__(self, name: str) -> int:
+        i = self.get(name)
+        if i is None:
+            raise KeyError(name)
+        return i
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
+
+    def __len__(self) -> int:
+        return self._live
+
+    def values(self) -> Iterator[int]:
+        return (i for i in range(len(self._names)) if self._live_id(i))
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.name(i) for i in self.values())
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        return ((self.name(i), i) for i in self.values())
+
+
+class _Names(Sequence):
+    """Every id's name, made when read (``GrowingCatalogue.names``)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, catalogue: GrowingCatalogue) -> None:
+        self._c = catalogue
+
+    def __getitem__(self, i: int) -> str:
+        return self._c.name(i)
+
+    def __len__(self) -> int:
+        return len(self._c._names)
 
 
 class Catalogue:

@@ -27,14 +27,14 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Collection, Container, Iterable, Iterator
+from typing import Collection, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from suanli.executors.base import Run
 from suanli.model.work import Application, Component, SiteApplication, World
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import FEW, Placements, TaskIds, add_few
+from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
@@ -47,6 +47,10 @@ _CLASSES = {(short, large): ("short" if short else "resident") + ("/large" if la
             for short in (False, True) for large in (False, True)}  # one string each, not one per unit
 NO_REASONS: Counter = Counter()  # shared by every record with none; records get a new Counter, never change it
 _NONE = float("nan")  # a time not yet (a float column's None)
+
+
+def _no(name: str) -> None:
+    """(``TaskIds`` keeps every name: nothing to let go of.)"""
 
 
 IN_UNIT = object()  # a record's component while its unit is kept as columns: read from the unit
@@ -65,12 +69,16 @@ class TaskTable(Mapping[str, "TaskRecord"]):
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
-                 "units")
+                 "units", "_add", "_find", "settle", "hold", "flush")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
-        self.ids: dict[str, int] = ids.ids
-        self.names: list[str] = ids.names
+        # name -> id, and id -> name (a ``GrowingCatalogue`` is both: names made when read)
+        self.ids: Mapping[str, int] = ids if isinstance(ids, GrowingCatalogue) else ids.ids
+        self.names: Sequence[str] = ids.names
+        self._add, self._find = ids.add, ids.find
+        grows = isinstance(ids, GrowingCatalogue)
+        self.settle, self.hold, self.flush = (ids.settle, ids.hold, ids.flush) if grows else (_no, _no, lambda: None)
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
         self.unit = array("i")  # -1: it never became work
@@ -90,17 +98,17 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self._live = 0
 
     def put(self, task: str, tenant: str, component: Component | None, unit: int, status: str, submitted_at: float,
-            ended_at: float | None, klass: str, job: bool) -> tuple[int, str | None]:
-        """A record, new or in place of the one of the same name: (its id, the replaced record's status)."""
+            ended_at: float | None, klass: str, job: bool, app: Application | None = None) -> tuple[int, str | None]:
+        """A record, new or in place of the one of the same name: (its id, the
+        replaced record's status). ``app``: its application, when known."""
         code = self._tenant_code.get(tenant)
         if code is None:
             code = self._tenant_code[tenant] = len(self.tenants)
             self.tenants.append(tenant)
         ended = _NONE if ended_at is None else ended_at
-        i = self.ids.get(task)
+        i = self._find(task, app)
         if i is None:  # (column by column: this runs once per task submitted)
-            i = self.ids[task] = len(self.names)
-            self.names.append(task)
+            i = self._add(task, app)
             self.component.append(component)
             self.status.append(_CODE[status])
             self.tenant.append(code)
@@ -269,6 +277,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         """A compact unit an object again, its task's component on its record."""
         unit = self.unit_of(uid)
         self._tasks.component[self.task[uid]] = unit.components[0]
+        self._tasks.hold(unit.tasks[0])
         self.unit[uid], self.comp[uid], self.task[uid] = unit, -1, -1
         return unit
 
@@ -312,6 +321,7 @@ class UnitTable(Mapping[int, "UnitState"]):
             return
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
         self._tasks.component[task] = IN_UNIT
+        self._tasks.settle(unit.tasks[0])
 
     def pop(self, uid: int) -> "UnitState":
         """The unit's row emptied; returns what it held (a view no longer backed: read it at once)."""
@@ -320,6 +330,8 @@ class UnitTable(Mapping[int, "UnitState"]):
         us = _Gone(u if u is None or type(u) is Unit else self._expand(uid), KLASSES[self.klass[uid]], run)
         if us.unit is None:
             raise KeyError(uid)
+        for task in us.unit.tasks:
+            self._tasks.settle(task)
         self.unit[uid] = self.run[uid] = None
         self.run_id[uid] = 0
         self._live -= 1
@@ -562,9 +574,9 @@ class Ledger:
         uid = unit.seq = self.units.add(unit, klass, lead.work_s if lead else None, lead.duration_s if lead else None)
         self.running_seq.append(-1)
         self.by_app.add(unit.app, uid)
-        tenant, put, counts = unit.tenant, self.tasks.put, self.counts
+        tenant, put, counts, app = unit.tenant, self.tasks.put, self.counts, unit.app
         for task, comp in zip(unit.tasks, comps):
-            old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job")[1]
+            old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job", app)[1]
             if old is not None:  # a recreated application's task: its record is replaced
                 counts[old] -= 1
         counts[PENDING] += len(unit.tasks)

@@ -31,7 +31,7 @@ def _parts(sim: Readout, end: float, text: TextOf | None = None) -> Iterator[tup
     (with ``text``: of their JSON text)."""
     state = sim.state
     placements = state.placements
-    placed = (placements[task] for task in sim.view.tasks if task in placements)
+    placed = placements.values()  # (in id order, as the records are: none is placed without one)
     unscheduled = [
         {"task": r.task, "tenant": r.tenant, "vc": sim.view.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),

@@ -38,7 +38,7 @@ from suanli.model.work import Application, World
 from suanli.scheduling.business_layer import BusinessLayer
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
-from suanli.scheduling.state import PlacementState, TaskIds
+from suanli.scheduling.state import GrowingCatalogue, PlacementState
 from suanli.spec.schema import ReschedulingPolicy
 from suanli.sim.events import EventLog
 from suanli.sim.ledger import FAILED
@@ -255,6 +255,7 @@ class Timeline:
         self.hosts.after(t)
         self.book.flush_hosts(t)
         self.recorder.sample(t)
+        self.shard._tasks.flush()  # the names of tasks settled this instant are made when read from now on
         if self._frozen_at >= 0 and len(self.shard._tasks) >= self._frozen_at + FREEZE_EVERY:
             gc.freeze()  # what this instant added lives on (see ``FREEZE_EVERY``)
             self._frozen_at = len(self.shard._tasks)
@@ -307,7 +308,8 @@ class Simulation:
         self.scenario = scenario
         self.seed = world.seed if seed is None else seed
         until = until if until is not None else (scenario.until if scenario and scenario.until else None)
-        self.state = PlacementState(world, TaskIds())  # (ids shared with the shard's ledger: tasks come and go)
+        # (ids shared with the shard's ledger; tasks come and go, a car's tasks named when read)
+        self.state = PlacementState(world, GrowingCatalogue())
         self.state.journal = {}  # every host added or removed becomes an event
         self.rng = np.random.default_rng(self.seed)
         self.global_layer = GlobalLayer(self.state, self.rng)
