@@ -267,6 +267,8 @@ class GrowingCatalogue:
         held, settled = self._held, self._settled
         for name in settled:
             held.pop(name, None)
+        if len(settled) > len(held):  # (a dict keeps its table when emptied: a right-sized copy)
+            self._held = dict(held)
         settled.clear()
 
     def _remember(self, name: str, i: int) -> None:
