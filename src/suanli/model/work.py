@@ -256,6 +256,7 @@ class SiteApplication:
     _classes: tuple  # the components' per-site classes
     _names: object  # the fleet's site names (``SiteNames``)
     _last: tuple = (-1, "", ())  # the site read last: its name and components (read again at once, often)
+    place_of: dict  # a component's class -> its place in ``components`` (a copy's component: without reading them)
 
     def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Application)
         return Application(*args, **kwargs)
@@ -316,9 +317,10 @@ def site_application(proto: Application, names) -> type[SiteApplication]:
     for known, cls in _APP_CLASSES.get(proto, ()):
         if known is names:
             return cls
+    classes = tuple(site_class(c) for c in proto.components)
     shared = {"tenant": proto.tenant, "vc": proto.vc, "priority": proto.priority, "preemptible": proto.preemptible,
-              "template": proto.template, "_proto": proto, "_names": names,
-              "_classes": tuple(site_class(c) for c in proto.components)}
+              "template": proto.template, "_proto": proto, "_names": names, "_classes": classes,
+              "place_of": {k: i for i, k in enumerate(classes)}}
     cls = type("Application", (SiteApplication,), {"__slots__": (), **shared})
     _APP_CLASSES.setdefault(proto, []).append((names, cls))
     return cls

@@ -315,7 +315,10 @@ class UnitTable(Mapping[int, "UnitState"]):
                 or unit.state_sites):
             return
         comp, app = unit.components[0], unit.app
-        at = next((i for i, c in enumerate(app.components) if c is comp or c == comp), -1)  # (made when read: equal)
+        if isinstance(app, SiteApplication):
+            at = app.place_of.get(type(comp), -1)
+        else:
+            at = next((i for i, c in enumerate(app.components) if c is comp), -1)
         task = self._tasks.ids.get(unit.tasks[0], -1)
         if at < 0 or task < 0:
             return
