@@ -41,7 +41,7 @@ class NamePattern:
         return NamePattern(text[: m.start()], m.end() - m.start(), text[m.end():])
 
     def name(self, index: int) -> str:
-        return f"{self.prefix}{index:0{self.width}d}{self.suffix}"
+        return self.prefix + str(index).zfill(self.width) + self.suffix  # (as ``{index:0{width}d}``, faster)
 
     def index(self, name: str) -> int:
         """The index ``name`` stands for, or -1 when it is not of this pattern."""
