@@ -299,7 +299,10 @@ class GrowingCatalogue:
     def find(self, name: str, app=None) -> int | None:
         """``get``, told ``name``'s application: a name of an application made
         per site none of whose tasks has an id yet is not read through."""
-        if app is not None and isinstance(app, SiteApplication) and name not in self._dict:
+        i = self._dict.get(name)
+        if i is not None or not self._made:
+            return i
+        if app is not None and isinstance(app, SiteApplication):
             made = self._made.get(type(app))
             if made is None:
                 return None
