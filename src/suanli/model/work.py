@@ -288,6 +288,15 @@ class SiteApplication:
     def document(self) -> str:
         return self.template
 
+    def component_at(self, k: int) -> SiteComponent:
+        """``components[k]``, made alone when the copy's components were not the last read."""
+        last = self._last
+        if last[0] == self.site:
+            return last[2][k]
+        cls = type(self)
+        site = cls._names.name(self.site)
+        return _for_site(cls._proto.components[k], cls._classes[k], f"{cls.template}.{site}", site, {})
+
     def _fields(self) -> tuple:
         return tuple(getattr(self, f) for f in _APP_FIELDS)
 

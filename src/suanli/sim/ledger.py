@@ -49,6 +49,11 @@ NO_REASONS: Counter = Counter()  # shared by every record with none; records get
 _NONE = float("nan")  # a time not yet (a float column's None)
 
 
+def _component_at(app: Application, k: int) -> Component:
+    """``app.components[k]`` (a copy made per site makes that one only)."""
+    return app.component_at(k) if isinstance(app, SiteApplication) else app.components[k]
+
+
 def _no(name: str) -> None:
     """(``TaskIds`` keeps every name: nothing to let go of.)"""
 
@@ -266,12 +271,12 @@ class UnitTable(Mapping[int, "UnitState"]):
         u = self.unit[uid]
         if type(u) is Unit or u is None:
             return u
-        return Unit(u, (self._tasks.names[self.task[uid]],), (u.components[self.comp[uid]],), uid)
+        return Unit(u, (self._tasks.names[self.task[uid]],), (_component_at(u, self.comp[uid]),), uid)
 
     def lead(self, uid: int) -> Component:
         """The unit's lead component (a compact unit's one)."""
         u = self.unit[uid]
-        return u.components[0] if type(u) is Unit else u.components[self.comp[uid]]
+        return u.components[0] if type(u) is Unit else _component_at(u, self.comp[uid])
 
     def _expand(self, uid: int) -> Unit:
         """A compact unit an object again, its task's component on its record."""

@@ -458,11 +458,13 @@ class Shard:
             self.count_running(unit, +1)
         tab = self._tasks
         ids, moving = tab.ids, tab.moving
+        comps = unit.components
+        comp_of = dict(zip(unit.tasks, comps)) if len(comps) > 1 else None  # (the records': the same objects)
         for task in placed:
             i = ids[task]
             p = self.state.placements[task]
             ledger.placed(i, t)
-            self.track_near(task, tab.component_of(i))
+            self.track_near(task, comps[0] if comp_of is None else comp_of[task])
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if moving and i in moving:  # a service that stopped to move: priced from where it left
