@@ -6,7 +6,8 @@ placed and run, with the event log streamed to a file (as ``suanli
 simulate`` does). Prints JSON: the bytes retained by the run per task (what
 the world held before it is not counted), by tracemalloc (``--trace``, with
 the allocation sites that hold the most) or by the process's resident size
-(its growth over the run; no tracing overhead, for sizes of millions). Fails
+(its growth over the run; no tracing overhead, for sizes of millions); with
+``--trace``, also what the world it runs in holds, a car (its fleet included). Fails
 unless nearly every task was placed and is running.
 
     .venv/bin/python bench/bench_task_memory.py --cars 20000 --trace
@@ -45,11 +46,14 @@ def main() -> int:
     from suanli.sim.simulation import Simulation
     from suanli.spec.build import load_world
 
+    if args.trace:
+        load_world([EXAMPLE], {"cars": "10"})  # (what loading imports and caches, before counting)
+        tracemalloc.start(1)
     world = load_world([EXAMPLE], {"cars": str(args.cars)})
     gc.collect()
+    world_bytes = tracemalloc.get_traced_memory()[0] if args.trace else 0
     with tempfile.TemporaryDirectory() as tmp:
         if args.trace:
-            tracemalloc.start(1)
             before = tracemalloc.take_snapshot()
         rss0 = rss_bytes()
         began = time.perf_counter()
@@ -67,6 +71,7 @@ def main() -> int:
             stats = tracemalloc.take_snapshot().compare_to(before, "lineno")
             tracemalloc.stop()
             out["traced_bytes_per_task"] = round(sum(s.size_diff for s in stats) / tasks)
+            out["world_traced_bytes_per_car"] = round(world_bytes / args.cars)  # its fleet included
             out["held_at"] = [{"where": f"{Path(s.traceback[0].filename).name}:{s.traceback[0].lineno}",
                                "bytes_per_task": round(s.size_diff / tasks, 1),
                                "objects_per_task": round(s.count_diff / tasks, 2)}
