@@ -144,7 +144,36 @@ _PER_SITE = ("app", "near", "data_source", "data_sink")  # what a component made
 _FIELDS = tuple(Component.__dataclass_fields__)
 
 
-class SiteComponent:
+class _MadePerSite:
+    """What a copy made per site shares with the frozen dataclass it stands
+    for (named ``_KIND``, with fields ``_NAMES``): it is frozen, compares
+    and hashes by those fields with that class and its own (``_SAME``), and
+    prints as that class does."""
+
+    __slots__ = ()
+    _KIND: str
+    _NAMES: tuple
+    _SAME: tuple
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._NAMES)
+
+    def __eq__(self, other):
+        if isinstance(other, self._SAME):
+            return self._fields() == tuple(getattr(other, f) for f in self._NAMES)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return self._KIND + "(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._NAMES) + ")"
+
+
+class SiteComponent(_MadePerSite):
     """A component of an application made per site (``each``: a million cars'
     applications). It reads as a ``Component`` of the same fields; what it
     shares with its prototype is held once, on a class made per prototype
@@ -160,29 +189,14 @@ class SiteComponent:
     def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Component)
         return Component(*args, **kwargs)
 
+    _KIND, _NAMES = "Component", _FIELDS
     task_name = Component.task_name
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"cannot assign to field {name!r}")  # frozen, as a Component is
-
-    def _fields(self) -> tuple:
-        return tuple(getattr(self, f) for f in _FIELDS)
-
-    def __eq__(self, other):
-        if isinstance(other, (Component, SiteComponent)):
-            return self._fields() == tuple(getattr(other, f) for f in _FIELDS)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return "Component(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS) + ")"
 
     def __reduce__(self):
         return _site_copy, (self._proto, self.app, self.near, self.data_source, self.data_sink)
 
 
+SiteComponent._SAME = (Component, SiteComponent)
 _SET_SITE = tuple(getattr(SiteComponent, name).__set__ for name in _PER_SITE)  # slot setters: no frozen check
 
 
@@ -239,7 +253,7 @@ EACH_SITE = "{site}"  # in an application made per site (``each``): the site it 
 _APP_FIELDS = tuple(Application.__dataclass_fields__)
 
 
-class SiteApplication:
+class SiteApplication(_MadePerSite):
     """An application made per site (``each``: a car's services, for a
     million cars). It reads as an ``Application`` of the same fields, and
     keeps only its site's number: what its copies share is held once on a
@@ -258,11 +272,10 @@ class SiteApplication:
     _last: tuple = (-1, "", ())  # the site read last: its name and components (read again at once, often)
     place_of: dict  # a component's class -> its place in ``components`` (a copy's component: without reading them)
 
+    _KIND, _NAMES = "Application", _APP_FIELDS
+
     def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Application)
         return Application(*args, **kwargs)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"cannot assign to field {name!r}")
 
     def _made(self) -> tuple:
         last = self._last
@@ -297,24 +310,11 @@ class SiteApplication:
         site = cls._names.name(self.site)
         return _for_site(cls._proto.components[k], cls._classes[k], f"{cls.template}.{site}", site, {})
 
-    def _fields(self) -> tuple:
-        return tuple(getattr(self, f) for f in _APP_FIELDS)
-
-    def __eq__(self, other):
-        if isinstance(other, (Application, SiteApplication)):
-            return self._fields() == tuple(getattr(other, f) for f in _APP_FIELDS)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return "Application(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _APP_FIELDS) + ")"
-
     def __reduce__(self):
         return _site_app, (self._proto, self._names, self.site)
 
 
+SiteApplication._SAME = (Application, SiteApplication)
 _SET_APP_SITE = SiteApplication.site.__set__  # (the slot's setter: no frozen check)
 
 
