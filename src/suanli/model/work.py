@@ -318,6 +318,17 @@ SiteApplication._SAME = (Application, SiteApplication)
 _SET_APP_SITE = SiteApplication.site.__set__  # (the slot's setter: no frozen check)
 
 
+def layout(app: Application) -> tuple:
+    """What ``app``'s components are, in order, for what their names and sizes
+    say (a copy made per site: its prototype's, without making its own)."""
+    return app._proto.components if isinstance(app, SiteApplication) else app.components
+
+
+def task_count(app: Application) -> int:
+    """How many tasks ``app``'s components make."""
+    return sum(c.size for c in layout(app))
+
+
 def site_application(proto: Application, names) -> type[SiteApplication]:
     """The class of the copies of ``proto`` (an application written with
     ``{site}``, its ``template`` its document's name) made per site of

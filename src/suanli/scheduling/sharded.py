@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Application, Component, SiteApplication, World, app_for_site, site_application
+from suanli.model.work import (Application, Component, SiteApplication, World, app_for_site, layout, site_application,
+                                task_count)
 from suanli.scheduling.batch import _alone_kind as batch_alone_kind, bound_alone, fits, site_rows_of
 from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_specs, queued_specs, spec_units,
                                               unit_shape)
@@ -122,7 +123,7 @@ class PerApp:
 
     @classmethod
     def empty(cls, world: World) -> "PerApp":
-        sizes = np.fromiter((len(app.components) for app in world.apps), np.int64, len(world.apps))
+        sizes = np.fromiter((len(layout(app)) for app in world.apps), np.int64, len(world.apps))
         offsets = np.zeros(sizes.size + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         return cls(np.full(int(offsets[-1]), -1, np.int16), offsets)
@@ -639,7 +640,7 @@ def global_pass(world: World, shards: int, seed: int | None = None, policy: str 
     """The global part's pass (``prepared``: from ``prepare_global``, else made here)."""
     prepared = prepared or prepare_global(world, shards, seed, policy)
     layer, split = prepared.layer, prepared.split
-    n_tasks = sum(c.size for app in world.apps for c in app.components)
+    n_tasks = sum(task_count(app) for app in world.apps)
     presumed, made, homed = _merge(layer, split)
     outcome = Outcome(layer.state, layer.unscheduled, layer.global_layer.unplaced, n_tasks)
     return GlobalPass(outcome, split, presumed, made, homed)

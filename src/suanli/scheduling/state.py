@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import SiteApplication, World
+from suanli.model.work import SiteApplication, World, layout, task_count
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
@@ -440,7 +440,7 @@ class Catalogue:
     def __init__(self, apps: Sequence, starts: np.ndarray | None = None) -> None:
         self._apps = tuple(apps)
         if starts is None:
-            sizes = [sum(c.size for c in app.components) for app in self._apps]
+            sizes = [task_count(app) for app in self._apps]
             starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self._starts = starts
         self._total = int(self._starts[-1])
@@ -459,7 +459,7 @@ class Catalogue:
             digits = parts[2]
             if k is not None and digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0"):
                 i, offset = int(digits), int(self._starts[k])
-                for c in self._apps[k].components:
+                for c in layout(self._apps[k]):
                     if c.name == parts[1]:
                         return offset + i if i < c.size else None
                     offset += c.size
@@ -475,9 +475,10 @@ class Catalogue:
             return self._other.name(i - self._total)
         k = int(np.searchsorted(self._starts, i, "right")) - 1
         offset = i - int(self._starts[k])
-        for c in self._apps[k].components:
+        app = self._apps[k]
+        for c in layout(app):
             if offset < c.size:
-                return c.task_name(offset)
+                return f"{app.name}/{c.name}/{offset}"
             offset -= c.size
         raise IndexError(i)
 

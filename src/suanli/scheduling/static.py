@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from suanli.model.work import World
+from suanli.model.work import World, task_count
 from suanli.scheduling.business_layer import BusinessLayer, Unscheduled
 from suanli.scheduling.global_layer import GlobalLayer, UnplacedHosts
 from suanli.scheduling.policies import policy_for
@@ -33,7 +33,7 @@ def schedule(world: World, seed: int | None = None, policy: str | None = None) -
     state = PlacementState(world)
     global_layer = GlobalLayer(state, rng)
     global_layer.place_initial()
-    n_tasks = sum(c.size for app in world.apps for c in app.components)
+    n_tasks = sum(task_count(app) for app in world.apps)
     business = BusinessLayer(state, global_layer, rng, policy=policy_for(world, policy))
     business.run_apps(world.apps)  # each unit made when its turn comes, and let go once placed
     return Outcome(state, business.unscheduled, global_layer.unplaced, n_tasks)
