@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import Application, Component
+from suanli.model.work import Application, Component, layout
 from suanli.scheduling.domains import combine_domains, couplings_domain, levels_of, scope_domain, tightest
 from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
@@ -151,7 +151,7 @@ def unit_runs(app: Application) -> list[tuple[int, int]]:
     """What ``app_units`` makes of the application, without making it: runs of
     (priority, how many units) in their order."""
     runs: list[tuple[int, int]] = []
-    for comp, members in _unit_specs(app):
+    for comp, members in _unit_specs(app, layout(app)):  # (priorities and sizes: a copy's prototype's say them)
         priority, n = spec_run(comp, members)
         if runs and runs[-1][0] == priority:
             runs[-1] = (priority, runs[-1][1] + n)
