@@ -64,7 +64,9 @@ IN_UNIT = object()  # a record's component while its unit is kept as columns: re
 class TaskTable(Mapping[str, "TaskRecord"]):
     """Every task's record as columns, indexed by task id: the order in which
     a name was first submitted. A record is read as a ``TaskRecord``, a view
-    of one row made when asked for; no object is kept per task but its name.
+    of one row made when asked for; no object is kept per task but its name
+    (none either for the tasks of an application made per site, in a
+    simulation: its ``GrowingCatalogue`` makes their names when read).
 
     Scalar columns are ``array.array``s (compact, and read or written one at
     a time without a NumPy scalar in between); ``column()`` views one as a
