@@ -277,13 +277,17 @@ class SiteApplication(_MadePerSite):
     def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Application)
         return Application(*args, **kwargs)
 
+    def _named(self) -> tuple[str, str]:
+        """Its site's name and its own."""
+        site = self._names.name(self.site)
+        return site, f"{self.template}.{site}"
+
     def _made(self) -> tuple:
         last = self._last
         if last[0] == self.site:
             return last
         cls = type(self)
-        site = cls._names.name(self.site)
-        name = f"{cls.template}.{site}"
+        site, name = self._named()
         nears: dict = {}
         comps = tuple(_for_site(c, k, name, site, nears) for c, k in zip(cls._proto.components, cls._classes))
         cls._last = made = (self.site, name, comps)
@@ -306,9 +310,8 @@ class SiteApplication(_MadePerSite):
         last = self._last
         if last[0] == self.site:
             return last[2][k]
-        cls = type(self)
-        site = cls._names.name(self.site)
-        return _for_site(cls._proto.components[k], cls._classes[k], f"{cls.template}.{site}", site, {})
+        site, name = self._named()
+        return _for_site(self._proto.components[k], self._classes[k], name, site, {})
 
     def __reduce__(self):
         return _site_app, (self._proto, self._names, self.site)
@@ -316,6 +319,19 @@ class SiteApplication(_MadePerSite):
 
 SiteApplication._SAME = (Application, SiteApplication)
 _SET_APP_SITE = SiteApplication.site.__set__  # (the slot's setter: no frozen check)
+
+
+def copies_named(classes: Mapping[str, list[type[SiteApplication]]], app: str):
+    """The (class, site number) of each copy that ``app`` could name, of the
+    classes of copies given by their document's name (``APP.SITE``: a
+    document's name, a dot, a site of the class's names)."""
+    for template, of_template in classes.items():
+        if app.startswith(template) and app[len(template):len(template) + 1] == ".":
+            site_name = app[len(template) + 1:]
+            for cls in of_template:
+                site = cls._names.get(site_name)
+                if site >= 0:
+                    yield cls, site
 
 
 def layout(app: Application) -> tuple:

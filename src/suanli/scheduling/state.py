@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from suanli.model.work import SiteApplication, World, layout, task_count
+from suanli.model.work import SiteApplication, World, copies_named, layout, task_count
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
@@ -214,15 +214,15 @@ class GrowingCatalogue:
         made = self._made.get(cls)
         if made is None:
             made = self._column(cls, app.site)
-        sites, first, layout, total, code = made
+        sites, first, order, total, code = made
         k = app.site - sites.start
         if not 0 <= k < len(sites):
             return False
         f = first[k]
-        if f < -1 or (f >= 0 and (self._starts[-1] != f or i - f >= total)):
+        if f >= 0 and (self._starts[-1] != f or i - f >= total):
             return False  # (not in its order, or another's ids came between)
         off = 0 if f < 0 else i - f
-        for start, count, comp in layout:
+        for start, count, comp in order:
             if off < start + count:
                 if name != f"{app.name}/{comp}/{off - start}":
                     return False
@@ -239,15 +239,15 @@ class GrowingCatalogue:
 
     def _column(self, cls: type, site: int) -> tuple:
         sites = cls._names.block_of(site)
-        layout, start = [], 0
+        order, start = [], 0
         for c in cls._proto.components:
-            layout.append((start, c.size, c.name))
+            order.append((start, c.size, c.name))
             start += c.size
         code = len(self._classes)
         self._classes.append(cls)
         if sites is None:  # (a listed site's copy: its names kept)
             sites = range(0)
-        made = self._made[cls] = (sites, array("q", [-1]) * len(sites), tuple(layout), start, code)
+        made = self._made[cls] = (sites, array("q", [-1]) * len(sites), tuple(order), start, code)
         self._templates.setdefault(cls.template, []).append(cls)
         return made
 
@@ -306,7 +306,7 @@ class GrowingCatalogue:
             made = self._made.get(type(app))
             if made is None:
                 return None
-            sites, first, layout, _, code = made
+            sites, first, order, _, code = made
             k = app.site - sites.start
             if 0 <= k < len(sites):
                 f = first[k]
@@ -317,7 +317,7 @@ class GrowingCatalogue:
                     return i
                 parts = name.rsplit("/", 2)
                 if f >= 0 and len(parts) == 3 and parts[2].isdigit():
-                    for start, count, c in layout:
+                    for start, count, c in order:
                         if c == parts[1]:  # (past what has ids: new)
                             if f + start + int(parts[2]) >= len(self._names):
                                 return None
@@ -332,22 +332,18 @@ class GrowingCatalogue:
         if not (digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0")):
             return None
         r = int(digits)
-        for template, classes in self._templates.items():
-            if not (app.startswith(template) and app[len(template):len(template) + 1] == "."):
+        for cls, site in copies_named(self._templates, app):
+            sites, first, order, _, code = self._made[cls]
+            k = site - sites.start
+            if not 0 <= k < len(sites) or first[k] < 0:
                 continue
-            for cls in classes:
-                sites, first, layout, _, code = self._made[cls]
-                site = cls._names.get(app[len(template) + 1:])
-                k = site - sites.start
-                if site < 0 or not 0 <= k < len(sites) or first[k] < 0:
-                    continue
-                for start, count, c in layout:
-                    if c == comp:
-                        i = first[k] + start + r
-                        if (r < count and i < len(self._names) and self._names[i] is None
-                                and i not in self._gone and self._run_of(i) == (code, site)):
-                            return i
-                        break
+            for start, count, c in order:
+                if c == comp:
+                    i = first[k] + start + r
+                    if (r < count and i < len(self._names) and self._names[i] is None
+                            and i not in self._gone and self._run_of(i) == (code, site)):
+                        return i
+                    break
         return None
 
     def _run_of(self, i: int) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from typing import Collection, Container, Iterable, Iterator, Sequence
 import numpy as np
 
 from suanli.executors.base import Run
-from suanli.model.work import Application, Component, SiteApplication, World
+from suanli.model.work import Application, Component, SiteApplication, World, copies_named
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few
 
@@ -81,10 +81,10 @@ class TaskTable(Mapping[str, "TaskRecord"]):
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
         # name -> id, and id -> name (a ``GrowingCatalogue`` is both: names made when read)
-        self.ids: Mapping[str, int] = ids if isinstance(ids, GrowingCatalogue) else ids.ids
+        grows = isinstance(ids, GrowingCatalogue)
+        self.ids: Mapping[str, int] = ids if grows else ids.ids
         self.names: Sequence[str] = ids.names
         self._add, self._find = ids.add, ids.find
-        grows = isinstance(ids, GrowingCatalogue)
         self.settle, self.hold, self.flush = (ids.settle, ids.hold, ids.flush) if grows else (_no, _no, lambda: None)
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
@@ -500,13 +500,11 @@ class AppUnits:
         return made
 
     def _find(self, name: str) -> tuple[array, array, int] | None:
-        for template, classes in self._templates.items():
-            if name.startswith(template) and name[len(template):len(template) + 1] == ".":
-                for cls in classes:
-                    sites, first, count = self._made[cls]
-                    k = cls._names.get(name[len(template) + 1:]) - sites.start
-                    if 0 <= k < len(sites) and first[k] >= 0:
-                        return first, count, k
+        for cls, site in copies_named(self._templates, name):
+            sites, first, count = self._made[cls]
+            k = site - sites.start
+            if 0 <= k < len(sites) and first[k] >= 0:
+                return first, count, k
         return None
 
     def get(self, name: str, default=None):
