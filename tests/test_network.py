@@ -216,9 +216,19 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     site, limit = int(rng.integers(n)), float(rng.choice([0.0, 1.0, 3.0, 7.0, 12.0, 40.0, np.inf]))
                     cached = site in net._cache and not net._cache[site][2]
                     targets = np.append(rng.integers(0, n, 6), site)
+                    kept = site in net._cache
                     at = net.rtt_at(site, targets)  # from a Dijkstra when the column is not cached
+                    pair_rtt, pair_bw = net.rtt(targets, site), net.bandwidth(targets, site)
+                    one = int(targets[0])
+                    one_rtt, one_bw = net.rtt(one, site), net.bandwidth(one, site)
+                    assert (site in net._cache) == kept  # pairs make no column
                     assert np.array_equal(at, net.rtt_to(site)[targets])
+                    assert np.array_equal(pair_rtt, net.rtt_to(site)[targets])  # bit for bit
+                    assert np.array_equal(pair_bw, net.bandwidth_to(site)[targets])
+                    assert type(one_rtt) is float and one_rtt == net.rtt_to(site)[one]
+                    assert one_bw == net.bandwidth_to(site)[one]
                     count("rtt_at without its column", not cached)
+                    count("pairs of a leaf without its column", not cached and bool(net.leaf[site]))
                     got, val = net.within(site, limit)
                     col = net.rtt_to(site)
                     want = np.flatnonzero(col <= limit)
@@ -252,7 +262,8 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
             "handed over", "re-attached", "within some", "paths changed", "split",
-            "mask of core sites, leaves now kept", "rtt_at without its column", "leaf patches pending when read")
+            "mask of core sites, leaves now kept", "rtt_at without its column", "leaf patches pending when read",
+            "pairs of a leaf without its column")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

@@ -790,31 +790,35 @@ class Network:
 
     def rtt_at(self, site: int, sites: np.ndarray) -> np.ndarray:
         """float64[k]: ``rtt_to(site)[sites]``, without the column when it is not
-        cached: one Dijkstra over the core from ``site``, and each of ``sites``
-        read from it as the column would hold it (a leaf one link beyond its
-        parent, ``site`` itself at its intra-site rtt)."""
-        site = int(site)
-        sites = np.asarray(sites, np.int64)
+        cached (``_at``)."""
+        return self._at(int(site), np.asarray(sites, np.int64))[0]
+
+    def _at(self, site: int, sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rtt, bandwidth) float64[k]: the column of ``site`` at ``sites``; read
+        from it when it is cached and current, else from one Dijkstra over the
+        core from ``site``, each of ``sites`` as the column would hold it (a
+        leaf one link beyond its parent, ``site`` itself at its intra-site
+        rtt): the same sums. A path between two devices costs a walk over the
+        core (tens of sites), not a column over a million."""
         hit = self._cache.get(site)
         if hit is not None and not hit[2]:
             self._catch_up(site, hit)
-            return hit[0][sites]
-        out = np.full(sites.size, np.inf)
+            return hit[0][sites], hit[1][sites]
+        rtt, bw = np.full(sites.size, np.inf), np.zeros(sites.size)
         seed = self._seed(site)
         if seed is not None:
             at, seed_rtt, seed_bw = seed
-            core_rtt, _, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
             cid = self.core_id[sites]
             core = cid >= 0
-            out[core] = core_rtt[cid[core]]
+            rtt[core], bw[core] = core_rtt[cid[core]], core_bw[cid[core]]
             leaf = sites[~core]
-            up = self.parent[leaf]
-            hung = up >= 0
-            vals = np.full(leaf.size, np.inf)
-            vals[hung] = core_rtt[self.core_id[up[hung]]] + self.leaf_rtt[leaf[hung]]
-            out[~core] = vals
-        out[sites == site] = self.intra_rtt_ms[site]
-        return out
+            up = self.core_id[self.parent[leaf]]  # (a leaf's parent is a core site)
+            rtt[~core] = core_rtt[up] + self.leaf_rtt[leaf]
+            bw[~core] = np.minimum(core_bw[up], self.leaf_bw[leaf])
+        own = sites == site
+        rtt[own], bw[own] = self.intra_rtt_ms[site], np.inf
+        return rtt, bw
 
     def rtt_to(self, site: int) -> np.ndarray:
         """float64[S]: the rtt of the lowest-rtt path from every site to ``site``."""
@@ -930,26 +934,26 @@ class Network:
 
     def rtt(self, a, b):
         """The rtt between sites ``a`` and ``b``: scalars, or ``a`` an array with one ``b``."""
-        return self._pair(self.rtt_to, a, b)
+        return self._pair(0, a, b)
 
     def bandwidth(self, a, b):
         """The bottleneck bandwidth between ``a`` and ``b``, as ``rtt``."""
-        return self._pair(self.bandwidth_to, a, b)
+        return self._pair(1, a, b)
 
     def reachable(self, a, b):
         """Whether ``a`` and ``b`` are connected, elementwise."""
         out = self.component[a] == self.component[b]
         return bool(out) if np.ndim(out) == 0 else out
 
-    @staticmethod
-    def _pair(column, a, b):
-        """Values for pairs via the cached columns of the distinct ``b``s."""
+    def _pair(self, which: int, a, b):
+        """Values for pairs (0: rtt, 1: bandwidth) from the columns of the
+        distinct ``b``s, each read where it is cached, else walked (``_at``)."""
         if np.ndim(b) == 0:
-            out = column(int(b))[a]
-            return float(out) if np.ndim(out) == 0 else out
-        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+            out = self._at(int(b), np.atleast_1d(np.asarray(a, np.int64)))[which]
+            return float(out[0]) if np.ndim(a) == 0 else out.reshape(np.shape(a))
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b))
         out = np.empty(a.shape)
-        for s in np.unique(b):  # one column per distinct destination, not per pair
+        for s in np.unique(b):  # one walk per distinct destination, not per pair
             sel = b == s
-            out[sel] = column(int(s))[a[sel]]
+            out[sel] = self._at(int(s), a[sel])[which]
         return out
