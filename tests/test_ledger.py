@@ -34,10 +34,12 @@ def check(sim: Simulation, seen: Counter) -> None:
     on = {task for task, rec in tasks.items() if rec.status == RUNNING}
     assert on == set(sim.state.placements)
     by_node = Counter(p.host.node for p in sim.state.placements.values())
-    listed = {node: len(tasks) for node, tasks in sim.state.tasks_on_node.items() if len(tasks)}
-    assert listed == dict(by_node)  # each placed task once on its node's list, and nothing else
-    assert all(sim.state.placements[task].host.node == node
-               for node in sim.state.tasks_on_node for task in sim.state.tasks_on(node))
+    on_ids, on_nodes = sim.state.tasks_on_node.columns()
+    assert Counter(on_nodes.tolist()) == by_node  # each placed task once on its node's list, and nothing else
+    assert len(set(on_ids.tolist())) == on_ids.size
+    assert all(sim.state.tasks_on_node.count(node) == n for node, n in by_node.items())
+    name = sim.state.task_ids.name
+    assert all(sim.state.placements[name(i)].host.node == node for i, node in zip(on_ids.tolist(), on_nodes.tolist()))
     for app, uids in ledger.by_app.items():
         assert all(units[uid].unit.app.name == app for uid in uids)
         assert ledger.by_app.get(app) == uids  # (an application made per site: found from its name)
@@ -282,3 +284,50 @@ def test_the_growing_catalogue_property_made_names_and_kept_both():
     if not made_seen:
         test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_name()
     assert made_seen["made"] > 100 and made_seen["kept"] > 100, made_seen
+
+
+NODE_OPS = st.lists(st.tuples(st.sampled_from(["add", "add", "discard", "leave"]), st.integers(0, 3),
+                              st.integers(0, 12)),
+                    min_size=20, max_size=200)
+
+
+def test_tasks_on_a_node_as_columns_read_as_lists_in_the_order_they_came():
+    """``NodeTasks`` against a dict of lists: each node's ids in the order
+    they came, a task on one node at a time (added to another, it leaves the
+    first), counts, and its columns taken back whole by another; the cases
+    move tasks between nodes and take them out of the middle of lists."""
+    from suanli.scheduling.state import NodeTasks
+
+    seen = Counter()
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(ops=NODE_OPS)
+    def check(ops):
+        on, ref = NodeTasks(), {}
+        for op, node, i in ops:
+            where = next((n for n, ids in ref.items() if i in ids), None)
+            if op == "add":
+                if where is not None and where != node:
+                    ref[where].remove(i)
+                    seen["moved"] += 1
+                if where != node:
+                    ref.setdefault(node, []).append(i)
+                on.add(node, i)
+            else:
+                if op == "leave" and where is not None:  # from the node it is on
+                    node = where
+                if where == node:
+                    seen["from the middle"] += 0 < ref[node].index(i) < len(ref[node]) - 1
+                    ref[node].remove(i)
+                on.discard(node, i)
+            seen["four or more on a node"] += max(map(len, ref.values()), default=0) >= 4
+            for n in range(8):
+                assert on.get(n) == (ref.get(n) or ())
+                assert on.count(n) == len(ref.get(n, ()))
+        again = NodeTasks()
+        again.add_all(*on.columns())
+        assert all(again.get(n) == on.get(n) for n in range(8))
+        assert on.get(99) == () and on.count(99) == 0
+
+    check()
+    assert all(seen[k] >= 20 for k in ("moved", "from the middle", "four or more on a node")), seen

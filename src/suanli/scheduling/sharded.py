@@ -477,7 +477,7 @@ class ShardPart:
     vec_ids: np.ndarray
     vecs: np.ndarray
     dev: dict[int, tuple]
-    on_node: dict[int, list[int] | set[int]]
+    on_node: tuple[np.ndarray, np.ndarray]  # (task ids, their nodes): ``NodeTasks.columns``
     hosts: dict[str, tuple[np.ndarray, np.ndarray]]
     why: str = ""
     peak_bytes: int = 0  # the shard's process's peak resident memory, when it ran as an actor
@@ -599,7 +599,7 @@ def decide_shard(world: World, k: int, shards: int, policy: str | None, shard_of
     return ShardPart(k, not why, units, ids, p._row[ids].copy(), p._tenant[ids].copy(), p._vc[ids].copy(),
                      list(p._vc_names), p._vec[ids].copy(),
                      np.array(p._vecs, np.int64).reshape(len(p._vecs), state.used.shape[1]), dict(p._dev),
-                     dict(state.tasks_on_node), hosts, why)
+                     state.tasks_on_node.columns(), hosts, why)
 
 
 # ------------------------------------------------------------ the global part
@@ -868,7 +868,7 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
         p._n += int(ids.size)
         for i, pair in part.dev.items():
             p._dev[i] = p._pairs.setdefault(pair, pair)
-        state.tasks_on_node.update(part.on_node)
+        state.tasks_on_node.add_all(*part.on_node)
         r = state.used.shape[1]
         for name, (nodes, counts) in part.hosts.items():
             vc = state.vcs[name]

@@ -110,13 +110,87 @@ def add_few(groups: dict, key, item) -> None:
             groups[key] = {*group, item}
 
 
-def discard_few(groups: dict, key, item) -> None:
-    """``item`` leaves ``groups[key]`` (``add_few``'s), if there."""
-    group = groups[key]
-    if type(group) is set:
-        group.discard(item)
-    elif item in group:
-        group.remove(item)
+class NodeTasks:
+    """The ids of the tasks on each node, as columns: per task id its node
+    and its neighbours in that node's list (a list linked in arrays), per
+    node its first and last and how many. A node's ids read in the order
+    they came; a task is on one node at a time. A million devices with a few
+    tasks each cost 12 bytes a task here (int32: ids and nodes under 2^31),
+    not a list and an int object per task and a dict entry per node."""
+
+    __slots__ = ("_on", "_next", "_prev", "_head", "_tail", "_count")
+
+    def __init__(self) -> None:
+        self._on, self._next, self._prev = array("i"), array("i"), array("i")  # per task id; -1: none
+        self._head, self._tail, self._count = array("i"), array("i"), array("i")  # per node
+
+    @staticmethod
+    def _widen(columns: tuple, i: int, fill: int) -> None:
+        n = len(columns[0])
+        if i >= n:
+            more = max(i + 1 - n, n // 4, 1024)
+            for col in columns:
+                col.extend(array("i", [fill]) * more)
+
+    def add(self, node: int, i: int) -> None:
+        """Task ``i`` is on ``node`` (at the end of its list; it leaves any other node's)."""
+        self._widen((self._on, self._next, self._prev), i, -1)
+        at = self._on[i]
+        if at == node:
+            return
+        if at >= 0:
+            self.discard(at, i)
+        self._widen((self._head, self._tail), node, -1)
+        self._widen((self._count,), node, 0)
+        last = self._tail[node]
+        self._on[i], self._prev[i], self._next[i] = node, last, -1
+        if last >= 0:
+            self._next[last] = i
+        else:
+            self._head[node] = i
+        self._tail[node] = i
+        self._count[node] += 1
+
+    def discard(self, node: int, i: int) -> None:
+        """Task ``i`` leaves ``node``, if there."""
+        if i >= len(self._on) or self._on[i] != node:
+            return
+        prv, nxt = self._prev[i], self._next[i]
+        if prv >= 0:
+            self._next[prv] = nxt
+        else:
+            self._head[node] = nxt
+        if nxt >= 0:
+            self._prev[nxt] = prv
+        else:
+            self._tail[node] = prv
+        self._on[i] = self._next[i] = self._prev[i] = -1
+        self._count[node] -= 1
+
+    def count(self, node: int) -> int:
+        return self._count[node] if 0 <= node < len(self._count) else 0
+
+    def get(self, node: int, default: Sequence[int] = ()) -> Sequence[int]:
+        """The ids on ``node`` in the order they came (``default`` when none)."""
+        if not self.count(node):
+            return default
+        out, i, nxt = [], self._head[node], self._next
+        while i >= 0:
+            out.append(i)
+            i = nxt[i]
+        return out
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, their nodes), int64, each node's ids in the order they came
+        (what ``add_all`` takes back: a shard's part)."""
+        on = np.frombuffer(self._on, np.int32).astype(np.int64) if len(self._on) else np.zeros(0, np.int64)
+        ids = [np.asarray(self.get(int(node)), np.int64) for node in np.unique(on[on >= 0])]
+        ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        return ids, on[ids]
+
+    def add_all(self, ids: np.ndarray, nodes: np.ndarray) -> None:
+        for i, node in zip(ids.tolist(), nodes.tolist()):
+            self.add(node, i)
 
 
 @dataclass(slots=True)
@@ -785,8 +859,7 @@ class PlacementState:
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.task_ids = Catalogue(world.apps) if task_ids is None else task_ids
         self.placements = Placements(self, self.task_ids)  # by task name
-        # the ids of the tasks on each node (``add_few``: a list while they are few)
-        self.tasks_on_node: dict[int, list[int] | set[int]] = {}
+        self.tasks_on_node = NodeTasks()  # the ids of the tasks on each node
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
         # (kind, id(host)) -> host; a host added and removed before a report cancels out
@@ -981,7 +1054,7 @@ class PlacementState:
         return self._record(task, tenant, vc, host, a)
 
     def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> None:
-        add_few(self.tasks_on_node, host.node, self.placements.add(task, self.tenant_index[tenant], vc.name, a))
+        self.tasks_on_node.add(host.node, self.placements.add(task, self.tenant_index[tenant], vc.name, a))
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
@@ -1000,7 +1073,7 @@ class PlacementState:
         p = self.placements.pop(task)
         vc = self.vcs[p.vc]
         vc.table.give(p.alloc)
-        discard_few(self.tasks_on_node, p.host.node, i)
+        self.tasks_on_node.discard(p.host.node, i)
         if vc.default:  # the fitted host shrinks with its tasks, and goes when empty
             host = p.host
             host.release()

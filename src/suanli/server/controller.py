@@ -890,7 +890,7 @@ def _node_out(c: Controller, n: int, state: str) -> dict[str, Any]:
             "arch": fleet.groups[int(fleet.node_group[n])].arch, "state": state,
             "capacity": resources_json(sim.state, nodes.cap[:, n]),
             "free": resources_json(sim.state, nodes.free[:, n]),
-            "tasks": len(sim.state.tasks_on_node.get(n, ()))}
+            "tasks": sim.state.tasks_on_node.count(n)}
 
 
 def _nodes(c: Controller, site: str | None) -> list[dict[str, Any]]:
