@@ -331,3 +331,65 @@ def test_tasks_on_a_node_as_columns_read_as_lists_in_the_order_they_came():
 
     check()
     assert all(seen[k] >= 20 for k in ("moved", "from the middle", "four or more on a node")), seen
+
+
+def test_fitted_hosts_as_columns_read_as_hosts_kept_in_the_order_made():
+    """``FittedHosts`` against a list of hosts in the order made: a host made
+    on a node's first task and named by a number never used again, counted,
+    gone with its last task; read in that order, first ones first
+    (``some``), by node, and named again in another order (a split pass's
+    merge). The cases make hosts again on nodes that had one, and write the
+    log again once its dead entries outnumber the live."""
+    from suanli.scheduling.state import FittedHost, FittedHosts
+
+    seen = Counter()
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(ops=st.lists(st.tuples(st.sampled_from(["hold", "hold", "release"]), st.integers(0, 7)),
+                        min_size=10, max_size=120))
+    def check(ops):
+        hosts, ref, number = FittedHosts("t/default", 3), [], 0  # ref: [node, number, count] in order made
+        made = set()
+        for op, node in ops:
+            mine = next((h for h in ref if h[0] == node), None)
+            if op == "hold":
+                if mine is None:
+                    seen["made again on a node"] += node in made
+                    made.add(node)
+                    h = hosts.add(node, number)
+                    assert isinstance(h, FittedHost) and h.name == f"auto-{number}" and h.count == 0
+                    mine = [node, number, 0]
+                    ref.append(mine)
+                    number += 1
+                hosts.at(node).hold()
+                mine[2] += 1
+            elif mine is not None:
+                h = hosts.by_node[node]
+                h.release()
+                mine[2] -= 1
+                if not h.count:
+                    hosts.remove(h)
+                    ref.remove(mine)
+                    assert h not in hosts
+            assert [(h.node, h.name, h.count) for h in hosts] == [(n, f"auto-{k}", c) for n, k, c in ref]
+            assert [h.node for h in hosts.some(2)] == [n for n, _, _ in ref[:2]]
+            assert len(hosts) == len(ref) and bool(hosts) == bool(ref)
+            assert sorted(hosts.by_node) == sorted(n for n, _, _ in ref)
+            assert all(hosts.by_node[n] == hosts.at(n) and hosts.at(n) in hosts for n, _, _ in ref)
+            nodes, counts = hosts.columns()
+            assert nodes.tolist() == [n for n, _, _ in ref] and counts.tolist() == [c for _, _, c in ref]
+        seen["several hosts"] += len(ref) >= 3
+        order = np.array([n for n, _, _ in ref][::-1], np.int64)
+        hosts.renumber(order, np.arange(order.size) + 1)
+        assert [(h.node, h.name, h.count) for h in hosts] == \
+            [(int(n), f"auto-{k}", k + 1) for k, n in enumerate(order)]
+
+    check()
+    # the log written again when dead entries outnumber the live
+    hosts = FittedHosts("t/default", 3)
+    for k in range(3000):
+        hosts.add(k % 5, k)
+        if k % 5 != 4:
+            hosts.remove(hosts.at(k % 5))
+    assert len(hosts._log_node) < 2 * len(hosts) + 1025 and [h.name for h in hosts][-1] == "auto-2999"
+    assert all(seen[k] >= 20 for k in ("made again on a node", "several hosts")), seen

@@ -338,10 +338,12 @@ def test_a_fitted_host_holds_exactly_what_its_tasks_take_as_they_come_and_go(tmp
                 if p.vc == vc.name:
                     by_node[p.host.node].append(p)
             assert set(vc.by_node) == set(by_node) == {h.node for h in vc.hosts}
+            assert len({h.name for h in vc.hosts}) == len(vc.hosts)
             for node, placed in by_node.items():
                 hosts_seen.append(node)
                 host = vc.by_node[node]
-                assert all(p.host is host for p in placed)
+                assert all(p.host == host and p.host.name == host.name for p in placed)
+                assert host.count == len(placed) and host in vc.hosts
                 want_vec = sum(p.alloc.vec for p in placed)
                 shares = Counter()
                 for p in placed:

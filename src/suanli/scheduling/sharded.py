@@ -57,7 +57,7 @@ from suanli.scheduling.business_layer import (BusinessLayer, UnitQueue, app_spec
 from suanli.scheduling.global_layer import GlobalLayer
 from suanli.scheduling.policies import policy_for
 from suanli.scheduling.request import NearBound, Private, compile_request
-from suanli.scheduling.state import Catalogue, Host, Hosts, PlacementState
+from suanli.scheduling.state import Catalogue, PlacementState
 from suanli.scheduling.static import Outcome, schedule
 from suanli.scheduling.table import Allocation
 from suanli.spec.schema import EACH_SITE
@@ -593,9 +593,8 @@ def decide_shard(world: World, k: int, shards: int, policy: str | None, shard_of
     ids = np.flatnonzero(p._row >= 0)
     hosts = {}
     for name, vc in state.vcs.items():
-        if vc.hosts:
-            hs = list(vc.hosts)
-            hosts[name] = (np.array([h.node for h in hs], np.int64), np.array([h.count for h in hs], np.int64))
+        if vc.hosts:  # (a default VC's fitted hosts: a shard's units are all in one)
+            hosts[name] = vc.hosts.columns()
     return ShardPart(k, not why, units, ids, p._row[ids].copy(), p._tenant[ids].copy(), p._vc[ids].copy(),
                      list(p._vc_names), p._vec[ids].copy(),
                      np.array(p._vecs, np.int64).reshape(len(p._vecs), state.used.shape[1]), dict(p._dev),
@@ -851,7 +850,7 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
     state = done.outcome.state
     p = state.placements
     split = done.split
-    theirs: dict[str, list] = defaultdict(list)  # VC -> (key, host) of the shards' fitted hosts
+    theirs: dict[str, list] = defaultdict(list)  # VC -> the shards' fitted hosts: (nodes, counts, keys)
     for part in parts:
         if not part.ids.size:
             continue
@@ -869,26 +868,20 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
         for i, pair in part.dev.items():
             p._dev[i] = p._pairs.setdefault(pair, pair)
         state.tasks_on_node.add_all(*part.on_node)
-        r = state.used.shape[1]
         for name, (nodes, counts) in part.hosts.items():
-            vc = state.vcs[name]
-            for node, count in zip(nodes.tolist(), counts.tolist()):
-                host = Host(name, "", None, node, Allocation(node, np.zeros(r, np.int64)), -1, p)
-                host.count = count
-                vc.by_node[node] = host
-                theirs[name].append((split.first_key(node), host))
-    for name, hosts in theirs.items():
+            theirs[name].append((nodes, counts, [split.first_key(node) for node in nodes.tolist()]))
+    for name, parts in theirs.items():
         vc = state.vcs[name]
-        ours = list(vc.hosts)
+        ours_nodes, ours_counts = vc.hosts.columns()
         keys = [key for key, n in done.made.get(name, ()) for _ in range(n)]
-        merged = sorted([*zip(keys, ours), *hosts], key=lambda kh: kh[0])  # (stable: one unit's hosts in order)
-        vc.hosts = Hosts()
-        for i, (_, host) in enumerate(merged):
-            host.name = f"auto-{i}"
-            vc.hosts.append(host)
-        vc.next_index[None] = len(merged)
+        entries = [*zip(keys, ours_nodes.tolist(), ours_counts.tolist())]
+        for nodes, counts, their_keys in parts:
+            entries += zip(their_keys, nodes.tolist(), counts.tolist())
+        entries.sort(key=lambda e: e[0])  # (stable: one unit's hosts in order)
+        vc.hosts.renumber(np.array([e[1] for e in entries], np.int64), np.array([e[2] for e in entries], np.int64))
+        vc.next_index[None] = len(entries)
         if vc.component < 0:
-            vc.component = int(state.fleet.network.component[state.fleet.node_site[merged[0][1].node]])
+            vc.component = int(state.fleet.network.component[state.fleet.node_site[entries[0][1]]])
             vc.together = True
     return done.outcome
 

@@ -812,24 +812,205 @@ class Hosts:
         return bool(self._by_id)
 
 
+class FittedHost(Host):
+    """A default VC's fitted host as read from its VC's columns
+    (``FittedHosts``): its name and count are read through them, and holding
+    or releasing a task writes there. Two reads of one host are equal."""
+
+    __slots__ = ("_of", "_number")
+
+    def __init__(self, of: "FittedHosts", node: int, number: int) -> None:  # (not Host's: nothing kept here)
+        self.vc, self.group, self.node, self.row = of.vc, None, node, -1
+        self._of, self._number, self._src, self._alloc = of, number, of.src, None
+        self._none = Allocation(node, _zeros(of.r))
+
+    name = property(lambda h: f"auto-{h._number}")
+    count = property(lambda h: h._of.count_on(h.node))
+
+    def hold(self) -> None:
+        self._of.hold(self.node)
+        self._alloc = None
+
+    def release(self) -> None:
+        self._of.release(self.node)
+        self._alloc = None
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is FittedHost and (other.vc, other._number) == (self.vc, self._number)
+
+    def __hash__(self) -> int:
+        return hash((self.vc, self._number))
+
+
+class FittedHosts:
+    """A default VC's fitted hosts, one on each node its tasks are on, as
+    columns: per node the number in the host's name (``auto-N``; -1: none)
+    and how many of the VC's tasks it holds. A ``FittedHost`` is made when
+    one is read. They read in the order they were made (their numbers
+    ascending: a log of (node, number) in that order, its dead entries
+    skipped), as ``Hosts`` does; adding and removing one is O(1). A million
+    devices' hosts cost about 16 bytes each here, not a host, an empty
+    allocation, a name and two dict entries (about 320 bytes)."""
+
+    __slots__ = ("vc", "r", "src", "_number", "_count", "_log_node", "_log_number", "_front", "_n", "by_node")
+
+    def __init__(self, vc: str, r: int, src: "Placements | None" = None) -> None:
+        self.vc, self.r, self.src = vc, r, src
+        self._number, self._count = array("i"), array("i")  # per node
+        self._log_node, self._log_number = array("i"), array("i")  # the hosts made, in order
+        self._front = 0  # the log's entries before it are all dead
+        self._n = 0
+        self.by_node = _FittedByNode(self)
+
+    def _live(self, k: int) -> bool:
+        node = self._log_node[k]
+        return self._number[node] == self._log_number[k]
+
+    def number_of(self, node: int) -> int:
+        return self._number[node] if 0 <= node < len(self._number) else -1
+
+    def count_on(self, node: int) -> int:
+        return self._count[node] if self.number_of(node) >= 0 else 0
+
+    def at(self, node: int) -> FittedHost | None:
+        number = self.number_of(node)
+        return None if number < 0 else FittedHost(self, node, number)
+
+    def add(self, node: int, number: int) -> FittedHost:
+        """A new host on ``node`` named ``auto-{number}`` (the greatest yet), holding nothing."""
+        if node >= len(self._number):
+            more = max(node + 1 - len(self._number), len(self._number) // 4, 1024)
+            self._number.extend(array("i", [-1]) * more)
+            self._count.extend(array("i", [0]) * more)
+        self._number[node], self._count[node] = number, 0
+        self._log_node.append(node)
+        self._log_number.append(number)
+        self._n += 1
+        return FittedHost(self, node, number)
+
+    def hold(self, node: int) -> None:
+        self._count[node] += 1
+
+    def release(self, node: int) -> None:
+        self._count[node] -= 1
+
+    def remove(self, host: Host) -> None:
+        node = host.node
+        if self.number_of(node) < 0:
+            raise KeyError(host)
+        self._number[node], self._count[node] = -1, 0
+        self._n -= 1
+        if len(self._log_node) > 2 * self._n + 1024:  # dead entries outnumber the live: the log written again
+            keep = [k for k in range(self._front, len(self._log_node)) if self._live(k)]
+            self._log_node = array("i", [self._log_node[k] for k in keep])
+            self._log_number = array("i", [self._log_number[k] for k in keep])
+            self._front = 0
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, counts) int64 of the hosts in the order they were made."""
+        nodes = np.frombuffer(self._log_node, np.int32)[self._front:].astype(np.int64) \
+            if len(self._log_node) else np.zeros(0, np.int64)
+        if not nodes.size:
+            return nodes, nodes.copy()
+        numbers = np.frombuffer(self._log_number, np.int32)[self._front:]
+        current = np.frombuffer(self._number, np.int32)[nodes]
+        nodes = nodes[current == numbers]
+        return nodes, np.frombuffer(self._count, np.int32)[nodes].astype(np.int64)
+
+    def renumber(self, nodes: np.ndarray, counts: np.ndarray) -> None:
+        """Exactly these hosts, named ``auto-0`` ... in this order, holding ``counts`` tasks."""
+        for node in self.columns()[0].tolist():
+            self._number[node] = -1
+        self._log_node, self._log_number, self._front, self._n = array("i"), array("i"), 0, 0
+        for i, (node, count) in enumerate(zip(nodes.tolist(), counts.tolist())):
+            self.add(node, i)
+            self._count[node] = count
+
+    def __iter__(self):
+        nodes = self.columns()[0].tolist()
+        return iter([FittedHost(self, node, self._number[node]) for node in nodes])
+
+    def some(self, k: int) -> list[Host]:
+        """Up to ``k`` hosts, the earliest made first (without listing them all)."""
+        while self._front < len(self._log_node) and not self._live(self._front):
+            self._front += 1  # (an entry once dead stays so: numbers are not used again)
+        out, i = [], self._front
+        while len(out) < k and i < len(self._log_node):
+            if self._live(i):
+                node = self._log_node[i]
+                out.append(FittedHost(self, node, self._number[node]))
+            i += 1
+        return out
+
+    def __getitem__(self, i: int) -> Host:
+        return list(self)[i]
+
+    def __contains__(self, host: object) -> bool:
+        return type(host) is FittedHost and host.vc == self.vc and self.number_of(host.node) == host._number
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+
+class _FittedByNode:
+    """A default VC's fitted hosts by node (``VCState.by_node``), read from its columns."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, of: FittedHosts) -> None:
+        self._of = of
+
+    def get(self, node: int, default=None):
+        host = self._of.at(node)
+        return default if host is None else host
+
+    def __getitem__(self, node: int) -> FittedHost:
+        host = self._of.at(node)
+        if host is None:
+            raise KeyError(node)
+        return host
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, (int, np.integer)) and self._of.number_of(int(node)) >= 0
+
+    def __iter__(self):
+        return iter(self._of.columns()[0].tolist())
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
 @dataclass
 class VCState:
     name: str
     tenant: str
     default: bool
     table: CandidateTable
-    hosts: Hosts = field(default_factory=Hosts)
+    hosts: "Hosts | FittedHosts" = field(default_factory=Hosts)  # a default VC's: ``FittedHosts``
     component: int = -1  # the network component its hosts are in; -1 before the first
     together: bool = False  # all its hosts were found in ``component`` (not only its latest host)
     group_domain: dict[str, int] = field(default_factory=dict)  # coupled group -> its domain code
-    by_node: dict[int, Host] = field(default_factory=dict)  # default VC: the fitted host per node
+    by_node: "_FittedByNode | None" = None  # default VC: the fitted host per node (read from ``hosts``)
     by_row: dict[int, Host] = field(default_factory=dict)  # host-table row -> host
     next_index: dict[str | None, int] = field(default_factory=dict)  # per group: names are never reused
 
+    def __post_init__(self) -> None:
+        if self.default and not isinstance(self.hosts, FittedHosts):
+            self.hosts = FittedHosts(self.name, self.table.cap.shape[0])
+        if self.default:
+            self.by_node = self.hosts.by_node
+
     def new_name(self, group: str | None) -> str:
+        index = self.new_number(group)
+        return f"{group}-{index}" if group is not None else f"auto-{index}"
+
+    def new_number(self, group: str | None) -> int:
         index = self.next_index.get(group, 0)
         self.next_index[group] = index + 1
-        return f"{group}-{index}" if group is not None else f"auto-{index}"
+        return index
 
     def group_size(self, group: str) -> int:
         return sum(1 for h in self.hosts if h.group == group)
@@ -859,18 +1040,21 @@ class PlacementState:
             self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
         self.task_ids = Catalogue(world.apps) if task_ids is None else task_ids
         self.placements = Placements(self, self.task_ids)  # by task name
+        for vcs in self.vcs.values():
+            if vcs.default:
+                vcs.hosts.src = self.placements  # (what a fitted host's tasks hold is read there)
         self.tasks_on_node = NodeTasks()  # the ids of the tasks on each node
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
         # (kind, id(host)) -> host; a host added and removed before a report cancels out
-        self.journal: dict[tuple[str, int], Host] | None = None
+        self.journal: dict[tuple[str, str, str], Host] | None = None
 
     def _note(self, kind: str, host: Host) -> None:
         if self.journal is None:
             return
-        if kind == "hostRemoved" and self.journal.pop(("hostAdded", id(host)), None) is not None:
+        if kind == "hostRemoved" and self.journal.pop(("hostAdded", host.vc, host.name), None) is not None:
             return  # never reported: a rolled-back growth
-        self.journal[(kind, id(host))] = host
+        self.journal[(kind, host.vc, host.name)] = host
 
     def _quota_vector(self, tenant: str) -> np.ndarray:
         big = np.iinfo(np.int64).max // 4
@@ -995,7 +1179,7 @@ class PlacementState:
         vc.hosts.remove(host)
         vc.by_row.pop(host.row, None)
         last = vc.next_index.get(host.group, 0) - 1
-        unseen = self.journal is None or ("hostAdded", id(host)) in self.journal
+        unseen = self.journal is None or ("hostAdded", host.vc, host.name) in self.journal
         if unseen and host.name == (f"{host.group}-{last}" if host.group is not None else f"auto-{last}"):
             vc.next_index[host.group] = last  # a rolled-back host leaves no gap in the names
         self.nodes.give(host.node_alloc)
@@ -1047,20 +1231,18 @@ class PlacementState:
     def _place_fitted(self, task: str, tenant: str, vc: VCState, a: Allocation) -> None:
         """A default VC's task on its node's fitted host (made when it is the
         node's first), its usage not counted here."""
-        host = vc.by_node.get(a.row)
-        if host is None:
-            host = self._fitted_host(vc, a)
-        host.hold()
-        return self._record(task, tenant, vc, host, a)
+        hosts = vc.hosts
+        if hosts.number_of(a.row) < 0:
+            self._fitted_host(vc, a)
+        hosts.hold(a.row)
+        self.tasks_on_node.add(a.row, self.placements.add(task, self.tenant_index[tenant], vc.name, a))
 
     def _record(self, task: str, tenant: str, vc: VCState, host: Host, a: Allocation) -> None:
         self.tasks_on_node.add(host.node, self.placements.add(task, self.tenant_index[tenant], vc.name, a))
 
     def _fitted_host(self, vc: VCState, a: Allocation) -> Host:
         """A default VC's new fitted host on the node of ``a`` (holding nothing yet)."""
-        host = Host(vc.name, vc.new_name(None), None, a.row, Allocation(a.row, _zeros(a.vec.size)), -1, self.placements)
-        vc.hosts.append(host)
-        vc.by_node[a.row] = host
+        host = vc.hosts.add(a.row, vc.new_number(None))
         if vc.component < 0:
             vc.component = int(self.fleet.network.component[self.nodes.site[a.row]])
             vc.together = len(vc.hosts) == 1
@@ -1080,7 +1262,6 @@ class PlacementState:
             self.tenant_used[p.tenant] -= p.alloc.vec
             if not host.count:
                 vc.hosts.remove(host)
-                del vc.by_node[host.node]
                 if not vc.hosts:
                     vc.component = -1
                 self._note("hostRemoved", host)
@@ -1129,6 +1310,8 @@ class PlacementState:
         self.world.vcs[vc.name] = vc
         table = self.nodes if vc.default else CandidateTable(len(self.fleet.resources), self.fleet.max_devices)
         got = self.vcs[vc.name] = VCState(vc.name, vc.tenant, vc.default, table)
+        if got.default:
+            got.hosts.src = self.placements
         return got
 
     def retire_node(self, node: int) -> None:

@@ -44,7 +44,7 @@ class Logbook:
         name = self.world.fleet.node_name
         rounded = round(t, 6)
         append = self.events.append
-        for (kind, _), h in changes.items():
+        for (kind, _, _), h in changes.items():
             append({"t": rounded, "kind": kind, "vc": h.vc, "host": h.name, "node": name(h.node), **why})
 
     def names_of(self, node: int) -> tuple[str, str]:
