@@ -333,6 +333,43 @@ def test_tasks_on_a_node_as_columns_read_as_lists_in_the_order_they_came():
     assert all(seen[k] >= 20 for k in ("moved", "from the middle", "four or more on a node")), seen
 
 
+def test_units_bound_near_a_site_kept_by_its_number_read_as_by_its_name():
+    """``BoundUnits`` against a dict by name of ``_add_unit``'s groups: units
+    in order and out of it, again, on sites of a population and listed ones,
+    on names no site has, and on a name that becomes a site's later."""
+    from suanli.model.sites import NamePattern, SiteNames
+    from suanli.sim.ledger import BoundUnits, _add_unit
+
+    seen = Counter()
+    names = ["cloud", "car-0", "car-1", "car-2", "nowhere", "late"]
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(ops=st.lists(st.tuples(st.sampled_from([1, 1, 1, 1, 0, 2, 3, 4, 5]),
+                                  st.one_of(st.none(), st.integers(0, 30))), min_size=5, max_size=80),
+           late_at=st.integers(0, 80))
+    def check(ops, late_at):
+        sites = SiteNames()
+        sites.add("cloud")
+        sites.add_block(3, NamePattern.parse("car-#"))
+        bound, ref = BoundUnits(sites), {}
+        for k, (n, uid) in enumerate(ops):
+            uid = k if uid is None else uid  # (mostly in order)
+            if k == late_at:
+                sites.add("late")  # a site added while running
+            name = names[n]
+            bound.add(name, uid)
+            _add_unit(ref, name, uid)
+            for other in names:
+                got = bound.get(other, ())
+                assert list(got) == list(ref.get(other, ()))
+        seen["kept as a range"] += any(type(bound.get(x)) is range and len(bound.get(x)) > 1 for x in names[:4])
+        seen["out of order"] += any(type(bound.get(x)) in (list, set) for x in names[:4])
+        seen["by name"] += "nowhere" in bound._other
+
+    check()
+    assert all(seen[k] >= 20 for k in ("kept as a range", "out of order", "by name")), seen
+
+
 def test_fitted_hosts_as_columns_read_as_hosts_kept_in_the_order_made():
     """``FittedHosts`` against a list of hosts in the order made: a host made
     on a node's first task and named by a number never used again, counted,

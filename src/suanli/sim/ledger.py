@@ -543,20 +543,73 @@ class AppUnits:
         return (uids for _, uids in self.items())
 
 
+class BoundUnits:
+    """Site name -> the units that ran bound near it or to its data (in the
+    order they started there). A site of the fleet is kept by its number: its
+    units as a range (its first and stop in two columns) while they came one
+    after the other, then as ``_add_unit``'s list or set; a name that was no
+    site's when first seen is kept by name. A million devices' services bound
+    near them keep no name, dict entry or range here (16 bytes a site)."""
+
+    __slots__ = ("_sites", "_first", "_stop", "_other")
+
+    _MOVED = -2  # a site's units are in ``_other`` (by its number)
+
+    def __init__(self, sites=None) -> None:
+        self._sites = sites  # name -> site number (``Fleet.site_index``), or None: every name by name
+        self._first, self._stop = array("q"), array("q")
+        self._other: dict = {}  # name or site number -> a range, list or set (``_add_unit``'s)
+
+    def _site(self, name: str) -> int:
+        if self._sites is None or name in self._other:
+            return -1
+        return self._sites.get(name, -1)
+
+    def add(self, name: str, uid: int) -> None:
+        s = self._site(name)
+        if s < 0:
+            _add_unit(self._other, name, uid)
+            return
+        first, stop = self._first, self._stop
+        if s >= len(first):
+            more = max(s + 1 - len(first), len(first) // 4, 1024)
+            first.extend(array("q", [-1]) * more)
+            stop.extend(array("q", [-1]) * more)
+        f = first[s]
+        if f == self._MOVED:
+            _add_unit(self._other, s, uid)
+        elif f < 0:
+            first[s], stop[s] = uid, uid + 1
+        elif stop[s] == uid:
+            stop[s] = uid + 1
+        elif not f <= uid < stop[s]:  # out of order: a list from now on
+            self._other[s] = range(f, stop[s])
+            _add_unit(self._other, s, uid)
+            first[s] = self._MOVED
+
+    def get(self, name: str, default=None):
+        s = self._site(name)
+        if s < 0 or s >= len(self._first) or self._first[s] == -1:
+            return self._other.get(name, default)
+        f = self._first[s]
+        return self._other[s] if f == self._MOVED else range(f, self._stop[s])
+
+
 class Ledger:
     """The records and their transitions (see the module's text)."""
 
     __slots__ = ("tasks", "units", "runs", "running_seq", "by_app", "bound_to", "counts", "_run_ids")
 
-    def __init__(self, ids: TaskIds | None = None) -> None:
+    def __init__(self, ids: TaskIds | None = None, sites=None) -> None:
+        """``sites``: site names to numbers (``Fleet.site_index``), by which
+        the units bound near a site are kept."""
         self.tasks = TaskTable(ids)
         self.units = UnitTable(self.tasks)
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
         self.running_seq = array("q")  # unit -> when it last became running (its order in ``running``)
         # application -> its units, in submission order (a range while they came together)
         self.by_app = AppUnits()
-        # site -> units that ran bound near it or to its data (``_add_unit``: a range while they came in order)
-        self.bound_to: dict[str, range | list[int] | set[int]] = {}
+        self.bound_to = BoundUnits(sites)  # site -> units that ran bound near it or to its data
         self.counts: Counter = Counter()  # status -> tasks
         self._run_ids = 0
 
@@ -627,7 +680,7 @@ class Ledger:
             for comp in unit.distinct_components():
                 for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
                     if name is not None:
-                        _add_unit(self.bound_to, name, uid)
+                        self.bound_to.add(name, uid)
         return new
 
     def close(self, uid: int, run: Run | None = None) -> Run:

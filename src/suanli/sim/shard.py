@@ -50,7 +50,8 @@ class Shard:
         self.world, self.state, self.business, self.loop = world, state, business, loop
         self.log, self.where, self.names_of = book.log, book.where, book.names_of
         self.offline = offline  # the global layer's: device site -> its links while offline (read only)
-        self.ledger = Ledger(state.task_ids)  # the records of tasks and units: they change through its transitions only
+        # the records of tasks and units: they change through its transitions only
+        self.ledger = Ledger(state.task_ids, world.fleet.site_index)
         self.view = LedgerView(self.ledger, state.placements, world)  # what code outside reads
         self._tasks, self._units = self.ledger.tasks, self.ledger.units  # read here, changed by the ledger
         self.keep_records = True  # a deleted application's task records are kept for the results (a server keeps none)
