@@ -383,9 +383,10 @@ def test_fitted_hosts_as_columns_read_as_hosts_kept_in_the_order_made():
 
     @settings(max_examples=150, deadline=None, derandomize=True)
     @given(ops=st.lists(st.tuples(st.sampled_from(["hold", "hold", "release"]), st.integers(0, 7)),
-                        min_size=10, max_size=120))
-    def check(ops):
-        hosts, ref, number = FittedHosts("t/default", 3), [], 0  # ref: [node, number, count] in order made
+                        min_size=10, max_size=120), dense_from=st.sampled_from([64, 1, 2]))
+    def check(ops, dense_from):
+        kind = type("Hosts", (FittedHosts,), {"__slots__": (), "DENSE_FROM": dense_from})  # (columns past it)
+        hosts, ref, number = kind("t/default", 3), [], 0  # ref: [node, number, count] in order made
         made = set()
         for op, node in ops:
             mine = next((h for h in ref if h[0] == node), None)
@@ -416,6 +417,8 @@ def test_fitted_hosts_as_columns_read_as_hosts_kept_in_the_order_made():
             nodes, counts = hosts.columns()
             assert nodes.tolist() == [n for n, _, _ in ref] and counts.tolist() == [c for _, _, c in ref]
         seen["several hosts"] += len(ref) >= 3
+        seen["as columns"] += hosts._few is None
+        seen["in a dict"] += hosts._few is not None and len(ref) >= 2
         order = np.array([n for n, _, _ in ref][::-1], np.int64)
         hosts.renumber(order, np.arange(order.size) + 1)
         assert [(h.node, h.name, h.count) for h in hosts] == \
@@ -429,4 +432,4 @@ def test_fitted_hosts_as_columns_read_as_hosts_kept_in_the_order_made():
         if k % 5 != 4:
             hosts.remove(hosts.at(k % 5))
     assert len(hosts._log_node) < 2 * len(hosts) + 1025 and [h.name for h in hosts][-1] == "auto-2999"
-    assert all(seen[k] >= 20 for k in ("made again on a node", "several hosts")), seen
+    assert all(seen[k] >= 20 for k in ("made again on a node", "several hosts", "as columns", "in a dict")), seen

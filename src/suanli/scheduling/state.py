@@ -843,33 +843,48 @@ class FittedHost(Host):
 
 
 class FittedHosts:
-    """A default VC's fitted hosts, one on each node its tasks are on, as
-    columns: per node the number in the host's name (``auto-N``; -1: none)
-    and how many of the VC's tasks it holds. A ``FittedHost`` is made when
-    one is read. They read in the order they were made (their numbers
-    ascending: a log of (node, number) in that order, its dead entries
-    skipped), as ``Hosts`` does; adding and removing one is O(1). A million
-    devices' hosts cost about 16 bytes each here, not a host, an empty
-    allocation, a name and two dict entries (about 320 bytes)."""
+    """A default VC's fitted hosts, one on each node its tasks are on: per
+    node the number in the host's name (``auto-N``) and how many of the VC's
+    tasks it holds, in a dict while the VC's hosts are few for the nodes they
+    span, then as two int32 columns over the nodes (a city's one tenant with a
+    host on each of a million devices: 8 bytes a node, not a host, an empty
+    allocation, a name and two dict entries, about 320 bytes; ten thousand
+    tenants on a few nodes each: no column a fleet long each). A
+    ``FittedHost`` is made when one is read. They read in the order they were
+    made (their numbers ascending: a log of (node, number) in that order, its
+    dead entries skipped), as ``Hosts`` does; adding and removing one is O(1)."""
 
-    __slots__ = ("vc", "r", "src", "_number", "_count", "_log_node", "_log_number", "_front", "_n", "by_node")
+    __slots__ = ("vc", "r", "src", "_few", "_top", "_number", "_count", "_log_node", "_log_number", "_front", "_n",
+                 "by_node")
+
+    DENSE = 12  # columns once the hosts are more than 1 in DENSE of the nodes up to the highest ...
+    DENSE_FROM = 64  # ... and more than this many
 
     def __init__(self, vc: str, r: int, src: "Placements | None" = None) -> None:
         self.vc, self.r, self.src = vc, r, src
-        self._number, self._count = array("i"), array("i")  # per node
+        self._few: dict[int, list[int]] | None = {}  # node -> [number, count] (None: the columns hold them)
+        self._top = -1  # the highest node a host was made on while in the dict
+        self._number, self._count = array("i"), array("i")  # per node, once dense; -1: no host
         self._log_node, self._log_number = array("i"), array("i")  # the hosts made, in order
         self._front = 0  # the log's entries before it are all dead
         self._n = 0
         self.by_node = _FittedByNode(self)
 
     def _live(self, k: int) -> bool:
-        node = self._log_node[k]
-        return self._number[node] == self._log_number[k]
+        return self.number_of(self._log_node[k]) == self._log_number[k]
 
     def number_of(self, node: int) -> int:
+        few = self._few
+        if few is not None:
+            got = few.get(node)
+            return -1 if got is None else got[0]
         return self._number[node] if 0 <= node < len(self._number) else -1
 
     def count_on(self, node: int) -> int:
+        few = self._few
+        if few is not None:
+            got = few.get(node)
+            return 0 if got is None else got[1]
         return self._count[node] if self.number_of(node) >= 0 else 0
 
     def at(self, node: int) -> FittedHost | None:
@@ -878,27 +893,52 @@ class FittedHosts:
 
     def add(self, node: int, number: int) -> FittedHost:
         """A new host on ``node`` named ``auto-{number}`` (the greatest yet), holding nothing."""
-        if node >= len(self._number):
-            more = max(node + 1 - len(self._number), len(self._number) // 4, 1024)
-            self._number.extend(array("i", [-1]) * more)
-            self._count.extend(array("i", [0]) * more)
-        self._number[node], self._count[node] = number, 0
+        few = self._few
+        if few is not None:
+            few[node] = [number, 0]
+            if node > self._top:
+                self._top = node
+            if len(few) > self.DENSE_FROM and len(few) * self.DENSE > self._top:
+                self._dense()
+        else:
+            if node >= len(self._number):
+                more = max(node + 1 - len(self._number), len(self._number) // 4, 1024)
+                self._number.extend(array("i", [-1]) * more)
+                self._count.extend(array("i", [0]) * more)
+            self._number[node], self._count[node] = number, 0
         self._log_node.append(node)
         self._log_number.append(number)
         self._n += 1
         return FittedHost(self, node, number)
 
+    def _dense(self) -> None:
+        few, self._few = self._few, None
+        top = max(few) + 1
+        self._number = array("i", [-1]) * (top + max(top // 4, 1024))
+        self._count = array("i", [0]) * len(self._number)
+        for node, (number, count) in few.items():
+            self._number[node], self._count[node] = number, count
+
     def hold(self, node: int) -> None:
-        self._count[node] += 1
+        if self._few is not None:
+            self._few[node][1] += 1
+        else:
+            self._count[node] += 1
 
     def release(self, node: int) -> None:
-        self._count[node] -= 1
+        if self._few is not None:
+            self._few[node][1] -= 1
+        else:
+            self._count[node] -= 1
 
     def remove(self, host: Host) -> None:
         node = host.node
         if self.number_of(node) < 0:
             raise KeyError(host)
-        self._number[node], self._count[node] = -1, 0
+        if self._few is not None:
+            del self._few[node]
+        else:
+            self._number[node], self._count[node] = -1, 0
         self._n -= 1
         if len(self._log_node) > 2 * self._n + 1024:  # dead entries outnumber the live: the log written again
             keep = [k for k in range(self._front, len(self._log_node)) if self._live(k)]
@@ -913,22 +953,29 @@ class FittedHosts:
         if not nodes.size:
             return nodes, nodes.copy()
         numbers = np.frombuffer(self._log_number, np.int32)[self._front:]
+        if self._few is not None:
+            few = self._few
+            current = np.array([few.get(n, (-1,))[0] for n in nodes.tolist()], np.int64)
+            nodes = nodes[current == numbers]
+            return nodes, np.array([few[n][1] for n in nodes.tolist()], np.int64)
         current = np.frombuffer(self._number, np.int32)[nodes]
         nodes = nodes[current == numbers]
         return nodes, np.frombuffer(self._count, np.int32)[nodes].astype(np.int64)
 
     def renumber(self, nodes: np.ndarray, counts: np.ndarray) -> None:
         """Exactly these hosts, named ``auto-0`` ... in this order, holding ``counts`` tasks."""
-        for node in self.columns()[0].tolist():
-            self._number[node] = -1
+        self._few, self._top, self._number, self._count = {}, -1, array("i"), array("i")
         self._log_node, self._log_number, self._front, self._n = array("i"), array("i"), 0, 0
         for i, (node, count) in enumerate(zip(nodes.tolist(), counts.tolist())):
             self.add(node, i)
-            self._count[node] = count
+            if self._few is not None:
+                self._few[node][1] = count
+            else:
+                self._count[node] = count
 
     def __iter__(self):
         nodes = self.columns()[0].tolist()
-        return iter([FittedHost(self, node, self._number[node]) for node in nodes])
+        return iter([FittedHost(self, node, self.number_of(node)) for node in nodes])
 
     def some(self, k: int) -> list[Host]:
         """Up to ``k`` hosts, the earliest made first (without listing them all)."""
@@ -938,7 +985,7 @@ class FittedHosts:
         while len(out) < k and i < len(self._log_node):
             if self._live(i):
                 node = self._log_node[i]
-                out.append(FittedHost(self, node, self._number[node]))
+                out.append(FittedHost(self, node, self._log_number[i]))
             i += 1
         return out
 
