@@ -32,7 +32,7 @@ from suanli.scheduling.state import PlacementState, VCState
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
-REQUESTS = 65_536  # compiled requests kept (each names its constraints: one per car bound near it)
+REQUESTS = 16_384  # compiled requests kept (each names its constraints: one per car bound near it, most used once)
 SHARED = True  # False: one request per tenant, however alike (the reference ``tests/test_shared_requests.py`` compares)
 
 
