@@ -178,7 +178,7 @@ def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host():
         if not vc.default:
             continue
         for host in vc.hosts:
-            mine = state.placements.held_on(host.node, vc.name, host._none)
+            mine = host.peek_alloc()  # (its own sum: its tasks on its node, host by host)
             theirs = fitted.get((vc.name, host.node))
             assert theirs is not None
             assert (theirs.row, theirs.vec.tolist(), theirs.slots, theirs.milli) == \

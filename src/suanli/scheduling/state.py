@@ -822,10 +822,14 @@ class FittedHost(Host):
     def __init__(self, of: "FittedHosts", node: int, number: int) -> None:  # (not Host's: nothing kept here)
         self.vc, self.group, self.node, self.row = of.vc, None, node, -1
         self._of, self._number, self._src, self._alloc = of, number, of.src, None
-        self._none = Allocation(node, _zeros(of.r))
 
     name = property(lambda h: f"auto-{h._number}")
     count = property(lambda h: h._of.count_on(h.node))
+
+    def peek_alloc(self) -> Allocation:
+        if self._alloc is not None:
+            return self._alloc
+        return self._src.held_on(self.node, self.vc, Allocation(self.node, _zeros(self._of.r)))
 
     def hold(self) -> None:
         self._of.hold(self.node)
@@ -1015,10 +1019,11 @@ class _FittedByNode:
         return default if host is None else host
 
     def __getitem__(self, node: int) -> FittedHost:
-        host = self._of.at(node)
-        if host is None:
+        of = self._of
+        number = of.number_of(node)
+        if number < 0:
             raise KeyError(node)
-        return host
+        return FittedHost(of, node, number)
 
     def __contains__(self, node: object) -> bool:
         return isinstance(node, (int, np.integer)) and self._of.number_of(int(node)) >= 0
