@@ -134,14 +134,16 @@ class NodeTasks:
 
     def add(self, node: int, i: int) -> None:
         """Task ``i`` is on ``node`` (at the end of its list; it leaves any other node's)."""
-        self._widen((self._on, self._next, self._prev), i, -1)
+        if i >= len(self._on):
+            self._widen((self._on, self._next, self._prev), i, -1)
         at = self._on[i]
         if at == node:
             return
         if at >= 0:
             self.discard(at, i)
-        self._widen((self._head, self._tail), node, -1)
-        self._widen((self._count,), node, 0)
+        if node >= len(self._count):
+            self._widen((self._head, self._tail), node, -1)
+            self._widen((self._count,), node, 0)
         last = self._tail[node]
         self._on[i], self._prev[i], self._next[i] = node, last, -1
         if last >= 0:
@@ -815,35 +817,37 @@ class Hosts:
 class FittedHost(Host):
     """A default VC's fitted host as read from its VC's columns
     (``FittedHosts``): its name and count are read through them, and holding
-    or releasing a task writes there. Two reads of one host are equal."""
+    or releasing a task writes there; what it holds is added up each time it
+    is asked for. Two reads of one host are equal. (Made at every read of a
+    placement: it sets three slots, the rest read through.)"""
 
     __slots__ = ("_of", "_number")
 
-    def __init__(self, of: "FittedHosts", node: int, number: int) -> None:  # (not Host's: nothing kept here)
-        self.vc, self.group, self.node, self.row = of.vc, None, node, -1
-        self._of, self._number, self._src, self._alloc = of, number, of.src, None
+    group, row = None, -1  # (class attributes over Host's slots: a fitted host's are these)
 
+    def __init__(self, of: "FittedHosts", node: int, number: int) -> None:  # (not Host's: nothing kept here)
+        self.node, self._of, self._number = node, of, number
+
+    vc = property(lambda h: h._of.vc)
     name = property(lambda h: f"auto-{h._number}")
     count = property(lambda h: h._of.count_on(h.node))
+    node_alloc = property(lambda h: h.peek_alloc())
 
     def peek_alloc(self) -> Allocation:
-        if self._alloc is not None:
-            return self._alloc
-        return self._src.held_on(self.node, self.vc, Allocation(self.node, _zeros(self._of.r)))
+        of = self._of
+        return of.src.held_on(self.node, of.vc, Allocation(self.node, _zeros(of.r)))
 
     def hold(self) -> None:
         self._of.hold(self.node)
-        self._alloc = None
 
     def release(self) -> None:
         self._of.release(self.node)
-        self._alloc = None
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is FittedHost and (other.vc, other._number) == (self.vc, self._number)
+        return type(other) is FittedHost and other._of is self._of and other._number == self._number
 
     def __hash__(self) -> int:
-        return hash((self.vc, self._number))
+        return hash((self._of.vc, self._number))
 
 
 class FittedHosts:
@@ -859,7 +863,7 @@ class FittedHosts:
     dead entries skipped), as ``Hosts`` does; adding and removing one is O(1)."""
 
     __slots__ = ("vc", "r", "src", "_few", "_top", "_number", "_count", "_log_node", "_log_number", "_front", "_n",
-                 "by_node")
+                 "_last", "by_node")
 
     DENSE = 12  # columns once the hosts are more than 1 in DENSE of the nodes up to the highest ...
     DENSE_FROM = 64  # ... and more than this many
@@ -872,6 +876,7 @@ class FittedHosts:
         self._log_node, self._log_number = array("i"), array("i")  # the hosts made, in order
         self._front = 0  # the log's entries before it are all dead
         self._n = 0
+        self._last: FittedHost | None = None  # the host read last (a placement is read a few times in a row)
         self.by_node = _FittedByNode(self)
 
     def _live(self, k: int) -> bool:
@@ -893,7 +898,13 @@ class FittedHosts:
 
     def at(self, node: int) -> FittedHost | None:
         number = self.number_of(node)
-        return None if number < 0 else FittedHost(self, node, number)
+        if number < 0:
+            return None
+        last = self._last
+        if last is not None and last.node == node and last._number == number:
+            return last
+        last = self._last = FittedHost(self, node, number)
+        return last
 
     def add(self, node: int, number: int) -> FittedHost:
         """A new host on ``node`` named ``auto-{number}`` (the greatest yet), holding nothing."""
@@ -1019,11 +1030,10 @@ class _FittedByNode:
         return default if host is None else host
 
     def __getitem__(self, node: int) -> FittedHost:
-        of = self._of
-        number = of.number_of(node)
-        if number < 0:
+        host = self._of.at(node)
+        if host is None:
             raise KeyError(node)
-        return FittedHost(of, node, number)
+        return host
 
     def __contains__(self, node: object) -> bool:
         return isinstance(node, (int, np.integer)) and self._of.number_of(int(node)) >= 0

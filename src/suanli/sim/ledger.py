@@ -32,7 +32,8 @@ from typing import Collection, Container, Iterable, Iterator, Sequence
 import numpy as np
 
 from suanli.executors.base import Run
-from suanli.model.work import Application, Component, SiteApplication, World, copies_named
+from suanli.model.work import (EACH_SITE, Application, Component, SiteApplication, SiteComponent, World,
+                               copies_named)
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few
 
@@ -543,6 +544,9 @@ class AppUnits:
         return (uids for _, uids in self.items())
 
 
+_NOT_OWN = (False, False, False)
+
+
 class BoundUnits:
     """Site name -> the units that ran bound near it or to its data (in the
     order they started there). A site of the fleet is kept by its number: its
@@ -565,8 +569,9 @@ class BoundUnits:
             return -1
         return self._sites.get(name, -1)
 
-    def add(self, name: str, uid: int) -> None:
-        s = self._site(name)
+    def add(self, name: str, uid: int, site: int = -1) -> None:
+        """``uid`` ran bound near ``name`` (``site``: its number, when known)."""
+        s = site if site >= 0 and self._sites is not None else self._site(name)
         if s < 0:
             _add_unit(self._other, name, uid)
             return
@@ -677,10 +682,18 @@ class Ledger:
         self.runs[run.run_id] = uid
         if new:
             self.running_seq[uid] = run.run_id  # its place in the start order
+            own = unit.app.site if isinstance(unit.app, SiteApplication) else -1
             for comp in unit.distinct_components():
-                for name in (comp.near.site if comp.near is not None else None, comp.data_source, comp.data_sink):
+                near = comp.near
+                names = (near.site if near is not None else None, comp.data_source, comp.data_sink)
+                mine = _NOT_OWN
+                if own >= 0 and isinstance(comp, SiteComponent):  # its own site's number is known: no name read
+                    p = type(comp)._proto
+                    mine = (p.near is not None and p.near.site == EACH_SITE, p.data_source == EACH_SITE,
+                            p.data_sink == EACH_SITE)
+                for name, is_own in zip(names, mine):
                     if name is not None:
-                        self.bound_to.add(name, uid)
+                        self.bound_to.add(name, uid, own if is_own else -1)
         return new
 
     def close(self, uid: int, run: Run | None = None) -> Run:
