@@ -571,7 +571,7 @@ class BoundUnits:
 
     def add(self, name: str, uid: int, site: int = -1) -> None:
         """``uid`` ran bound near ``name`` (``site``: its number, when known)."""
-        s = site if site >= 0 and self._sites is not None else self._site(name)
+        s = site if site >= 0 and self._sites is not None and name not in self._other else self._site(name)
         if s < 0:
             _add_unit(self._other, name, uid)
             return
