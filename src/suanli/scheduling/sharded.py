@@ -870,12 +870,12 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
         state.tasks_on_node.add_all(*part.on_node)
         for name, (nodes, counts) in part.hosts.items():
             theirs[name].append((nodes, counts, [split.first_key(node) for node in nodes.tolist()]))
-    for name, parts in theirs.items():
+    for name, pieces in theirs.items():
         vc = state.vcs[name]
         ours_nodes, ours_counts = vc.hosts.columns()
         keys = [key for key, n in done.made.get(name, ()) for _ in range(n)]
         entries = [*zip(keys, ours_nodes.tolist(), ours_counts.tolist())]
-        for nodes, counts, their_keys in parts:
+        for nodes, counts, their_keys in pieces:
             entries += zip(their_keys, nodes.tolist(), counts.tolist())
         entries.sort(key=lambda e: e[0])  # (stable: one unit's hosts in order)
         vc.hosts.renumber(np.array([e[1] for e in entries], np.int64), np.array([e[2] for e in entries], np.int64))

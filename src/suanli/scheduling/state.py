@@ -110,6 +110,16 @@ def add_few(groups: dict, key, item) -> None:
             groups[key] = {*group, item}
 
 
+def widen(columns: tuple, i: int, fill: int) -> None:
+    """Grow ``columns`` (arrays of one length) to hold index ``i``, by a
+    quarter at least (1,024 entries at least), the new entries ``fill``."""
+    n = len(columns[0])
+    if i >= n:
+        more = max(i + 1 - n, n // 4, 1024)
+        for col in columns:
+            col.extend(array(col.typecode, [fill]) * more)
+
+
 class NodeTasks:
     """The ids of the tasks on each node, as columns: per task id its node
     and its neighbours in that node's list (a list linked in arrays), per
@@ -124,26 +134,18 @@ class NodeTasks:
         self._on, self._next, self._prev = array("i"), array("i"), array("i")  # per task id; -1: none
         self._head, self._tail, self._count = array("i"), array("i"), array("i")  # per node
 
-    @staticmethod
-    def _widen(columns: tuple, i: int, fill: int) -> None:
-        n = len(columns[0])
-        if i >= n:
-            more = max(i + 1 - n, n // 4, 1024)
-            for col in columns:
-                col.extend(array("i", [fill]) * more)
-
     def add(self, node: int, i: int) -> None:
         """Task ``i`` is on ``node`` (at the end of its list; it leaves any other node's)."""
         if i >= len(self._on):
-            self._widen((self._on, self._next, self._prev), i, -1)
+            widen((self._on, self._next, self._prev), i, -1)
         at = self._on[i]
         if at == node:
             return
         if at >= 0:
             self.discard(at, i)
         if node >= len(self._count):
-            self._widen((self._head, self._tail), node, -1)
-            self._widen((self._count,), node, 0)
+            widen((self._head, self._tail), node, -1)
+            widen((self._count,), node, 0)
         last = self._tail[node]
         self._on[i], self._prev[i], self._next[i] = node, last, -1
         if last >= 0:
@@ -917,9 +919,8 @@ class FittedHosts:
                 self._dense()
         else:
             if node >= len(self._number):
-                more = max(node + 1 - len(self._number), len(self._number) // 4, 1024)
-                self._number.extend(array("i", [-1]) * more)
-                self._count.extend(array("i", [0]) * more)
+                widen((self._number,), node, -1)
+                widen((self._count,), node, 0)
             self._number[node], self._count[node] = number, 0
         self._log_node.append(node)
         self._log_number.append(number)
@@ -1108,7 +1109,7 @@ class PlacementState:
         self.tasks_on_node = NodeTasks()  # the ids of the tasks on each node
         self._component_masks: dict[tuple, tuple] = {}
         # host changes not yet reported, when someone reports them (the simulator):
-        # (kind, id(host)) -> host; a host added and removed before a report cancels out
+        # (kind, VC, host name) -> host; a host added and removed before a report cancels out
         self.journal: dict[tuple[str, str, str], Host] | None = None
 
     def _note(self, kind: str, host: Host) -> None:

@@ -35,7 +35,7 @@ from suanli.executors.base import Run
 from suanli.model.work import (EACH_SITE, Application, Component, SiteApplication, SiteComponent, World,
                                copies_named)
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few
+from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few, widen
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
@@ -577,9 +577,7 @@ class BoundUnits:
             return
         first, stop = self._first, self._stop
         if s >= len(first):
-            more = max(s + 1 - len(first), len(first) // 4, 1024)
-            first.extend(array("q", [-1]) * more)
-            stop.extend(array("q", [-1]) * more)
+            widen((first, stop), s, -1)
         f = first[s]
         if f == self._MOVED:
             _add_unit(self._other, s, uid)
