@@ -110,6 +110,16 @@ def add_few(groups: dict, key, item) -> None:
             groups[key] = {*group, item}
 
 
+CHUNK = 1 << 16
+
+
+def chunked(a: np.ndarray) -> Iterator[int]:
+    """The items of ``a`` as Python numbers, converted a block at a time (not
+    a list of millions at once)."""
+    for k in range(0, a.size, CHUNK):
+        yield from a[k:k + CHUNK].tolist()
+
+
 def widen(columns: tuple, i: int, fill: int) -> None:
     """Grow ``columns`` (arrays of one length) to hold index ``i``, by a
     quarter at least (1,024 entries at least), the new entries ``fill``."""
@@ -649,8 +659,8 @@ class Placements(Mapping):
     def __contains__(self, task: object) -> bool:
         return self._id(task) >= 0
 
-    def _placed(self) -> list[int]:
-        return np.flatnonzero(self._row >= 0).tolist()
+    def _placed(self) -> Iterator[int]:
+        return chunked(np.flatnonzero(self._row >= 0))
 
     def __iter__(self):
         name = self._ids.name
@@ -962,20 +972,26 @@ class FittedHosts:
             self._log_number = array("i", [self._log_number[k] for k in keep])
             self._front = 0
 
-    def columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes, counts) int64 of the hosts in the order they were made."""
+    def _made(self) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes int64, numbers int32) of the hosts in the order they were made."""
         nodes = np.frombuffer(self._log_node, np.int32)[self._front:].astype(np.int64) \
             if len(self._log_node) else np.zeros(0, np.int64)
         if not nodes.size:
-            return nodes, nodes.copy()
+            return nodes, np.zeros(0, np.int32)
         numbers = np.frombuffer(self._log_number, np.int32)[self._front:]
         if self._few is not None:
             few = self._few
             current = np.array([few.get(n, (-1,))[0] for n in nodes.tolist()], np.int64)
-            nodes = nodes[current == numbers]
-            return nodes, np.array([few[n][1] for n in nodes.tolist()], np.int64)
-        current = np.frombuffer(self._number, np.int32)[nodes]
-        nodes = nodes[current == numbers]
+        else:
+            current = np.frombuffer(self._number, np.int32)[nodes]
+        live = current == numbers
+        return nodes[live], numbers[live]
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, counts) int64 of the hosts in the order they were made."""
+        nodes = self._made()[0]
+        if self._few is not None:
+            return nodes, np.array([self._few[n][1] for n in nodes.tolist()], np.int64)
         return nodes, np.frombuffer(self._count, np.int32)[nodes].astype(np.int64)
 
     def renumber(self, nodes: np.ndarray, counts: np.ndarray) -> None:
@@ -990,8 +1006,10 @@ class FittedHosts:
                 self._count[node] = count
 
     def __iter__(self):
-        nodes = self.columns()[0].tolist()
-        return iter([FittedHost(self, node, self.number_of(node)) for node in nodes])
+        """The hosts there are now, in the order they were made, each made as
+        it is read (a million cars' hosts are not held at once)."""
+        nodes, numbers = self._made()
+        return (FittedHost(self, node, number) for node, number in zip(chunked(nodes), chunked(numbers)))
 
     def some(self, k: int) -> list[Host]:
         """Up to ``k`` hosts, the earliest made first (without listing them all)."""

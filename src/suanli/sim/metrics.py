@@ -382,7 +382,7 @@ _PLACED, _MIGRATED = _CODE["placed"], _CODE["migrated"]
 _STOPS = frozenset(_CODE[k] for k in STOP_KINDS)
 LANES = 40  # lanes kept: the tasks with the most moves
 LANE_ITEMS = 400  # spans and marks kept per lane at most (a task moved more often is cut, and says so)
-SCAN_BLOCK = 1 << 24  # bytes of a streamed log read at once
+SCAN_BLOCK = 1 << 23  # bytes of a streamed log read at once
 
 
 class Stories:
@@ -643,16 +643,15 @@ def events_of(log, wanted: Iterable[str], omitted: bool = False) -> Iterator[dic
         rest = b""
         while True:
             block = f.read(SCAN_BLOCK)
-            data = rest + block
-            if block:
-                cut = data.rfind(b"\n") + 1
-                data, rest = data[:cut], data[cut:]
-            for m in find(data):
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n") + 1 if block else len(data)  # (whole lines only; the rest goes on)
+            for m in find(data, 0, cut):
                 if m.group(2) in keys or (omitted and m.group(1) == b"omitted"):
-                    stop = data.find(b"\n", m.end())
-                    yield json.loads(data[data.rfind(b"\n", 0, m.start()) + 1:stop if stop >= 0 else len(data)])
+                    stop = data.find(b"\n", m.end(), cut)
+                    yield json.loads(data[data.rfind(b"\n", 0, m.start()) + 1:stop if stop >= 0 else cut])
             if not block:
                 return
+            rest = data[cut:]
 
 
 def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str] | None = None,
