@@ -156,6 +156,8 @@ def _check(net, sites, links, down, exact: bool):
 
 
 def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, int]:
+    from suanli.model import network
+
     rng = np.random.default_rng(seed)
     seen: dict[str, int] = {}
 
@@ -247,6 +249,9 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     want = np.flatnonzero((col <= limit) & core_keep)
                     assert np.array_equal(got, want) and np.array_equal(val, col[want])
                     count("mask of core sites, leaves now kept", bool(core_keep[net.leaf].any()))
+                    leaves = sum(bool(net.leaf[s]) for s in net._cache)
+                    assert leaves <= network.LEAF_COLUMNS
+                    count("leaf columns at their bound", leaves == network.LEAF_COLUMNS)
                 after = _check(net, sites, links, down, exact)
                 same = np.array_equal(after[0], before[0]) and np.array_equal(after[1], before[1])
                 count("paths changed", not same)
@@ -275,6 +280,17 @@ def test_leaf_patches_noted_many_at_a_time_match_floyd_warshall(monkeypatch):
     monkeypatch.setattr(network, "PATCHES_KEPT", 2)
     seen = _run_changes(seed=13, exact=True, worlds=100, steps=20)
     need = ("leaf patches pending when read", "leaf patches made in every column at once", "handed over")
+    assert all(seen.get(k, 0) >= 20 for k in need), seen
+
+
+def test_few_leaf_columns_kept_match_floyd_warshall(monkeypatch):
+    """As above, with one leaf's column kept at a time (the others let go
+    and made again when read): the same paths, bit for bit."""
+    from suanli.model import network
+
+    monkeypatch.setattr(network, "LEAF_COLUMNS", 1)
+    seen = _run_changes(seed=17, exact=True, worlds=100, steps=20)
+    need = ("leaf columns at their bound", "handed over", "leaf link down", "columns stale")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

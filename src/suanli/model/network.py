@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 _NO_KEEP = np.zeros(1, np.bool_)  # ``within`` without a mask
 CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096 of 8,000
+LEAF_COLUMNS = 8  # of them, columns of leaves (devices) kept (``Network._keep_few_leaves``)
 PATCHES_KEPT = 4096  # leaf patches noted before every cached column is caught up at once
 
 
@@ -757,10 +758,24 @@ class Network:
         rtt, bw = self._compute(site)
         hit = self._cache[site] = [_frozen(rtt), _frozen(bw), False, self._patched + len(self._patches)]
         self._cached += rtt.nbytes + bw.nbytes
+        if self.leaf[site]:
+            self._keep_few_leaves()
         while self._cached > self._cache_bytes and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
             self._cached -= old[0].nbytes + old[1].nbytes
         return hit[0], hit[1]
+
+    def _keep_few_leaves(self) -> None:
+        """At most ``LEAF_COLUMNS`` leaves' columns cached, the least lately read let go.
+        A device's column is asked for when something is bound near that device,
+        seldom twice: in a city hour each was made once, for a different car,
+        and a cache of whole columns of a million sites (16 MB each) kept those
+        of the last 32 cars for nothing."""
+        sites = np.fromiter(self._cache.keys(), np.int64, len(self._cache))
+        leaves = sites[self.leaf[sites]]
+        for site in leaves[:max(leaves.size - LEAF_COLUMNS, 0)].tolist():
+            old = self._cache.pop(site)
+            self._cached -= old[0].nbytes + old[1].nbytes
 
     def _compute(self, site: int) -> tuple[np.ndarray, np.ndarray]:
         """One Dijkstra over the core from ``site`` (a leaf starts at its
