@@ -987,9 +987,13 @@ class FittedHosts:
         live = current == numbers
         return nodes[live], numbers[live]
 
+    def nodes(self) -> np.ndarray:
+        """int64: the hosts' nodes, in the order they were made."""
+        return self._made()[0]
+
     def columns(self) -> tuple[np.ndarray, np.ndarray]:
         """(nodes, counts) int64 of the hosts in the order they were made."""
-        nodes = self._made()[0]
+        nodes = self.nodes()
         if self._few is not None:
             return nodes, np.array([self._few[n][1] for n in nodes.tolist()], np.int64)
         return nodes, np.frombuffer(self._count, np.int32)[nodes].astype(np.int64)
@@ -1058,7 +1062,7 @@ class _FittedByNode:
         return isinstance(node, (int, np.integer)) and self._of.number_of(int(node)) >= 0
 
     def __iter__(self):
-        return iter(self._of.columns()[0].tolist())
+        return chunked(self._of.nodes())
 
     def __len__(self) -> int:
         return len(self._of)
@@ -1190,8 +1194,8 @@ class PlacementState:
                 continue
             if sites is not None and vc.default and vc.together and vc.component >= 0 and self._together(vc, sites):
                 continue
-            if vc.default and len(vc.by_node) == len(vc.hosts):  # a fitted host per node: the nodes are its keys
-                nodes = np.fromiter(vc.by_node, np.int64, len(vc.by_node))
+            if vc.default:  # a fitted host per node
+                nodes = vc.hosts.nodes()
             else:
                 nodes = np.fromiter((h.node for h in vc.hosts), np.int64, len(vc.hosts))
             comps = component[node_site[nodes]]
