@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from suanli.sim.ledger import RUNNING, STATUSES
+from suanli.scheduling.business_layer import Unit
+from suanli.sim.ledger import IN_UNIT, RUNNING, STATUSES
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
@@ -48,6 +49,11 @@ def check(sim: Simulation, seen: Counter) -> None:
     assert {uid for uids in ledger.by_app.values() for uid in uids} == set(units)
     for uid, us in units.items():
         assert all(tasks[task].unit == uid for task in us.unit.tasks)
+        if type(units.unit[uid]) is not Unit:  # kept as columns: its one task's record reads from it
+            i = units.task[uid]
+            assert tasks.component[i] is IN_UNIT and tasks.names[i] == us.unit.tasks[0]
+            assert tasks[us.unit.tasks[0]].component == us.unit.components[0]
+            seen["waiting as columns" if us.run is None else "running as columns"] += 1
         if us.run is not None:
             for comp in us.unit.components:
                 if comp.near is not None:
@@ -97,12 +103,13 @@ def test_the_ledger_keeps_its_indexes_together(case, tmp_path):
     if case == "city":
         assert seen["made per site"] > 0 and kinds["handover"] > 0 and seen["forgotten"] > 0, (seen, kinds)
         return
-    assert seen["pending"], seen
+    assert seen["pending"] and seen["running as columns"], seen
     if case == "ai-hpc-mix":
         assert kinds["finished"] > 0 and kinds["lost"] > 0, kinds
     else:
         assert kinds["migrated"] > 0 and kinds["preempted"] > 0 and kinds["deleted"] > 0 and kinds["lost"] > 0, kinds
         assert seen["forgotten"] > 0  # the deleted application's units were dropped
+        assert seen["waiting as columns"] > 0, seen  # units of one task wait as columns too
 
 
 def test_what_the_ledger_hands_out_is_read_only():

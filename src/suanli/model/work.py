@@ -306,12 +306,9 @@ class SiteApplication(_MadePerSite):
         return self.template
 
     def component_at(self, k: int) -> SiteComponent:
-        """``components[k]``, made alone when the copy's components were not the last read."""
-        last = self._last
-        if last[0] == self.site:
-            return last[2][k]
-        site, name = self._named()
-        return _for_site(self._proto.components[k], self._classes[k], name, site, {})
+        """``components[k]`` (the copy's components made once while it is the
+        one read last: its units are read one after another)."""
+        return self._made()[2][k]
 
     def __reduce__(self):
         return _site_app, (self._proto, self._names, self.site)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict, defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +28,7 @@ from suanli.scheduling.reasons import Domain, Why, bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
-from suanli.scheduling.state import PlacementState, VCState
+from suanli.scheduling.state import PlacementState, VCState, chunked
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
@@ -420,6 +420,35 @@ class BusinessLayer:
             by_standing[self.standing(u)][u.tenant].append(u)
         tenants = list(dict.fromkeys(u.tenant for u in units))
         del units  # the queues hold them now: a caller that keeps no list lets each go once placed
+        return self._pass(by_standing, tenants, record, broken)
+
+    def run_ids(self, uids: list[int], key_of: Callable[[int], tuple[str, int]], unit_of: Callable[[int], Unit],
+                record: bool = True, broken: list[tuple[Unit, Exception]] | None = None) -> list[tuple[Unit, Counter]]:
+        """``run([unit_of(u) for u in uids])``, the same placements in the same
+        order, with each unit made when its tenant's queue comes to it (and let
+        go once placed): a city's first instant has millions waiting, kept as
+        columns until then. ``key_of(uid)``: its tenant and priority, without
+        making it; a unit's ``seq`` is its uid."""
+        n = len(uids)
+        groups: dict[tuple[int, str], int] = {}  # (standing, tenant) -> its code, in the order first seen
+        levels: dict[tuple[str, int], int] = {}
+        group, priority = np.empty(n, np.int64), np.empty(n, np.int64)
+        for k, uid in enumerate(uids):
+            key = key_of(uid)
+            level = levels.get(key)
+            if level is None:
+                level = levels[key] = self.standing_of(*key)
+            g = groups.setdefault((level, key[0]), len(groups))
+            group[k], priority[k] = g, key[1]
+        ids = np.asarray(uids, np.int64)
+        order = np.lexsort((ids, -priority, group))  # by (standing, tenant), then as ``run`` sorts: (-priority, seq)
+        ids, group = ids[order], group[order]
+        bounds = np.searchsorted(group, np.arange(len(groups) + 1))
+        by_standing: dict[int, dict[str, UnitQueue]] = defaultdict(dict)
+        for (level, tenant), g in groups.items():
+            a, b = int(bounds[g]), int(bounds[g + 1])
+            by_standing[level][tenant] = UnitQueue(map(unit_of, chunked(ids[a:b])), b - a)
+        tenants = list(dict.fromkeys(t for _, t in groups))
         return self._pass(by_standing, tenants, record, broken)
 
     def run_apps(self, apps: tuple[Application, ...], record: bool = True) -> list[tuple[Unit, Counter]]:

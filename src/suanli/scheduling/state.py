@@ -231,7 +231,7 @@ class TaskIds:
     def find(self, name: str, app=None) -> int | None:
         return self.ids.get(name)
 
-    def add(self, name: str, app=None) -> int:
+    def add(self, name: str, app=None, hold: bool = True) -> int:
         i = self.ids[name] = len(self.names)
         self.names.append(name)
         return i
@@ -287,17 +287,19 @@ class GrowingCatalogue:
 
     # ------------------------------------------------------------ add
 
-    def add(self, name: str, app=None) -> int:
-        """A new id for ``name``; ``app``: its application, when the caller has it."""
+    def add(self, name: str, app=None, hold: bool = True) -> int:
+        """A new id for ``name``; ``app``: its application, when the caller has
+        it. A made name is held until settled (``hold``; else it is made when
+        read from the start: its task is kept as columns at once)."""
         i = len(self._names)
-        if app is not None and isinstance(app, SiteApplication) and self._add_made(name, app, i):
+        if app is not None and isinstance(app, SiteApplication) and self._add_made(name, app, i, hold):
             return i
         self._dict[name] = i
         self._names.append(name)
         self._live += 1
         return i
 
-    def _add_made(self, name: str, app, i: int) -> bool:
+    def _add_made(self, name: str, app, i: int, hold: bool) -> bool:
         cls = type(app)
         made = self._made.get(cls)
         if made is None:
@@ -322,7 +324,8 @@ class GrowingCatalogue:
             self._site.append(app.site)
         self._names.append(None)
         self._live += 1
-        self._held[name] = i
+        if hold:
+            self._held[name] = i
         return True
 
     def _column(self, cls: type, site: int) -> tuple:
@@ -358,6 +361,12 @@ class GrowingCatalogue:
         if len(settled) > len(held):  # (a dict keeps its table when emptied: a right-sized copy)
             self._held = dict(held)
         settled.clear()
+
+    def seen(self, name: str, i: int) -> None:
+        """``name``, id ``i``, was just made from the id: while it is read again
+        soon (a pass places it, then logs it) it is found without parsing."""
+        if self._names[i] is None:
+            self._remember(name, i)
 
     def _remember(self, name: str, i: int) -> None:
         young = self._young

@@ -59,6 +59,10 @@ def _no(name: str) -> None:
     """(``TaskIds`` keeps every name: nothing to let go of.)"""
 
 
+def _no_id(name: str, i: int) -> None:
+    """(``TaskIds`` finds every name: nothing to remember.)"""
+
+
 IN_UNIT = object()  # a record's component while its unit is kept as columns: read from the unit
 
 
@@ -77,7 +81,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
-                 "units", "_add", "_find", "settle", "hold", "flush")
+                 "units", "_add", "_find", "settle", "hold", "flush", "seen")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
@@ -86,7 +90,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.ids: Mapping[str, int] = ids if grows else ids.ids
         self.names: Sequence[str] = ids.names
         self._add, self._find = ids.add, ids.find
-        self.settle, self.hold, self.flush = (ids.settle, ids.hold, ids.flush) if grows else (_no, _no, lambda: None)
+        self.settle, self.hold, self.flush, self.seen = \
+            (ids.settle, ids.hold, ids.flush, ids.seen) if grows else (_no, _no, lambda: None, _no_id)
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
         self.unit = array("i")  # -1: it never became work
@@ -106,9 +111,11 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self._live = 0
 
     def put(self, task: str, tenant: str, component: Component | None, unit: int, status: str, submitted_at: float,
-            ended_at: float | None, klass: str, job: bool, app: Application | None = None) -> tuple[int, str | None]:
+            ended_at: float | None, klass: str, job: bool, app: Application | None = None,
+            hold: bool = True) -> tuple[int, str | None]:
         """A record, new or in place of the one of the same name: (its id, the
-        replaced record's status). ``app``: its application, when known."""
+        replaced record's status). ``app``: its application, when known;
+        ``hold``: its name is held until settled (``GrowingCatalogue``)."""
         code = self._tenant_code.get(tenant)
         if code is None:
             code = self._tenant_code[tenant] = len(self.tenants)
@@ -116,7 +123,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         ended = _NONE if ended_at is None else ended_at
         i = self._find(task, app)
         if i is None:  # (column by column: this runs once per task submitted)
-            i = self._add(task, app)
+            i = self._add(task, app, hold)
             self.component.append(component)
             self.status.append(_CODE[status])
             self.tenant.append(code)
@@ -274,16 +281,28 @@ class UnitTable(Mapping[int, "UnitState"]):
         u = self.unit[uid]
         if type(u) is Unit or u is None:
             return u
-        return Unit(u, (self._tasks.names[self.task[uid]],), (_component_at(u, self.comp[uid]),), uid)
+        tasks = self._tasks
+        i = self.task[uid]
+        if isinstance(u, SiteApplication):  # (a copy's name and components are made once while it is read)
+            _, app_name, comps = u._made()
+            comp = comps[self.comp[uid]]
+            name = f"{app_name}/{comp.name}/0" if comp.size == 1 else tasks.names[i]
+        else:
+            comp = u.components[self.comp[uid]]
+            name = tasks.names[i]
+        tasks.seen(name, i)  # (placed and logged by name next)
+        return Unit(u, (name,), (comp,), uid)
 
     def lead(self, uid: int) -> Component:
         """The unit's lead component (a compact unit's one)."""
         u = self.unit[uid]
         return u.components[0] if type(u) is Unit else _component_at(u, self.comp[uid])
 
-    def _expand(self, uid: int) -> Unit:
-        """A compact unit an object again, its task's component on its record."""
-        unit = self.unit_of(uid)
+    def _expand(self, uid: int, unit: Unit | None = None) -> Unit:
+        """A compact unit an object again (``unit``: the one the caller made of
+        it), its task's component on its record."""
+        if unit is None:
+            unit = self.unit_of(uid)
         self._tasks.component[self.task[uid]] = unit.components[0]
         self._tasks.hold(unit.tasks[0])
         self.unit[uid], self.comp[uid], self.task[uid] = unit, -1, -1
@@ -314,25 +333,33 @@ class UnitTable(Mapping[int, "UnitState"]):
             unit = self.unit_of(uid)
         plain = compact and _plain_run(unit, run)
         self.run[uid] = None if plain else run
-        if plain and self.unit[uid] is unit:  # (a job's unit stays an object: its run ends, it goes)
+        u = self.unit[uid]
+        if plain and u is unit:  # (a job's unit stays an object: its run ends, it goes)
             self._compact(uid, unit)
+        elif not plain and type(u) is not Unit:  # a run kept as an object: so is its unit
+            self._expand(uid, unit)
 
     def _compact(self, uid: int, unit: Unit) -> None:
         """Keep a plain unit as columns."""
-        if (len(unit.tasks) != 1 or unit.min_members is not None or unit.couplings or unit.affinity_scope is not None
-                or unit.state_sites):
+        at = compact_place(unit)
+        task = self._tasks.ids.get(unit.tasks[0], -1) if at >= 0 else -1
+        if task < 0:
             return
-        comp, app = unit.components[0], unit.app
-        if isinstance(app, SiteApplication):
-            at = app.place_of.get(type(comp), -1)
-        else:
-            at = next((i for i, c in enumerate(app.components) if c is comp), -1)
-        task = self._tasks.ids.get(unit.tasks[0], -1)
-        if at < 0 or task < 0:
-            return
+        self.keep_compact(uid, unit.app, at, task)
+        self._tasks.settle(unit.tasks[0])
+
+    def keep_compact(self, uid: int, app: Application, at: int, task: int) -> None:
+        """Keep unit ``uid`` as columns: ``app``'s component ``at``, task ``task``."""
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
         self._tasks.component[task] = IN_UNIT
-        self._tasks.settle(unit.tasks[0])
+
+    def key_of(self, uid: int) -> tuple[str, int]:
+        """A unit's tenant and priority (what orders it in a pass), without making a compact one."""
+        u = self.unit[uid]
+        if type(u) is Unit:
+            return u.app.tenant, u.priority
+        k = self.comp[uid]
+        return u.tenant, (type(u)._classes[k] if isinstance(u, SiteApplication) else u.components[k]).priority
 
     def pop(self, uid: int) -> "UnitState":
         """The unit's row emptied; returns what it held (a view no longer backed: read it at once)."""
@@ -413,6 +440,19 @@ class _Gone:
     unit: Unit
     klass: str
     run: Run | None
+
+
+def compact_place(unit: Unit) -> int:
+    """Where a unit kept as columns finds its one task's component in its
+    application (-1: the unit is not plain enough to keep so: several tasks,
+    an elastic gang, couplings, affinity, or state on the move)."""
+    if (len(unit.tasks) != 1 or unit.min_members is not None or unit.couplings or unit.affinity_scope is not None
+            or unit.state_sites):
+        return -1
+    comp, app = unit.components[0], unit.app
+    if isinstance(app, SiteApplication):
+        return app.place_of.get(type(comp), -1)
+    return next((i for i, c in enumerate(app.components) if c is comp), -1)
 
 
 def _plain_run(unit: Unit, run: Run) -> bool:
@@ -630,8 +670,11 @@ class Ledger:
         plane had seen end, or a trace record that cannot become work."""
         self._put(task, tenant, None, -1, status, t, ended_at=t, job=job)
 
-    def submit(self, unit: Unit, t: float) -> int:
-        """A unit and its tasks, pending; returns the unit's id (also its ``seq``)."""
+    def submit(self, unit: Unit, t: float, compact: bool = False) -> int:
+        """A unit and its tasks, pending; returns the unit's id (also its
+        ``seq``). ``compact``: a unit of one plain task is kept as columns from
+        now (``UnitTable``; made again when read), and its task's name is not
+        held: a pass makes each such unit as it comes to it."""
         comps = unit.components
         klass = unit_class(unit)
         lead = next((c for c in comps if c.lifetime == "job"), None)
@@ -639,10 +682,14 @@ class Ledger:
         self.running_seq.append(-1)
         self.by_app.add(unit.app, uid)
         tenant, put, counts, app = unit.tenant, self.tasks.put, self.counts, unit.app
+        at = compact_place(unit) if compact else -1
         for task, comp in zip(unit.tasks, comps):
-            old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job", app)[1]
+            i, old = put(task, tenant, comp, uid, PENDING, t, None, klass, comp.lifetime == "job", app, at < 0)
             if old is not None:  # a recreated application's task: its record is replaced
                 counts[old] -= 1
+                self.tasks.settle(task)  # (its name may have been held before)
+            if at >= 0:
+                self.units.keep_compact(uid, app, at, i)
         counts[PENDING] += len(unit.tasks)
         return uid
 
@@ -668,11 +715,12 @@ class Ledger:
         uid = self.runs[run_id] if 0 < run_id < len(self.runs) else -1
         return None if uid < 0 else uid
 
-    def start(self, uid: int, run: Run, compact: bool = False) -> bool:
+    def start(self, uid: int, run: Run, compact: bool = False, unit: Unit | None = None) -> bool:
         """The unit runs ``run``; True when it was not running before (its
         standing is counted then). ``compact``: the executor keeps nothing of
-        the run (``UnitTable``)."""
-        unit = self.units.unit_of(uid)
+        the run (``UnitTable``). ``unit``: the unit, when the caller has made it."""
+        if unit is None:
+            unit = self.units.unit_of(uid)
         if unit is None:
             raise KeyError(uid)
         new = not self.units.run_id[uid]

@@ -89,7 +89,7 @@ class Shard:
                 for task, comp in zip(unit.tasks, unit.components):
                     ledger.record_ended(task, app.tenant, ended[task], t, comp.lifetime == "job")
                 continue
-            uid = ledger.submit(unit, t)
+            uid = ledger.submit(unit, t, compact=True)
             if not restored:
                 for task in unit.tasks:
                     self.log(t, "submitted", task=task, tenant=app.tenant)
@@ -302,16 +302,16 @@ class Shard:
         (``RoomWait.walk``) and the ready ones are placed in runs between
         them. With several, the parked units a risen row could hold are
         made ready and the pass runs as usual."""
-        units = [self._units[uid].unit for uid in ready]
-        tenants = {u.tenant for u in units} | set(self._room.tenants)
-        if risen and len(tenants) > 1:
-            self.unpark(self._room.fitting(risen))
-            ready = self._bounded(self.now, self.pending.ready())
-            units = [self._units[uid].unit for uid in ready]
-            risen = {}
+        table = self.ledger.units
+        if risen:
+            units = [table.unit_of(uid) for uid in ready]
+            if len({u.tenant for u in units} | set(self._room.tenants)) > 1:
+                self.unpark(self._room.fitting(risen))
+                ready = self._bounded(self.now, self.pending.ready())
+                risen = {}
         broken: list = []
-        if not risen:
-            return ready, self.business.run(units, record=False, broken=broken), broken
+        if not risen:  # (units kept as columns are made as the pass comes to them)
+            return ready, self.business.run_ids(ready, table.key_of, table.unit_of, record=False, broken=broken), broken
         keyed = sorted(((self._pass_key(u), u) for u in units), key=lambda ku: ku[0])
         keys, units = [k for k, _ in keyed], [u for _, u in keyed]
         walk = self._room.walk(risen)
@@ -440,7 +440,7 @@ class Shard:
 
     def started(self, t: float, uid: int) -> None:
         us = self._units[uid]
-        unit = us.unit  # (pending: the object itself)
+        unit = us.unit  # (the object itself, or made again when kept as columns)
         unit.state_sites = ()
         placed = [task for task in unit.tasks if task in self.state.placements]
         left_out = self.business.left_out.pop(uid, None)
@@ -455,7 +455,7 @@ class Shard:
         tasks = unit.tasks if len(placed) == len(unit.tasks) else tuple(placed)  # (all: shared)
         run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
-        if ledger.start(uid, run, compact=not getattr(self.executor, "holds_runs", True)):
+        if ledger.start(uid, run, compact=not getattr(self.executor, "holds_runs", True), unit=unit):
             self.count_running(unit, +1)
         tab = self._tasks
         ids, moving = tab.ids, tab.moving
@@ -465,7 +465,7 @@ class Shard:
             i = ids[task]
             p = self.state.placements[task]
             ledger.placed(i, t)
-            self.track_near(task, comps[0] if comp_of is None else comp_of[task])
+            self.track_near(task, comps[0] if comp_of is None else comp_of[task], p.host.node)
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
             if moving and i in moving:  # a service that stopped to move: priced from where it left
@@ -475,15 +475,18 @@ class Shard:
                 self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
 
-    def track_near(self, task: str, comp: Component | None = None) -> None:
+    def track_near(self, task: str, comp: Component | None = None, node: int = -1) -> None:
         """Keep ``near_running`` to the running tasks placed away from their
         ``near`` site: only they can move closer, or be beyond their bound.
-        (``comp``: the task's component, when the caller has its record.)"""
+        (``comp``: the task's component, when the caller has its record;
+        ``node``: where it is placed, when the caller has read that.)"""
         if comp is None:
             comp = self._tasks[task].component
         if comp.near is None:
             return
-        if self.names_of(self.state.placements[task].host.node)[1] != comp.near.site:  # names are unique
+        if node < 0:
+            node = self.state.placements[task].host.node
+        if self.names_of(node)[1] != comp.near.site:  # names are unique
             if task not in self.near_running:
                 self.returns.enter(task)
             self.near_running[task] = comp
