@@ -354,13 +354,17 @@ class GrowingCatalogue:
             self._held[name] = i
 
     def flush(self) -> None:
-        """The instant has ended: the settled names are let go of."""
+        """The instant has ended: the settled names are let go of, and so are
+        the names read lately (read again in a later instant, a name is
+        parsed once more; kept, the last 32,768 would stay for the run)."""
         held, settled = self._held, self._settled
         for name in settled:
             held.pop(name, None)
         if len(settled) > len(held):  # (a dict keeps its table when emptied: a right-sized copy)
             self._held = dict(held)
         settled.clear()
+        if self._young or self._old:
+            self._young, self._old = {}, {}
 
     def seen(self, name: str, i: int) -> None:
         """``name``, id ``i``, was just made from the id: while it is read again
