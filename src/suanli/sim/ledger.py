@@ -244,7 +244,9 @@ class UnitTable(Mapping[int, "UnitState"]):
     what its unit's lead component says. Such a run's unit, when it is one
     task (one replica of one component), is kept as its application, the
     component's place in it and its task's id; its ``Unit`` is made again
-    when read, and is an object again when the run stops."""
+    when read, and is an object again when the run stops. A simulation
+    keeps such a unit so from its submission (``Ledger.submit``): while it
+    waits, its pass makes it when it comes to it (``BusinessLayer.run_ids``)."""
 
     __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live")
 
