@@ -457,3 +457,29 @@ def test_a_task_deleted_while_it_waited_counts_its_wait_as_censored(tmp_path):
     assert result["metrics"]["tasks"]["failed"] == 1 and not result["unscheduled"]
     assert result["metrics"]["queueing_delay_s"]["resident/small"] == {
         "count": 1, "p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "max": 1800.0, "censored": 1}
+
+
+def test_waiting_tasks_are_written_one_by_one_and_the_report_counts_them_all(tmp_path, monkeypatch):
+    """The waiting tasks are made as they are written to ``result.json`` (a
+    city ends with tens of thousands): the file is still ``json.dumps`` of
+    the whole object, and the report, given the first rows and the count,
+    says how many more wait."""
+    from builders import app, component, node_group, scenario, site
+
+    from suanli.sim import report, results
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    monkeypatch.setattr(results, "PENDING_ROWS", 2)
+    monkeypatch.setattr(report, "PENDING_ROWS", 2)
+    path = scenario(tmp_path, sites=[site("s1", groups=[node_group("n", count=1, cpu=4)])],
+                    apps=[app("big", components=[component("c", cpu=8, replicas=5)])], until="10m")
+    sim = Simulation(load_world([str(path)]))
+    end = sim.run()
+    paths = results.write_outputs(sim, end, tmp_path / "out")
+    text = paths["result"].read_text(encoding="utf-8")
+    whole = results.result_json(sim, end)
+    assert text == json.dumps(whole, separators=(",", ":")) + "\n"
+    assert [u["task"] for u in json.loads(text)["unscheduled"]] == [f"big/c/{i}" for i in range(5)]
+    doc = paths["report"].read_text(encoding="utf-8")
+    assert "… and 3 more pending tasks" in doc and doc.count("<code>big/c/") == 2

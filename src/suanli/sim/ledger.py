@@ -165,9 +165,11 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.moving.pop(i, None)
         self.last_move_at.pop(i, None)
 
-    def column(self, name: str) -> np.ndarray:
-        """A scalar column as a NumPy array (a copy: the table may grow under a view)."""
-        return np.array(getattr(self, name))
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """A scalar column as a NumPy array (a copy: the table may grow under a
+        view); ``start``, ``stop``: of the ids in that range only."""
+        col = getattr(self, name)
+        return np.array(col if start == 0 and stop is None else col[start:stop])
 
     # ------------------------------------------------------------ read as a mapping
 
@@ -846,12 +848,20 @@ class LedgerView:
         tab = self._ledger.tasks
         return (TaskRecord(tab, i) for i in np.flatnonzero(tab.column("status") == _PENDING_CODE).tolist())
 
-    def columns(self) -> "TaskColumns":
-        """Every record as NumPy columns (copies), for reads over all tasks at once."""
+    def columns(self, start: int = 0, stop: int | None = None) -> "TaskColumns":
+        """Every record as NumPy columns (copies), for reads over all tasks at
+        once; ``start``, ``stop``: the records of the ids in that range."""
         tab = self._ledger.tasks
-        return TaskColumns(tab.column("status"), tab.column("klass"), tab.column("tenant"), tab.column("job") != 0,
-                           tab.column("submitted_at"), tab.column("first_placed_at"), tab.column("ended_at"),
-                           tuple(tab.tenants))
+
+        def col(name: str) -> np.ndarray:
+            return tab.column(name, start, stop)
+
+        return TaskColumns(col("status"), col("klass"), col("tenant"), col("job") != 0, col("submitted_at"),
+                           col("first_placed_at"), col("ended_at"), tuple(tab.tenants))
+
+    def id_count(self) -> int:
+        """How many ids the records have had (``columns``' full length)."""
+        return len(self._ledger.tasks.status)
 
     def __len__(self) -> int:
         return len(self._ledger.tasks)

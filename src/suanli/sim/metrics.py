@@ -352,7 +352,7 @@ class _Cursor:
 def percentiles(values: Iterable[float], censored: int | None = None) -> dict[str, float | int]:
     """``count``, ``p50``, ``p90``, ``p99`` and ``max`` of ``values``; with
     ``censored``, how many of them are lower bounds (waits still open)."""
-    v = np.asarray(list(values), dtype=float)
+    v = values.astype(float, copy=False) if isinstance(values, np.ndarray) else np.asarray(list(values), dtype=float)
     if v.size == 0:
         out: dict[str, float | int] = {"count": 0}
     else:
@@ -665,6 +665,9 @@ def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str
     return stories.lanes(end, limit=limit, chosen=tasks)
 
 
+WAITS_BLOCK = 1 << 20  # task records read at once for their first waits (``summarize``)
+
+
 def _grouped(codes: np.ndarray, values: np.ndarray, names, into: dict[str, list]) -> None:
     """``values`` appended to ``into[names[code]]`` by their codes, as one
     array per code (one sort, not a pass per code; no float object per task)."""
@@ -745,8 +748,11 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
             tenant_censored[rec.tenant] += 1
 
     records = sim.view.tasks
-    _first_waits(sim.view.columns(), end, waits, tenant_waits, censored, tenant_censored, completion,
-                 tenant_completion)
+    n = sim.view.id_count()
+    for start in range(0, max(n, 1), WAITS_BLOCK):  # (a block at a time: a city's millions of tasks
+        # read whole made ten copies of a column; the groups come out as one read would make them)
+        _first_waits(sim.view.columns(start, min(start + WAITS_BLOCK, n)), end, waits, tenant_waits, censored,
+                     tenant_censored, completion, tenant_completion)
     # the waits after stops, and the lanes: one read of the log, for the tasks stopped or moved
     log = sim.events
     stories = Stories(touched(log.notable))

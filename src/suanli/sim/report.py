@@ -902,8 +902,11 @@ def _reasons_read_first(u: dict) -> list[str]:
     return out
 
 
-def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
-    if not unscheduled:
+def _pending_table(unscheduled: list, end: float, pending_reasons: dict, total: int | None = None) -> str:
+    """The first ``PENDING_ROWS`` waiting tasks (``total``: how many wait, when
+    ``unscheduled`` holds the first only)."""
+    total = len(unscheduled) if total is None else total
+    if not total:
         return _empty("Nothing was pending when the run ended.")
     parts = []
     if pending_reasons:
@@ -924,8 +927,8 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict) -> str:
     table = _table([("task", False), ("tenant", False), ("vc", False), ("submitted at", True),
                     ("since submission", True), ("why (what binds first, then nodes ruled out)", False)], rows)
     more = ""
-    if len(unscheduled) > PENDING_ROWS:
-        more = (f'<p class="more">… and {len(unscheduled) - PENDING_ROWS:,} more pending tasks '
+    if total > PENDING_ROWS:
+        more = (f'<p class="more">… and {total - PENDING_ROWS:,} more pending tasks '
                 "(see result.json).</p>")
     return "".join(parts) + table + more
 
@@ -1241,7 +1244,8 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
         _section("pending", "Pending at the end",
                  f"Tasks still waiting when the run ended (first {PENDING_ROWS}), with the reasons nodes "
                  "were ruled out on the last attempt.",
-                 _pending_table(result.get("unscheduled") or [], end, metrics.get("pending_reasons") or {})),
+                 _pending_table(result.get("unscheduled") or [], end, metrics.get("pending_reasons") or {},
+                                result.get("unscheduled_total"))),
         _section("allocation-average", "Allocation, time-averaged",
                  "Time-weighted mean share of each tier's capacity allocated, with the peak sample.",
                  _allocation_table(metrics.get("allocation_time_average") or {}, timeline)),

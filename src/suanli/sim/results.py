@@ -16,6 +16,7 @@ from suanli.output import TextOf, hosts_json, placement_json
 from suanli.phrases import reasons_json, why_json
 from suanli.sim.events import encode
 from suanli.sim.metrics import Readout, summarize
+from suanli.sim.report import PENDING_ROWS
 
 
 def result_json(sim: Readout, end: float) -> dict[str, Any]:
@@ -23,21 +24,21 @@ def result_json(sim: Readout, end: float) -> dict[str, Any]:
     return {key: (list(value) if key in _STREAMED else value) for key, value in _parts(sim, end)}
 
 
-_STREAMED = ("hosts", "placements")  # the parts that number in millions: written item by item
+_STREAMED = ("hosts", "placements", "unscheduled")  # the parts that number in millions: written item by item
 
 
 def _parts(sim: Readout, end: float, text: TextOf | None = None) -> Iterator[tuple[str, Any]]:
-    """``result.json``'s fields in order; hosts and placements as iterators
-    (with ``text``: of their JSON text)."""
+    """``result.json``'s fields in order; hosts, placements and waiting tasks
+    as iterators (with ``text``: hosts and placements of their JSON text)."""
     state = sim.state
     placements = state.placements
     placed = placements.values()  # (in id order, as the records are: none is placed without one)
-    unscheduled = [
+    unscheduled = (  # (made as it is written: a city ends with tens of thousands waiting)
         {"task": r.task, "tenant": r.tenant, "vc": sim.view.units[r.unit].unit.app.vc,
          "since_s": round(r.submitted_at, 6),
          "reasons": reasons_json(r.reasons), "why": why_json(r.reasons)}
         for r in sim.view.pending()
-    ]
+    )
     scenario = sim.world.scenario
     yield "scenario", scenario.metadata.name if scenario is not None else None
     yield "seed", sim.seed
@@ -56,8 +57,10 @@ def _parts(sim: Readout, end: float, text: TextOf | None = None) -> Iterator[tup
 def _write_result(path: Path, sim: Readout, end: float) -> dict[str, Any]:
     """Write ``result.json`` as ``json.dumps(result_json(...))`` would, without
     holding its millions of hosts and placements (or their text) at once:
-    those are written line by line as text (``TextOf``). Returns the object
-    with those two lists replaced by their lengths."""
+    those are written item by item as text (``TextOf``), and so are the
+    waiting tasks. Returns the object with the hosts and placements replaced
+    by their counts, and the waiting tasks by the first the report shows
+    (``unscheduled``) and their count (``unscheduled_total``)."""
     dumps = json.JSONEncoder(separators=(",", ":")).encode
     kept: dict[str, Any] = {}
     tmp = path.with_name(path.name + ".part")
@@ -66,13 +69,20 @@ def _write_result(path: Path, sim: Readout, end: float) -> dict[str, Any]:
         for i, (key, value) in enumerate(_parts(sim, end, TextOf(sim.state))):
             f.write(("," if i else "") + dumps(key) + ":")
             if key in _STREAMED:
-                n = 0
+                n, head = 0, []
                 f.write("[")
                 for item in value:
+                    if key == "unscheduled":
+                        if n < PENDING_ROWS:
+                            head.append(item)
+                        item = dumps(item)
                     f.write(("," if n else "") + item)
                     n += 1
                 f.write("]")
-                kept[key] = n
+                if key == "unscheduled":
+                    kept[key], kept["unscheduled_total"] = head, n
+                else:
+                    kept[key] = n
             else:
                 f.write(dumps(value))
                 kept[key] = value
