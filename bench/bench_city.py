@@ -55,7 +55,7 @@ def main() -> int:
             without_state += any(s in e["task"] for s in STATEFUL) and not e.get("bytes")
     report = (args.out / "report.html").stat().st_size
     out = {
-        "cars": args.cars, "wall_s": round(wall, 1), "peak_rss_gib": round(rss, 2),
+        "cars": args.cars, "wall_s": round(wall, 1), "peak_rss_gib": round(rss, 3),
         "simulated_s": metrics["end_s"], "tasks": tasks,
         "handovers": events.get("handover", 0), "offline": events.get("deviceOffline", 0),
         "migrations": moves["migrations"], "preemptions": moves["preemptions"], "lost": moves["lost"],

@@ -745,7 +745,15 @@ class Placements(Mapping):
                                 {}, 1)
         span = int(self._row[ids].max()) + 1
         codes = self._vc[ids].astype(np.int64) * span + self._row[ids]
-        hosts, host_of = np.unique(codes, return_inverse=True)
+        size = (int(self._vc[ids].max()) + 1) * span
+        if size <= 4 * ids.size:  # (a city's: a flag per (VC, node) code instead of a sort of every task's)
+            present = np.zeros(size, bool)
+            present[codes] = True
+            hosts = np.flatnonzero(present)
+            del present
+            host_of = np.searchsorted(hosts, codes)
+        else:
+            hosts, host_of = np.unique(codes, return_inverse=True)
         del codes
         vecs = np.array(self._vecs, np.int64)
         vec_of = self._vec[ids]
