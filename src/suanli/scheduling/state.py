@@ -743,9 +743,13 @@ class Placements(Mapping):
         if not ids.size:
             return FittedAllocs(np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.int64), {}, {},
                                 {}, 1)
-        span = int(self._row[ids].max()) + 1
-        codes = self._vc[ids].astype(np.int64) * span + self._row[ids]
-        size = (int(self._vc[ids].max()) + 1) * span
+        rows = self._row[ids]
+        span = int(rows.max()) + 1
+        codes = self._vc[ids].astype(np.int64)
+        size = (int(codes.max()) + 1) * span
+        codes *= span
+        codes += rows
+        del rows
         if size <= 4 * ids.size:  # (a city's: a flag per (VC, node) code instead of a sort of every task's)
             present = np.zeros(size, bool)
             present[codes] = True

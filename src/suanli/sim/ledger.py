@@ -287,13 +287,8 @@ class UnitTable(Mapping[int, "UnitState"]):
             return u
         tasks = self._tasks
         i = self.task[uid]
-        if isinstance(u, SiteApplication):  # (a copy's name and components are made once while it is read)
-            _, app_name, comps = u._made()
-            comp = comps[self.comp[uid]]
-            name = f"{app_name}/{comp.name}/0" if comp.size == 1 else tasks.names[i]
-        else:
-            comp = u.components[self.comp[uid]]
-            name = tasks.names[i]
+        comp = _component_at(u, self.comp[uid])
+        name = comp.task_name(0) if comp.size == 1 else tasks.names[i]  # (no look-up of the id's run of names)
         tasks.seen(name, i)  # (placed and logged by name next)
         return Unit(u, (name,), (comp,), uid)
 

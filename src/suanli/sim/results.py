@@ -69,26 +69,32 @@ def _write_result(path: Path, sim: Readout, end: float) -> dict[str, Any]:
         for i, (key, value) in enumerate(_parts(sim, end, TextOf(sim.state))):
             f.write(("," if i else "") + dumps(key) + ":")
             if key in _STREAMED:
-                n, head = 0, []
+                head: list = []
+                if key == "unscheduled":  # objects, not text: the report is given the first it shows
+                    value = _text_keeping(value, head, PENDING_ROWS, dumps)
+                n = 0
                 f.write("[")
                 for item in value:
-                    if key == "unscheduled":
-                        if n < PENDING_ROWS:
-                            head.append(item)
-                        item = dumps(item)
                     f.write(("," if n else "") + item)
                     n += 1
                 f.write("]")
+                kept[key] = n
                 if key == "unscheduled":
                     kept[key], kept["unscheduled_total"] = head, n
-                else:
-                    kept[key] = n
             else:
                 f.write(dumps(value))
                 kept[key] = value
         f.write("}\n")
     os.replace(tmp, path)
     return kept
+
+
+def _text_keeping(items: Iterator[Any], head: list, keep: int, dumps) -> Iterator[str]:
+    """``items`` as JSON text, the first ``keep`` of them also put in ``head``."""
+    for k, item in enumerate(items):
+        if k < keep:
+            head.append(item)
+        yield dumps(item)
 
 
 def _write(path: Path, text: str) -> None:
