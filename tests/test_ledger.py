@@ -180,14 +180,29 @@ def test_waits_over_the_columns_are_those_record_by_record(case, tmp_path):
         assert sum(map(len, ref[4].values())) > 0  # and completion times
 
 
-def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host():
-    """What an output of every host reads (``Placements.fitted_allocs``, one
-    pass over the columns) is what each default VC's fitted host adds up from
-    its node's tasks alone: vectors, device slots and shares; hosts with one
-    task that has device shares and hosts with several are both there."""
+@pytest.fixture(scope="module")
+def city_hour():
     sim = Simulation(load_world([CITY], {"cars": "300"}), seed=3, until=3600.0)
     sim.run()
-    state = sim.state
+    return sim
+
+
+@pytest.mark.parametrize("block, flags", [(None, None), (41, None), (41, 0)])
+def test_the_fitted_hosts_summed_over_the_columns_are_those_host_by_host(city_hour, monkeypatch, block, flags):
+    """What an output of every host reads (``Placements.fitted_allocs``,
+    passes over the columns a block at a time) is what each default VC's
+    fitted host adds up from its node's tasks alone: vectors, device slots and
+    shares; hosts with one task that has device shares and hosts with several
+    are both there. Also read in blocks of 41 ids, with hosts found by a flag
+    per code and by sorting the codes."""
+    import suanli.scheduling.state as state_module
+
+    if block is not None:
+        monkeypatch.setattr(state_module, "FITTED_BLOCK", block)
+    if flags is not None:
+        monkeypatch.setattr(state_module, "FLAG_CODES", flags)
+    state = city_hour.state
+    assert len(state.placements) > 10 * state_module.FITTED_BLOCK or block is None  # many blocks
     fitted = state.placements.fitted_allocs()
     seen = Counter()
     for vc in state.vcs.values():

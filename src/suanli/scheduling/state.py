@@ -244,6 +244,8 @@ class TaskIds:
 
 
 RECENT = 1 << 14  # names of made ids remembered since last read (two generations of this many)
+FITTED_BLOCK = 1 << 18  # task ids read at once for the fitted hosts' sums (``Placements.fitted_allocs``)
+FLAG_CODES = 4  # (VC, node) codes per task up to which those sums find their hosts by a flag per code, not a sort
 
 
 class GrowingCatalogue:
@@ -734,49 +736,73 @@ class Placements(Mapping):
         default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
         return default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
 
+    def _default_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The placed tasks of default VCs, a block of ids at a time (``FITTED_BLOCK``):
+        their ids and rows."""
+        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+        if not default.any():
+            return
+        row, vc = self._row, self._vc
+        for start in range(0, row.size, FITTED_BLOCK):
+            rows = row[start:start + FITTED_BLOCK]
+            at = np.flatnonzero(rows >= 0)
+            at = at[default[vc[start:start + FITTED_BLOCK][at]]]
+            if at.size:
+                yield at + start, rows[at]
+
     def fitted_allocs(self) -> "FittedAllocs":
         """What every default VC's fitted host holds, by (VC, node): its tasks'
-        slices added up, for all of them in one pass over the columns (an
-        output of every host), not host by host."""
-        ids = np.flatnonzero(self._row >= 0)
-        ids = ids[self._of_default(ids)]
-        if not ids.size:
+        slices added up, for all of them in passes over the columns (an output
+        of every host), not host by host. The columns are read a block of ids
+        at a time: a city's millions of tasks make no temporary as long as
+        they are, and the sums come out the same."""
+        count, span = 0, 0
+        for ids, rows in self._default_blocks():
+            count, span = count + ids.size, max(span, int(rows.max()) + 1)
+        if not count:
             return FittedAllocs(np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.int64), {}, {},
                                 {}, 1)
-        rows = self._row[ids]
-        span = int(rows.max()) + 1
-        codes = self._vc[ids].astype(np.int64)
-        size = (int(codes.max()) + 1) * span
-        codes *= span
-        codes += rows
-        del rows
-        if size <= 4 * ids.size:  # (a city's: a flag per (VC, node) code instead of a sort of every task's)
+
+        def codes_of(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            codes = self._vc[ids].astype(np.int64)
+            codes *= span
+            codes += rows
+            return codes
+
+        size = (len(self._vc_names)) * span
+        if size <= FLAG_CODES * count:  # (a city's: a flag per (VC, node) code, no sort)
             present = np.zeros(size, bool)
-            present[codes] = True
+            for ids, rows in self._default_blocks():
+                present[codes_of(ids, rows)] = True
             hosts = np.flatnonzero(present)
             del present
-            host_of = np.searchsorted(hosts, codes)
         else:
-            hosts, host_of = np.unique(codes, return_inverse=True)
-        del codes
+            hosts = np.unique(np.concatenate([np.unique(codes_of(ids, rows))
+                                              for ids, rows in self._default_blocks()]))
         vecs = np.array(self._vecs, np.int64)
-        vec_of = self._vec[ids]
+        used = np.flatnonzero(vecs.any(axis=0)).tolist()
         sums = np.zeros((hosts.size, vecs.shape[1]), np.int64)
-        exact = float(np.abs(vecs).max(initial=0)) * ids.size < 2.0 ** 53  # float sums of integers, exact below
-        for r in np.flatnonzero(vecs.any(axis=0)).tolist():  # a resource at a time: no [tasks, R] array
-            col = vecs[:, r][vec_of]
-            if exact:
-                sums[:, r] = np.bincount(host_of, weights=col.astype(np.float64), minlength=hosts.size).astype(np.int64)
-            else:
-                np.add.at(sums[:, r], host_of, col)
+        top = float(np.abs(vecs).max(initial=0))
+        for ids, rows in self._default_blocks():
+            host_of = np.searchsorted(hosts, codes_of(ids, rows))
+            vec_of = self._vec[ids]
+            exact = top * ids.size < 2.0 ** 53  # float sums of integers, exact below
+            for r in used:  # a resource at a time: no [tasks, R] array
+                col = vecs[:, r][vec_of]
+                if exact:
+                    sums[:, r] += np.bincount(host_of, weights=col.astype(np.float64),
+                                              minlength=hosts.size).astype(np.int64)
+                else:
+                    np.add.at(sums[:, r], host_of, col)
         # device shares: a host's one task that has some (most hosts: a device's), or their sums by slot
         one = np.full(hosts.size, -1, np.int64)
         shares: dict[int, dict[int, int]] = {}
         if self._dev:
             dev = np.fromiter(self._dev, np.int64, len(self._dev))
-            at = np.minimum(np.searchsorted(ids, dev), ids.size - 1)
-            mine = ids[at] == dev  # (a task of another VC's host has its shares there)
-            dev, of = dev[mine], host_of[at[mine]]
+            rows = self._row[dev]
+            mine = rows >= 0
+            mine[mine] = self._of_default(dev[mine])  # (a task of another VC's host has its shares there)
+            dev, of = dev[mine], np.searchsorted(hosts, codes_of(dev[mine], rows[mine]))
             alone = np.bincount(of, minlength=hosts.size)[of] == 1
             one[of[alone]] = dev[alone]
             for i, h in zip(dev[~alone].tolist(), of[~alone].tolist()):

@@ -17,6 +17,7 @@ events of the tasks that were stopped or moved (``Stories``).
 from __future__ import annotations
 
 import gc
+import heapq
 import json
 import math
 import re
@@ -460,13 +461,25 @@ class Stories:
         those of the ``chosen`` tasks, in that order. With how many tasks
         moved, and how many more were stopped, in all. (``told``: what
         ``told(end)`` gave, when it was read already.)"""
-        told = {x.task: x for x in (self.told(end) if told is None else told)}
-        moved = [x for x in told.values() if x.moves]
-        stopped = [x for x in told.values() if x.stops and not x.moves]
-        if chosen is None:
-            picked = sorted(moved + stopped, key=lambda x: (-x.moves, -x.stops, x.first, x.task))[:limit]
+        counts = {"moved": 0, "stopped": 0}
+
+        def counted(items: Iterable[Told]) -> Iterator[Told]:
+            for x in items:
+                if x.moves:
+                    counts["moved"] += 1
+                    yield x
+                elif x.stops:
+                    counts["stopped"] += 1
+                    yield x
+
+        told = counted(self.told(end) if told is None else told)
+        # (read once, keeping the picked only: a city's hundreds of thousands of stories are not held)
+        if chosen is None:  # as sorted(...)[:limit] would pick them (the task breaks every tie)
+            picked = heapq.nsmallest(limit, told, key=lambda x: (-x.moves, -x.stops, x.first, x.task))
         else:
-            picked = [told[task] for task in dict.fromkeys(chosen) if task in told]
+            wanted = dict.fromkeys(chosen)
+            found = {x.task: x for x in told if x.task in wanted}
+            picked = [found[task] for task in wanted if task in found]
         tiers: dict[str, str | None] = {}
 
         def tier(site: str | None) -> str | None:
@@ -476,18 +489,19 @@ class Stories:
                 tiers[site] = tier_of(site)
             return tiers[site]
 
-        return {"moved": len(moved), "stopped": len(stopped), "tasks": [x.lane(tier, record) for x in picked]}
+        return {"moved": counts["moved"], "stopped": counts["stopped"], "tasks": [x.lane(tier, record) for x in picked]}
 
 
 class _Columns:
-    """A ``Stories``' columns as lists (read per task), and its strings by id."""
+    """A ``Stories``' columns (read per task, as they are: lists of them took
+    about 200 bytes an event), and its strings by id."""
 
     __slots__ = ("t", "kind", "node", "site", "cause", "bytes", "downtime", "strings")
 
     def __init__(self, st: Stories) -> None:
-        self.t, self.kind = st._t.tolist(), st._kind.tolist()
-        self.node, self.site, self.cause = st._node.tolist(), st._site.tolist(), st._cause.tolist()
-        self.bytes, self.downtime = st._bytes.tolist(), st._downtime.tolist()
+        self.t, self.kind = st._t, st._kind
+        self.node, self.site, self.cause = st._node, st._site, st._cause
+        self.bytes, self.downtime = st._bytes, st._downtime
         self.strings = list(st.strings)
 
     def name(self, i: int) -> str | None:
@@ -665,7 +679,7 @@ def task_lanes(events: Iterable[dict[str, Any]], end: float, tasks: Iterable[str
     return stories.lanes(end, limit=limit, chosen=tasks)
 
 
-WAITS_BLOCK = 1 << 20  # task records read at once for their first waits (``summarize``)
+WAITS_BLOCK = 1 << 18  # task records read at once for their first waits (``summarize``)
 
 
 def _grouped(codes: np.ndarray, values: np.ndarray, names, into: dict[str, list]) -> None:
@@ -765,12 +779,6 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
         finally:
             if was:
                 gc.enable()
-    told = list(stories.told(end))
-    for x in told:
-        rec = records.get(x.task)
-        if rec is not None and rec.klass:
-            for seconds, cut in x.waits:
-                wait(rec, seconds, cut)
     fleet = sim.world.fleet
 
     def tier_of(site: str) -> str | None:
@@ -779,7 +787,17 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
         except (KeyError, IndexError, TypeError, ValueError):
             return None
 
-    lanes = stories.lanes(end, tier_of=tier_of, record=records.get, told=told)
+    def waited(told: Iterable[Told]) -> Iterator[Told]:  # each story's waits, as the lanes read it
+        for x in told:
+            rec = records.get(x.task)
+            if rec is not None and rec.klass:
+                for seconds, cut in x.waits:
+                    wait(rec, seconds, cut)
+            yield x
+
+    lanes = stories.lanes(end, tier_of=tier_of, record=records.get, told=waited(stories.told(end)))
+    omitted_by = dict(sorted(stories.omitted.items(), key=lambda kv: (-kv[1], kv[0])))
+    del stories  # (its columns, before the groups are flattened)
     reasons: Counter = Counter()
     for rec in sim.view.pending():
         reasons.update(rec.reasons.keys())
@@ -794,7 +812,7 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
         "queueing_delay_by_tenant_s": {k: percentiles(_flat(v), tenant_censored[k])
                                        for k, v in sorted(tenant_waits.items())},
         "pending_reasons": reasons_json(reasons),
-        "omitted_by": dict(sorted(stories.omitted.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "omitted_by": omitted_by,
         "allocation_time_average": sim.recorder.time_average(end),
         "reserved_time_average": sim.recorder.time_average(end, "reserved"),
         "allocation_by_site": sim.recorder.by_site(end),
