@@ -158,29 +158,35 @@ def best_of(value, top, tie):
 
 
 @njit(cache=True, nogil=True)
-def node_figures(nodes, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, idle, tier, site,
+def node_figures(nodes, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, has_idle, idle, tier, site,
                  held, used, stranded, now_used, now_reserved, now_site, d_stranded):
     """A sample's update for the changed ``nodes`` (repeats are harmless): per node
     and resource what is held (capacity less free) and used (held less what sits
-    idle inside VC hosts, ``idle``), and per accelerator kind the free share
-    stranded on partly used shareable whole devices; ``held``, ``used`` and
-    ``stranded`` [.., nodes] take the new figures, the totals by tier
-    (``now_used``, ``now_reserved``) and site (``now_site``) their differences,
-    and ``d_stranded`` [kinds] the change of stranded share. Every figure is a
-    whole number, so the sums are exact in any order."""
+    idle inside VC hosts, ``idle``; without ``has_idle`` nothing does, and
+    ``idle`` and ``used`` are not read: used is what is held), and per
+    accelerator kind the free share stranded on partly used shareable whole
+    devices; ``held``, ``used`` and ``stranded`` [.., nodes] take the new
+    figures, the totals by tier (``now_used``, ``now_reserved``) and site
+    (``now_site``) their differences, and ``d_stranded`` [kinds] the change of
+    stranded share. Every figure is a whole number, so the sums are exact in
+    any order."""
     n_res, n_dev, n_kinds = free.shape[0], dev_free.shape[0], stranded.shape[0]
     for i in range(nodes.size):
         n = nodes[i]
         t, s = tier[n], site[n]
         for j in range(n_res):
             h = float(cap[j, n] - free[j, n])
-            u = h - idle[j, n]
-            d_used = u - used[j, n]
+            d_held = h - held[j, n]
+            if has_idle:
+                u = h - idle[j, n]
+                d_used = u - used[j, n]
+                used[j, n] = u
+            else:
+                d_used = d_held
             now_used[t, j] += d_used
-            now_reserved[t, j] += h - held[j, n]
+            now_reserved[t, j] += d_held
             now_site[s, j] += d_used
             held[j, n] = h
-            used[j, n] = u
         for k in range(n_kinds):
             x = 0.0
             for slot in range(n_dev):

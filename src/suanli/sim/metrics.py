@@ -70,8 +70,10 @@ class Recorder:
         # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
         n = fleet.n_nodes
         self._held = np.zeros((n_res, n))
-        self._used = np.zeros((n_res, n))
-        self._idle = np.zeros((n_res, n))
+        # used is held less idle; while no explicit VC host holds idle room (a city's), the two
+        # are one figure and neither column is kept (``_idle_kept``): a device's 64 bytes
+        self._used: np.ndarray | None = None
+        self._idle: np.ndarray | None = None
         self._stranded_total = np.zeros(n_kinds)
         self._kind_capacity = self.capacity.sum(axis=0)[2:]
         self._stranded = np.zeros((n_kinds, n))
@@ -124,6 +126,7 @@ class Recorder:
             if changed is None:
                 changed = np.arange(t.n)
             if changed.size:
+                self._idle_kept()
                 now = t.free[:, changed].astype(np.float64)
                 where = t.node[changed].astype(np.int64)
                 for r in range(now.shape[0]):
@@ -135,6 +138,13 @@ class Recorder:
         if touched is None:
             return None
         return np.unique(np.concatenate([np.asarray(x, np.int64) for x in touched])) if len(touched) > 1 else touched[0]
+
+    def _idle_kept(self) -> None:
+        """Columns of idle room and of use apart from what is held, from now on
+        (until now nothing was idle: used was what is held)."""
+        if self._idle is None:
+            self._idle = np.zeros_like(self._held)
+            self._used = self._held.copy()
 
     def grow(self, fleet) -> None:
         """The fleet grew (or lost nodes) while running: per-node and per-site
@@ -150,8 +160,9 @@ class Recorder:
         extra = fleet.n_nodes - self._held.shape[1]
         if extra > 0:
             pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], extra))], axis=1)  # noqa: E731
-            self._held, self._used, self._idle, self._stranded = (pad(a) for a in (self._held, self._used, self._idle,
-                                                                                    self._stranded))
+            self._held, self._stranded = pad(self._held), pad(self._stranded)
+            if self._idle is not None:
+                self._used, self._idle = pad(self._used), pad(self._idle)
         more = len(fleet.sites) - len(self._site_last)
         if more > 0:
             grow = lambda a: np.concatenate([a, np.zeros((more,) + a.shape[1:])])  # noqa: E731
@@ -175,8 +186,9 @@ class Recorder:
         self._site_last[sites] = t
         d_stranded = np.zeros(self._stranded.shape[0])
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
-                             nodes.dev_kind, nodes.dev_shareable, self._idle, fleet.node_tier, fleet.node_site,
-                             self._held, self._used, self._stranded, self._now["used"], self._now["reserved"],
+                             nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
+                             self._held if self._idle is None else self._idle, fleet.node_tier, fleet.node_site,
+                             self._held, self._held if self._used is None else self._used, self._stranded, self._now["used"], self._now["reserved"],
                              self._site_now, d_stranded)
         if d_stranded.any():
             self._add_stranded(d_stranded)
