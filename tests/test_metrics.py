@@ -178,11 +178,12 @@ def test_incremental_figures_equal_a_recomputation(example, tmp_path):
     site_mean = (site * w[:, None, None]).sum(axis=0) / span
     by_site = rec.by_site(end)
     listed = sim.state.fleet.site_table.population_of < 0  # a population's sites are one entry
+    site_capacity = rec.site_capacity
     for si, s in enumerate(sim.state.fleet.sites):
         if not listed[si]:
             continue
         for ri, key in enumerate(sim.state.fleet.resource_keys):
-            c = rec.site_capacity[si, ri]
+            c = site_capacity[si, ri]
             if c:
                 assert by_site[s.name][key]["mean"] == pytest.approx(site_mean[si, ri] / c, abs=2e-6)
                 assert by_site[s.name][key]["peak"] == pytest.approx(site[:, si, ri].max() / c, abs=2e-6)

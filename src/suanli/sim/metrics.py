@@ -56,8 +56,7 @@ class Recorder:
         n_res, n_kinds = len(fleet.resources), len(fleet.kinds)
         self.capacity = np.zeros((len(TIERS), n_res), np.int64)
         np.add.at(self.capacity, fleet.node_tier, fleet.node_capacity)
-        self.site_capacity = np.zeros((len(fleet.sites), n_res), np.int64)
-        np.add.at(self.site_capacity, fleet.node_site, fleet.node_capacity)
+        self._capacity_of = (fleet, False)  # whose nodes ``site_capacity`` sums, with retired ones at zero or not
         self.near_violations = near_violations or (lambda: 0)
         # the series (thinned) for charts: one sample in ``_stride`` is kept
         self.times: list[float] = []
@@ -84,9 +83,9 @@ class Recorder:
                   "violations": (1,)}
         # per site (a million of them with a population): integrated site by site as they change,
         # not all at every instant; each one's integral runs up to ``_site_last``
-        self._site_now = np.zeros(self.site_capacity.shape)
-        self._site_area = np.zeros(self.site_capacity.shape)
-        self._site_peak = np.zeros(self.site_capacity.shape)
+        self._site_now = np.zeros((len(fleet.sites), n_res))
+        self._site_area = np.zeros((len(fleet.sites), n_res))
+        self._site_peak = np.zeros((len(fleet.sites), n_res))
         self._site_last = np.zeros(len(fleet.sites))
         size = sum(int(np.prod(v)) for v in shapes.values())
         self._vec = np.zeros(size)
@@ -139,6 +138,17 @@ class Recorder:
             return None
         return np.unique(np.concatenate([np.asarray(x, np.int64) for x in touched])) if len(touched) > 1 else touched[0]
 
+    @property
+    def site_capacity(self) -> np.ndarray:
+        """int64[site, resource]: each site's capacity (as at the last change of
+        the fleet: its retired nodes at zero), summed when read (the figures
+        by site, at the end), not kept per site (a device's 32 bytes)."""
+        fleet, zero_retired = self._capacity_of
+        cap = np.where(fleet.retired[:, None], 0, fleet.node_capacity) if zero_retired else fleet.node_capacity
+        out = np.zeros((len(fleet.sites), cap.shape[1]), np.int64)
+        np.add.at(out, fleet.node_site, cap)
+        return out
+
     def _idle_kept(self) -> None:
         """Columns of idle room and of use apart from what is held, from now on
         (until now nothing was idle: used was what is held)."""
@@ -149,14 +159,11 @@ class Recorder:
     def grow(self, fleet) -> None:
         """The fleet grew (or lost nodes) while running: per-node and per-site
         rows for the new ones, capacity as it is now."""
-        n_res = len(fleet.resources)
         cap = np.where(fleet.retired[:, None], 0, fleet.node_capacity)
         self.capacity[:] = 0
         np.add.at(self.capacity, fleet.node_tier, cap)
         self._kind_capacity = self.capacity.sum(axis=0)[2:]
-        site_capacity = np.zeros((len(fleet.sites), n_res), np.int64)
-        np.add.at(site_capacity, fleet.node_site, cap)
-        self.site_capacity = site_capacity
+        self._capacity_of = (fleet, True)
         extra = fleet.n_nodes - self._held.shape[1]
         if extra > 0:
             pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], extra))], axis=1)  # noqa: E731
@@ -304,6 +311,7 @@ class Recorder:
         keys = self.state.fleet.resource_keys
         table = self.state.fleet.site_table
         peak = self._site_peak
+        site_capacity = self.site_capacity
 
         def entry(cap, area_, now_, peak_ratio):
             return {key: {"mean": round(float(area_[r] / span / cap[r]) if span > 0 else float(now_[r] / cap[r]), 6),
@@ -311,11 +319,11 @@ class Recorder:
                     for r, key in enumerate(keys) if cap[r]}
 
         for si in table.names.listed().tolist():
-            cap = self.site_capacity[si]
+            cap = site_capacity[si]
             out[table.names.name(si)] = entry(cap, area[si], now[si], peak[si] / np.maximum(cap, 1))
         for first, count, pattern in table.names.blocks():  # a population: one entry, its pattern
             rows = slice(first, first + count)
-            cap = self.site_capacity[rows]
+            cap = site_capacity[rows]
             ratio = (peak[rows] / np.maximum(cap, 1)).max(axis=0)  # the busiest of its sites
             out[str(pattern)] = entry(cap.sum(axis=0), area[rows].sum(axis=0), now[rows].sum(axis=0), ratio)
         return out
