@@ -234,10 +234,12 @@ class TaskRecord:
 
 class UnitTable(Mapping[int, "UnitState"]):
     """Every submitted unit by id (dense: the order units were submitted), as
-    columns: the unit, its run (None: not running), its class code, and the
-    work and time a job has left between runs (NaN: none). A unit's state is
-    read as a ``UnitState``, a view of its row made when asked for; a unit
-    forgotten (its application deleted, its work ended) leaves its row empty.
+    columns: the unit, its class code, and a compact run's id and start; and
+    by id where there is one: its run kept as an object, and the work and
+    time a job has left between runs (a service has none: a city's millions
+    of services keep no slot for them). A unit's state is read as a
+    ``UnitState``, a view of its row made when asked for; a unit forgotten
+    (its application deleted, its work ended) leaves its row empty.
 
     Objects are kept only for the units being decided, moved or run to an
     end. A run whose executor keeps nothing of it, of all its unit's tasks
@@ -254,10 +256,10 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def __init__(self, tasks: TaskTable | None = None) -> None:
         self.unit: list[Unit | Application | None] = []  # an Application: a compact unit
-        self.run: list[Run | None] = []  # None with a run id: a compact run
+        self.run: dict[int, Run] = {}  # runs kept as objects (none, with a run id: a compact run)
         self.klass = array("b")
-        self.work = array("d")
-        self.left = array("d")
+        self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
+        self.left: dict[int, float] = {}
         self.comp = array("i")  # a compact unit's component: its place in the application's
         self.task = array("q")  # a compact unit's task id
         self.run_id = array("q")  # 0: no run
@@ -269,10 +271,11 @@ class UnitTable(Mapping[int, "UnitState"]):
     def add(self, unit: Unit, klass: str, work: float | None, left: float | None) -> int:
         uid = len(self.unit)
         self.unit.append(unit)
-        self.run.append(None)
         self.klass.append(_KLASS_CODE[klass])
-        self.work.append(_NONE if work is None else work)
-        self.left.append(_NONE if left is None else left)
+        if work is not None and work == work:
+            self.work[uid] = work
+        if left is not None and left == left:
+            self.left[uid] = left
         self.comp.append(-1)
         self.task.append(-1)
         self.run_id.append(0)
@@ -309,7 +312,7 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def run_of(self, uid: int) -> Run | None:
         """The unit's run (made again for a compact one)."""
-        run = self.run[uid]
+        run = self.run.get(uid)
         if run is not None or not self.run_id[uid]:
             return run
         unit = self.unit_of(uid)
@@ -322,7 +325,8 @@ class UnitTable(Mapping[int, "UnitState"]):
         keeps nothing of it, so a plain one is kept as columns, and so is its
         unit when plain too."""
         if run is None:
-            self.run[uid], self.run_id[uid], self.run_at[uid] = None, 0, _NONE
+            self.run.pop(uid, None)
+            self.run_id[uid], self.run_at[uid] = 0, _NONE
             u = self.unit[uid]
             if u is not None and type(u) is not Unit:  # not running: an object again
                 self._expand(uid)
@@ -331,7 +335,10 @@ class UnitTable(Mapping[int, "UnitState"]):
         if unit is None:
             unit = self.unit_of(uid)
         plain = compact and _plain_run(unit, run)
-        self.run[uid] = None if plain else run
+        if plain:
+            self.run.pop(uid, None)
+        else:
+            self.run[uid] = run
         u = self.unit[uid]
         if plain and u is unit:  # (a job's unit stays an object: its run ends, it goes)
             self._compact(uid, unit)
@@ -369,7 +376,9 @@ class UnitTable(Mapping[int, "UnitState"]):
             raise KeyError(uid)
         for task in us.unit.tasks:
             self._tasks.settle(task)
-        self.unit[uid] = self.run[uid] = None
+        self.unit[uid] = None
+        for column in (self.run, self.work, self.left):
+            column.pop(uid, None)
         self.run_id[uid] = 0
         self._live -= 1
         return us
@@ -393,14 +402,18 @@ class UnitTable(Mapping[int, "UnitState"]):
 
 
 def _time_column(name: str, doc: str) -> property:
-    """A float column of the ``UnitTable`` read and written as ``float | None`` (NaN: None)."""
+    """A float column of the ``UnitTable``, by unit where it has one, read and
+    written as ``float | None`` (NaN: None, not kept)."""
 
     def get(us: "UnitState") -> float | None:
-        x = getattr(us._t, name)[us.uid]
-        return None if x != x else x
+        return getattr(us._t, name).get(us.uid)
 
     def put(us: "UnitState", value: float | None) -> None:
-        getattr(us._t, name)[us.uid] = _NONE if value is None else value
+        column = getattr(us._t, name)
+        if value is None or value != value:
+            column.pop(us.uid, None)
+        else:
+            column[us.uid] = value
 
     return property(get, put, doc=doc)
 
@@ -425,7 +438,7 @@ class UnitState:
     @property
     def run(self) -> Run | None:
         t = self._t
-        r = t.run[self.uid]
+        r = t.run.get(self.uid)
         return r if r is not None or not t.run_id[self.uid] else t.run_of(self.uid)
 
     remaining_work_s = _time_column("work", "a job's task-time still to do between runs (None: not a job's)")
