@@ -78,3 +78,29 @@ def test_components_expand_into_named_tasks(tmp_path):
     assert [gang.task_name(i) for i in range(gang.size)] == ["x/w/0", "x/w/1", "x/w/2"]
     assert (gang.gang, gang.min_size, gang.coupling, gang.priority) == (True, 2, "ib", 3)
     assert (svc.size, svc.priority, svc.preemptible) == (2, 7, False)
+
+
+def test_sites_able_is_each_resource_of_some_node_of_the_site(examples):
+    """``Fleet.sites_able_ignoring_private`` (a site passes when, for each
+    resource asked, one of its nodes has that much: its largest node's
+    capacity, read without a column of them) equals the per-site maxima's
+    test, on a fleet of multi-node sites and one of single-node devices,
+    for vectors that some, all and no sites hold."""
+    from pathlib import Path
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    rng = np.random.default_rng(5)
+    seen = {"some": 0, "none": 0, "all": 0}
+    for fleet in (load_world([city], {"cars": "50"}).fleet,
+                  load_world([examples / "city-fleet.yaml", examples / "tenants.yaml"]).fleet):
+        most = np.zeros((len(fleet.site_table), len(fleet.resources)), np.int64)
+        np.maximum.at(most, fleet.node_site, fleet.node_capacity)
+        caps = fleet.node_capacity
+        vecs = [caps[i] for i in rng.integers(len(caps), size=20)]
+        vecs += [np.zeros(len(fleet.resources), np.int64), caps.max(axis=0) + 1, caps.max(axis=0)]
+        vecs += [(caps[i] * rng.uniform(0.2, 1.3, caps.shape[1])).astype(np.int64) for i in range(0, len(caps), 7)]
+        for vec in vecs:
+            got = fleet.sites_able_ignoring_private(vec)
+            assert got.tolist() == (most >= vec).all(axis=1).tolist()
+            seen["all" if got.all() else "none" if not got.any() else "some"] += 1
+    assert min(seen.values()) > 0, seen  # every outcome was compared

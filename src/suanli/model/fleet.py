@@ -109,7 +109,6 @@ class Fleet:
         self._links: tuple[Link, ...] | None = None
         self.site_index = self.site_table.names  # name -> site id (a mapping that parses population names)
         self.masks: dict[tuple, object] = {}  # site globs -> bool[S] (request.site_mask), and sites_able
-        self._site_max: np.ndarray | None = None  # [S, R]: per site and resource, its largest node's capacity
         self._by_site: tuple[np.ndarray, np.ndarray] | None = None  # nodes by site (nodes_of)
         self.any_private = bool(self.site_table.private.any())
         self.attach_rules: dict[str, object] = {}  # population -> its attach selector (handovers pick from it)
@@ -223,10 +222,13 @@ class Fleet:
         key = ("capacity", vec.tobytes())
         got = self.masks.get(key)
         if got is None:
-            if self._site_max is None:
-                self._site_max = np.zeros((len(self.site_table), len(self.resources)), np.int64)
-                np.maximum.at(self._site_max, self.node_site, self.node_capacity)
-            got = self.masks[key] = (self._site_max >= vec).all(axis=1)
+            # per resource asked, a site with a node that has that much (its largest has: the
+            # same test, with no [S, R] column of largest nodes kept, 32 bytes a device)
+            got = np.ones(len(self.site_table), bool)
+            for r in np.flatnonzero(vec > 0).tolist():
+                got &= np.bincount(self.node_site[self.node_capacity[:, r] >= vec[r]],
+                                   minlength=len(self.site_table)) > 0
+            self.masks[key] = got
             got.setflags(write=False)
         return got
 
