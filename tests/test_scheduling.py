@@ -318,3 +318,55 @@ def test_a_components_selector_that_nothing_matches_is_reported(tmp_path):
     world_ = load_world([_car_drone_edge(tmp_path, comps)])
     assert [(p.path, "no site has tier 'cloud'" in p.message) for p in world_.warnings] == \
         [("spec.components[0].sites", True)]
+
+
+def test_scores_read_the_same_whether_inverse_capacities_are_kept_or_computed(examples, monkeypatch):
+    """A table past ``INVERSE_KEPT_ROWS`` rows computes 1 / capacity for the
+    rows a score reads instead of keeping the column. A static pass on a
+    fleet of unlike nodes (the packing score decides there) and the city's
+    hour (its batches near each car, its moves to edges and clouds) come out
+    the same either way."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    import suanli.scheduling.table as table_module
+    from suanli.output import outcome_json
+    from suanli.scheduling.static import schedule
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+
+    def both() -> tuple[str, list]:
+        static = load_world([examples / "city-fleet.yaml", examples / "tenants.yaml",
+                             examples / "static-heterogeneous.yaml"])
+        sim = Simulation(load_world([city], {"cars": "300"}), seed=4, until=3600.0)
+        sim.run()
+        return json.dumps(outcome_json(schedule(static, 0))), list(sim.events)
+
+    kept = both()
+    # the values themselves, row by row, for gathers, slices and resource ranges of a table of unlike nodes
+    table = schedule(load_world([examples / "city-fleet.yaml", examples / "tenants.yaml"]), 0).state.nodes
+    rng = np.random.default_rng(2)
+    whole = table.inverse_capacity()[:, :table.n]
+    assert len({tuple(c) for c in whole.T.tolist()}) > 3  # capacities differ from row to row
+    for limit in (table_module.INVERSE_KEPT_ROWS, 0):
+        monkeypatch.setattr(table_module, "INVERSE_KEPT_ROWS", limit)
+        for at in (slice(0, table.n), np.sort(rng.choice(table.n, 40, replace=False)), rng.integers(table.n, size=9)):
+            for sel in (None, slice(0, 2), slice(1, 3)):
+                want = whole[:, at] if sel is None else whole[sel][:, at]
+                assert table.inverse_of(at, sel).tolist() == want.tolist()
+    computed = []
+    real = table_module.CandidateTable.inverse_of
+
+    def counted(self, at, sel=None):
+        computed.append(self.n)
+        return real(self, at, sel)
+
+    monkeypatch.setattr(table_module, "INVERSE_KEPT_ROWS", 0)
+    monkeypatch.setattr(table_module.CandidateTable, "inverse_of", counted)
+    assert both() == kept
+    assert len(computed) > 100  # the scores read it, computed every time
+    assert sum(e["kind"] == "migrated" for e in kept[1]) > 0

@@ -359,7 +359,7 @@ class Batches:
                 continue  # its packing score reads the row's use: not taken in a batch
             r = rows[mine]
             at = (dims[:, None], r)
-            terms = (table.free[at] - before[dims[:, None], mine] - vec) * table.inverse_capacity()[at]
+            terms = (table.free[at] - before[dims[:, None], mine] - vec) * table.inverse_of(r)[dims]
             acc = -terms[0]
             for t in terms[1:]:
                 acc -= t

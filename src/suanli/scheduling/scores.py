@@ -43,18 +43,18 @@ def fit(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     whole nodes and whole devices free for large requests."""
     at, whole = _gather(table, rows)
     dims, sel, vec = dims_of(req)
-    inv = table.inverse_capacity()
     if req.whole_node or dims.size == 0:
         # how used the row already is, averaged over the resources it has
-        used = (cols(table.cap, at) - cols(table.free, at)) * cols(inv, at)
-        has = (cols(inv, at) > 0).sum(axis=0)
+        inv = table.inverse_of(at)
+        used = (cols(table.cap, at) - cols(table.free, at)) * inv
+        has = (inv > 0).sum(axis=0)
         out = 100.0 * used.sum(axis=0) / np.maximum(has, 1)
     else:
         # used-after / cap = 1 - (free - vec) / cap, summed over the dimensions in order
         if sel is not None:  # the dimensions are adjacent rows of the arrays: read only them
-            terms = (cols(table.free[sel], at) - vec) * cols(inv[sel], at)
+            terms = (cols(table.free[sel], at) - vec) * table.inverse_of(at, sel)
         else:
-            terms = (cols(table.free, at)[dims] - vec) * cols(inv, at)[dims]
+            terms = (cols(table.free, at)[dims] - vec) * table.inverse_of(at)[dims]
         acc = -terms[0]
         for t in terms[1:]:
             acc -= t

@@ -24,6 +24,7 @@ _GROWABLE = (
     "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index", "enabled", "retired", "stamp",
 )
 
+INVERSE_KEPT_ROWS = 1 << 16  # rows up to which a table keeps 1 / capacity as a column (``inverse_of``)
 _COLUMN_MAJOR = frozenset(("cap", "free", "dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"))
 
 
@@ -291,6 +292,19 @@ class CandidateTable:
         """The live rows of a column (a view, not a copy); resource and device columns are [R or D, n]."""
         arr = getattr(self, name)
         return arr[:, : self.n] if name in _COLUMN_MAJOR else arr[: self.n]
+
+    def inverse_of(self, at, sel: slice | None = None) -> np.ndarray:
+        """float64[R, rows]: 1 / capacity of the rows ``at`` (a slice or row
+        numbers; 0 where none), of the resources ``sel`` only when given:
+        read from ``inverse_capacity`` while the table has at most
+        ``INVERSE_KEPT_ROWS`` rows, computed for those rows alone on a larger
+        one (a million devices keep no float per resource and row for it; the
+        same values)."""
+        if self.n <= INVERSE_KEPT_ROWS:
+            inv = self.inverse_capacity()
+            return cols(inv if sel is None else inv[sel], at)
+        cap = cols(self.cap if sel is None else self.cap[sel], at).astype(np.float64)
+        return np.divide(1.0, cap, out=np.zeros_like(cap), where=cap > 0)
 
     def inverse_capacity(self) -> np.ndarray:
         """float64[R, n]: 1 / capacity per resource (0 where none), cached until rows change."""
