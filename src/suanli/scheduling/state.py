@@ -769,7 +769,7 @@ class Placements(Mapping):
             codes += rows
             return codes
 
-        size = (len(self._vc_names)) * span
+        size = len(self._vc_names) * span
         if size <= FLAG_CODES * count:  # (a city's: a flag per (VC, node) code, no sort)
             present = np.zeros(size, bool)
             for ids, rows in self._default_blocks():
