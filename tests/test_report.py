@@ -368,6 +368,14 @@ def test_lanes_of_tasks_named_and_from_events_alone(autodrive_report):
     named = render_report(result, events, tasks=["infotainment/music/0"])
     body = _section(named, "lanes")
     assert "<code>infotainment/music/0</code>" in body and "infotainment/movie/0" not in body
+    # a task named that never stopped or moved has its lane too (where it ran), and is not counted as moved
+    from suanli.sim.metrics import STOP_KINDS, task_lanes
+
+    stirred = {e["task"] for e in events if e["kind"] in ("migrated", *STOP_KINDS)}
+    calm = next(e["task"] for e in events if e["kind"] == "placed" and e["task"] not in stirred)
+    lanes = task_lanes(events, result["end_s"], tasks=[calm, "infotainment/music/0"])
+    assert [lane["task"] for lane in lanes["tasks"]] == [calm, "infotainment/music/0"]
+    assert lanes["tasks"][0]["moves"] == lanes["tasks"][0]["stops"] == 0 and lanes["tasks"][0]["ran"]
     # a result without lanes gets them from the whole log: the same lanes, but tiers are not known
     bare = json.loads(json.dumps(result))
     del bare["metrics"]["lanes"]

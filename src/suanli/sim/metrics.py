@@ -195,7 +195,8 @@ class Recorder:
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
                              nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
                              self._held if self._idle is None else self._idle, fleet.node_tier, fleet.node_site,
-                             self._held, self._held if self._used is None else self._used, self._stranded, self._now["used"], self._now["reserved"],
+                             self._held, self._held if self._used is None else self._used, self._stranded,
+                             self._now["used"], self._now["reserved"],
                              self._site_now, d_stranded)
         if d_stranded.any():
             self._add_stranded(d_stranded)
@@ -487,15 +488,15 @@ class Stories:
             for x in items:
                 if x.moves:
                     counts["moved"] += 1
-                    yield x
                 elif x.stops:
                     counts["stopped"] += 1
-                    yield x
+                yield x
 
         told = counted(self.told(end) if told is None else told)
         # (read once, keeping the picked only: a city's hundreds of thousands of stories are not held)
         if chosen is None:  # as sorted(...)[:limit] would pick them (the task breaks every tie)
-            picked = heapq.nsmallest(limit, told, key=lambda x: (-x.moves, -x.stops, x.first, x.task))
+            picked = heapq.nsmallest(limit, (x for x in told if x.moves or x.stops),
+                                     key=lambda x: (-x.moves, -x.stops, x.first, x.task))
         else:
             wanted = dict.fromkeys(chosen)
             found = {x.task: x for x in told if x.task in wanted}
