@@ -36,4 +36,3 @@ def test_the_city_at_ten_thousand_cars(tmp_path):
     assert result["metrics"]["tasks"]["failed"] == 0
     assert result["metrics"]["near_violations"]["max_concurrent"] == 0  # no task ever ran beyond its bound
     assert (tmp_path / "report.html").stat().st_size < 2_000_000  # charts aggregate: no mark per task
-

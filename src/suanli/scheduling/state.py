@@ -733,13 +733,17 @@ class Placements(Mapping):
 
     def _of_default(self, ids: np.ndarray) -> np.ndarray:
         """bool[len(ids)]: which of the placed tasks ``ids`` are a default VC's."""
-        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+        default = self._default_vcs()
         return default[self._vc[ids]] if default.size else np.zeros(ids.size, bool)
+
+    def _default_vcs(self) -> np.ndarray:
+        """bool[VC code]: which of the VCs placed into are default VCs."""
+        return np.array([self._state.vcs[name].default for name in self._vc_names], bool)
 
     def _default_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The placed tasks of default VCs, a block of ids at a time (``FITTED_BLOCK``):
         their ids and rows."""
-        default = np.array([self._state.vcs[name].default for name in self._vc_names], bool)
+        default = self._default_vcs()
         if not default.any():
             return
         row, vc = self._row, self._vc
