@@ -185,6 +185,8 @@ def test_live_a_game_moves_to_the_edge_and_home_and_another_tenant_cannot_see_it
         sign_in(page, serve.url, car)
         page.click("header nav a:has-text('Tasks')")
         page.click('tr[data-task="infotainment/game/0"] a')
+        page.wait_for_url(re.compile(re.escape("/tasks/infotainment/game/0")))
+        page.wait_for_load_state()  # a click waits for the navigation to begin, not for its page
         assert lane_sites(page) == ["car-1", "edge-1", "car-1"]
         assert page.locator("table.moves tbody tr", has_text="migrated").count() == 2
         page.assert_no_errors()
