@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+
+import pytest
+from hypothesis import strategies as st
 from pathlib import Path
 
 from test_populations import run_cli, write
@@ -194,3 +197,121 @@ def test_a_device_that_moves_while_offline_comes_back_where_it_went(tmp_path):
     assert next(e for e in game if e["kind"] == "placed")["site"] == "edge-0"
     back = [e for e in game if e["kind"] == "placed" and e["t"] >= 1200]
     assert back and back[0]["site"] == "edge-1"  # near its new edge, not its old one
+
+
+# ------------------------------------------------------------ returns of one instant share a node's room
+
+def edge_world(edge_cpus: list[int], phones: list[tuple[int, int]], handovers: list[tuple[int, int, int]],
+               rescheduling: bool = True, far: int = 0) -> list[dict]:
+    """Edges of one node each (``edge_cpus``) on a cloud; phones (their edge,
+    the cores of the service bound near it, within 40 ms, on edges only);
+    handovers (second, phone, edge). ``far`` edges 50 ms from the cloud, out
+    of every bound: with enough of them, a bound's few rows are decided over
+    alone (``nearby.candidate_rows``)."""
+    sites = [{"name": "cloud", "tier": "cloud",
+              "nodeGroups": [{"name": "n", "count": 1, "arch": "x86_64", "cpu": 64, "memory": "256Gi"}]}]
+    sites += [{"name": f"e{e}", "tier": "edge",
+               "nodeGroups": [{"name": "cpu", "count": 1, "arch": "x86_64", "cpu": c, "memory": "16Gi"}]}
+              for e, c in enumerate(edge_cpus)]
+    sites += [{"name": f"p{i}", "tier": "device",
+               "nodeGroups": [{"name": "soc", "count": 1, "arch": "aarch64", "cpu": 1, "memory": "1Gi"}]}
+              for i in range(len(phones))]
+    sites += [{"name": f"far{i}", "tier": "edge",
+               "nodeGroups": [{"name": "cpu", "count": 1, "arch": "x86_64", "cpu": 8, "memory": "16Gi"}]}
+              for i in range(far)]
+    links = [{"between": [f"e{e}", "cloud"], "rttMs": 10, "bandwidth": "10Gbps"} for e in range(len(edge_cpus))]
+    links += [{"between": [f"far{i}", "cloud"], "rttMs": 50, "bandwidth": "10Gbps"} for i in range(far)]
+    links += [{"between": [f"p{i}", f"e{e}"], "rttMs": 5, "bandwidth": "100Mbps"} for i, (e, _) in enumerate(phones)]
+    docs = [{"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": sites, "links": links}}, TENANT]
+    docs += [{"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": f"a{i}", "tenant": "t"},
+              "spec": {"components": [{"name": "s", "lifetime": "service", "resources": {"cpu": cpu, "memory": "1Gi"},
+                                       "sites": {"tier": ["edge"]}, "near": {"site": f"p{i}", "maxRttMs": 40}}]}}
+             for i, (_, cpu) in enumerate(phones)]
+    sc = scenario([{"at": f"{t}s", "kind": "handover", "site": f"p{i}", "to": [f"e{e}"]} for t, i, e in handovers],
+                  until="20m")
+    sc["spec"]["policy"]["rescheduling"]["enabled"] = rescheduling
+    return docs + [sc]
+
+
+def held_within_capacity(sim) -> Counter:
+    """Each node's placed vectors summed from the placements (not the tables'
+    free room) are within its capacity; returns how many nodes are full."""
+    import numpy as np
+
+    cap = sim.world.fleet.node_capacity
+    used = np.zeros_like(cap)
+    for p in sim.state.placements.values():
+        used[p.host.node] += p.alloc.vec
+    over = np.flatnonzero((used > cap).any(axis=1))
+    assert not over.size, [(sim.world.fleet.node_name(int(n)), used[n].tolist(), cap[n].tolist()) for n in over]
+    return Counter(full=int((used[:, 0] == cap[:, 0]).sum()))
+
+
+def run_checked(tmp: Path, docs: list[dict], seen: Counter):
+    from suanli.sim.simulation import Simulation
+
+    sim = Simulation(load_world([write(tmp, docs, "edges.yaml")]), seed=1, until=1200.0,
+                     on_instant=lambda t: seen.update(held_within_capacity(sim) + Counter(instants=1)))
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("far", [0, 60])
+def test_returns_of_one_instant_each_see_the_room_the_others_took(tmp_path, monkeypatch, far):
+    """Three 1-core services near three phones on edges e1 and e2 all hand
+    over to e0, whose node has 2 cores: two come back to it, the third stays
+    where it is (and a dry run lists two returns, not three). With 60 edges
+    out of reach, the returns are decided over the bound's rows alone."""
+    from suanli.scheduling import nearby
+
+    seen: Counter = Counter()
+    rows_of = nearby.candidate_rows
+
+    def counted(table, req):
+        rows = rows_of(table, req)
+        seen["decided over the bound's rows"] += rows is not None
+        return rows
+
+    monkeypatch.setattr(nearby, "candidate_rows", counted)
+    docs = edge_world([2, 4, 4], [(2, 1), (1, 1), (1, 1)], [(100, i, 0) for i in range(3)], far=far)
+    sim = run_checked(tmp_path, docs, seen)
+    returns = [e for e in sim.events if e.get("kind") == "migrated" and e.get("cause") == "return"]
+    assert len(returns) == 2 and all(e["to"] == "e0/cpu-0" for e in returns), returns
+    assert seen["full"] > 0 and seen["instants"] > 2
+    assert (seen["decided over the bound's rows"] > 0) == (far > 0), seen
+    off = write(tmp_path, edge_world([2, 4, 4], [(2, 1), (1, 1), (1, 1)], [(100, i, 0) for i in range(3)],
+                                     rescheduling=False, far=far), "off.yaml")
+    code, out, err = run_cli("plan", off, "--at", "100s", "-o", "json")
+    assert code == 0, err
+    moves = [m for m in json.loads(out)["moves"] if m["kind"] == "return"]
+    assert [m["move"][0]["to"] for m in moves] == ["e0/cpu-0"] * 2, moves
+
+
+@st.composite
+def edge_worlds(draw) -> list[dict]:
+    edges = draw(st.integers(2, 4))
+    cpus = [draw(st.integers(1, 4)) for _ in range(edges)]
+    phones = [(draw(st.integers(0, edges - 1)), draw(st.integers(1, 2))) for _ in range(draw(st.integers(2, 7)))]
+    handovers = draw(st.lists(st.tuples(st.sampled_from([100, 100, 100, 250, 400]), st.integers(0, len(phones) - 1),
+                                        st.integers(0, edges - 1)), min_size=1, max_size=10))
+    return edge_world(cpus, phones, handovers, far=draw(st.sampled_from([0, 60])))
+
+
+def test_no_node_holds_more_than_it_has_after_any_instant_of_handovers_and_returns(tmp_path):
+    """Random edges, phones and handovers (several in one instant): after
+    every instant, what the placements hold on each node is within its
+    capacity. Not vacuous: returns are made, and nodes are full."""
+    from hypothesis import HealthCheck, given, settings
+
+    seen: Counter = Counter()
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(edge_worlds())
+    def each(docs):
+        sim = run_checked(tmp_path, docs, seen)
+        seen["returns"] += sum(1 for e in sim.events if e.get("kind") == "migrated" and e.get("cause") == "return")
+        seen["worlds"] += 1
+
+    each()
+    assert seen["worlds"] >= 50 and seen["returns"] >= 25 and seen["full"] > 0, seen

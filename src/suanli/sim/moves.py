@@ -40,7 +40,7 @@ from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.sim.defrag import plan_defrag
 from suanli.scheduling.select import allocation
-from suanli.sim.rescheduler import plan_returns, reclaim_keeps_order, relocate, serves_again_s, victims
+from suanli.sim.rescheduler import DryRoom, plan_returns, reclaim_keeps_order, relocate, serves_again_s, victims
 
 HYSTERESIS, BUDGET, MIGRATIONS = "hysteresis", "disruption budget", "migration limit"
 
@@ -154,16 +154,19 @@ def return_plans(sim, t: float, dry: bool = False) -> Iterator[Plan]:
     policy = sim.policy
     room = policy.max_concurrent_migrations - len(sim.migrating)
     planned: Counter = Counter()
-    for move in plan_returns(sim, t, policy.hysteresis, room if not dry else None, dry=dry):
+    taken = DryRoom() if dry else None
+    for move in plan_returns(sim, t, policy.hysteresis, room if not dry else None, dry=taken):
         rec = sim.view.tasks[move.task]
         p = sim.state.placements[move.task]
-        a = allocation(sim.state.vcs[p.vc].table, sim.business.request(rec.component, rec.tenant), move.to_row)
+        table = sim.state.vcs[p.vc].table
+        a = allocation(table, sim.business.request(rec.component, rec.tenant), move.to_row)
         held = Held(HYSTERESIS, move.held_until) if move.held_until is not None else \
             held_by(sim, rec.unit, planned if dry else None)
         yield Plan("return", "return", relocate=((move.task, a),), reason="closer to its near site",
-                   gain=move.gain, held=held)
-        if dry and held is None:
+                   gain=move.gain, held=held)  # (a live caller makes it before the next is planned)
+        if taken is not None and held is None:
             planned[(rec.component.app, rec.component.name)] += 1
+            taken.take(table, a.row, a.vec)
 
 
 def drain_plans(sim, dry: bool = False) -> Iterator[Plan]:

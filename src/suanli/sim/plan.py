@@ -9,7 +9,8 @@ moves. Each plan has its cost and, where the mechanism weighs one, its gain;
 voluntary plans that hysteresis, a disruption budget or the migration limit
 hold back are listed with ``held`` (what, and the time they may go when it is
 known). Plans are each against the state at T (one plan's moves are not
-assumed made for the next, but counted against budgets and the limit).
+assumed made for the next, but counted against budgets and the limit; the
+return moves that would be made, against the room they take too).
 Nothing in the simulation is changed: not its tables, its watches, its
 instants to come, nor its random draws.
 """

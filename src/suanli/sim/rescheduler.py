@@ -14,6 +14,7 @@ move whole with preemption.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,19 +59,51 @@ def serves_again_s(sim, comp, from_node: int, to_node: int) -> float:
     return transfer_s(sim.world.fleet, from_node, to_node, state_bytes) + sim.policy.restart_time
 
 
-def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: bool = False) -> list[Move]:
+class DryRoom:
+    """What the return moves a dry run lists would take, per table and row: a
+    dry run makes none of them, so the next task's look is kept off the rows
+    they would fill (a live instant makes each move before the next look)."""
+
+    def __init__(self) -> None:
+        self._taken: dict[int, dict[int, np.ndarray]] = {}  # id(table) -> row -> vector
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(table) -> (rows, vectors [R, k])
+
+    def take(self, table, row: int, vec: np.ndarray) -> None:
+        rows = self._taken.setdefault(id(table), {})
+        rows[row] = rows[row] + vec if row in rows else vec.astype(np.int64)
+        self._arrays.pop(id(table), None)
+
+    def blocked(self, table, req) -> np.ndarray | None:
+        """The rows where ``req`` no longer fits once what the listed moves
+        take there is taken (by the resource vector); None when they take
+        nothing on this table."""
+        rows = self._taken.get(id(table))
+        if not rows:
+            return None
+        got = self._arrays.get(id(table))
+        if got is None:
+            got = self._arrays[id(table)] = (np.fromiter(rows, np.int64, len(rows)),
+                                             np.stack(list(rows.values()), axis=1))
+        at, taken = got
+        return at[~(table.free[:, at] - taken >= req.vec[:, None]).all(axis=0)]
+
+
+def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: DryRoom | None = None) -> Iterator[Move]:
     """Moves closer to their near site for the running tasks away from it that
     the watch says may have a new answer (``returns.ReturnWatch``), in the
-    order they went away; at most ``limit``. ``dry``: a dry run's look, which
-    sets nothing aside and asks for no wake-up, and includes the moves
-    hysteresis holds back (with ``held_until``)."""
+    order they went away; at most ``limit``. Each move is given before the
+    next task is looked at: the caller makes it (or not) first, so that the
+    moves of one instant each see the room the others took. ``dry``: a dry
+    run's look, which sets nothing aside, asks for no wake-up, includes the
+    moves hysteresis holds back (with ``held_until``), and keeps off the rows
+    what the moves it lists would take (``DryRoom``)."""
     fleet, state = sim.world.fleet, sim.state
     network = fleet.network
     watch = sim.returns
-    moves: list[Move] = []
-    rest = watch.rest if not dry else (lambda *a, **k: None)
-    for task in (watch.due(t) if not dry else list(sim.near_running)):
-        if limit is not None and len(moves) >= limit:
+    moves = 0
+    rest = watch.rest if dry is None else (lambda *a, **k: None)
+    for task in (watch.due(t) if dry is None else list(sim.near_running)):
+        if limit is not None and moves >= limit:
             break
         comp = sim.near_running[task]
         rec = sim.view.tasks[task]
@@ -79,7 +112,7 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
             continue
         held_until = None
         if rec.last_move_at is not None and t - rec.last_move_at < hysteresis_s:
-            if not dry:
+            if dry is None:
                 sim.wake_at(rec.last_move_at + hysteresis_s)  # it may return then
                 rest(task, until=rec.last_move_at + hysteresis_s)
                 continue
@@ -91,9 +124,10 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
         req = sim.business.request(comp, rec.tenant)
         rows = nearby.candidate_rows(table, req) if req.near is not None else None
         watched = None
+        blocked = dry.blocked(table, req) if dry is not None else None
         if rows is not None:  # the rows within its bound, with their rtts: no column over every site
             draws = nearby.DRAWS[0]
-            row, here, there, watched = _closer_nearby(sim, table, vcs, req, rows, p.alloc.row, near)
+            row, here, there, watched = _closer_nearby(sim, table, vcs, req, rows, p.alloc.row, near, blocked)
             if nearby.DRAWS[0] != draws or comp.anti_affinity is not None or sim.world.tenants[rec.tenant].quota:
                 watched = None  # its answer hangs on more than the rows it could go to
         else:
@@ -103,6 +137,8 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
             if here > fleet.site_table.intra_rtt_ms[near]:
                 mask = feasible(table, req, TaskExtras(sim.business, vcs).checks(req, table))
                 mask &= to_near[table.view("site")] < here
+                if blocked is not None:
+                    mask[blocked] = False
                 if mask.any():
                     row = pick(table, req, mask, fleet.network, sim.rng)
                     there = to_near[table.site[row]]
@@ -111,14 +147,15 @@ def plan_returns(sim, t: float, hysteresis_s: float, limit: int | None, dry: boo
                                                                     comp.near.max_rtt_ms is not None)
             downtime = serves_again_s(sim, comp, p.host.node, int(table.node[row]))
             if after - before > downtime + GAIN_MARGIN:
-                moves.append(Move(task, row, float(after - before), held_until))
+                moves += 1
+                yield Move(task, row, float(after - before), held_until)
                 continue
         if watched is not None:  # already on its site, nowhere closer, or not worth it: until they change
             rest(task, table, watched)
-    return moves
 
 
-def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -> tuple[int, float, float, np.ndarray]:
+def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int,
+                   blocked: np.ndarray | None = None) -> tuple[int, float, float, np.ndarray]:
     """``plan_returns``' choice over the rows within the request's bound:
     (the row ``select.pick`` would choose among those that fit and are closer
     to the near site than ``at`` is, or -1; the rtt of ``at``; of that row;
@@ -134,7 +171,8 @@ def _closer_nearby(sim, table, vcs, req, rows: np.ndarray, at: int, near: int) -
         return -1, here, here, rows[:0]  # already on its site
     masks = [m for _, m in TaskExtras(sim.business, vcs).checks(req, table)]
     closer = rows[rtt < here]
-    row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=closer)
+    inside = closer if blocked is None else closer[~np.isin(closer, blocked)]  # (a dry run's rows others fill)
+    row = nearby.pick(table, req, rows, fleet.network, sim.rng, masks, inside=inside)
     return (row, here, float(rtt[np.searchsorted(rows, row)]), closer) if row >= 0 else (-1, here, here, closer)
 
 
