@@ -181,6 +181,20 @@ def test_a_deleted_application_leaves_no_unit_parked(tmp_path):
     assert not sim.pending and not len(sim._room) and not sim._room_site
 
 
+def test_a_queue_of_a_first_instant_placed_a_few_at_a_time_ends_small():
+    """A first instant queues many units and places them one by one: the
+    queue is made anew at each eighth, not once, so at the end its dicts are
+    sized for the few left (one copy would keep an eighth of the peak)."""
+    q = WaitQueue()
+    big = waiting.SHRINK_FROM * 64
+    for uid in range(big):
+        q.add(uid)
+    for uid in range(big - 10):
+        q.discard(uid)
+    assert len(q) == 10 and list(q) == list(range(big - 10, big))
+    assert q._peak < waiting.SHRINK_FROM, q._peak  # an eighth of the peak would be 32,768
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "discard", "park", "wake"]), st.integers(0, 9999)),
                 min_size=1, max_size=400), st.integers(0, 2**32 - 1))

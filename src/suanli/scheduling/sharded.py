@@ -597,7 +597,7 @@ def decide_shard(world: World, k: int, shards: int, policy: str | None, shard_of
             hosts[name] = vc.hosts.columns()
     return ShardPart(k, not why, units, ids, p._row[ids].copy(), p._tenant[ids].copy(), p._vc[ids].copy(),
                      list(p._vc_names), p._vec[ids].copy(),
-                     np.array(p._vecs, np.int64).reshape(len(p._vecs), state.used.shape[1]), dict(p._dev),
+                     np.array(p._vecs, np.int64).reshape(len(p._vecs), state.used.shape[1]), dict(p._dev.items()),
                      state.tasks_on_node.columns(), hosts, why)
 
 
@@ -856,7 +856,7 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
             continue
         top = int(part.ids.max()) + 1
         if top > p._row.size:
-            p._widen(max(2 * p._row.size, top))
+            p._widen(top)
         vc_map = np.array([_intern(p._vc_at, p._vc_names, name) for name in part.vc_names], np.int32)
         vec_map = np.array([_intern_vec(p, v) for v in part.vecs], np.int32)
         ids = part.ids
@@ -866,7 +866,7 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
         p._vec[ids] = vec_map[part.vec_ids]
         p._n += int(ids.size)
         for i, pair in part.dev.items():
-            p._dev[i] = p._pairs.setdefault(pair, pair)
+            p._dev[i] = pair
         state.tasks_on_node.add_all(*part.on_node)
         for name, (nodes, counts) in part.hosts.items():
             theirs[name].append((nodes, counts, [split.first_key(node) for node in nodes.tolist()]))

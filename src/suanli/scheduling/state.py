@@ -582,6 +582,66 @@ class Catalogue:
         raise IndexError(i)
 
 
+class DevShares:
+    """Each placed task's device shares, (slots, milli), by task id: a code
+    per id (-1: none) into the few distinct pairs a world's tasks take. A
+    million tasks that share a device cost 4 bytes each here, not a dict
+    entry and an int object each. Iteration is in id order."""
+
+    __slots__ = ("_code", "_pairs", "_at", "_n")
+
+    def __init__(self) -> None:
+        self._code = array("i")
+        self._pairs: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        self._at: dict[tuple, int] = {}
+        self._n = 0
+
+    def __setitem__(self, i: int, pair: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+        k = self._at.get(pair)
+        if k is None:
+            k = self._at[pair] = len(self._pairs)
+            self._pairs.append(pair)
+        if i >= len(self._code):
+            widen((self._code,), i, -1)
+        if self._code[i] < 0:
+            self._n += 1
+        self._code[i] = k
+
+    def get(self, i: int, default=None):
+        k = self._code[i] if i < len(self._code) else -1
+        return self._pairs[k] if k >= 0 else default
+
+    def __getitem__(self, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        got = self.get(i)
+        if got is None:
+            raise KeyError(i)
+        return got
+
+    def pop(self, i: int, default=None):
+        got = self.get(i)
+        if got is None:
+            return default
+        self._code[i] = -1
+        self._n -= 1
+        return got
+
+    def ids(self) -> np.ndarray:
+        """int64: the ids with shares, ascending."""
+        if not self._n:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.frombuffer(self._code, np.int32) >= 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return chunked(self.ids())
+
+    def items(self) -> Iterator[tuple[int, tuple]]:
+        pairs, code = self._pairs, self._code
+        return ((i, pairs[code[i]]) for i in self)
+
+    def __len__(self) -> int:
+        return self._n
+
+
 class Placements(Mapping):
     """The placed tasks, by name, as columns indexed by task id: per task its
     tenant, VC, row (-1: not placed) and resource vector (interned: a world's
@@ -591,7 +651,7 @@ class Placements(Mapping):
     Iteration is in task id order."""
 
     __slots__ = ("_state", "_ids", "_n", "_tenant", "_vc", "_row", "_vec", "_dev",
-                 "_vc_names", "_vc_at", "_vecs", "_vec_at", "_pairs")
+                 "_vc_names", "_vc_at", "_vecs", "_vec_at")
 
     def __init__(self, state: "PlacementState", ids: "TaskIds | Catalogue") -> None:
         self._state = state
@@ -599,14 +659,13 @@ class Placements(Mapping):
         self._n = 0  # tasks placed
         self._tenant = np.zeros(16, np.int32)
         self._vc = np.zeros(16, np.int32)
-        self._row = np.full(16, -1, np.int64)
+        self._row = np.full(16, -1, np.int32)
         self._vec = np.zeros(16, np.int32)
-        self._dev: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # id -> (slots, milli)
+        self._dev = DevShares()  # id -> (slots, milli)
         self._vc_names: list[str] = []
         self._vc_at: dict[str, int] = {}
         self._vecs: list[np.ndarray] = []
         self._vec_at: dict[bytes, int] = {}
-        self._pairs: dict[tuple, tuple] = {}
 
     def add(self, task: str, tenant: int, vc: str, a: Allocation) -> int:
         """Record ``task`` placed with ``a`` by tenant index ``tenant`` in VC ``vc``; its id."""
@@ -614,7 +673,7 @@ class Placements(Mapping):
         if i is None:
             i = self._ids.add(task)
         if i >= self._row.size:
-            self._widen(max(2 * self._row.size, i + 1))
+            self._widen(i + 1)
         if self._row[i] < 0:
             self._n += 1
         v = self._vc_at.get(vc)
@@ -633,13 +692,15 @@ class Placements(Mapping):
         self._row[i] = a.row
         self._vec[i] = k
         if a.slots:
-            pair = (a.slots, a.milli)
-            self._dev[i] = self._pairs.setdefault(pair, pair)  # few distinct: one tuple each
+            self._dev[i] = (a.slots, a.milli)
         else:
             self._dev.pop(i, None)
         return i
 
-    def _widen(self, n: int) -> None:
+    def _widen(self, top: int) -> None:
+        """Columns long enough for ids below ``top``: a quarter more at least."""
+        size = self._row.size
+        n = max(top, size + size // 4, 1024)
         for name in ("_tenant", "_vc", "_row", "_vec"):
             old = getattr(self, name)
             new = np.full(n, -1, old.dtype) if name == "_row" else np.zeros(n, old.dtype)
@@ -802,7 +863,7 @@ class Placements(Mapping):
         one = np.full(hosts.size, -1, np.int64)
         shares: dict[int, dict[int, int]] = {}
         if self._dev:
-            dev = np.fromiter(self._dev, np.int64, len(self._dev))
+            dev = self._dev.ids()
             rows = self._row[dev]
             mine = rows >= 0
             mine[mine] = self._of_default(dev[mine])  # (a task of another VC's host has its shares there)

@@ -83,8 +83,8 @@ class CandidateTable:
         self.free = np.zeros((r, c), np.int64)
         self.dev_kind = np.full((d, c), -1, np.int16)
         self.dev_model = np.full((d, c), -1, np.int16)
-        self.dev_cap = np.zeros((d, c), np.int32)  # share of the device this row holds (milli)
-        self.dev_free = np.zeros((d, c), np.int32)
+        self.dev_cap = np.zeros((d, c), np.int16)  # share of the device this row holds (milli)
+        self.dev_free = np.zeros((d, c), np.int16)  # (at most 1000 a slot: int16)
         self.dev_shareable = np.zeros((d, c), bool)
         self.dev_index = np.full((d, c), -1, np.int16)  # device index on the physical node
         self.enabled = np.zeros(c, bool)

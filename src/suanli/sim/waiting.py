@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Hashable, Iterator
 
 ENABLED = True  # False: every waiting unit is tried at every instant (the reference the tests compare with)
-SHRINK_FROM = 4096  # a queue that held at least this many units is copied anew once it holds an eighth
+SHRINK_FROM = 4096  # a queue that held at least this many units is copied anew once it holds an eighth (and again)
 
 
 class WaitQueue:
@@ -49,7 +49,9 @@ class WaitQueue:
             # a dict keeps the table of its largest size: a city's first instant queues millions
             # of units and places them, and the emptied tables would be held for the whole run
             self._ticket, self._ready, self._peak = dict(self._ticket), dict(self._ready), len(self._ticket)
-            self._shrink_below = 0
+            # and again at each eighth, down to a small queue: a million units placed at once are
+            # discarded a few at a time, so the first copy would still be sized for an eighth of them
+            self._shrink_below = self._peak // 8 if self._peak >= SHRINK_FROM else 0
         if self._ready.pop(uid, None) is None:
             key = self._parked.pop(uid)
             waiting = self._by_key[key]
