@@ -4,6 +4,7 @@ never a traceback; every example document loads."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -870,7 +871,7 @@ WARNED = [
      "spec.hostGroups[0].resources.accelerators[0].model", "no node has a gpu of model 'H100' or 'H200'", "A100"),
     (edit(VC, "      resources: {cpu: 4, memory: 8Gi}\n",
           "      resources: {cpu: 4, memory: 8Gi}\n      sites: {tier: [device], labels: {zone: z1}}\n"),
-     "spec.hostGroups[0].sites", "no site has tier 'device' and labels {'zone': 'z1'}", None),
+     "spec.hostGroups[0].sites", "no site or node group has tier 'device' and labels {'zone': 'z1'}", None),
     (edit(SCENARIO, "      template: {components: [{name: task, duration: 1m}]}\n",
           "      template: {components: [{name: task, duration: 1m, platform: {arch: [arm64]}}]}\n"),
      "spec.generators[0].template.components[0].platform.arch", "no node has arch 'arm64'", "x86_64"),
@@ -905,6 +906,46 @@ def test_a_valid_world_has_no_warnings(tmp_path, base):
         "      resources: {cpu: 4, memory: 8Gi}\n      sites: {tier: [edge]}\n")]))
     code, out, err = run_cli("validate", "--strict", base, ok)
     assert code == 0 and "warning" not in err, err
+
+
+def test_a_selector_met_by_a_node_groups_labels_is_no_warning(tmp_path):
+    """Labels a site does not have but one of its node groups has select
+    that group's nodes (its labels over its site's): no warning, and the
+    work is placed there; labels nobody has are still a warning."""
+    labelled = BASE.replace("        - {name: cpu, count: 2, arch: x86_64, cpu: 8, memory: 16Gi}\n",
+                            "        - {name: cpu, count: 2, arch: x86_64, cpu: 8, memory: 16Gi, labels: {role: HN}}\n")
+    assert labelled != BASE
+    world = tmp_path / "labelled.yaml"
+    world.write_text(labelled)
+    app_ = tmp_path / "app.yaml"
+    app_.write_text(APP.replace("        accelerators:\n          - kind: gpu\n            count: 1\n", "")
+                    + "      sites: {labels: {role: HN}}\n")
+    code, out, err = run_cli("validate", "--strict", world, app_)
+    assert code == 0 and "warning" not in err, err
+    code, out, err = run_cli("schedule", world, app_, "-o", "json")
+    assert code == 0, err
+    assert [p["node"].split("/")[0] for p in json.loads(out)["placements"]] == ["edge-a"]
+    app_.write_text(app_.read_text().replace("role: HN", "role: XX"))
+    code, out, err = run_cli("validate", world, app_)
+    assert code == 0 and "no site or node group has labels {'role': 'XX'}" in err, err
+
+
+def test_the_same_warning_of_many_documents_is_one_line(tmp_path, base):
+    """Thirty applications with one component each asking for labels no node
+    has: one warning line, saying how many more documents have it; under
+    --strict one error line, and the count of all thirty problems."""
+    one = APP.replace("        accelerators:\n          - kind: gpu\n            count: 1\n", "") + \
+        "      sites: {labels: {role: XX}}\n"
+    many = tmp_path / "many.yaml"
+    many.write_text("---\n".join(one.replace("name: job,", f"name: job-{i},") for i in range(30)))
+    code, out, err = run_cli("validate", base, many)
+    warned = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert code == 0 and len(warned) == 1, err
+    assert "spec.components[0].sites: no site or node group has labels {'role': 'XX'}" in warned[0]
+    assert warned[0].endswith("(and the same in 29 more documents)"), warned
+    assert "(30 warnings)" in " ".join(out.split())
+    code, out, err = run_cli("validate", "--strict", base, many)
+    assert code == 2 and len(error_lines(err)) == 1 and "30 problems found" in err, err
 
 
 def test_one_pass_reports_the_documents_problems_and_the_references_of_the_valid_ones(tmp_path, base):

@@ -45,17 +45,22 @@ POLICY = typer.Option(None, "--policy", help="Placement policy (default: the Sce
 
 
 def _fail(exc: SpecError, what: str = "nothing was scheduled") -> None:
+    from suanli.spec.problems import folded
+
     n = len(exc.problems)
-    for p in exc.problems:
-        err.print(f"[red]error[/red]: {escape(str(p))}", markup=True, soft_wrap=True)
+    for line in folded(exc.problems):
+        err.print(f"[red]error[/red]: {escape(line)}", markup=True, soft_wrap=True)
     err.print(f"{n} problem{'s' if n != 1 else ''} found; {what}.", soft_wrap=True)
     raise typer.Exit(2)
 
 
 def _warn(warnings) -> None:
-    """A load's warnings (valid, but nothing in the fleet can match them), one line each."""
-    for w in warnings:
-        err.print(f"[yellow]warning[/yellow]: {escape(str(w))}", markup=True, soft_wrap=True)
+    """A load's warnings (valid, but nothing in the fleet can match them), a
+    line each; the same one of many documents once, with how many."""
+    from suanli.spec.problems import folded
+
+    for line in folded(warnings):
+        err.print(f"[yellow]warning[/yellow]: {escape(line)}", markup=True, soft_wrap=True)
 
 
 FILES = typer.Argument(..., help="YAML files (several documents each); Scenario includes are followed.")

@@ -64,3 +64,17 @@ def format_path(loc: tuple[object, ...]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out
+
+
+def folded(problems) -> list[str]:
+    """Problems as lines, the ones of one file, field path and message (the
+    same component in a thousand applications) on one line: the first, with
+    how many more documents have it."""
+    groups: dict[tuple, list] = {}
+    for p in problems:
+        groups.setdefault((p.file, p.path, p.message), []).append(p)
+    out = []
+    for same in groups.values():
+        more = len(same) - 1
+        out.append(str(same[0]) + (f" (and the same in {more} more document{'s' if more != 1 else ''})" if more else ""))
+    return out

@@ -33,8 +33,10 @@ def check_references(docs: Documents) -> list[Problem]:
     kinds: set[str] = set()
     problems += _fleet_size(docs)
     traced = any(tr.format == "openb" and tr.nodes for sc in docs.scenarios for tr in sc.doc.spec.traces)
-    facts = [(s.tier, s.region, s.labels) for fl in docs.fleets for s in fl.doc.spec.sites]
-    facts += [(p.tier, p.region, p.labels) for fl in docs.fleets for p in fl.doc.spec.populations]
+    # what a selector's tier, region and labels are met by: each node group, with its site's labels
+    # and its own (its own win, as the placement reads them), and each site alone
+    facts = [(o.tier, o.region, labels) for fl in docs.fleets for o in (*fl.doc.spec.sites, *fl.doc.spec.populations)
+             for labels in (o.labels, *({**o.labels, **g.labels} for g in o.node_groups if g.labels))]
     hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators))
                    for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
                    for g in owner.node_groups), known=bool(docs.fleets) and not traced, facts=facts)
@@ -275,7 +277,8 @@ def _selector_problems(src: Loaded, loc: tuple, sel, sites: "KnownSites", hw: "H
 
 def _selector_meets_nothing(src: Loaded, loc: tuple, sel, facts) -> list[Problem]:
     """A warning when no site (listed, or of a population) has the tier,
-    region and labels a selector asks for (its name globs are checked apart)."""
+    region and labels a selector asks for, its labels or one of its node
+    groups' (its name globs are checked apart)."""
     if not (sel.tier or sel.regions or sel.labels):
         return []
     for tier, region, labels in facts:
@@ -285,7 +288,7 @@ def _selector_meets_nothing(src: Loaded, loc: tuple, sel, facts) -> list[Problem
     asked = [f"tier {_either(sel.tier)}"] if sel.tier else []
     asked += [f"region {_either(sel.regions)}"] if sel.regions else []
     asked += [f"labels {dict(sel.labels)}"] if sel.labels else []
-    return [_warning(src, loc, f"no site has {' and '.join(asked)}; nothing can be selected")]
+    return [_warning(src, loc, f"no site or node group has {' and '.join(asked)}; nothing can be selected")]
 
 
 def _selects(sel, name: str, sites: "KnownSites") -> bool:
