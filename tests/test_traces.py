@@ -94,10 +94,11 @@ def test_openb_default_pods_and_their_arrivals():
     assert len(arrivals) == 8152
     times = [a.at_s for a in arrivals]
     assert all(a <= b for a, b in zip(times, times[1:]))
-    # 897 pods never got scheduled (Pending); one has deletion == creation.
+    # 897 pods never got scheduled (Pending); one has deletion == creation: it leaves as it comes.
     assert int(np.isnan(pods.scheduled_time).sum()) == 897
-    assert [a.name for a in arrivals if a.leave_at_s is None] == ["openb-pod-7285"]
-    assert all(a.leave_at_s > a.at_s for a in arrivals if a.leave_at_s is not None)
+    assert [a.name for a in arrivals if a.leave_at_s is None] == []
+    assert [a.name for a in arrivals if a.leave_at_s == a.at_s] == ["openb-pod-7285"]
+    assert all(a.leave_at_s >= a.at_s for a in arrivals)
     assert arrivals[1].gpu_milli == 460 and arrivals[1].gpu_request_milli == 460
     assert {a.qos for a in arrivals} == {"LS", "BE", "Burstable", "Guaranteed"}
 
@@ -172,16 +173,42 @@ def test_openb_pods_semantics_on_a_small_file(tmp_path):
         + "whole,8000,4096,4,1000,A10|T4|A10,LS,Running,10,,\n"  # empty end: no end
         + "part,2000,2048,2,250,,LS,Pending,,40,\n"  # no creation: arrives at 0
         + "tie,1000,1024,1,300,,LS,Running,10,15,10\n"
+        + "flash,1000,1024,0,0,,LS,Pending,12,12,\n"  # deleted when made: leaves at once
     )
     pods = load_openb_pods(path)
-    assert pods.gpu_request_milli.tolist() == [0, 4000, 500, 300]
+    assert pods.gpu_request_milli.tolist() == [0, 4000, 500, 300, 0]
     got = [(a.name, a.at_s, a.leave_at_s, a.models) for a in pods.arrivals()]
     assert got == [
         ("part", 0.0, 40.0, ()),
         ("whole", 10.0, None, ("A10", "T4")),
         ("tie", 10.0, 15.0, ()),
+        ("flash", 12.0, 12.0, ()),
         ("late", 30.0, None, ()),
     ]
+
+
+def test_an_openb_pod_deleted_when_it_was_made_never_runs(tmp_path):
+    """A pod whose deletion time equals its creation time (the trace's pending
+    pods) comes and goes in one instant: it is never placed, and it does not
+    run to the end of the simulation."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "pods.csv").write_text(POD_HEADER + "flash,1000,1024,0,0,,LS,Pending,12,12,\n"
+                                       + "stays,1000,1024,0,0,,LS,Running,12,,12\n")
+    (tmp_path / "nodes.csv").write_text(NODE_HEADER + "n0,96000,393216,0,\n")
+    (tmp_path / "s.yaml").write_text(
+        "apiVersion: suanli/v1\nkind: Tenant\nmetadata: {name: t}\n---\n"
+        "apiVersion: suanli/v1\nkind: Scenario\nmetadata: {name: s}\nspec:\n  until: 1h\n  traces:\n"
+        "    - {format: openb, tenant: t, nodes: nodes.csv, pods: pods.csv}\n")
+    subprocess.run([sys.executable, "-m", "suanli.cli", "simulate", str(tmp_path / "s.yaml"), "--out",
+                    str(tmp_path / "out")], check=True, capture_output=True)
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    flash = [(e["t"], e["kind"]) for e in events if e.get("task") == "flash/pod/0" or e.get("app") == "flash"]
+    assert flash and all(t == 12.0 for t, _ in flash) and "placed" not in {k for _, k in flash}, flash
+    running = {p["task"] for p in json.loads((tmp_path / "out" / "result.json").read_text())["placements"]}
+    assert running == {"stays/pod/0"}
 
 
 def test_openb_pods_without_optional_columns_get_defaults(tmp_path):

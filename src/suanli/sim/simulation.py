@@ -209,7 +209,9 @@ class Timeline:
             self.book.log(t, "failed", task=arrival.skipped, reason=arrival.reason)
             return
         self.shard.submit(t, arrival.app)
-        if arrival.leave_at is not None:
+        if arrival.leave_at is not None and arrival.leave_at <= t:
+            self.shard.delete(t, arrival.app.name, "left")  # (a trace's record that ended as it began)
+        elif arrival.leave_at is not None:
             self.loop.schedule(arrival.leave_at, Leave(arrival.app.name))
 
     def _handle(self, t: float, batch: list[Any]) -> None:

@@ -476,7 +476,7 @@ class PodArrival:
     gpu_milli: int  # share of each of the num_gpu GPUs (see the module docstring)
     models: tuple[str, ...]  # allowed GPU models; () = any
     at_s: float
-    leave_at_s: float | None  # None: no recorded end after the arrival
+    leave_at_s: float | None  # None: no recorded end at or after the arrival
     qos: str
 
     @property
@@ -543,8 +543,9 @@ class OpenbPods:
                 allowed = models.get(spec)
                 if allowed is None:
                     allowed = models[spec] = _split_models(spec)
-                # NaN > t is False, so an unknown end is None as well.
-                yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end > t else None, qos)
+                # a pod deleted when it was made (the trace's pending ones) leaves at once; one that
+                # ends before it comes has no end it could keep (NaN >= t is False: unknown, None too)
+                yield PodArrival(n, cpu, mem, ng, gm, allowed, t, end if end >= t else None, qos)
 
 
 def _split_models(spec: str) -> tuple[str, ...]:
