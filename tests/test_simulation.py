@@ -286,6 +286,61 @@ def test_device_busy_reports_what_even_evictions_cannot_free(tmp_path):
     assert sim.view.tasks["w/s/0"].status == "running"
 
 
+DRONES = """\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: f}
+spec:
+  sites:
+    - {name: edge, tier: edge, nodeGroups: [{name: n, count: 1, arch: x86_64, cpu: 16, memory: 64Gi}]}
+  populations:
+    - name: drones
+      count: 2
+      sites: drone-##
+      private: %s
+      nodeGroups: [{name: soc, count: 1, arch: aarch64, cpu: 4, memory: 8Gi}]
+      attach: {to: {tier: edge}, rttMs: 5, bandwidth: 100Mbps}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: t}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: track, tenant: t}
+spec:
+  each: drones
+  components:
+    - {name: s, lifetime: service, resources: {cpu: 3, memory: 1Gi}, near: {site: "{site}", maxRttMs: 20}}
+---
+apiVersion: suanli/v1
+kind: Scenario
+metadata: {name: sc}
+spec:
+  until: 10m
+  events:
+    - {at: 60s, kind: deviceBusy, site: drone-01, duration: 2m, resources: {cpu: 2}}
+  policy: {rescheduling: {enabled: true, hysteresis: 30s}}
+"""
+
+
+@pytest.mark.parametrize("private", ["true", "false"])
+def test_device_busy_moves_work_off_a_private_device_too(tmp_path, private):
+    """A drone's own work claims 2 of its 4 cores, where the 3-core tracker
+    bound near it runs: the tracker moves to the edge, on a private drone as
+    on a shared one (the claim is the device's own work, which a private site
+    takes), and comes back when the claim ends."""
+    path = tmp_path / "drones.yaml"
+    path.write_text(DRONES % private)
+    sim, _ = simulate(path)
+    claimed = next(e for e in sim.events if e["kind"] == "deviceBusy")
+    assert claimed["claimed"]["cpu_milli"] == 2000 and "short" not in claimed, claimed
+    moves = [(e["t"], e["kind"], e.get("to") or e.get("node")) for e in sim.events
+             if e.get("task") == "track.drone-01/s/0" and e["kind"] in ("preempted", "migrated")]
+    assert moves[:2] == [(60, "preempted", "drone-01/soc-0"), (60, "migrated", "edge/n-0")], moves
+    assert moves[-1][1:] == ("migrated", "drone-01/soc-0") and moves[-1][0] >= 180, moves
+
+
 # ---------------------------------------------------------------- traces
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-2023"

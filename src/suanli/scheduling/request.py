@@ -199,10 +199,13 @@ def compile_request(
     data_sites: Iterable[str] = (),
     selector: Selector | None = None,
     state_site: str | None = None,
+    local: bool = False,
 ) -> Request:
     """Compile resources and constraints into a Request for ``fleet``.
     ``state_site``: where a moving task's state is held; it must be able to
-    travel, and a nearer place costs less to move to."""
+    travel, and a nearer place costs less to move to. ``local``: the node's
+    own work (a ``deviceBusy`` claim), which a private device takes as it
+    takes the work bound near it."""
     vec, needs = resource_vector(fleet, res)
     site_checks: list[tuple[Why, np.ndarray]] = []
     group_checks: list[tuple[Why, np.ndarray]] = []
@@ -231,7 +234,7 @@ def compile_request(
             self_ok = bool(fleet.sites_able_ignoring_private(vec)[near_site]) if not everywhere else True
             bound = NearBound(*network.within(near_site, near_max, None if everywhere else able, self_ok),
                               len(fleet.sites), network, near_site, near_max, complete=everywhere)
-    if fleet.any_private:  # a device's own sites take only the work bound near them (a reason before distance)
+    if fleet.any_private and not local:  # a device's own sites take only the work bound near them (a reason before distance)
         site_checks.append((Why("private"), Private(fleet.site_table.private, near_site)))
     if bound is not None:
         site_checks.append((Why("near", ms=near_max, site=near.site), bound))

@@ -285,7 +285,7 @@ class GlobalState:
         tasks), until the claim fits. What cannot be freed (capacity held by
         an explicit VC's host) is reported as ``short``."""
         fleet, nodes = self.world.fleet, self.state.nodes
-        req = compile_request(fleet, resources_of(ev.resources))
+        req = compile_request(fleet, resources_of(ev.resources), local=True)  # (a private device's too)
         if ev.node is not None:
             rows = np.array([fleet.node_by_name(ev.node)])
         else:
