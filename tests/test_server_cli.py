@@ -95,6 +95,20 @@ def test_apply_get_describe_delete(server, token, tmp_path):
         assert isinstance(out, list) and out
 
 
+def test_get_lists_tasks_in_the_order_of_their_numbers(server, token, tmp_path):
+    """``get tasks`` puts solve/2 before solve/10 (numbers as numbers)."""
+    f = tmp_path / "solve.yaml"
+    f.write_text("apiVersion: suanli/v1\nkind: Application\nmetadata: {name: solve}\nspec:\n  components:\n"
+                 "    - {name: part, lifetime: job, replicas: 12, duration: 1h, resources: {cpu: 0.1, memory: 64Mi}}\n")
+    assert suanli("apply", "-f", str(f), token=token, server=server.url).returncode == 0
+    try:
+        table = suanli("get", "tasks", "--app", "solve", token=token, server=server.url).stdout
+        listed = [line.split()[0] for line in table.splitlines()[1:] if line.strip()]
+        assert listed == [f"solve/part/{i}" for i in range(12)], listed
+    finally:
+        suanli("delete", "app", "solve", token=token, server=server.url)
+
+
 def test_events_follow_prints_events_as_they_come(server, token, tmp_path):
     env = {**os.environ, "SUANLI_TOKEN": token, "SUANLI_SERVER": server.url}
     follow = subprocess.Popen([sys.executable, "-c", "from suanli.cli import main; main()", "events", "--follow",

@@ -15,6 +15,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -479,7 +480,8 @@ def register(app: typer.Typer) -> None:
         table = Table(box=None, pad_edge=False, header_style="bold")
         for head, _ in columns:
             table.add_column(head)
-        for item in items:
+        first = columns[0][1]
+        for item in sorted(items, key=lambda it: natural_key(_cell(it, first))):  # solve/2 before solve/10
             table.add_row(*(escape(_cell(item, key)) for _, key in columns))
         Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
 
@@ -818,6 +820,12 @@ def _fail_problems(problems: list[Problem]) -> None:
 
 def _tenant(tenant: str | None) -> dict[str, str]:
     return {"tenant": tenant} if tenant else {}
+
+
+def natural_key(text: str) -> tuple:
+    """A name's sort key with its numbers as numbers: solve/2 before solve/10,
+    car-9 before car-10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text))
 
 
 def _cell(item: dict, key: str) -> str:
