@@ -110,3 +110,21 @@ def test_a_dry_run_changes_nothing_the_run_does_after_it(tmp_path, where):
 
     planned, plain = events(True), events(False)
     assert len(plain) > 10 and planned == plain
+
+
+def test_plan_takes_a_population_size_and_refuses_a_moment_past_the_scenarios_end():
+    """``plan --population cars=N`` sizes the city as ``simulate`` does; an
+    ``--at`` past the scenario's ``until`` is an error, not a plan of nothing."""
+    from pathlib import Path
+
+    from test_populations import run_cli
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    code, out, err = run_cli("plan", city, "--at", "1m", "--population", "cars=7", "-o", "json")
+    assert code == 0, err
+    running = json.loads(out)["running_by_site"]
+    assert sorted(s for s in running if s.startswith("car-")) == [f"car-{i:07d}" for i in range(7)], running
+    code, out, err = run_cli("plan", examples / "autodrive.yaml", "--at", "10h")
+    assert code == 2 and "--at: 10h is past the scenario's end (until: 1h)" in err and "Traceback" not in err, err
+    code, out, err = run_cli("plan", examples / "autodrive.yaml", "--at", "1h", "-o", "json")
+    assert code == 0 and json.loads(out)["at_s"] == 3600, err

@@ -376,13 +376,20 @@ def plan(
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help="table or json"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: the Scenario's)."),
     policy: Optional[PolicyName] = POLICY,
+    population: Optional[List[str]] = POPULATION,
     strict: bool = STRICT,
 ) -> None:
     """Dry run: the state at time --at and the moves the rescheduler would make next."""
+    from suanli.model.quantities import format_duration
     from suanli.sim.plan import dry_run
     from suanli.sim.simulation import Simulation
+    from suanli.spec.problems import Problem
 
-    world, at_s = _scenario_world(scenario, "plan", "--at", at, strict=strict)
+    world, at_s = _scenario_world(scenario, "plan", "--at", at, population, strict=strict)
+    until = world.scenario.spec.until
+    if until is not None and at_s > until:
+        _fail(SpecError([Problem("--at", f"{at} is past the scenario's end (until: {format_duration(until)}); "
+                                          "the run stops there: plan at or before it")]), "nothing was planned")
     sim = Simulation(world, seed=seed, until=at_s, policy=policy.value if policy else None)
     end = sim.run()
     result = dry_run(sim, end)
