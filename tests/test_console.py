@@ -65,6 +65,14 @@ def test_a_task_page_follows_the_game_from_car_to_edge_and_back(autodrive):
     assert [m["kind"] for m in t["moves"]] == ["preempted", "migrated", "migrated"]
 
 
+def test_state_moved_reads_in_binary_units(autodrive):
+    """A move's state reads as a size (64.0 MiB), its exact bytes in the title."""
+    page = viewer(autodrive).get("/tasks/infotainment/short-video/0").text
+    assert '<span title="67,108,864 bytes">64.0 MiB</span>' in page and "67,108,864 B<" not in page
+    events = viewer(autodrive).get("/events", params={"kind": "migrated"}).text
+    assert "<i>bytes</i> 64.0 MiB" in events and "<i>bytes</i> 67108864" not in events
+
+
 def test_the_slider_shows_the_world_at_an_instant(autodrive):
     client = viewer(autodrive)
     at_700 = client.get("/tasks", params={"at": 700, "state": "running", "tier": "edge"}).text

@@ -25,7 +25,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from suanli.console import COOKIE, model, svg
-from suanli.model.quantities import format_amount
+from suanli.model.quantities import format_amount, format_bytes
 from suanli.phrases import binding_line, column_of
 
 HERE = Path(__file__).parent
@@ -94,6 +94,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["n"] = lambda v: "–" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
     env.filters["pct"] = lambda v: "–" if v is None else f"{v * 100:.1f}%"
+    env.filters["size"] = lambda v: "–" if v is None else format_bytes(v)
     env.filters["amount"] = lambda v, key: "–" if v is None else _amount(key, v)
     env.filters["res_amount"] = lambda v, resource: format_amount(column_of(resource), int(v))
     env.filters["binding"] = binding_line

@@ -348,6 +348,16 @@ def format_duration(seconds: float) -> str:
     return "".join(out)
 
 
+def format_bytes(n: float) -> str:
+    """A size as a reader takes it in: 512 B, 1.5 KiB, 4.0 GiB (binary units)."""
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def format_amount(column: int, value: int) -> str:
     """A canonical amount of resource ``column`` (0 cpu millicores, 1 memory
     MiB, 2.. accelerator milli-devices) as a user writes it: 16, 0.5, 64Gi, 512Mi, 8."""

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from suanli.model.quantities import format_bytes
 from suanli.phrases import binding_line
 from suanli.sim.events import INCIDENT_KINDS, MOVE_KINDS
 from suanli.sim.metrics import LANES, STOP_KINDS, finite, task_lanes
@@ -144,13 +145,7 @@ def _short_duration(seconds: float) -> str:
 
 def _bytes(n: Any) -> str:
     x = _num(n)
-    if x is None:
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(x) < 1024 or unit == "TiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return ""  # pragma: no cover
+    return "–" if x is None else format_bytes(x)
 
 
 def _pct(ratio: Any) -> str:
