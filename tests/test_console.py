@@ -207,6 +207,8 @@ def test_signing_in_sets_a_cookie_only_this_site_reads(live):
     client, tokens = live
     r = client.get("/tasks", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Ftasks"
+    signing = client.get("/login").text  # the live console's own page, before anyone has signed in
+    assert "live control plane" in signing and "recorded run" not in signing
     assert client.post("/login", data={"token": "nope"}, headers=ORIGIN).status_code == 401
     cross = client.post("/login", data={"token": tokens["a"]}, headers={"origin": "http://elsewhere.example"})
     assert cross.status_code == 403

@@ -116,6 +116,7 @@ def _amount(key: str, v: int) -> str:
 def add_console(app: FastAPI, data_for: Callable[[Any], model.RunData], auth: ConsoleAuth | None = None,
                 title: str = "suanli") -> None:
     env = _env()
+    env.globals["signed"] = auth is not None  # a live control plane's (a recorded run's has no sign-in)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
 
     def when(data: model.RunData, seconds: float | None) -> str:

@@ -600,7 +600,7 @@ def register(app: typer.Typer) -> None:
                                            "none for a population's device."),
         cpu: Optional[str] = typer.Option(None, "--cpu", help="Cores it offers: 8, 500m."),
         memory: Optional[str] = typer.Option(None, "--memory", help="Memory it offers: 16Gi."),
-        arch: str = typer.Option("x86_64", "--arch", help="x86_64, arm64, ..."),
+        arch: str = typer.Option("x86_64", "--arch", help="x86_64, aarch64, ... (as fleets name them)"),
         accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT, e.g. gpu:A100:8 "
                                               "(again for another kind)."),
         label: List[str] = typer.Option([], "--label", help="KEY=VALUE (again for another)."),
