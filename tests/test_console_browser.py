@@ -68,7 +68,7 @@ def test_a_recorded_game_is_followed_from_car_to_edge_and_home(city, page):
     assert [t.strip() for t in tiers][:1] == ["device"] and "edge" in [t.strip() for t in tiers]
     migrated = page.locator("table.moves tbody tr", has_text="migrated")
     assert migrated.count() >= 2
-    assert all(int(b.replace(",", "").split()[0]) > 0  # the game's state went with it
+    assert all(float(b.split()[0]) > 0 and b.split()[1] in ("B", "KiB", "MiB", "GiB")  # the game's state went
                for b in migrated.locator("td:nth-child(5)").all_inner_texts())
 
 

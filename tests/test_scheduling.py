@@ -316,7 +316,7 @@ def test_a_components_selector_that_nothing_matches_is_reported(tmp_path):
         assert [(p.path, p.warning) for p in exc.problems] == [("spec.components[1].sites.names[0]", False)], exc
     comps = [component("d", cpu=1, sites={"tier": ["cloud"]})]
     world_ = load_world([_car_drone_edge(tmp_path, comps)])
-    assert [(p.path, "no site has tier 'cloud'" in p.message) for p in world_.warnings] == \
+    assert [(p.path, "no site or node group has tier 'cloud'" in p.message) for p in world_.warnings] == \
         [("spec.components[0].sites", True)]
 
 
