@@ -462,7 +462,8 @@ def test_a_task_deleted_while_it_waited_counts_its_wait_as_censored(tmp_path):
 
     sim, end, result = _built_run(tmp_path, apps=[app("big", components=[component("c", cpu=64)])],
                                   events=[{"at": "30m", "kind": "delete", "app": "big"}], until="1h")
-    assert result["metrics"]["tasks"]["failed"] == 1 and not result["unscheduled"]
+    assert result["metrics"]["tasks"]["withdrawn"] == 1 and result["metrics"]["tasks"]["failed"] == 0
+    assert not result["unscheduled"]
     assert result["metrics"]["queueing_delay_s"]["resident/small"] == {
         "count": 1, "p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "max": 1800.0, "censored": 1}
 

@@ -111,7 +111,7 @@ def submit(live: Live, who: dict, doc: dict, key: str | None = None):
 def test_a_submitted_application_is_placed_and_its_tasks_reported(live):
     r = submit(live, live.a, app_doc("web"))
     assert r.status_code == 201, r.text
-    assert r.json()["tasks"] == {"pending": 2, "running": 0, "finished": 0, "failed": 0, "omitted": 0}
+    assert r.json()["tasks"] == {"pending": 2, "running": 0, "finished": 0, "failed": 0, "omitted": 0, "withdrawn": 0}
     tasks = live.wait(lambda: [t for t in live.tasks(live.a) if t["status"] == "running"] == live.tasks(live.a)
                       and live.tasks(live.a), what="both tasks running")
     assert sorted(t["task"] for t in tasks) == ["web/c/0", "web/c/1"]

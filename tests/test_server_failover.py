@@ -28,7 +28,7 @@ from suanli.server.store import Store
 
 CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 240, 4, 5.0
 pytestmark = [pytest.mark.usefixtures("busy"), pytest.mark.long(65)]  # a loaded machine
-STOPS = {"requeued", "lost", "preempted", "finished", "failed", "omitted", "migrated", "evicted"}
+STOPS = {"requeued", "lost", "preempted", "finished", "failed", "omitted", "withdrawn", "migrated", "evicted"}
 
 
 def state(server: Server) -> str | None:

@@ -137,6 +137,43 @@ def _scenario_world(tmp_path, components, events=(), until="2h", groups=None, ex
     return path
 
 
+def test_work_deleted_before_it_was_placed_is_withdrawn_not_failed(tmp_path):
+    """An application deleted while one of its tasks waits and another runs:
+    the waiting one is ``withdrawn`` (not failed) in its event, the ledger,
+    ``result.json``'s counts, the report's cards and the console's view of
+    the run; the running one finishes; its first wait is counted, censored."""
+    import json
+    import subprocess
+    import sys
+
+    from suanli.console.recorded import RecordedRun
+
+    comps = [component("big", cpu=12), component("ok", cpu=2)]
+    path = _scenario_world(tmp_path, comps, events=[{"at": "10m", "kind": "delete", "app": "w"}],
+                           groups=[node_group(count=1, cpu=8)], until="30m")
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "suanli.cli", "simulate", str(path), "--out", str(out)],
+                   check=True, capture_output=True)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    ends = {e["task"]: (e["kind"], e["t"], e.get("reason")) for e in events
+            if e["kind"] in ("finished", "failed", "withdrawn")}
+    assert ends == {"w/big/0": ("withdrawn", 600.0, "deleted before it was placed"),
+                    "w/ok/0": ("finished", 600.0, "deleted")}, ends
+    metrics = json.loads((out / "result.json").read_text())["metrics"]
+    assert metrics["tasks"]["withdrawn"] == 1 and metrics["tasks"]["failed"] == 0, metrics["tasks"]
+    report = (out / "report.html").read_text()
+    assert '<div class="card withdrawn"><div class="v">1</div>' in report
+    assert '<div class="card failed zero"><div class="v">0</div>' in report
+    run = RecordedRun(out)
+    assert run.overview(None)["counts"]["withdrawn"] == 1 and run.overview(None)["counts"]["failed"] == 0
+    assert run.task("w/big/0")["status"] == "withdrawn"
+    sim, _ = simulate(path)
+    assert sim.view.tasks["w/big/0"].status == "withdrawn"
+    delay = metrics["queueing_delay_s"]  # both waited: the withdrawn one 10 minutes, cut short (censored)
+    assert sum(d["count"] for d in delay.values()) == 2 and sum(d["censored"] for d in delay.values()) == 1, delay
+    assert max(d["max"] for d in delay.values()) == 600.0, delay
+
+
 def test_a_stateful_job_resumes_from_its_last_checkpoint(tmp_path):
     job = component("j", lifetime="job", cpu=8, duration="1h",
                     state={"kind": "stateful", "size": "1Gi", "checkpointEvery": "10m"})
@@ -200,7 +237,7 @@ def scenarios(draw):
     return comps, events, n_nodes, {"generators": [gen], "seed": draw(st.integers(0, 1000))}
 
 
-TERMINAL = {"finished": "finished", "failed": "failed", "omitted": "omitted"}
+TERMINAL = {"finished": "finished", "failed": "failed", "omitted": "omitted", "withdrawn": "withdrawn"}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -232,7 +269,7 @@ def test_every_task_ends_in_exactly_one_state_and_every_transition_is_logged(tmp
         else:
             assert task not in sim.state.placements
     counts = result_json(sim, end)["metrics"]["tasks"]
-    assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed", "omitted"))
+    assert counts["submitted"] == sum(counts[k] for k in ("finished", "running", "pending", "failed", "omitted", "withdrawn"))
 
 
 def test_device_busy_takes_its_capacity_moving_what_stands_in_the_way(tmp_path):
@@ -365,7 +402,9 @@ def test_the_openb_default_trace_replays(tmp_path):
     result = result_json(sim, end)
     tasks = result["metrics"]["tasks"]
     assert tasks["submitted"] == 8152
-    assert tasks["submitted"] == tasks["finished"] + tasks["running"] + tasks["pending"] + tasks["failed"]
+    assert tasks["submitted"] == tasks["finished"] + tasks["running"] + tasks["pending"] + tasks["failed"] + \
+        tasks["withdrawn"]
+    assert tasks["withdrawn"] == 1  # openb-pod-7285, deleted when it was made
     gpu = result["timeline"]["by_tier"]["cloud"]["gpu_milli"]
     assert len(gpu) == len(result["timeline"]["t"]) > 1000  # allocation over time
     # the recorded times keep at most ~50 GPUs' worth of pods alive at once (of 6,212)

@@ -10,12 +10,12 @@ from typing import Any, Iterable
 from suanli.model.fleet import TIERS
 from suanli.sim.events import INCIDENT_KINDS as _INCIDENTS
 
-STATUSES = ("pending", "running", "finished", "failed", "omitted")
+STATUSES = ("pending", "running", "finished", "failed", "omitted", "withdrawn")
 RUNNING = STATUSES.index("running")
 TIER_CODES = {t: i for i, t in enumerate(TIERS)}
 MOVE_KINDS = ("migrated", "preempted", "lost", "requeued")
 INCIDENT_KINDS = _INCIDENTS
-TIMELINE_KINDS = (*MOVE_KINDS, *INCIDENT_KINDS, "omitted", "failed")  # the moves-and-events view
+TIMELINE_KINDS = (*MOVE_KINDS, *INCIDENT_KINDS, "omitted", "failed", "withdrawn")  # the moves-and-events view
 PAGE = 50  # rows of a task table page
 BUCKETS = 120  # time buckets of the events timeline
 
@@ -110,7 +110,7 @@ def segments(history: list[dict[str, Any]], end: float, tiers: SiteTiers) -> lis
         elif kind == "started" and cur is not None:
             if cur["running_from"] is None:
                 cur["running_from"] = t
-        elif kind in ("preempted", "requeued", "lost", "finished", "failed", "omitted") and cur is not None:
+        elif kind in ("preempted", "requeued", "lost", "finished", "failed", "omitted", "withdrawn") and cur is not None:
             cur["end"] = t
             out.append(cur)
             cur = None

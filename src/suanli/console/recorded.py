@@ -25,9 +25,9 @@ from suanli.console import model
 # what each event kind makes of its task's status (kinds not listed leave it)
 STATUS_OF = {"submitted": "pending", "placed": "running", "started": "running", "migrated": "running",
              "preempted": "pending", "requeued": "pending", "lost": "pending", "finished": "finished",
-             "failed": "failed", "omitted": "omitted"}
+             "failed": "failed", "omitted": "omitted", "withdrawn": "withdrawn"}
 PLACING = ("placed", "started", "migrated")  # kinds that say where a task is
-LEAVING = ("preempted", "requeued", "lost", "finished", "failed", "omitted")  # kinds after which it is nowhere
+LEAVING = ("preempted", "requeued", "lost", "finished", "failed", "omitted", "withdrawn")  # kinds after which it is nowhere
 
 
 class RunFilesError(Exception):

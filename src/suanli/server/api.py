@@ -65,8 +65,8 @@ MAX_ID = 2**62  # ids and offsets in queries: past what any store holds, within 
 UNKNOWN_TOKEN_COST = 10  # requests an unknown token counts for, in its address's bucket
 
 
-TaskStatus = Literal["pending", "running", "finished", "failed", "omitted"]
-TASK_STATUSES = get_args(TaskStatus)  # omitted: a member an elastic gang runs without
+TaskStatus = Literal["pending", "running", "finished", "failed", "omitted", "withdrawn"]
+TASK_STATUSES = get_args(TaskStatus)  # omitted: a member an elastic gang runs without; withdrawn: deleted unplaced
 
 
 @dataclass

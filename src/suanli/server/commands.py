@@ -467,7 +467,7 @@ def register(app: typer.Typer) -> None:
         columns = {
             "apps": [("NAME", "name"), ("TENANT", "tenant"), ("PENDING", "tasks.pending"),
                      ("RUNNING", "tasks.running"), ("FINISHED", "tasks.finished"), ("FAILED", "tasks.failed"),
-                     ("OMITTED", "tasks.omitted"), ("CREATED", "created_at")],
+                     ("OMITTED", "tasks.omitted"), ("WITHDRAWN", "tasks.withdrawn"), ("CREATED", "created_at")],
             "tasks": [("TASK", "task"), ("TENANT", "tenant"), ("STATUS", "status"), ("NODE", "node"),
                       ("SITE", "site"), ("PLACEMENTS", "placements")],
             "vcs": [("NAME", "name"), ("TENANT", "tenant"), ("DEFAULT", "default"), ("HOSTS", "hosts#")],

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-ENDED = ("finished", "failed", "omitted")
+ENDED = ("finished", "failed", "omitted", "withdrawn")
 FOLLOW_EVERY_S = 0.5
 
 

@@ -81,7 +81,7 @@ class TaskRow(Base):
     tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
     name: Mapped[str] = mapped_column(String(400), primary_key=True)  # APP/COMPONENT/INDEX
     app_id: Mapped[int] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"), index=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending | running | finished | failed
+    status: Mapped[str] = mapped_column(String(16))  # pending | running | finished | failed | omitted | withdrawn
     vc: Mapped[str | None] = mapped_column(String(300))
     host: Mapped[str | None] = mapped_column(String(300))
     node: Mapped[str | None] = mapped_column(String(300))
@@ -463,7 +463,7 @@ def task_update(fields: tuple[str, ...]):
     return update(t).where(t.c.tenant == bindparam("k_tenant"), t.c.name == bindparam("k_name")).values(values)
 
 
-ENDED_STATUSES = ("finished", "failed", "omitted")
+ENDED_STATUSES = ("finished", "failed", "omitted", "withdrawn")
 
 
 def _of_app(app_id: int):

@@ -3,7 +3,8 @@ place where they change.
 
 A task is submitted (pending), placed and started (running), stopped
 (pending again: preempted, requeued, lost) and ends (finished or failed;
-or omitted: a member an elastic gang runs without, which never runs). A
+omitted: a member an elastic gang runs without, which never runs; or
+withdrawn: its application deleted, or it left, before it was placed). A
 unit (a gang, an affinity group, or one task) gets a run when it starts and
 loses it when it stops. The indexes that the scheduler reads change with
 these transitions and nowhere else, so they stay together:
@@ -38,7 +39,8 @@ from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few, widen
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
-STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED)  # the order counts are shown in
+WITHDRAWN = "withdrawn"  # its application deleted (or left) before it was placed: neither ran nor failed
+STATUSES = (FINISHED, RUNNING, PENDING, FAILED, OMITTED, WITHDRAWN)  # the order counts are shown in
 _CODE = {status: code for code, status in enumerate(STATUSES)}
 _GONE = -1  # the status code of a record that was dropped (its id is not given again)
 _PENDING_CODE, _RUNNING_CODE = _CODE[PENDING], _CODE[RUNNING]

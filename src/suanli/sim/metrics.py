@@ -397,7 +397,7 @@ def jain(values: Iterable[float]) -> float:
 # ----------------------------------------------------------------- waits and moves, from the event log
 
 STOP_KINDS = ("lost", "requeued", "preempted")  # a running task stopped: it waits again
-END_KINDS = ("finished", "failed", "omitted")
+END_KINDS = ("finished", "failed", "omitted", "withdrawn")
 STORY_KINDS = ("placed", "migrated", *STOP_KINDS, *END_KINDS)  # what a task's story is made of
 _CODE = {kind: i for i, kind in enumerate(STORY_KINDS)}
 _PLACED, _MIGRATED = _CODE["placed"], _CODE["migrated"]
@@ -731,7 +731,7 @@ def _first_waits(c, end: float, waits, tenant_waits, censored: Counter, tenant_c
     never = np.isnan(first)
     placed = live & ~never
     waiting = live & never & (c.status == c.code("pending"))
-    failed = live & never & (c.status == c.code("failed"))
+    failed = live & never & ((c.status == c.code("failed")) | (c.status == c.code("withdrawn")))  # waited, then ended
     seconds = np.zeros(sub.size)
     seconds[placed] = first[placed] - sub[placed]
     seconds[waiting] = np.maximum(end, sub[waiting]) - sub[waiting]

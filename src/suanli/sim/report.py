@@ -45,7 +45,7 @@ __all__ = ["MAX_POINTS", "decimate", "duration", "render_report"]
 MAX_POINTS = 2000  # per plotted line
 PENDING_ROWS = 50
 CLASSES = ("short/small", "short/large", "resident/small", "resident/large")
-STATUSES = ("submitted", "finished", "running", "pending", "failed", "omitted")
+STATUSES = ("submitted", "finished", "running", "pending", "failed", "omitted", "withdrawn")
 
 # Colours: resources keep theirs across tier panels; kinds of move are grouped
 # by what they are (infrastructure red/green, task disruption amber/purple).
@@ -827,7 +827,7 @@ nav a{color:var(--accent);text-decoration:none;margin-right:14px}
 .card .v{font-size:22px;font-weight:650;font-variant-numeric:tabular-nums}
 .card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card.finished .v{color:#1a7f37}.card.running .v{color:#2f6fdf}
-.card.pending .v{color:#b35900}.card.failed .v{color:#c0392b}.card.omitted .v{color:#667085}
+.card.pending .v{color:#b35900}.card.failed .v{color:#c0392b}.card.omitted .v{color:#667085}.card.withdrawn .v{color:#667085}
 .card.zero .v{color:#98a2b3}
 section{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:16px 20px;margin:18px 0}
 section h2{font-size:17px;margin:0 0 4px}

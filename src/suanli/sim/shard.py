@@ -33,7 +33,7 @@ from suanli.scheduling.reasons import Why
 from suanli.scheduling.state import PlacementState
 from suanli.sim import waiting
 from suanli.sim.defrag import needs_whole_devices
-from suanli.sim.ledger import FAILED, FINISHED, OMITTED, PENDING, RUNNING, Ledger, LedgerView
+from suanli.sim.ledger import FAILED, FINISHED, OMITTED, PENDING, RUNNING, WITHDRAWN, Ledger, LedgerView
 from suanli.sim.logbook import Logbook
 from suanli.sim.loop_events import Wake
 from suanli.sim.rescheduler import running_at
@@ -237,7 +237,7 @@ class Shard:
                     if rec.status != PENDING:
                         continue
                     if rec.first_placed_at is None:
-                        self.end_task(t, task, FAILED, "failed", reason=f"{why} before it was placed")
+                        self.end_task(t, task, WITHDRAWN, "withdrawn", reason=f"{why} before it was placed")
                     else:  # it ran, was stopped and waited to run again: it ends there
                         self.end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
         self._forget(app)
