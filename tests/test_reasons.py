@@ -115,3 +115,87 @@ def test_the_generated_cases_name_binding_constraints_of_several_kinds():
     kinds = [k for k in TALLY if k.startswith("binding: ")]
     assert TALLY["placed at once"] > 0 and sum(TALLY[k] for k in kinds) >= 20 and len(kinds) >= 5, TALLY
     assert TALLY["binding: quota"] > 0 and TALLY["binding: capacity cpu"] > 0, TALLY
+
+
+WAITING_WORLD = """\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: f}
+spec:
+  sites:
+    - {name: cloud, tier: cloud, nodeGroups: [{name: g, count: 1, arch: x86_64, cpu: 64, memory: 256Gi,
+                                                accelerators: [{kind: gpu, model: A100, count: 8}]}]}
+    - {name: edge, tier: edge, nodeGroups: [{name: n, count: 1, arch: x86_64, cpu: 16, memory: 64Gi}]}
+    - {name: edge2, tier: edge, nodeGroups: [{name: n, count: 1, arch: x86_64, cpu: 4, memory: 8Gi}]}
+  links:
+    - {between: [edge, cloud], rttMs: 10, bandwidth: 10Gbps}
+  populations:
+    - name: drones
+      count: 20
+      sites: drone-##
+      nodeGroups: [{name: soc, count: 1, arch: aarch64, cpu: 4, memory: 8Gi}]
+      attach: {to: {tier: edge}, rttMs: 20, bandwidth: 100Mbps}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: fly}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: ml}
+spec: {quota: {cpu: 64, memory: 256Gi, gpu: 1}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: see, tenant: fly}
+spec:
+  each: drones
+  components:
+    - {name: s, lifetime: service, resources: {cpu: 8, memory: 1Gi}, near: {site: "{site}", maxRttMs: 25}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: train, tenant: ml}
+spec:
+  components:
+    - {name: t, lifetime: job, duration: 1h, replicas: 5,
+       resources: {cpu: 1, memory: 1Gi, accelerators: [{kind: gpu, count: 1}]}}
+"""
+
+
+def test_why_tasks_wait_counts_each_task_once_by_what_binds_and_folds_the_devices(tmp_path):
+    """Four GPU jobs wait for their tenant's quota, though nodes without a GPU
+    are mentioned as often; drones' services wait, each near its own drone.
+    The summary ranks by what holds each task back (its first reason), each
+    task once, and a bound near each drone is one line, not one a drone."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from suanli.cli import app
+    from suanli.phrases import OWN_DEVICE
+
+    path = tmp_path / "w.yaml"
+    path.write_text(WAITING_WORLD)
+    runner = CliRunner()
+    out = json.loads(runner.invoke(app, ["schedule", str(path), "-o", "json"]).stdout)
+    m = out["metrics"]
+    first = m["unscheduled_by_first_reason"]
+    assert first["tenant ml quota for gpu: 1 more needed"] == 4 and "no gpu" not in first, first
+    assert first[OWN_DEVICE] > 0 and not [k for k in first if k.startswith("beyond 25 ms of drone-")], first
+    assert sum(first.values()) == m["tasks"]["unscheduled"] == len(out["unscheduled"])
+    mentions = m["unscheduled_reasons"]  # (every reason each mentions: the devices one by one, no gpu as often)
+    assert mentions["no gpu"] == 4 and len([k for k in mentions if k.startswith("beyond 25 ms of drone-")]) > 1
+    table = runner.invoke(app, ["schedule", str(path), "-o", "summary"], terminal_width=200).stdout
+    rows = table.split("Why tasks wait")[1]
+    assert OWN_DEVICE in rows and "tenant ml quota for gpu" in rows and "no gpu" not in rows, rows
+    assert "drone-0" not in rows, rows
+    path.write_text(WAITING_WORLD + "---\napiVersion: suanli/v1\nkind: Scenario\nmetadata: {name: s}\n"
+                                    "spec: {until: 1m}\n")
+    assert runner.invoke(app, ["simulate", str(path), "--out", str(tmp_path / "out")]).exit_code == 0
+    metrics = json.loads((tmp_path / "out" / "result.json").read_text())["metrics"]
+    pending = metrics["pending_by_first_reason"]  # the same in a simulation's results and its report
+    assert pending["tenant ml quota for gpu: 1 more needed"] == 4 and OWN_DEVICE in pending, pending
+    assert sum(pending.values()) == metrics["tasks"]["pending"]
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert f'<span class="chip">{OWN_DEVICE} <b>' in report and "beyond 25 ms of drone-00 <b>" not in report

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from suanli.model.fleet import TIERS
-from suanli.phrases import reasons_json, why_json
+from suanli.phrases import first_reasons_json, reasons_json, why_json
 from suanli.scheduling.state import Placement, PlacementState
 from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
@@ -273,5 +273,6 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
             "by_tier": by_tier,
         },
         "tenants": tenants,
-        "unscheduled_reasons": reasons_json(reasons),
+        "unscheduled_reasons": reasons_json(reasons),  # tasks per reason they mention
+        "unscheduled_by_first_reason": first_reasons_json((u.reasons for u in outcome.unscheduled), fleet),
     }

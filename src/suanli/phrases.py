@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable
 
 from suanli.model.quantities import format_amount
 from suanli.scheduling.reasons import Domain, Why, binding_of
@@ -111,6 +111,29 @@ def reasons_json(reasons: Counter) -> dict[str, int]:
     out: Counter = Counter()
     for why, n in reasons.items():
         out[text(why)] += int(n)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+OWN_DEVICE = "beyond its bound from its own device"  # a population's near reasons, one line for all of them
+
+
+def first_reasons_json(reason_sets: Iterable[Counter], fleet=None) -> dict[str, int]:
+    """Waiting tasks per the reason each shows first (``why_json``'s first
+    entry: its binding constraint, else the reason of most rows), most first,
+    then by text: what holds each back, counted once. A bound near a device
+    of a population (a million of them, each its own site) is one line,
+    ``OWN_DEVICE``, not a line per device."""
+    out: Counter = Counter()
+    names = fleet.site_table.names if fleet is not None else None
+    index = fleet.site_index if fleet is not None else None
+    for reasons in reason_sets:
+        if not reasons:
+            continue
+        b = binding_of(reasons)
+        why = b.reason if b is not None else min(reasons.items(), key=lambda kv: (-kv[1], text(kv[0])))[0]
+        site = why.arg("site") if why.code == "near" and names is not None else None
+        i = index.get(site) if site is not None else None
+        out[OWN_DEVICE if i is not None and names.block_of(i) is not None else text(why)] += 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -156,9 +156,10 @@ def print_summary(m: dict[str, Any], console: Console) -> None:
             cells.append("" if not b or not b["capacity"] else f"{b['used_ratio']:.0%} / {b['reserved_ratio']:.0%}")
         t.add_row(tier, *cells)
     console.print(t)
-    reasons = list(m.get("unscheduled_reasons", {}).items())
+    reasons = list(m.get("unscheduled_by_first_reason", {}).items())
     if reasons:
-        t = Table(title="Why tasks wait (tasks per reason)", title_justify="left")
+        t = Table(title="Why tasks wait (tasks by what holds each back: the constraint that binds first)",
+                  title_justify="left")
         t.add_column("reason", overflow="fold")
         t.add_column("tasks", justify="right")
         for reason, n in reasons[:MAX_REASONS]:

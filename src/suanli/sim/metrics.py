@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from suanli.model.fleet import TIERS
-from suanli.phrases import reasons_json
+from suanli.phrases import first_reasons_json, reasons_json
 from suanli.scheduling import kernels
 from suanli.scheduling.state import PlacementState
 from suanli.scheduling.table import CandidateTable
@@ -820,8 +820,10 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
     omitted_by = dict(sorted(stories.omitted.items(), key=lambda kv: (-kv[1], kv[0])))
     del stories  # (its columns, before the groups are flattened)
     reasons: Counter = Counter()
+    firsts: list[Counter] = []
     for rec in sim.view.pending():
         reasons.update(rec.reasons.keys())
+        firsts.append(rec.reasons)
     state = sim.state
     weighted = state.share_by_tenant()
     kinds = log.kinds
@@ -832,7 +834,8 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
         "completion_time_s": {k: percentiles(_flat(v)) for k, v in sorted(completion.items())},
         "queueing_delay_by_tenant_s": {k: percentiles(_flat(v), tenant_censored[k])
                                        for k, v in sorted(tenant_waits.items())},
-        "pending_reasons": reasons_json(reasons),
+        "pending_reasons": reasons_json(reasons),  # tasks per reason they mention
+        "pending_by_first_reason": first_reasons_json(firsts, sim.world.fleet),  # per the one that holds each back
         "omitted_by": omitted_by,
         "allocation_time_average": sim.recorder.time_average(end),
         "reserved_time_average": sim.recorder.time_average(end, "reserved"),

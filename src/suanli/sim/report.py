@@ -906,7 +906,7 @@ def _pending_table(unscheduled: list, end: float, pending_reasons: dict, total: 
     parts = []
     if pending_reasons:
         top = list(pending_reasons.items())[:8]
-        parts.append('<p class="note">Pending tasks held back by each reason:</p>'
+        parts.append('<p class="note">Pending tasks by what holds each back (the constraint that binds first):</p>'
                      '<div class="chips">' + "".join(
             f'<span class="chip">{_esc(r)} <b>{_esc(n)}</b></span>' for r, n in top) + "</div>")
     rows = []
@@ -1239,7 +1239,8 @@ def render_report(result: dict, events: Iterable[dict], count: int | None = None
         _section("pending", "Pending at the end",
                  f"Tasks still waiting when the run ended (first {PENDING_ROWS}), with the reasons nodes "
                  "were ruled out on the last attempt.",
-                 _pending_table(result.get("unscheduled") or [], end, metrics.get("pending_reasons") or {},
+                 _pending_table(result.get("unscheduled") or [], end,
+                                metrics.get("pending_by_first_reason") or metrics.get("pending_reasons") or {},
                                 result.get("unscheduled_total"))),
         _section("allocation-average", "Allocation, time-averaged",
                  "Time-weighted mean share of each tier's capacity allocated, with the peak sample.",
