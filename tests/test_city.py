@@ -34,5 +34,8 @@ def test_the_city_at_ten_thousand_cars(tmp_path):
             assert e["task"].split("/")[0].split(".", 1)[1] == e["site"], e
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["tasks"]["failed"] == 0
+    first = result["metrics"]["pending_by_first_reason"]  # a line per reason, not per car
+    assert first.get("its own device is offline", 0) > 0 and not [k for k in first if "car-0" in k], first
+    assert sum(first.values()) == result["metrics"]["tasks"]["pending"]
     assert result["metrics"]["near_violations"]["max_concurrent"] == 0  # no task ever ran beyond its bound
     assert (tmp_path / "report.html").stat().st_size < 2_000_000  # charts aggregate: no mark per task

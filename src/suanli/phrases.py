@@ -115,14 +115,18 @@ def reasons_json(reasons: Counter) -> dict[str, int]:
 
 
 OWN_DEVICE = "beyond its bound from its own device"  # a population's near reasons, one line for all of them
+# other reasons about one device of a population, one line each for all of them
+_OWN_DEVICE_TEXTS = {("offline", None): "its own device is offline"}
 
 
 def first_reasons_json(reason_sets: Iterable[Counter], fleet=None) -> dict[str, int]:
     """Waiting tasks per the reason each shows first (``why_json``'s first
     entry: its binding constraint, else the reason of most rows), most first,
-    then by text: what holds each back, counted once. A bound near a device
-    of a population (a million of them, each its own site) is one line,
-    ``OWN_DEVICE``, not a line per device."""
+    then by text: what holds each back, counted once. A reason about a device
+    of a population (a million of them, each its own site) is one line for
+    all of them, not a line per device: a bound near it ``OWN_DEVICE``, it
+    being offline "its own device is offline", another its text with the
+    population's name pattern for the site."""
     out: Counter = Counter()
     names = fleet.site_table.names if fleet is not None else None
     index = fleet.site_index if fleet is not None else None
@@ -131,9 +135,16 @@ def first_reasons_json(reason_sets: Iterable[Counter], fleet=None) -> dict[str, 
             continue
         b = binding_of(reasons)
         why = b.reason if b is not None else min(reasons.items(), key=lambda kv: (-kv[1], text(kv[0])))[0]
-        site = why.arg("site") if why.code == "near" and names is not None else None
-        i = index.get(site) if site is not None else None
-        out[OWN_DEVICE if i is not None and names.block_of(i) is not None else text(why)] += 1
+        site = why.arg("site") if names is not None else None
+        i = index.get(site) if isinstance(site, str) else None
+        block = names.block_of(i) if i is not None else None
+        if block is None:
+            out[text(why)] += 1
+        elif why.code == "near":
+            out[OWN_DEVICE] += 1
+        else:
+            pattern = next(str(p) for first, _, p in names.blocks() if first == block.start)
+            out[_OWN_DEVICE_TEXTS.get((why.code, why.detail)) or text(why).replace(site, pattern)] += 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
