@@ -384,3 +384,44 @@ def test_agents_tenants_and_admins_have_buckets_of_their_own(tmp_path):
             e.http.close()
         finally:
             server.stop()
+
+
+def test_an_agent_declares_a_shareable_accelerator_and_two_halves_share_it(clean):
+    """``suanli agent --accelerator gpu:T4:1:shareable``: tasks asking half
+    a device each go to that one device together; a malformed accelerator is
+    refused with what is expected."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    e = clean
+    token = e.mint(role="agent", sites=["edge-1"], nodes=1)["token"]
+    env = {**os.environ, "SUANLI_TOKEN": token, "SUANLI_SERVER": e.server.url}
+    bad = suanli("agent", "--site", "edge-1", "--name", "soc", "--cpu", "8", "--memory", "16Gi",
+                 "--accelerator", "npu:Orin:1:shared", env=env, timeout=60)
+    assert bad.returncode == 2 and "expected KIND:MODEL:COUNT[:shareable]" in bad.stderr, bad.stderr
+    agent = subprocess.Popen([sys.executable, "-c", "from suanli.cli import main; main()", "agent", "--site", "edge-1",
+                              "--name", "soc", "--cpu", "8", "--memory", "16Gi", "--arch", "aarch64",
+                              "--accelerator", "gpu:T4:1:shareable", "--lease", "30s"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    halves = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "halves"},
+              "spec": {"components": [{"name": "c", "lifetime": "service", "replicas": 2, "sites": {"names": ["edge-1"]},
+                                       "resources": {"cpu": 1, "memory": "1Gi",
+                                                     "accelerators": [{"kind": "gpu", "count": 0.5}]}}]}}
+    try:
+        wait(lambda: agent.poll() is not None or (e.node("edge-1/soc") or {}).get("state") == "ready",
+             what="edge-1/soc registered")
+        assert agent.poll() is None, agent.stderr.read()
+        assert e.http.post("/v1/applications", json=halves, headers=e.alpha).status_code == 201
+        tasks = wait(lambda: (ts := e.http.get("/v1/tasks", params={"app": "halves"}, headers=e.alpha).json())
+                     and all(t["status"] == "running" for t in ts) and ts, what="both halves on the one device")
+        assert {t["node"] for t in tasks} == {"edge-1/soc"}, tasks
+    finally:
+        e.http.delete("/v1/applications/halves", headers=e.alpha)
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()

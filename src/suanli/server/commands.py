@@ -601,8 +601,9 @@ def register(app: typer.Typer) -> None:
         cpu: Optional[str] = typer.Option(None, "--cpu", help="Cores it offers: 8, 500m."),
         memory: Optional[str] = typer.Option(None, "--memory", help="Memory it offers: 16Gi."),
         arch: str = typer.Option("x86_64", "--arch", help="x86_64, aarch64, ... (as fleets name them)"),
-        accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT, e.g. gpu:A100:8 "
-                                              "(again for another kind)."),
+        accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT[:shareable], e.g. "
+                                              "gpu:A100:8, npu:Orin:2:shareable (tasks may take a share of one "
+                                              "device); again for another kind."),
         label: List[str] = typer.Option([], "--label", help="KEY=VALUE (again for another)."),
         lease: str = typer.Option("10s", "--lease", help="The node is lost when no renewal comes for this long; "
                                   "renewed three times per lease."),
@@ -622,13 +623,7 @@ def register(app: typer.Typer) -> None:
         if name is not None or cpu is not None or memory is not None:
             if name is None or cpu is None or memory is None:
                 _fail("a node registers with --name, --cpu and --memory (a device of a population with --site alone)")
-            accels = []
-            for i, a in enumerate(accelerator):
-                kind, _, rest = a.partition(":")
-                model, _, count = rest.partition(":")
-                if not kind or not model or not count.isdigit():
-                    _fail(f"--accelerator {a!r}: expected KIND:MODEL:COUNT, e.g. gpu:A100:8")
-                accels.append({"kind": kind, "model": model, "count": int(count)})
+            accels = [accelerator_spec(a) for a in accelerator]
             labels = {}
             for lb in label:
                 key, eq, value = lb.partition("=")
@@ -820,6 +815,17 @@ def _fail_problems(problems: list[Problem]) -> None:
 
 def _tenant(tenant: str | None) -> dict[str, str]:
     return {"tenant": tenant} if tenant else {}
+
+
+def accelerator_spec(text: str) -> dict[str, Any]:
+    """``--accelerator KIND:MODEL:COUNT[:shareable]`` as a node group's
+    accelerator entry; exits 2 saying what is expected."""
+    parts = text.split(":")
+    shareable = len(parts) == 4 and parts[3] == "shareable"
+    if len(parts) not in (3, 4) or (len(parts) == 4 and not shareable) or not parts[0] or not parts[1] \
+            or not parts[2].isdigit():
+        _fail(f"--accelerator {text!r}: expected KIND:MODEL:COUNT[:shareable], e.g. gpu:A100:8 or npu:Orin:2:shareable")
+    return {"kind": parts[0], "model": parts[1], "count": int(parts[2]), **({"shareable": True} if shareable else {})}
 
 
 def natural_key(text: str) -> tuple:
