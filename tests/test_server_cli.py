@@ -95,6 +95,27 @@ def test_apply_get_describe_delete(server, token, tmp_path):
         assert isinstance(out, list) and out
 
 
+def test_apply_applies_each_document_and_reports_the_refused_one(server, token, tmp_path):
+    """A file with another tenant's application between two of the token's
+    own: both of its own are created, the other is refused with its document
+    and reason, and the command exits 2 saying how many were refused."""
+    one = "apiVersion: suanli/v1\nkind: Application\nmetadata: {{name: {name}{tenant}}}\nspec:\n  components:\n" \
+          "    - {{name: c, lifetime: job, duration: 1h, resources: {{cpu: 0.1, memory: 64Mi}}}}\n"
+    f = tmp_path / "mixed.yaml"
+    f.write_text("---\n".join([one.format(name="mine-a", tenant=""), one.format(name="theirs", tenant=", tenant: other"),
+                               one.format(name="mine-b", tenant="")]))
+    try:
+        r = suanli("apply", "-f", str(f), token=token, server=server.url)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        assert r.stdout.split("\n")[:2] == ["application/mine-a created", "application/mine-b created"], r.stdout
+        assert f"{f}: document 1: " in r.stderr and "1 of 3 documents refused (above); the other 2 applied" in r.stderr
+        apps = {a["name"] for a in json.loads(suanli("get", "apps", "-o", "json", token=token, server=server.url).stdout)}
+        assert {"mine-a", "mine-b"} <= apps and "theirs" not in apps, apps
+    finally:
+        for name in ("mine-a", "mine-b"):
+            suanli("delete", "app", name, token=token, server=server.url)
+
+
 def test_get_lists_tasks_in_the_order_of_their_numbers(server, token, tmp_path):
     """``get tasks`` puts solve/2 before solve/10 (numbers as numbers)."""
     f = tmp_path / "solve.yaml"

@@ -414,7 +414,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Submit the applications of a file (the same document again is left as it is),
         and apply its Tenant, VirtualCluster and Fleet documents (made, or changed as
-        they say; needs an admin token, or a tenant-admin's for its virtual clusters)."""
+        they say; needs an admin token, or a tenant-admin's for its virtual clusters).
+        Each document is applied on its own: one refused is reported, the others go on."""
         import yaml
 
         try:
@@ -430,21 +431,17 @@ def register(app: typer.Typer) -> None:
                   if bad else f"{file}: no documents")
         client = Client(server, token, ca)
         out = Console(highlight=False, soft_wrap=True)
+        refused = 0
         for i, doc in enumerate(docs):
-            kind = doc["kind"]
-            if kind != "Application":
-                name = str((doc.get("metadata") or {}).get("name", ""))
-                if not name:
-                    _fail(f"{file}: document {i}: metadata.name: required")
-                r = client.request("PUT", f"/v1/{CONFIG_PATHS[kind]}/{name}", json=doc, where=f"{file}: document {i}: ")
-                out.print(f"{kind.lower()}/{name} {'created' if r.status_code == 201 else 'configured'} "
-                          f"(configuration version {r.json()['version']})")
-                continue
-            key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-            r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
-                               where=f"{file}: document {i}: ")
-            body = r.json()
-            out.print(f"application/{body['name']} {'created' if r.status_code == 201 else 'unchanged'}")
+            try:
+                _apply_one(client, out, file, i, doc)
+            except typer.Exit as exc:  # this document refused (its error printed): the others still go
+                if exc.exit_code != 2:
+                    raise  # the server failed or cannot be reached: nothing more can go
+                refused += 1
+        if refused:
+            _fail(f"{file}: {refused} of {len(docs)} document{'s' if len(docs) != 1 else ''} refused "
+                  f"(above); the other {len(docs) - refused} applied")
 
     @app.command()
     def get(
@@ -815,6 +812,23 @@ def _fail_problems(problems: list[Problem]) -> None:
 
 def _tenant(tenant: str | None) -> dict[str, str]:
     return {"tenant": tenant} if tenant else {}
+
+
+def _apply_one(client: "Client", out: Console, file: Path, i: int, doc: dict) -> None:
+    """Document ``i`` of ``file`` applied, and what came of it printed; exits 2 when refused."""
+    kind = doc["kind"]
+    if kind != "Application":
+        name = str((doc.get("metadata") or {}).get("name", ""))
+        if not name:
+            _fail(f"{file}: document {i}: metadata.name: required")
+        r = client.request("PUT", f"/v1/{CONFIG_PATHS[kind]}/{name}", json=doc, where=f"{file}: document {i}: ")
+        out.print(f"{kind.lower()}/{name} {'created' if r.status_code == 201 else 'configured'} "
+                  f"(configuration version {r.json()['version']})")
+        return
+    key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
+                       where=f"{file}: document {i}: ")
+    out.print(f"application/{r.json()['name']} {'created' if r.status_code == 201 else 'unchanged'}")
 
 
 def accelerator_spec(text: str) -> dict[str, Any]:
