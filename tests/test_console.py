@@ -203,6 +203,38 @@ WEB = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "w
                                 "resources": {"cpu": 1, "memory": "1Gi", "accelerators": [{"kind": "gpu", "count": 64}]}}]}}
 
 
+def test_the_live_allocation_is_sampled_while_nobody_looks(tmp_path, monkeypatch):
+    """The overview's allocation chart is the controller's, sampled as it
+    turns (here every 50 ms), whether or not anyone has the console open:
+    when it is first opened, the chart already has the time before."""
+    import time
+
+    import suanli.server.controller as controller_module
+    from suanli.console.live import LiveRun
+
+    monkeypatch.setattr(controller_module, "HISTORY_S", 0.05)
+    world = load_world([EXAMPLES / "city-fleet.yaml", EXAMPLES / "tenants.yaml"])
+    store = Store(sqlite_url(tmp_path / "suanli.db"))
+    admin = store.ensure_admin(None)
+    controller = Controller(world, store, speed=100.0)
+    api = create_api(world, store, controller)
+    try:
+        with TestClient(api) as client:
+            submit(client, store.mint("acme-ai"), WEB)
+
+            def used(series) -> bool:
+                return any(v > 0 for tier in series["by_tier"].values() for v in tier["cpu_milli"])
+
+            wait(lambda: len((s := controller.allocation.series())["t"]) >= 5 and used(s), 10.0)  # no console yet
+            first_look = time.time()
+            sign_in(client, admin)
+            assert client.get("/").status_code == 200
+            chart = controller.ask("console")["history"]
+            assert len(chart["t"]) >= 5 and chart["t"][0] < first_look - 0.1 and used(chart), chart
+    finally:
+        store.close()
+
+
 def test_signing_in_sets_a_cookie_only_this_site_reads(live):
     client, tokens = live
     r = client.get("/tasks", follow_redirects=False)

@@ -7,45 +7,13 @@ rows only, and the world's tenants and sites are cut to what it may see.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from typing import Any, Iterable
 
 from suanli.console import model
 from suanli.console.world import world_json
 
-HISTORY_S = 5.0  # the overview's allocation is sampled at most this often
-HISTORY_POINTS = 2000  # samples kept (about three hours at one every 5 s)
 EVENTS_WINDOW_S = 3600.0  # the live events timeline: the last hour
-
-
-class Allocation:
-    """The allocation by tier over time since the server started, sampled
-    when the console asks (at most every ``HISTORY_S``), shared by sessions."""
-
-    def __init__(self) -> None:
-        self.t: deque[float] = deque(maxlen=HISTORY_POINTS)
-        self.by_tier: deque[dict[str, dict[str, float]]] = deque(maxlen=HISTORY_POINTS)
-        self.lock = threading.Lock()
-
-    def sample(self, now: float, allocation: dict[str, dict[str, float]]) -> None:
-        with self.lock:
-            if self.t and now - self.t[-1] < HISTORY_S:
-                self.by_tier[-1] = allocation
-                return
-            self.t.append(now)
-            self.by_tier.append(allocation)
-
-    def series(self) -> dict[str, Any]:
-        with self.lock:
-            t, samples = list(self.t), list(self.by_tier)
-        out: dict[str, dict[str, list[float]]] = {}
-        for i, sample in enumerate(samples):
-            for tier, values in sample.items():
-                for key, v in values.items():
-                    out.setdefault(tier, {}).setdefault(key, [0.0] * len(t))[i] = v
-        return {"t": t, "by_tier": out}
 
 
 class LiveRun(model.RunData):
@@ -56,10 +24,8 @@ class LiveRun(model.RunData):
         self.tenant = who.tenant  # None: an admin, who reads everything
         if "world" not in shared:
             shared["world"] = world_json(world)
-            shared["allocation"] = Allocation()
         self.world = shared["world"]
         self.vcs = world.vcs  # the server's own, kept current as the configuration changes (the drawing's is not)
-        self.history: Allocation = shared["allocation"]
         self.title = "control plane"
         self.tiers = model.SiteTiers(self.world)
         self.logs = bool(shared.get("logs"))
@@ -70,8 +36,7 @@ class LiveRun(model.RunData):
         try:
             got = self.controller.ask("console")
         except Exception:  # the controller is away for a moment: what the store knows
-            return {"allocation": {}, "tenants": {}}
-        self.history.sample(time.time(), got["allocation"])
+            return {"allocation": {}, "history": {"t": [], "by_tier": {}}, "tenants": {}}
         return got
 
     def _event(self, row) -> dict[str, Any]:
@@ -99,7 +64,7 @@ class LiveRun(model.RunData):
         return {
             "at": time.time(), "counts": {s: counts.get(s, 0) for s in model.STATUSES},
             "running_by_tier": tiers, "running_by_site": by_site[:12],
-            "allocation": self.history.series() if now["allocation"] else {"t": [], "by_tier": {}},
+            "allocation": now["history"],  # sampled by the controller, whether the console was open or not
             "pending_by_reason": dict(self.store.counts_by("reason", self.tenant, "pending", most=20)),
             "incidents": [self._event(e) for e in incidents],
         }

@@ -303,6 +303,8 @@ class Controller:
         self.last_ok = time.monotonic()  # when a turn last went through
         self.turn_seconds, self.commit_seconds = Buckets(), Buckets()  # for /metrics
         self.decision_seconds = Buckets()
+        self.allocation = AllocationHistory()  # by tier, every HISTORY_S (the console's chart)
+        self._sampled = -HISTORY_S
         self.sim.on_pass = lambda seconds, units: self.decision_seconds.observe(seconds / units, units)
         self.placement_seconds: dict[str, Buckets] = {}  # tenant -> from submission to first placement
         store.on_commit = self.commit_seconds.observe
@@ -751,6 +753,9 @@ class Controller:
         started = time.perf_counter()
         self.sim.step(self.clock.now())
         self.last_turn = time.monotonic()
+        if self.last_turn - self._sampled >= HISTORY_S:
+            self._sampled = self.last_turn
+            self.allocation.sample(time.time(), _allocation(self))
         self._write_turn()
         self.last_ok = time.monotonic()
         self.turn_seconds.observe(time.perf_counter() - started)
@@ -935,14 +940,45 @@ def _vcs(c: Controller, names: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _console(c: Controller) -> dict[str, Any]:
-    """What the console's overview and tenants pages read now: each tier's
-    share of capacity in use per resource, and each tenant's usage (canonical
-    amounts per resource key) and dominant share."""
+HISTORY_S = 5.0  # the allocation by tier is sampled this often (the console's overview charts it)
+HISTORY_POINTS = 2000  # samples kept (about three hours at one every 5 s)
+
+
+class AllocationHistory:
+    """The allocation by tier over time since the scheduler started, sampled
+    by the controller as it turns (every ``HISTORY_S``), whether anyone looks
+    or not: what the live console's overview charts."""
+
+    def __init__(self) -> None:
+        self.t: deque[float] = deque(maxlen=HISTORY_POINTS)
+        self.by_tier: deque[dict[str, dict[str, float]]] = deque(maxlen=HISTORY_POINTS)
+        self.lock = threading.Lock()
+
+    def sample(self, now: float, allocation: dict[str, dict[str, float]]) -> None:
+        with self.lock:
+            if self.t and now - self.t[-1] < HISTORY_S:
+                self.by_tier[-1] = allocation
+                return
+            self.t.append(now)
+            self.by_tier.append(allocation)
+
+    def series(self) -> dict[str, Any]:
+        with self.lock:
+            t, samples = list(self.t), list(self.by_tier)
+        out: dict[str, dict[str, list[float]]] = {}
+        for i, sample in enumerate(samples):
+            for tier, values in sample.items():
+                for key, v in values.items():
+                    out.setdefault(tier, {}).setdefault(key, [0.0] * len(t))[i] = v
+        return {"t": t, "by_tier": out}
+
+
+def _allocation(c: Controller) -> dict[str, dict[str, float]]:
+    """Each tier's share of capacity in use now, per resource."""
     from suanli.model.fleet import TIERS
 
-    sim, fleet = c.sim, c.world.fleet
-    nodes, n, keys = sim.state.nodes, fleet.n_nodes, fleet.resource_keys
+    fleet = c.world.fleet
+    nodes, n, keys = c.sim.state.nodes, fleet.n_nodes, fleet.resource_keys
     cap, free, tier = nodes.cap[:, :n], nodes.free[:, :n], fleet.node_tier[:n]
     allocation = {}
     for i, name in enumerate(TIERS):
@@ -951,10 +987,18 @@ def _console(c: Controller) -> dict[str, Any]:
             total = cap[:, mine].sum(axis=1)
             used = total - free[:, mine].sum(axis=1)
             allocation[name] = {k: round(float(u) / float(t), 6) for k, u, t in zip(keys, used, total) if t}
-    state = sim.state
+    return allocation
+
+
+def _console(c: Controller) -> dict[str, Any]:
+    """What the console's overview and tenants pages read now: each tier's
+    share of capacity in use per resource, its history (sampled as the
+    controller turns), and each tenant's usage (canonical amounts per
+    resource key) and dominant share."""
+    keys, state = c.world.fleet.resource_keys, c.sim.state
     tenants = {name: {"used": {k: int(v) for k, v in zip(keys, state.tenant_used[name]) if v},
                       "dominant_share": round(state.dominant_share(name), 6)} for name in c.world.tenants}
-    return {"allocation": allocation, "tenants": tenants}
+    return {"allocation": _allocation(c), "history": c.allocation.series(), "tenants": tenants}
 
 
 def _plan(c: Controller) -> dict[str, Any]:
