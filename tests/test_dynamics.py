@@ -308,3 +308,29 @@ def test_a_host_moves_off_a_failed_node_even_with_the_quota_used_up(tmp_path):
     hosts = {sim.world.fleet.node_name(h.node) for h in sim.state.vcs["v"].hosts}
     assert len(hosts) == 2 and down not in hosts  # the replacement took the spare node
     assert (sim.state.tenant_used["t"][0]) == 16000  # and the tenant is back at its quota, not over
+
+
+def test_preemption_evicts_the_victim_that_starts_elsewhere_at_once_before_one_that_would_wait(tmp_path):
+    """Two equal services on a car, one of which needs the car's NPU (no other
+    place has one): a higher-priority service needs one of them gone. The
+    one that can start on the edge at once is evicted and moves; the one that
+    would wait stays (started first, it was the one kept before)."""
+    car = site("car", tier="device", groups=[node_group(count=1, cpu=4, memory="8Gi", arch="aarch64", accelerators=[
+        {"kind": "npu", "model": "Orin", "count": 1, "shareable": True}])])
+    edge = site("edge", tier="edge", groups=[node_group(count=1, cpu=8, memory="16Gi")])
+    mobile = component("mobile", cpu=2, near={"site": "car", "maxRttMs": 20})
+    bound = component("bound", cpu=2, accelerators=[{"kind": "npu", "count": 0.25}], near={"site": "car", "maxRttMs": 20})
+    urgent = component("urgent", cpu=2, priority=100, near={"site": "car", "maxRttMs": 1})
+    path = scenario(tmp_path, [car, edge], [app("x", components=[mobile]), app("y", components=[bound]),
+                                            app("z", components=[urgent], priority=100)],
+                    arrivals=[{"at": 0, "app": "x"}, {"at": 1, "app": "y"}, {"at": "10m", "app": "z"}], until="20m")
+    data = list(yaml.safe_load_all(path.read_text()))
+    data[0]["spec"]["links"] = [{"between": ["car", "edge"], "rttMs": 5, "bandwidth": "1Gbps"}]
+    path.write_text(yaml.safe_dump_all(data, sort_keys=False))
+    sim, _ = simulate(path)
+    first = {e["task"]: e["site"] for e in sim.events if e["kind"] == "placed" and e["t"] < 600}
+    assert first == {"x/mobile/0": "car", "y/bound/0": "car"}, first  # both on the car, the car full
+    moved = [(e["task"], e["kind"]) for e in sim.events if e["kind"] in ("preempted", "migrated")]
+    assert moved == [("x/mobile/0", "preempted"), ("x/mobile/0", "migrated")], moved
+    assert sim.view.tasks["y/bound/0"].status == "running" and sim.view.tasks["z/urgent/0"].status == "running"
+    assert sim.state.placements["x/mobile/0"].host.node == sim.world.fleet.node_by_name("edge/n-0")

@@ -3,9 +3,11 @@
 Victims are whole units (a gang is evicted whole or not at all). The search
 is a transaction on the unit's table: evict every candidate, check the unit
 fits (if not, nothing is evicted); then give back, one by one, the victims
-that are dearest to evict (highest priority, most state, most tasks) and keep
-each one back if the unit still fits without it. What is left is a minimal
-set that really makes room; nothing is changed until the caller evicts it.
+that are dearest to evict (highest priority; then one that would wait, having
+no room elsewhere now, before one that would start elsewhere at once; most
+state; most tasks) and keep each one back if the unit still fits without it.
+What is left is a minimal set that really makes room; nothing is changed
+until the caller evicts it.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ class Victim:
     # how dear it is by priority, as the claimant sees it: (its standing, its
     # priority when it is the claimant's own tenant's work, else its standing)
     level: tuple[int, int] | None = None
+    waits: bool = False  # evicted, it would wait: no other place has room for it now
 
     def cost(self) -> tuple:
         """Dearer to evict sorts later: priority (as ``level`` says), rank, then
-        state to move, then tasks."""
+        whether it would wait (one that starts elsewhere at once costs less),
+        then state to move, then tasks."""
         level = self.level if self.level is not None else (self.priority, self.priority)
-        return (*level, self.rank, self.state_mib, len(self.held))
+        return (*level, self.rank, self.waits, self.state_mib, len(self.held))
 
 
 def plan_preemption(layer: BusinessLayer, unit: Unit, candidates: list[Victim]) -> list[Victim] | None:

@@ -257,8 +257,22 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
                 rank = -share[other] if fair else 0.0  # the tenant furthest above gives first
                 theirs = standing(them)
                 level = (theirs, them.priority if other == unit.tenant else theirs)
-                out.append(Victim(uid, other, them.priority, state, held, rank, level))
+                waits = not all(room_elsewhere(table, sim.business.request(c, other), a.row) for c, a in held)
+                out.append(Victim(uid, other, them.priority, state, held, rank, level, waits))
     return out
+
+
+def room_elsewhere(table, req, row: int) -> bool:
+    """Is there room for ``req`` now on a row of ``table`` other than ``row``
+    (where it runs, which its eviction is to free)? Over the rows within its
+    near bound when they are few."""
+    rows = nearby.candidate_rows(table, req) if req.near is not None else None
+    if rows is not None:
+        ok = nearby.static_ok(table, req, rows, within=True) & nearby.dynamic_ok(table, req, rows)
+        return bool((ok & (rows != row)).any())
+    mask = feasible(table, req)
+    mask[row] = False
+    return bool(mask.any())
 
 
 def reclaim_keeps_order(sim, unit: Unit, plan: list[Victim]) -> bool:
