@@ -930,6 +930,43 @@ def test_a_selector_met_by_a_node_groups_labels_is_no_warning(tmp_path):
     assert code == 0 and "no site or node group has labels {'role': 'XX'}" in err, err
 
 
+def test_work_no_node_could_ever_hold_is_a_warning_with_the_bound_in_figures(tmp_path, base):
+    """An 8-GPU task on a fleet whose nodes have 4 at most, and one asking
+    more memory than any node has: warnings that say it can never be placed,
+    with what it asks against the most a node has; errors under --strict. A
+    task that fits the largest node is no warning."""
+    odd = tmp_path / "odd.yaml"
+    job = APP.replace("            count: 1\n", "            count: 8\n")
+    both = APP.replace("metadata: {name: job,", "metadata: {name: both,").replace(
+        "        cpu: 1\n        memory: 1Gi\n", "        cpu: 32\n        memory: 300Gi\n").replace(
+        "        accelerators:\n          - kind: gpu\n            count: 1\n", "")
+    fits = APP.replace("metadata: {name: job,", "metadata: {name: fits,").replace("            count: 1\n",
+                                                                               "            count: 4\n")
+    odd.write_text("---\n".join([job, both, fits]))
+    code, out, err = run_cli("validate", base, odd)
+    warned = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert code == 0 and len(warned) == 2, err
+    assert "(Application job): spec.components[0].resources: no node of the fleet can hold one of its tasks, even " \
+           "empty: it asks 8 gpu on one node, and the most a node has is 4; it can never be placed" in warned[0]
+    assert "(Application both)" in warned[1] and "it asks 300Gi memory on one node, and the most a node has is " \
+                                                  "256Gi" in warned[1], warned
+    code, out, err = run_cli("validate", "--strict", base, odd)
+    assert code == 2 and len(error_lines(err)) == 2, err
+
+
+def test_work_whose_resources_no_one_node_has_together_is_a_warning(tmp_path):
+    """cpu 100 fits the 128-core nodes and 200Gi the 256Gi ones, but no node
+    has both: a warning saying so."""
+    world = tmp_path / "w.yaml"
+    world.write_text(BASE.replace("        - {name: gpu, count: 2, arch: x86_64, cpu: 32, memory: 256Gi,\n",
+                                  "        - {name: wide, count: 1, arch: x86_64, cpu: 128, memory: 64Gi}\n"
+                                  "        - {name: gpu, count: 2, arch: x86_64, cpu: 32, memory: 256Gi,\n")
+                     + "---\n" + APP.replace("        cpu: 1\n        memory: 1Gi\n", "        cpu: 100\n        memory: 200Gi\n")
+                     .replace("        accelerators:\n          - kind: gpu\n            count: 1\n", ""))
+    code, out, err = run_cli("validate", world)
+    assert code == 0 and "no node has them all together; it can never be placed" in err, err
+
+
 def test_the_same_warning_of_many_documents_is_one_line(tmp_path, base):
     """Thirty applications with one component each asking for labels no node
     has: one warning line, saying how many more documents have it; under

@@ -37,9 +37,12 @@ def check_references(docs: Documents) -> list[Problem]:
     # and its own (its own win, as the placement reads them), and each site alone
     facts = [(o.tier, o.region, labels) for fl in docs.fleets for o in (*fl.doc.spec.sites, *fl.doc.spec.populations)
              for labels in (o.labels, *({**o.labels, **g.labels} for g in o.node_groups if g.labels))]
-    hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators))
-                   for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
-                   for g in owner.node_groups), known=bool(docs.fleets) and not traced, facts=facts)
+    groups = [g for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
+              for g in owner.node_groups]
+    hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators)) for g in groups),
+                  known=bool(docs.fleets) and not traced, facts=facts,
+                  shapes=[(g.arch, g.cpu, g.memory, tuple((d.kind, d.model, d.count) for d in g.accelerators))
+                          for g in groups if g.count > 0])
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -309,11 +312,13 @@ class Hardware:
     warn about a demand that no node can meet. ``known`` is False when nodes
     come from a trace, whose hardware is seen only when it is read."""
 
-    def __init__(self, groups=(), known: bool = True, facts=None) -> None:
+    def __init__(self, groups=(), known: bool = True, facts=None, shapes=None) -> None:
         self.archs: set[str] = set()
         self.models: dict[str, set[str]] = {}  # kind -> models
         self.known = known
         self.facts = facts  # (tier, region, labels) of each listed site and population; None: not checked
+        # (arch, cpu milli, memory MiB, ((kind, model, count), ...)) of each node group with nodes; None: not checked
+        self.shapes = shapes
         for arch, devices in groups:
             self.archs.add(arch)
             for kind, model in devices:
@@ -340,7 +345,42 @@ class Hardware:
             elif acc.model and not models.intersection(acc.model):
                 out.append(_warning(src, at + ("model",), f"no node has a {acc.kind} of model {_either(acc.model)}; "
                                                           f"{acc.kind} models in the fleet: {_few(models)}"))
+        if not out and self.shapes is not None:
+            out += self._no_node_holds(src, here, resources, platform)
         return out
+
+    def _no_node_holds(self, src: Loaded, here: tuple, resources, platform) -> list[Problem]:
+        """A warning when no node of the fleet, even empty, holds what one task
+        asks (on one node): it can never be placed. Names the bound that can
+        never be met, in figures: what it asks against the most a node has."""
+        from suanli.model.quantities import format_amount
+
+        asks = [("cpu", 0, resources.cpu), ("memory", 1, resources.memory)]
+        shapes = [s for s in self.shapes if platform is None or s[0] in platform.arch]
+        if not shapes:
+            return []
+
+        def has(shape, acc) -> int:  # milli-devices of the kind (and models) asked, on one such node
+            return 1000 * sum(c for k, m, c in shape[3] if k == acc.kind and (not acc.model or m in acc.model))
+
+        def fits(shape) -> bool:
+            return shape[1] >= resources.cpu and shape[2] >= resources.memory and all(
+                has(shape, acc) >= (acc.count if acc.count >= 1000 else 1) for acc in resources.accelerators)
+
+        if any(fits(s) for s in shapes):
+            return []
+        short = [f"{format_amount(col, want)} {name} on one node, and the most a node has is "
+                 f"{format_amount(col, most)}"
+                 for name, col, want, most in [(n, c, w, max(s[1 + c] for s in shapes)) for n, c, w in asks]
+                 if want > most]
+        short += [f"{format_amount(2, acc.count)} {acc.kind}{' of model ' + _either(acc.model) if acc.model else ''} "
+                  f"on one node, and the most a node has is {format_amount(2, most)}"
+                  for acc in resources.accelerators
+                  for most in [max(has(s, acc) for s in shapes)] if acc.count > most]
+        why = ("it asks " + "; ".join(short)) if short else \
+            "each of its resources fits some node, but no node has them all together"
+        return [_warning(src, here + ("resources",), f"no node of the fleet can hold one of its tasks, even empty: "
+                                                     f"{why}; it can never be placed")]
 
 
 def _either(names) -> str:
