@@ -199,3 +199,48 @@ def test_why_tasks_wait_counts_each_task_once_by_what_binds_and_folds_the_device
     assert sum(pending.values()) == metrics["tasks"]["pending"]
     report = (tmp_path / "out" / "report.html").read_text()
     assert f'<span class="chip">{OWN_DEVICE} <b>' in report and "beyond 25 ms of drone-00 <b>" not in report
+
+
+def test_a_task_larger_than_any_node_reads_that_it_can_never_fit_there(tmp_path):
+    """8 GPUs asked on nodes of 4: the binding entry carries the most those
+    nodes hold even empty (``capacity``), and its line says it can never fit
+    there, not how many more are needed; a task that only waits for room
+    carries no capacity."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from suanli.cli import app
+    from suanli.phrases import binding_line
+
+    path = tmp_path / "w.yaml"
+    path.write_text("""\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: f}
+spec:
+  sites:
+    - {name: cloud, tier: cloud, nodeGroups: [{name: g, count: 4, arch: x86_64, cpu: 64, memory: 256Gi,
+                                                accelerators: [{kind: gpu, model: A100, count: 4}]}]}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: t}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: a, tenant: t}
+spec:
+  components:
+    - {name: eight, lifetime: job, duration: 1h, resources: {cpu: 8, memory: 8Gi, accelerators: [{kind: gpu, count: 8}]}}
+    - {name: four, lifetime: job, duration: 1h, replicas: 5,
+       resources: {cpu: 8, memory: 8Gi, accelerators: [{kind: gpu, count: 4}]}}
+""")
+    out = json.loads(CliRunner().invoke(app, ["schedule", str(path), "-o", "json"]).stdout)
+    why = {u["task"]: u["why"][0] for u in out["unscheduled"]}
+    first = why["a/eight/0"]
+    assert first["binding"] and first["resource"] == "gpu" and first["capacity"] == 4000 and first["requested"] == 8000
+    assert binding_line(first) == ("insufficient gpu: 8 requested, and the most any of those 4 nodes holds even empty "
+                                   "is 4: it can never fit there"), binding_line(first)
+    waits = [w for task, w in why.items() if task.startswith("a/four/")]  # one of five waits for a node of 4
+    assert waits and all(w["binding"] and "capacity" not in w and w["gap"] > 0 for w in waits), waits

@@ -185,5 +185,8 @@ def binding_line(w: dict[str, Any]) -> str:
     if w.get("free") is None or w.get("requested") is None:
         return f"{w['reason']} (the only obstacle on {nodes} node{s})"
     c = column_of(w.get("resource"))
+    if w.get("capacity") is not None:  # more than those nodes hold even empty: it never fits there
+        return (f"{w['reason']}: {format_amount(c, w['requested'])} requested, and the most any of those {nodes} "
+                f"node{s} holds even empty is {format_amount(c, w['capacity'])}: it can never fit there")
     return (f"{w['reason']}: {format_amount(c, w['requested'])} requested, {format_amount(c, w['free'])} free "
             f"at best ({format_amount(c, w['gap'])} more needed) on {nodes} node{s}")

@@ -368,15 +368,18 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     only = single & ~passes[best]
     for col, what in ((0, "cpu"), (1, "memory")):
         if best.resource == what:
-            return Binding(best, most, what, int(req.vec[col]), int(cols(table.free, at)[col][only].max()))
+            return Binding(best, most, what, int(req.vec[col]), int(cols(table.free, at)[col][only].max()),
+                           capacity=int(cols(table.cap, at)[col][only].max()))
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
         if best.resource == need.kind_name:
-            dev_free = cols(table.dev_free, at)[:, only]
+            dev_free, dev_cap = cols(table.dev_free, at)[:, only], cols(table.dev_cap, at)[:, only]
             if need.whole:
                 have = int((ok[:, only] & (dev_free == 1000)).sum(axis=0).max()) * 1000
-                return Binding(best, most, need.kind_name, need.count * 1000, have)
+                whole = int((ok[:, only] & (dev_cap == 1000)).sum(axis=0).max()) * 1000
+                return Binding(best, most, need.kind_name, need.count * 1000, have, capacity=whole)
             have = int(np.where(ok[:, only], dev_free, 0).max())
-            return Binding(best, most, need.kind_name, need.milli, have)
+            return Binding(best, most, need.kind_name, need.milli, have,
+                           capacity=int(np.where(ok[:, only], dev_cap, 0).max()))
     return Binding(best, most)
 
 

@@ -109,6 +109,7 @@ class Binding:
     free: int | None = None  # a capacity check: the most that one of those rows has free
     allowed: int | None = None  # a quota: what it leaves
     layer: str = "business"
+    capacity: int | None = None  # a capacity check: the most one of those rows holds even empty
 
     @property
     def gap(self) -> int | None:
@@ -125,6 +126,8 @@ class Binding:
             out["requested"] = self.requested
             out["free" if self.free is not None else "allowed"] = self.free if self.free is not None else self.allowed
             out["gap"] = self.gap
+            if self.capacity is not None and self.capacity < self.requested:
+                out["capacity"] = self.capacity  # it can never fit on those rows, whatever leaves them
         return out
 
 
