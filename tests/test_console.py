@@ -114,14 +114,18 @@ def test_a_waiting_task_names_its_binding_constraint_and_its_gap(tmp_path):
     path = scenario(tmp_path, sites=[site("dc", groups=[nodes])], until="10m",
                     apps=[app("big", components=[component("x", lifetime="job", cpu=4, memory="8Gi",
                                                            accelerators=[{"kind": "gpu", "count": 8}])]),
-                          app("fits", components=[comp])])
+                          app("fits", components=[comp]), app("later", components=[{**comp, "replicas": 2}])])
     run = simulated(path, tmp_path / "out")
+    waits = viewer(run).get("/tasks/later/m/1").text  # both nodes' 4 GPUs taken: it waits for room
+    assert "insufficient gpu: 4 requested, 0 free at best (4 more needed) on 2 nodes" in waits
+    assert 'data-gap="4000"' in waits and "data-capacity" not in waits
     page = viewer(run).get("/tasks/big/x/0").text
-    assert 'class="binding"' in page and "insufficient gpu: 8 requested, 4 free at best (4 more needed)" in page
-    assert 'data-gap="4000"' in page
+    assert 'class="binding"' in page and ("insufficient gpu: 8 requested, and the most any of those 2 nodes holds "
+                                          "even empty is 4: it can never fit there") in page  # nodes of 4 GPUs
+    assert 'data-capacity="4000"' in page and "never fits: 4 gpu at most on those nodes" in page
     overview = run.overview()
-    assert overview["pending_by_reason"] == {"insufficient gpu": 1}
-    assert [r["task"] for r in run.tasks(TaskQuery(reason="capacity"))["rows"]] == ["big/x/0"]
+    assert overview["pending_by_reason"] == {"insufficient gpu": 2}
+    assert [r["task"] for r in run.tasks(TaskQuery(reason="capacity"))["rows"]] == ["big/x/0", "later/m/1"]
 
 
 def test_members_an_elastic_gang_runs_without_are_omitted_with_the_quota_first(tmp_path):

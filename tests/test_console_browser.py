@@ -113,8 +113,8 @@ def test_a_pending_task_reads_its_first_reason_and_gap(tmp_path, page):
         first = page.locator("#why li").first
         assert "binding" in (first.get_attribute("class") or "")
         assert first.locator("b").inner_text() == \
-            "insufficient gpu: 8 requested, 4 free at best (4 more needed) on 2 nodes"
-        assert first.locator(".gap").get_attribute("data-gap") == "4000"
+            "insufficient gpu: 8 requested, and the most any of those 2 nodes holds even empty is 4: it can never fit there"
+        assert first.locator(".gap").get_attribute("data-capacity") == "4000"  # it never fits those nodes
 
 
 # ------------------------------------------------------------------ a real suanli serve
@@ -237,4 +237,5 @@ def test_live_a_pending_task_names_its_first_reason_and_gap(serve, page):
     page.click('tr[data-task="huge/c/0"] a')
     first = page.locator("#why li.binding")
     assert first.locator("b").inner_text().startswith("insufficient gpu: 64 requested")
-    assert int(first.locator(".gap").get_attribute("data-gap")) > 0
+    assert first.locator("b").inner_text().endswith("it can never fit there")  # no node has 64 GPUs
+    assert 0 < int(first.locator(".gap").get_attribute("data-capacity")) < 64000
