@@ -965,6 +965,11 @@ def test_work_whose_resources_no_one_node_has_together_is_a_warning(tmp_path):
                      .replace("        accelerators:\n          - kind: gpu\n            count: 1\n", ""))
     code, out, err = run_cli("validate", world)
     assert code == 0 and "no node has them all together; it can never be placed" in err, err
+    vc = tmp_path / "vc.yaml"  # a host group's hosts: the same, said of its hosts
+    vc.write_text(BASE + "---\n" + VC.replace("resources: {cpu: 4, memory: 8Gi}", "resources: {cpu: 200, memory: 8Gi}"))
+    code, out, err = run_cli("validate", vc)
+    assert code == 0 and "spec.hostGroups[0].resources: no node of the fleet can hold one of its hosts, even empty: " \
+                         "it asks 200 cpu on one node, and the most a node has is" in err, err
 
 
 def test_the_same_warning_of_many_documents_is_one_line(tmp_path, base):

@@ -97,7 +97,7 @@ def check_references(docs: Documents) -> list[Problem]:
             if g.near is not None and g.near.site not in sites:
                 problems.append(_missing(vc, ("spec", "hostGroups", i, "near", "site"), "site", g.near.site, sites))
             problems += _selector_problems(vc, ("spec", "hostGroups", i, "sites"), g.sites, sites, hw)
-            problems += hw.demand(vc, ("spec", "hostGroups", i), g.resources, g.platform)
+            problems += hw.demand(vc, ("spec", "hostGroups", i), g.resources, g.platform, what="hosts")
 
     apps = {a.name: a.doc.spec.each for a in docs.applications}  # name -> its population, if made per site
     for app in docs.applications:
@@ -328,8 +328,9 @@ class Hardware:
     def of_fleet(fleet) -> "Hardware":
         return Hardware((g.arch, ((d.kind, d.model) for d in g.devices)) for g in fleet.groups)
 
-    def demand(self, src: Loaded, here: tuple, resources, platform) -> list[Problem]:
-        """Warnings for a demand (a component's or a host group's) that no node meets."""
+    def demand(self, src: Loaded, here: tuple, resources, platform, what: str = "tasks") -> list[Problem]:
+        """Warnings for a demand (a component's ``tasks`` or a host group's
+        ``hosts``) that no node meets."""
         if not self.known:
             return []
         out = []
@@ -346,10 +347,10 @@ class Hardware:
                 out.append(_warning(src, at + ("model",), f"no node has a {acc.kind} of model {_either(acc.model)}; "
                                                           f"{acc.kind} models in the fleet: {_few(models)}"))
         if not out and self.shapes is not None:
-            out += self._no_node_holds(src, here, resources, platform)
+            out += self._no_node_holds(src, here, resources, platform, what)
         return out
 
-    def _no_node_holds(self, src: Loaded, here: tuple, resources, platform) -> list[Problem]:
+    def _no_node_holds(self, src: Loaded, here: tuple, resources, platform, what: str) -> list[Problem]:
         """A warning when no node of the fleet, even empty, holds what one task
         asks (on one node): it can never be placed. Names the bound that can
         never be met, in figures: what it asks against the most a node has."""
@@ -379,7 +380,7 @@ class Hardware:
                   for most in [max(has(s, acc) for s in shapes)] if acc.count > most]
         why = ("it asks " + "; ".join(short)) if short else \
             "each of its resources fits some node, but no node has them all together"
-        return [_warning(src, here + ("resources",), f"no node of the fleet can hold one of its tasks, even empty: "
+        return [_warning(src, here + ("resources",), f"no node of the fleet can hold one of its {what}, even empty: "
                                                      f"{why}; it can never be placed")]
 
 
