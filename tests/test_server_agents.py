@@ -425,3 +425,36 @@ def test_an_agent_declares_a_shareable_accelerator_and_two_halves_share_it(clean
         except subprocess.TimeoutExpired:
             agent.kill()
             agent.wait()
+
+
+def test_work_larger_than_every_node_is_inadmissible_until_the_fleet_grows(clean):
+    """A task asking 4 GPUs on one node, where the largest node has 2: it is
+    accepted and waits inadmissible (the bound in figures, first); when the
+    admin adds a site whose node has 4, it is placed there."""
+    import yaml
+
+    e = clean
+    big = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "wide"},
+           "spec": {"components": [{"name": "c", "lifetime": "service",
+                                    "resources": {"cpu": 1, "memory": "1Gi",
+                                                  "accelerators": [{"kind": "gpu", "count": 4}]}}]}}
+    fleet = next(d for d in yaml.safe_load_all(FLEET) if d["kind"] == "Fleet")
+    grown = {**fleet, "spec": {**fleet["spec"], "sites": [*fleet["spec"]["sites"], {
+        "name": "dc-2", "tier": "cloud", "nodeGroups": [{"name": "wide", "count": 1, "arch": "x86_64", "cpu": 8,
+                                                         "memory": "32Gi",
+                                                         "accelerators": [{"kind": "gpu", "model": "T4", "count": 4}]}]}],
+        "links": [*fleet["spec"]["links"], {"between": ["dc", "dc-2"], "rttMs": 1, "bandwidth": "10Gbps"}]}}
+    assert e.http.post("/v1/applications", json=big, headers=e.alpha).status_code == 201
+    try:
+        task = wait(lambda: (t := e.http.get("/v1/tasks/wide/c/0", headers=e.alpha).json()).get("why") and t,
+                    what="the task explained")
+        first = task["why"][0]
+        assert task["status"] == "pending" and first["code"] == "inadmissible" and first["binding"], task
+        assert first["reason"] == "inadmissible: it asks 4 gpu on one node, and the most any node of the fleet has is 2"
+        assert e.http.put("/v1/fleets/edge", json=grown, headers=e.admin).status_code == 200
+        placed = wait(lambda: (t := e.http.get("/v1/tasks/wide/c/0", headers=e.alpha).json())["status"] == "running"
+                      and t, what="the task placed on the new node")
+        assert placed["node"] == "dc-2/wide-0", placed
+    finally:
+        e.http.delete("/v1/applications/wide", headers=e.alpha)
+        e.http.put("/v1/fleets/edge", json=fleet, headers=e.admin)

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from suanli.model.quantities import format_amount
 from suanli.scheduling.reasons import Domain, Why, binding_of
 
-_AMOUNTS = ("gap", "requested", "allowed")  # figures in the resource's canonical units
+_AMOUNTS = ("gap", "requested", "allowed", "most")  # figures in the resource's canonical units
 
 # (code, detail) -> the text, formatted with the reason's figures (``resource``
 # and ``kind`` as names, amounts as a user writes them, a cause as its text)
@@ -41,6 +41,8 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("quota", None): "tenant {tenant} quota",
     ("quota", "gap"): "tenant {tenant} quota for {resource}: {gap} more needed",
     ("offline", None): "near site {site} is offline",
+    ("inadmissible", None): "inadmissible: it asks {requested} {resource} on one node, and the most any node of "
+                            "the fleet has is {most}",
     ("domain", "partial"): "room for {taken} of {members} members",
     ("domain", "none"): "not in any {domain}",
     ("domain", "fewer"): "room for fewer than {least} members",

@@ -161,6 +161,7 @@ class Fleet:
                 dev_share[gi, slot : slot + d.count] = d.shareable
                 slot += d.count
         self.group_capacity = cap
+        self.group_dev_kind, self.group_dev_model = dev_kind, dev_model  # per group's device slots (few groups)
         self.node_capacity = cap[self.node_group]
         self.node_dev_kind = dev_kind[self.node_group]
         self.node_dev_model = dev_model[self.node_group]

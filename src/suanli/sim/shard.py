@@ -23,13 +23,15 @@ from bisect import bisect_left
 from collections import Counter
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from suanli.engine.loop import EventLoop
 from suanli.executors.base import Executor, Restart, Run, TaskExited
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.phrases import why_json
 from suanli.scheduling import nearby
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
-from suanli.scheduling.reasons import Why
+from suanli.scheduling.reasons import Binding, Reasons, Why
 from suanli.scheduling.state import PlacementState
 from suanli.sim import waiting
 from suanli.sim.defrag import needs_whole_devices
@@ -42,6 +44,45 @@ from suanli.sim.room import RoomWait
 from suanli.sim.waiting import WaitQueue
 
 log = logging.getLogger(__name__)
+
+FLEET_GROWS = "fleet grows"  # the key inadmissible units are parked under (every parked unit wakes when it grows)
+_LIVE_GROUPS: dict[int, tuple[int, int, np.ndarray]] = {}  # id(fleet) -> (nodes, retired, groups with a node in service)
+
+
+def beyond_every_node(fleet, req) -> Why | None:
+    """Why ``req`` can never be placed on this fleet, when it asks more of
+    one resource on one node than any node has (retired ones left out): cpu,
+    memory, or whole devices of a kind and its allowed models (a share: one
+    such device). None when no single resource is beyond every node."""
+    groups = _live_groups(fleet)
+    cap = fleet.group_capacity[groups]
+    for col, name in ((0, "cpu"), (1, "memory")):
+        most = int(cap[:, col].max(initial=0))
+        if int(req.vec[col]) > most:
+            return Why("inadmissible", None, name, requested=int(req.vec[col]), most=most)
+    for need in req.accels:
+        if need.kind < 0:  # a kind the fleet has none of
+            have = 0
+        else:
+            usable = fleet.group_dev_kind[groups] == need.kind
+            if need.models is not None:
+                usable &= np.isin(fleet.group_dev_model[groups], need.models)
+            have = int(usable.sum(axis=1).max(initial=0)) if need.whole else int(bool(usable.any()))
+        if need.milli > 1000 * have:
+            return Why("inadmissible", None, need.kind_name, requested=int(need.milli), most=1000 * have)
+    return None
+
+
+def _live_groups(fleet) -> np.ndarray:
+    """The node groups with a node in service (not retired), cached per fleet."""
+    retired = int(fleet.retired.sum())
+    got = _LIVE_GROUPS.get(id(fleet))
+    if got is None or got[0] != fleet.n_nodes or got[1] != retired:
+        groups = np.unique(fleet.node_group[~fleet.retired]) if retired else np.arange(len(fleet.groups))
+        if len(_LIVE_GROUPS) > 8:
+            _LIVE_GROUPS.clear()
+        got = _LIVE_GROUPS[id(fleet)] = (fleet.n_nodes, retired, groups)
+    return got[2]
 
 
 class Shard:
@@ -273,8 +314,13 @@ class Shard:
             if uid in still:
                 reasons = still[uid]
                 if not self.pending.parked(uid):  # (a parked unit reached for room that did not fit stays so)
-                    offline = self._offline_near(self._units[uid].unit)
-                    if offline is not None:  # nothing but the device's return can change this
+                    beyond = self._beyond_every_node(self._units[uid].unit)
+                    offline = self._offline_near(self._units[uid].unit) if beyond is None else None
+                    if beyond is not None:  # inadmissible: nothing but a larger node can change this
+                        if waiting.ENABLED:
+                            self.pending.park(uid, FLEET_GROWS)
+                        reasons = beyond
+                    elif offline is not None:  # nothing but the device's return can change this
                         self.pending.park(uid, offline[0])
                         reasons = Counter({Why("offline", site=self.world.fleet.sites[s].name): 1
                                            for s in dict.fromkeys(offline)})
@@ -401,6 +447,22 @@ class Shard:
                     del self._room_near[site]
             if wake:
                 self.pending.wake(("room", uid))
+
+    def _beyond_every_node(self, unit: Unit) -> Reasons | None:
+        """Reasons, the bound binding, when a member asks more of one resource
+        on one node than any node of the fleet has (cpu, memory, or devices of
+        a kind and models): the unit is inadmissible, and only the fleet's
+        growth can change that (``grow_fleet`` wakes every parked unit). None
+        otherwise: it may still wait for room."""
+        fleet = self.world.fleet
+        for comp in unit.distinct_components():
+            why = beyond_every_node(fleet, self.business.request(comp, unit.tenant))
+            if why is not None:
+                out = Reasons({why: 1})
+                most, requested = why.arg("most"), why.arg("requested")
+                out.binding = Binding(why, 0, why.resource, requested, free=most, capacity=most)
+                return out
+        return None
 
     def _offline_near(self, unit: Unit) -> list[int] | None:
         """The offline devices the unit's members are bound near, when every
