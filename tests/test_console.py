@@ -120,12 +120,14 @@ def test_a_waiting_task_names_its_binding_constraint_and_its_gap(tmp_path):
     assert "insufficient gpu: 4 requested, 0 free at best (4 more needed) on 2 nodes" in waits
     assert 'data-gap="4000"' in waits and "data-capacity" not in waits
     page = viewer(run).get("/tasks/big/x/0").text
-    assert 'class="binding"' in page and ("insufficient gpu: 8 requested, and the most any of those 2 nodes holds "
-                                          "even empty is 4: it can never fit there") in page  # nodes of 4 GPUs
-    assert 'data-capacity="4000"' in page and "never fits: 4 gpu at most on those nodes" in page
+    assert 'class="binding"' in page and ("inadmissible: it asks 8 gpu on one node, and the most any node of the "
+                                          "fleet has is 4") in page  # nodes of 4 GPUs: it waits parked
+    assert 'data-capacity="4000"' in page and "never fits: 4 gpu at most" in page
     overview = run.overview()
-    assert overview["pending_by_reason"] == {"insufficient gpu": 2}
-    assert [r["task"] for r in run.tasks(TaskQuery(reason="capacity"))["rows"]] == ["big/x/0", "later/m/1"]
+    assert overview["pending_by_reason"] == {"insufficient gpu": 1, "inadmissible: it asks 8 gpu on one node, and "
+                                             "the most any node of the fleet has is 4": 1}, overview["pending_by_reason"]
+    assert [r["task"] for r in run.tasks(TaskQuery(reason="capacity"))["rows"]] == ["later/m/1"]
+    assert [r["task"] for r in run.tasks(TaskQuery(reason="inadmissible"))["rows"]] == ["big/x/0"]
 
 
 def test_members_an_elastic_gang_runs_without_are_omitted_with_the_quota_first(tmp_path):
@@ -277,7 +279,7 @@ def test_a_tenant_sees_only_its_own_work(live):
     rows = wait_for(lambda: client.get("/tasks").text.count("data-task=") == 4)
     assert rows
     why = wait_for(lambda: 'class="binding"' in (t := client.get("/tasks/web/huge/0").text) and t)
-    assert "insufficient gpu: 64 requested" in why
+    assert "inadmissible: it asks 64 gpu on one node" in why
     sign_in(client, tokens["b"])
     assert client.get("/tasks").text.count("data-task=") == 0
     for path in ("/tasks/web/c/0", "/tasks/web/huge/0", "/tasks/web/c/0?tenant=acme-ai"):
@@ -286,7 +288,7 @@ def test_a_tenant_sees_only_its_own_work(live):
     sign_in(client, tokens["admin"])
     assert client.get("/tasks").text.count("data-task=") == 4
     assert client.get("/tasks/web/c/0", params={"tenant": "acme-ai"}).status_code == 200
-    pending = client.get("/tasks", params={"state": "pending", "reason": "capacity"}).text
+    pending = client.get("/tasks", params={"state": "pending", "reason": "inadmissible"}).text
     assert pending.count("data-task=") == 1 and "web/huge/0" in pending
 
 

@@ -113,8 +113,8 @@ def test_a_pending_task_reads_its_first_reason_and_gap(tmp_path, page):
         first = page.locator("#why li").first
         assert "binding" in (first.get_attribute("class") or "")
         assert first.locator("b").inner_text() == \
-            "insufficient gpu: 8 requested, and the most any of those 2 nodes holds even empty is 4: it can never fit there"
-        assert first.locator(".gap").get_attribute("data-capacity") == "4000"  # it never fits those nodes
+            "inadmissible: it asks 8 gpu on one node, and the most any node of the fleet has is 4"
+        assert first.locator(".gap").get_attribute("data-capacity") == "4000"  # it never fits any node
 
 
 # ------------------------------------------------------------------ a real suanli serve
@@ -232,10 +232,9 @@ def test_live_a_pending_task_names_its_first_reason_and_gap(serve, page):
     sign_in(page, serve.url, token)
     wait(lambda: page.goto(serve.url + "/tenants") and page.locator("#tenant-acme-ai svg.bar rect.used").count() > 0,
          what="the tenant's quota in use drawn")  # (no inline style: the page's security policy allows none)
-    wait(lambda: page.goto(serve.url + "/tasks?state=pending&reason=capacity") and
+    wait(lambda: page.goto(serve.url + "/tasks?state=pending&reason=inadmissible") and
          page.locator('tr[data-task="huge/c/0"]').count() == 1, what="the task listed by its first reason")
     page.click('tr[data-task="huge/c/0"] a')
     first = page.locator("#why li.binding")
-    assert first.locator("b").inner_text().startswith("insufficient gpu: 64 requested")
-    assert first.locator("b").inner_text().endswith("it can never fit there")  # no node has 64 GPUs
+    assert first.locator("b").inner_text().startswith("inadmissible: it asks 64 gpu on one node")  # no node has 64
     assert 0 < int(first.locator(".gap").get_attribute("data-capacity")) < 64000

@@ -137,9 +137,10 @@ def test_a_task_that_cannot_fit_says_why_it_waits(live):
                      what="reasons")
     assert task["status"] == "pending"
     assert sum(task["reasons"].values()) > 0
-    first = task["why"][0]  # the binding constraint first, in figures: no node has 64 GPUs
-    assert first["binding"] and first["code"] == "capacity" and first["resource"] == "gpu" and first["requested"] == 64000
-    assert first["gap"] == 64000 - first["free"] > 0 and first["nodes"] > 0
+    first = task["why"][0]  # the binding constraint first, in figures: no node has 64 GPUs, it is inadmissible
+    assert first["binding"] and first["code"] == "inadmissible" and first["resource"] == "gpu"
+    assert first["requested"] == 64000 and 0 < first["capacity"] == first["free"] < 64000
+    assert first["gap"] == 64000 - first["free"] and first["nodes"] == 0
 
 
 def test_members_an_elastic_gang_runs_without_say_the_quota_left_them_out(live):
