@@ -49,12 +49,13 @@ FLEET_GROWS = "fleet grows"  # the key inadmissible units are parked under (ever
 _LIVE_GROUPS: dict[int, tuple[int, int, np.ndarray]] = {}  # id(fleet) -> (nodes, retired, groups with a node in service)
 
 
-def beyond_every_node(fleet, req) -> Why | None:
+def beyond_every_node(fleet, req, retired: int) -> Why | None:
     """Why ``req`` can never be placed on this fleet, when it asks more of
-    one resource on one node than any node has (retired ones left out): cpu,
-    memory, or whole devices of a kind and its allowed models (a share: one
-    such device). None when no single resource is beyond every node."""
-    groups = _live_groups(fleet)
+    one resource on one node than any node has (the ``retired`` nodes, a
+    count the caller keeps, left out): cpu, memory, or whole devices of a
+    kind and its allowed models (a share: one such device). None when no
+    single resource is beyond every node. O(node groups), not O(nodes)."""
+    groups = _live_groups(fleet, retired)
     cap = fleet.group_capacity[groups]
     for col, name in ((0, "cpu"), (1, "memory")):
         most = int(cap[:, col].max(initial=0))
@@ -73,9 +74,9 @@ def beyond_every_node(fleet, req) -> Why | None:
     return None
 
 
-def _live_groups(fleet) -> np.ndarray:
-    """The node groups with a node in service (not retired), cached per fleet."""
-    retired = int(fleet.retired.sum())
+def _live_groups(fleet, retired: int) -> np.ndarray:
+    """The node groups with a node in service (not retired), cached per fleet
+    and count of retired nodes (read over the nodes only when that changes)."""
     got = _LIVE_GROUPS.get(id(fleet))
     if got is None or got[0] != fleet.n_nodes or got[1] != retired:
         groups = np.unique(fleet.node_group[~fleet.retired]) if retired else np.arange(len(fleet.groups))
@@ -456,7 +457,7 @@ class Shard:
         otherwise: it may still wait for room."""
         fleet = self.world.fleet
         for comp in unit.distinct_components():
-            why = beyond_every_node(fleet, self.business.request(comp, unit.tenant))
+            why = beyond_every_node(fleet, self.business.request(comp, unit.tenant), self.state.nodes.n_retired)
             if why is not None:
                 out = Reasons({why: 1})
                 most, requested = why.arg("most"), why.arg("requested")
