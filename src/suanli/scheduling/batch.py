@@ -443,7 +443,7 @@ def site_rows_of(table, site: int) -> np.ndarray:
 
 def fits(table, template: Request, rows: np.ndarray) -> bool:
     """Whether one of ``rows`` could take ``template`` now (what it is and what it has free)."""
-    return bool((nearby.static_ok(table, template, rows) & nearby.dynamic_ok(table, template, rows)).any())
+    return bool(nearby.fits_now(table, template, rows).any())
 
 
 def bound_alone(comp) -> bool:

@@ -230,6 +230,12 @@ def dynamic_ok(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndar
     return mask
 
 
+def fits_now(table: CandidateTable, req: Request, rows: np.ndarray, within: bool = False) -> np.ndarray:
+    """bool[k]: which of ``rows`` could take ``req`` now (what each is, and
+    what it has free); ``within``: ``static_ok``'s, for rows inside the bound."""
+    return static_ok(table, req, rows, within=within) & dynamic_ok(table, req, rows)
+
+
 def row_slots(table: CandidateTable, req: Request, row: int) -> list[list[int]]:
     """``filters.row_slots`` for one row, from the row alone."""
     return [np.flatnonzero(_usable(table, need, np.array([row]))[:, 0]).tolist() for need in req.accels]
@@ -257,7 +263,7 @@ def pick(table: CandidateTable, req: Request, rows: np.ndarray, network, rng: np
     if inside is not None:
         keep = np.isin(rows, inside, assume_unique=True)
         rows, rtt = rows[keep], rtt[keep]
-    ok = static_ok(table, req, rows, within=True) & dynamic_ok(table, req, rows)
+    ok = fits_now(table, req, rows, within=True)
     for m in masks:
         ok &= m[rows]
     cand = rows[ok]

@@ -139,13 +139,15 @@ class Reasons(Counter):
 
 def bound(reason: Why, also: Counter | None = None) -> Reasons:
     """Reasons whose binding constraint is a bound on the whole unit
-    (``reason``, decided at its layer, with the figures it carries), with
+    (``reason``, decided at its layer, with the figures it carries: what it
+    asks, what a quota leaves, or the ``most`` any node has), with
     ``also``'s counts after it."""
     out = Reasons({reason: 1})
     if also:
         out.update(also)
-    out.binding = Binding(reason, 0, reason.resource, reason.arg("requested"), allowed=reason.arg("allowed"),
-                          layer=reason.layer)
+    most = reason.arg("most")
+    out.binding = Binding(reason, 0, reason.resource, reason.arg("requested"), free=most,
+                          allowed=reason.arg("allowed"), layer=reason.layer, capacity=most)
     return out
 
 

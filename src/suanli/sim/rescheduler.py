@@ -268,8 +268,7 @@ def room_elsewhere(table, req, row: int) -> bool:
     near bound when they are few."""
     rows = nearby.candidate_rows(table, req) if req.near is not None else None
     if rows is not None:
-        ok = nearby.static_ok(table, req, rows, within=True) & nearby.dynamic_ok(table, req, rows)
-        return bool((ok & (rows != row)).any())
+        return bool((nearby.fits_now(table, req, rows, within=True) & (rows != row)).any())
     mask = feasible(table, req)
     mask[row] = False
     return bool(mask.any())

@@ -31,7 +31,7 @@ from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.phrases import why_json
 from suanli.scheduling import nearby
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
-from suanli.scheduling.reasons import Binding, Reasons, Why
+from suanli.scheduling.reasons import Reasons, Why, bound
 from suanli.scheduling.state import PlacementState
 from suanli.sim import waiting
 from suanli.sim.defrag import needs_whole_devices
@@ -459,10 +459,7 @@ class Shard:
         for comp in unit.distinct_components():
             why = beyond_every_node(fleet, self.business.request(comp, unit.tenant), self.state.nodes.n_retired)
             if why is not None:
-                out = Reasons({why: 1})
-                most, requested = why.arg("most"), why.arg("requested")
-                out.binding = Binding(why, 0, why.resource, requested, free=most, capacity=most)
-                return out
+                return bound(why)
         return None
 
     def _offline_near(self, unit: Unit) -> list[int] | None:
