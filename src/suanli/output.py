@@ -21,6 +21,18 @@ from suanli.scheduling.static import Outcome
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
+
+def cohort_json(state, name: str) -> dict[str, Any]:
+    """A cohort member's cohort, and what it borrows and lends now (per
+    resource, as the quota writes them); nothing for a tenant in none."""
+    cohorts = state.cohorts
+    i = state.tenant_index[name]
+    if cohorts.of[i] < 0:
+        return {}
+    return {"cohort": cohorts.names[int(cohorts.of[i])],
+            "borrowed": resources_json(state, cohorts.borrowed(state.used)[i]),
+            "lent": resources_json(state, cohorts.lent(state.used)[i])}
+
 def resources_json(state: PlacementState, vec: np.ndarray) -> dict[str, int]:
     keys = state.fleet.resource_keys
     out = {keys[0]: int(vec[0]), keys[1]: int(vec[1])}
@@ -258,6 +270,7 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
             "dominant_share": round(state.dominant_share(name) * t.weight, 6),
             "weighted_share": round(state.dominant_share(name), 6),
             "reserved": resources_json(state, state.tenant_used[name]),
+            **cohort_json(state, name),
         }
         for name, t in state.world.tenants.items()
     }

@@ -40,6 +40,8 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("anti-affinity", None): "anti-affinity {group} ({scope})",
     ("quota", None): "tenant {tenant} quota",
     ("quota", "gap"): "tenant {tenant} quota for {resource}: {gap} more needed",
+    ("quota", "cohort"): "tenant {tenant} quota for {resource}, with what cohort {cohort} lends: {gap} more needed",
+    ("quota", "lent"): "tenant {tenant} quota for {resource}: {gap} of it lent in cohort {cohort}, not reclaimed",
     ("offline", None): "near site {site} is offline",
     ("inadmissible", None): "inadmissible: it asks {requested} {resource} on one node, and the most any node of "
                             "the fleet has is {most}",

@@ -124,7 +124,8 @@ class LiveRun(model.RunData):
             counts = dict(self.store.counts_by("status", t["name"], most=10))
             out.append({"name": t["name"], "weight": t["weight"], "quota": t["quota"], "used": usage.get("used", {}),
                         "dominant_share": usage.get("dominant_share"),
-                        "tasks": {s: counts.get(s, 0) for s in model.STATUSES}, "hosts": self._hosts(t["name"])})
+                        "tasks": {s: counts.get(s, 0) for s in model.STATUSES}, "hosts": self._hosts(t["name"]),
+                        **model.cohort_of(t, usage)})
         return out
 
     def _hosts(self, tenant: str) -> list[dict[str, Any]]:

@@ -92,6 +92,19 @@ class SiteTiers:
         return None
 
 
+def cohort_of(tenant: dict[str, Any], now: dict[str, Any] | None) -> dict[str, Any]:
+    """The tenants page's cohort fields of one tenant of the world (``world_json``'s):
+    its cohort, limits and reclaim policy, and what it borrows and lends ``now``
+    (None: not known at this instant); nothing for a tenant in no cohort."""
+    if not tenant.get("cohort"):
+        return {}
+    now_known = now is not None
+    return {"cohort": tenant["cohort"], "reclaim": tenant.get("reclaim"),
+            "borrowing_limit": tenant.get("borrowing_limit") or {}, "lending_limit": tenant.get("lending_limit") or {},
+            "borrowed": (now or {}).get("borrowed", {}) if now_known else None,
+            "lent": (now or {}).get("lent", {}) if now_known else None}
+
+
 def segments(history: list[dict[str, Any]], end: float, tiers: SiteTiers) -> list[dict[str, Any]]:
     """Where a task was over time, from its events: one segment per stay on a
     node (from its placement to when it left, or the end), with the site and

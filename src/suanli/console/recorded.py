@@ -344,7 +344,9 @@ class RecordedRun(model.RunData):
             out.append({"name": name, "weight": t.get("weight"), "quota": t.get("quota") or {},
                         "used": used, "dominant_share": shares.get(name),
                         "tasks": {s: int(c) for s, c in zip(model.STATUSES, counts)},
-                        "hosts": self._hosts(name, at)})
+                        "hosts": self._hosts(name, at),
+                        **model.cohort_of(t, (self.result.get("tenant_cohorts") or {}).get(name, {})
+                                          if used is not None else None)})
         return out
 
     def _hosts(self, tenant: str, at: float) -> list[dict[str, Any]]:

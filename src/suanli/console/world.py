@@ -52,11 +52,20 @@ def world_json(world: World) -> dict[str, Any]:
             "attached": {table.names.name(int(s)): int(c) for s, c in zip(attached.tolist(), counts.tolist())},
         })
     tenants = [{"name": t.name, "weight": t.weight, "allowed_sites": list(t.allowed_sites),
-                "quota": {k: int(v) for k, v in zip(keys, _quota_vector(fleet, t.quota)) if v}}
+                "quota": {k: int(v) for k, v in zip(keys, _quota_vector(fleet, t.quota)) if v},
+                **({"cohort": t.cohort, "reclaim": t.reclaim,
+                    "borrowing_limit": _limits(fleet, keys, t.borrowing_limit or {}),
+                    "lending_limit": _limits(fleet, keys, t.lending_limit)}
+                   if t.cohort is not None else {})}
                for t in world.tenants.values()]
     return {"resources": keys, "tiers": list(TIERS), "sites": sites, "links": out_links,
             "populations": populations, "tenants": tenants,
             "vcs": {name: vc.tenant for name, vc in world.vcs.items()}}
+
+
+def _limits(fleet, keys: list[str], limits) -> dict[str, int]:
+    """A cohort member's borrowing or lending limits by resource key, those it names (0 included)."""
+    return {key: int(limits[name]) for key, name in zip(keys, fleet.resources) if name in limits}
 
 
 def _quota_vector(fleet, quota) -> list[int]:

@@ -43,6 +43,10 @@ class Tenant:
     quota: Mapping[str, int] = field(default_factory=dict)  # resource name -> canonical units
     allowed_sites: tuple[str, ...] = ("*",)
     max_priority: int | None = None  # the admin's ceiling; None: none granted
+    cohort: str | None = None  # tenants that lend one another the quota they do not use
+    borrowing_limit: Mapping[str, int] | None = None  # None: up to what the cohort lends
+    lending_limit: Mapping[str, int] = field(default_factory=dict)  # a resource not named: all of its quota
+    reclaim: str = "any"  # evict work on borrowed quota to get its own back: any, lowerPriority, never
 
     def standing(self, priority: int) -> int:
         """What ``priority`` of this tenant's counts for against other tenants'

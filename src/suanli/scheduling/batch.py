@@ -244,11 +244,18 @@ class Batches:
         # each tenant's quota (a default VC): a running sum over its units of the batch
         owner_of = owner_of[:cut]
         over = np.zeros(cut, bool)
+        pooled: dict[int, list[int]] = {}  # cohort -> the owners of its members (their units share its pool)
         for o, vcs in enumerate(owners):
             if vcs.default and state.world.tenants[vcs.tenant].quota:
+                c = int(state.cohorts.of[state.tenant_index[vcs.tenant]])
+                if c >= 0:
+                    pooled.setdefault(c, []).append(o)
+                    continue
                 mine = np.flatnonzero(owner_of == o)
                 left = state.quota_left(vcs.tenant)
                 over[mine] = (np.cumsum(demand[:, mine], axis=1) > left[:, None]).any(axis=0)
+        for group in pooled.values():  # one by one in the batch's order, each seeing the pool the others took
+            over |= _over_pooled(state, [owners[o].tenant for o in group], np.asarray(group), owner_of, demand)
         if over.any():
             cut = int(np.argmax(over))
             if cut == 0:
@@ -464,3 +471,20 @@ def _alone_kind(unit):
         return None
     comp = unit.components[0]
     return comp if bound_alone(comp) else None
+
+
+def _over_pooled(state, tenants: list[str], group: np.ndarray, owner_of: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """bool per unit of the batch: a unit of a cohort's members (``group``
+    owners, of ``tenants``) past which the quota, with what the cohort lends,
+    runs out, the units taken in the batch's order (each sees what the
+    earlier ones drew from the pool)."""
+    over = np.zeros(owner_of.size, bool)
+    index = state.tenant_index
+    used = state.used.copy()
+    for k in np.flatnonzero(np.isin(owner_of, group)).tolist():
+        tenant = tenants[int(np.flatnonzero(group == owner_of[k])[0])]
+        if (demand[:, k] > state.cohorts.left(used, index[tenant])).any():
+            over[k] = True  # (the batch stops at its first unit over)
+            break
+        used[index[tenant]] += demand[:, k]
+    return over

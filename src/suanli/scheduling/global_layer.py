@@ -46,7 +46,7 @@ class QuotaAndReach(Extras):
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         out: list[Check] = []
         if self.limited:
-            left = self.state.quota_left(self.vc.tenant) - self.pending
+            left = self.state.quota_left(self.vc.tenant, self.pending)
             if req.whole_node:  # the need is the row's whole capacity: check per row
                 out.append((Why("quota", tenant=self.vc.tenant), (table.view("cap") <= left[:, None]).all(axis=0)))
             elif not (req.vec <= left).all():
@@ -62,7 +62,7 @@ class QuotaAndReach(Extras):
         in the VC's component, or becomes it with the next copy)."""
         if not self.limited:
             return k
-        left = (self.state.quota_left(self.vc.tenant) - self.pending).tolist()
+        left = (self.state.quota_left(self.vc.tenant, self.pending)).tolist()
         vec = req.plain[0]
         fit = min((left[d] // v for d, v in enumerate(vec) if v > 0), default=k + 1)
         return max(0, min(k, fit - 1))
@@ -72,7 +72,7 @@ class QuotaAndReach(Extras):
         when fewer, the quota's gap for all ``count``: "tenant t quota for gpu: 24 more needed"."""
         if not self.limited or req.whole_node:
             return count, None
-        left = self.state.quota_left(self.vc.tenant) - self.pending
+        left = self.state.quota_left(self.vc.tenant, self.pending)
         vec = req.vec
         cols = np.flatnonzero(vec > 0)
         if not cols.size:
@@ -83,8 +83,15 @@ class QuotaAndReach(Extras):
             return count, None
         col = int(cols[np.argmin(fits)])
         name = self.state.fleet.resources[col]
-        return most, Why("quota", "gap", name, tenant=self.vc.tenant, requested=int(count * vec[col]),
-                         allowed=int(left[col]), gap=int(count * vec[col] - left[col]))
+        state = self.state
+        c = int(state.cohorts.of[state.tenant_index[self.vc.tenant]])
+        figures = {"requested": int(count * vec[col]), "allowed": int(left[col]), "gap": int(count * vec[col] - left[col])}
+        if c >= 0:  # (what the cohort lends counts in what is left)
+            i = state.tenant_index[self.vc.tenant]
+            within = state.used[i, col] + self.pending[col] + count * vec[col] <= state.cohorts.nominal[i, col]
+            detail = "lent" if within else "cohort"  # within its own quota, which the cohort borrows now
+            return most, Why("quota", detail, name, tenant=self.vc.tenant, cohort=state.cohorts.names[c], **figures)
+        return most, Why("quota", "gap", name, tenant=self.vc.tenant, **figures)
 
     def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         if self._stmt is not stmt:  # the first member of this try: its tentative figures go with it

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.model.work import SiteApplication, World, copies_named, layout, task_count
+from suanli.scheduling.cohorts import UNLIMITED, Cohorts
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
@@ -1235,6 +1236,7 @@ class PlacementState:
         self.weights = np.array([float(t.weight) for t in world.tenants.values()], np.float64)
         self.tenant_used = TenantRows(self.tenant_index, self.used)
         self.quota = TenantRows(self.tenant_index, self.quota_table)
+        self._cohorts()
         self.vcs: dict[str, VCState] = {}
         for vc in world.vcs.values():
             table = self.nodes if vc.default else CandidateTable(r, self.fleet.max_devices)
@@ -1257,18 +1259,26 @@ class PlacementState:
             return  # never reported: a rolled-back growth
         self.journal[(kind, host.vc, host.name)] = host
 
+    def _column(self, key: str) -> int | None:
+        """A quota key's resource column; None when no node has that kind."""
+        col = {"cpu": 0, "memory": 1}.get(key)
+        if col is None:
+            k = self.fleet.kinds.get(key)
+            return None if k < 0 else 2 + k
+        return col
+
     def _quota_vector(self, tenant: str) -> np.ndarray:
-        big = np.iinfo(np.int64).max // 4
-        vec = np.full(len(self.fleet.resources), big, np.int64)
+        vec = np.full(len(self.fleet.resources), UNLIMITED, np.int64)
         for key, value in self.world.tenants[tenant].quota.items():
-            col = {"cpu": 0, "memory": 1}.get(key)
-            if col is None:
-                k = self.fleet.kinds.get(key)
-                if k < 0:
-                    continue
-                col = 2 + k
-            vec[col] = value
+            col = self._column(key)
+            if col is not None:
+                vec[col] = value
         return vec
+
+    def _cohorts(self) -> None:
+        """The cohorts' arrays, read again from the tenants (at start, and
+        when a tenant is added, changed or removed)."""
+        self.cohorts = Cohorts(self.world.tenants, self.tenant_index, self.quota_table, self._column)
 
     def charge(self, tenant: str, vec: np.ndarray, stmt) -> None:
         """Add ``vec`` (negative: give back) to the tenant's usage tentatively,
@@ -1277,8 +1287,11 @@ class PlacementState:
         row += vec
         stmt.did(lambda: row.__isub__(vec))
 
-    def quota_left(self, tenant: str) -> np.ndarray:
-        return self.quota[tenant] - self.tenant_used[tenant]
+    def quota_left(self, tenant: str, extra: np.ndarray | None = None) -> np.ndarray:
+        """What ``tenant`` may still add under its quota, per resource, with
+        ``extra`` added first (tentative placements): in a cohort, with what
+        the cohort lends and within its borrowing limit (``cohorts``)."""
+        return self.cohorts.left(self.used, self.tenant_index[tenant], extra)
 
     def component_mask(self, table: CandidateTable, component: int) -> np.ndarray | None:
         """bool[N]: rows whose site is in network component ``component``; None when
@@ -1505,6 +1518,7 @@ class PlacementState:
             self.quota = TenantRows(self.tenant_index, self.quota_table)
         self.quota_table[i] = self._quota_vector(tenant.name)
         self.weights[i] = float(tenant.weight)
+        self._cohorts()
 
     def add_vc(self, vc) -> VCState:
         """A virtual cluster added while running (no hosts yet)."""

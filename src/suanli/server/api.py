@@ -150,6 +150,8 @@ class TaskOut(BaseModel):
     host: str | None = None
     reasons: dict[str, int] | None = None
     why: list[dict[str, Any]] | None = None  # the reasons in reading order, the binding constraint first
+    # waiting: the first of ``why``; running: why it runs as it does (on quota borrowed in its cohort)
+    reason: str | None = None
     placements: int = 0
     submitted_at: str
     started_at: str | None = None
@@ -205,6 +207,10 @@ class TenantOut(BaseModel):
     weight: float
     quota: dict[str, int]
     allowed_sites: list[str]
+    cohort: str | None = None  # tenants that lend one another unused quota (docs/scheduling.md)
+    borrowing_limit: dict[str, int] | None = None
+    lending_limit: dict[str, int] | None = None
+    reclaim_within_cohort: str | None = None
 
 
 class HostOut(BaseModel):
@@ -376,7 +382,7 @@ def token_ttl_s(ttl: str | None) -> float | None:
 def task_out(row: TaskRow) -> dict[str, Any]:
     return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
             "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons, "why": row.why,
-            "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
+            "reason": row.reason, "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
             "ended_at": iso(row.ended_at)}
 
 
@@ -822,7 +828,11 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     def _tenant_out(name: str) -> dict[str, Any]:
         t = world.tenants[name]
-        return {"name": t.name, "weight": t.weight, "quota": dict(t.quota), "allowed_sites": list(t.allowed_sites)}
+        out = {"name": t.name, "weight": t.weight, "quota": dict(t.quota), "allowed_sites": list(t.allowed_sites)}
+        if t.cohort is not None:
+            out.update(cohort=t.cohort, borrowing_limit=None if t.borrowing_limit is None else dict(t.borrowing_limit),
+                       lending_limit=dict(t.lending_limit), reclaim_within_cohort=t.reclaim)
+        return out
 
     @api.get("/v1/tenants", response_model=list[TenantOut], responses=ERRORS)
     def get_tenants(who: Principal = Depends(principal)):

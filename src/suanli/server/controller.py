@@ -814,6 +814,8 @@ class Controller:
         other, name = split(by)
         if other == tenant:
             return {"by": name}
+        if cause == "cohort reclaim":  # the owner of the quota it borrowed: its cohort knows its members
+            return {"by": f"tenant {other}, reclaiming the quota it lent", PRIVATE: {"by": name, "byTenant": other}}
         what = "another tenant reclaiming its fair share" if cause == "fair share" else \
             "a higher-priority task of another tenant"
         return {"by": what, PRIVATE: {"by": name, "byTenant": other}}
@@ -837,6 +839,8 @@ class Controller:
                     waits.observe(max(0.0, self.wall(e["t"]) - self.wall(rec.submitted_at)))
                 f.update(node=e.get("node"), site=e.get("site"), host=e.get("host"),
                          vc=shown(e["vc"]) if e.get("vc") else None, **NO_REASONS)
+                if e.get("borrowed_from"):  # running on quota its cohort lent: said while it runs
+                    f.update(reason_code="borrowed", reason=e["reason"])
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
                 f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
@@ -998,6 +1002,15 @@ def _console(c: Controller) -> dict[str, Any]:
     keys, state = c.world.fleet.resource_keys, c.sim.state
     tenants = {name: {"used": {k: int(v) for k, v in zip(keys, state.tenant_used[name]) if v},
                       "dominant_share": round(state.dominant_share(name), 6)} for name in c.world.tenants}
+    cohorts = state.cohorts
+    if cohorts:  # what cohort members borrow and lend now
+        borrowed, lent = cohorts.borrowed(state.used), cohorts.lent(state.used)
+        for name, t in tenants.items():
+            i = state.tenant_index[name]
+            if cohorts.of[i] >= 0:
+                t.update(cohort=cohorts.names[int(cohorts.of[i])],
+                         borrowed={k: int(v) for k, v in zip(keys, borrowed[i]) if v},
+                         lent={k: int(v) for k, v in zip(keys, lent[i]) if v})
     return {"allocation": _allocation(c), "history": c.allocation.series(), "tenants": tenants}
 
 

@@ -205,6 +205,7 @@ class GlobalState:
             del world.tenants[name]
             i = state.tenant_index[name]
             state.quota_table[i] = 0  # a row stays (its number is in use); it takes nothing more
+            state._cohorts()  # (and it lends nothing more)
         for tenant in tenants.values():
             if world.tenants.get(tenant.name) != tenant:
                 state.set_tenant(tenant)

@@ -8,6 +8,7 @@ changing anything, the moves it would make, as ``Plan``s:
 | ``return`` | a running service away from its ``near`` site, room closer | the service, relocated |
 | ``preempt`` | a waiting unit that outranks running work | the cheapest set it outranks, evicted |
 | ``reclaim`` | a waiting unit of a tenant below its weighted share | work of tenants above theirs, evicted |
+| ``lent`` | a waiting unit within its tenant's quota, which its cohort lent out | work on borrowed quota, evicted |
 | ``defragment`` | a waiting whole-device unit, free share scattered | fractional tasks, relocated |
 | ``drain`` | a node being drained | each unit on it, evicted (services migrate) |
 | ``claim`` | local work claiming a node's capacity (``deviceBusy``) | the cheapest set that makes it fit, evicted |
@@ -40,7 +41,8 @@ from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
 from suanli.sim.defrag import plan_defrag
 from suanli.scheduling.select import allocation
-from suanli.sim.rescheduler import DryRoom, plan_returns, reclaim_keeps_order, relocate, serves_again_s, victims
+from suanli.sim.rescheduler import (DryRoom, lent_victims, plan_returns, reclaim_keeps_order, relocate, serves_again_s,
+                                   victims)
 
 HYSTERESIS, BUDGET, MIGRATIONS = "hysteresis", "disruption budget", "migration limit"
 
@@ -136,6 +138,17 @@ def reclaim_plan(sim, unit: Unit) -> Plan | None:
     if not plan or not reclaim_keeps_order(sim, unit, plan):
         return None
     return Plan("reclaim", "fair share", tuple(v.key for v in plan), unit=unit)
+
+
+def lent_plan(sim, unit: Unit) -> Plan | None:
+    """Cohort reclaim: ``unit``'s tenant gets back the quota its cohort lent,
+    by evicting the cheapest set of work running on borrowed quota that
+    makes the unit fit (``rescheduler.lent_victims``)."""
+    plan = plan_preemption(sim.business, unit, lent_victims(sim, unit))
+    if not plan:
+        return None
+    return Plan("lent", "cohort reclaim", tuple(v.key for v in plan), unit=unit,
+                reason=f"reclaimed by its owner {unit.tenant}")
 
 
 def defrag_plan(sim, unit: Unit) -> Plan | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from suanli.phrases import reasons_json, why_json
 from suanli.sim.defrag import needs_whole_devices
-from suanli.sim.moves import defrag_plan, drain_plans, plan_json, preempt_plan, reclaim_plan, return_plans
+from suanli.sim.moves import defrag_plan, drain_plans, lent_plan, plan_json, preempt_plan, reclaim_plan, return_plans
 from suanli.sim.rescheduler import FAIR_MARGIN
 
 
@@ -55,6 +55,7 @@ def _plans(sim, at: float, pending) -> list:
     share = sim.state.share_by_tenant()
     top = max(share.values(), default=0.0)
     for _, unit in sorted(waiting, key=lambda kv: (-standing(kv[1]), -kv[1].priority, kv[0])):
+        plans.append(lent_plan(sim, unit))
         plans.append(preempt_plan(sim, unit))
         if share.get(unit.tenant, 0.0) * (1 + FAIR_MARGIN) < top:
             plans.append(reclaim_plan(sim, unit))

@@ -209,10 +209,19 @@ def outranks(sim, unit: Unit, other: Unit) -> bool:
 
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     """Running units ``unit`` outranks, all preemptible, on the same table,
-    holding something on a row the unit could use at all. ``fair``: instead,
+    holding something on a row the unit could use at all (none of its
+    cohort's other members when it would run on borrowed quota: it would
+    evict them to borrow what they lend, and they would reclaim it). ``fair``: instead,
     units of no higher standing from other tenants above the unit's tenant's
     weighted share (fair-share reclaim)."""
     share = sim.state.share_by_tenant() if fair else {}
+    cohorts, index = sim.state.cohorts, sim.state.tenant_index
+    cohort = int(cohorts.of[index[unit.tenant]])  # its cohort's own rules reclaim from its members (``lent_victims``)
+    if cohort >= 0 and not fair:  # a unit that would run on borrowed quota evicts no lender's work for it
+        need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
+        borrows = bool((sim.state.used[index[unit.tenant]] + need > cohorts.nominal[index[unit.tenant]]).any())
+    else:
+        borrows = False
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
@@ -241,9 +250,13 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             if other == unit.tenant or standing(them) > mine or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
                 continue
+            if cohort >= 0 and cohorts.of[index[other]] == cohort:
+                continue
             if not sim.may_disturb(uid):
                 continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
         elif not outranks(sim, unit, them):
+            continue
+        elif borrows and other != unit.tenant and cohorts.of[index[other]] == cohort:
             continue
         held = []
         for task in us.run.tasks:
@@ -259,6 +272,56 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
                 level = (theirs, them.priority if other == unit.tenant else theirs)
                 waits = not all(room_elsewhere(table, sim.business.request(c, other), a.row) for c, a in held)
                 out.append(Victim(uid, other, them.priority, state, held, rank, level, waits))
+    return out
+
+
+def lent_victims(sim, unit: Unit) -> list[Victim]:
+    """Work running on quota its tenant borrowed from ``unit``'s cohort, that
+    ``unit``'s tenant may evict to get its own quota back: the preemptible
+    running units of the cohort's other members above their quota on a
+    resource ``unit`` asks for (of lower standing only, when its tenant
+    reclaims ``lowerPriority``), on the unit's table, the borrower furthest
+    above its weighted share cheapest. None when its tenant is in no cohort,
+    does not reclaim, or asks beyond its own quota (that would be borrowing,
+    not getting back). Fair-share reclaim leaves a cohort's members to this."""
+    state = sim.state
+    me = sim.world.tenants[unit.tenant]
+    i = state.tenant_index[unit.tenant]
+    cohorts = state.cohorts
+    if cohorts.of[i] < 0 or me.reclaim == "never":
+        return []
+    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
+    if (state.used[i] + need > cohorts.nominal[i]).any():
+        return []
+    borrowed = cohorts.borrowed(state.used)
+    rows = cohorts.members[int(cohorts.of[i])]
+    over = {state.tenant_names[r] for r in rows.tolist() if r != i and (borrowed[r] * (need > 0)).any()}
+    if not over:
+        return []
+    table = state.vcs[unit.app.vc].table
+    standing = sim.business.standing
+    mine = standing(unit)
+    share = state.share_by_tenant()
+    out = []
+    for uid in sim.view.running():
+        us = sim.view.units[uid]
+        them = us.unit
+        if them.tenant not in over or not all(c.preemptible for c in them.components):
+            continue
+        if me.reclaim == "lowerPriority" and standing(them) >= mine:
+            continue
+        held = []
+        for task in us.run.tasks:
+            p = state.placements[task]
+            if state.vcs[p.vc].table is not table:
+                break
+            held.append((sim.view.tasks[task].component, p.alloc))
+        else:
+            if held:
+                state_mib = sum(c.state_mib for c in them.distinct_components() if c.stateful)
+                rank = -share[them.tenant]  # the borrower furthest above its weighted share gives first
+                waits = not all(room_elsewhere(table, sim.business.request(c, them.tenant), a.row) for c, a in held)
+                out.append(Victim(uid, them.tenant, them.priority, state_mib, held, rank, (0, 0), waits))
     return out
 
 

@@ -28,7 +28,7 @@ from suanli.sim.ledger import PENDING, TaskRecord
 from suanli.sim.logbook import Logbook
 from suanli.sim.loop_events import MoveDone
 from suanli.sim.moves import (HYSTERESIS, Held, Plan, apply_plan, bound_plan, claim_plan, defrag_plan, held_by,
-                              preempt_plan, reclaim_plan, return_plans)
+                              lent_plan, preempt_plan, reclaim_plan, return_plans)
 from suanli.sim.rescheduler import FAIR_MARGIN, broken_units, serves_again_s
 
 
@@ -88,7 +88,6 @@ class Rescheduler:
         make it fit, highest standing first: its own tenant's work of lower
         priority, other tenants' work of lower standing (``outranks``). Each
         eviction strictly lowers (standing, priority), so passes end."""
-        evicted = False
         standing = self.business.standing
         if not self.shard._levels:
             return False
@@ -96,20 +95,41 @@ class Rescheduler:
         own = {tenant: min(p) for tenant, p in self.shard._own.items()}  # per tenant, its lowest priority running
         if lowest is None:
             return False
-        hopeless: set[tuple] = set()  # shapes that found no plan: the same shape will not either
-        for unit in sorted(failed, key=lambda u: (-standing(u), -u.priority, u.seq)):
-            if standing(unit) <= lowest and unit.priority <= own.get(unit.tenant, unit.priority):
-                continue  # nothing running that it outranks
-            shape = unit_shape(unit)
+        units = [u for u in sorted(failed, key=lambda u: (-standing(u), -u.priority, u.seq))
+                 if standing(u) > lowest or u.priority > own.get(u.tenant, u.priority)]  # (others outrank nothing running)
+        return self._made(t, units, preempt_plan, unit_shape) > 0
+
+    def _made(self, t: float, units: list[Unit], plan_of, shape_of) -> int:
+        """Plan and make, unit by unit in order, what ``plan_of`` plans for
+        the ones still waiting; a shape (``shape_of``) that found no plan is
+        not planned again (the same shape would not find one either).
+        Returns the plans made."""
+        made = 0
+        hopeless: set[tuple] = set()
+        for unit in units:
+            shape = shape_of(unit)
             if unit.seq not in self.shard.pending or shape in hopeless:
                 continue
-            plan = preempt_plan(self.sim, unit)
+            plan = plan_of(self.sim, unit)
             if plan is None:
                 hopeless.add(shape)
                 continue
             apply_plan(self.sim, t, plan)
-            evicted = True
-        return evicted
+            made += 1
+        return made
+
+    def reclaim_lent(self, t: float, failed: list[Unit]) -> bool:
+        """Cohort reclaim: a waiting unit that asks within its tenant's own
+        quota, while other members of its cohort run on quota they borrowed,
+        evicts the cheapest set of that borrowed work that makes it fit (as
+        its tenant's ``reclaimWithinCohort`` allows). Each eviction lowers
+        what the cohort borrows, so passes end."""
+        cohorts = self.state.cohorts
+        if not cohorts or not cohorts.borrowed(self.state.used).any():
+            return False
+        standing = self.business.standing
+        units = sorted(failed, key=lambda u: (-standing(u), -u.priority, u.seq))
+        return self._made(t, units, lent_plan, lambda u: (u.tenant, unit_shape(u))) > 0
 
     def reclaim(self, t: float, failed: list[Unit]) -> bool:
         """Fair-share reclaim, once per instant: a waiting unit of a tenant below

@@ -99,6 +99,7 @@ class Shard:
         self.keep_records = True  # a deleted application's task records are kept for the results (a server keeps none)
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
         self._room = RoomWait()  # units parked until a row they could go to has room for them
+        self._ahead: dict[int, np.ndarray] = {}  # a pass's placed units not started yet, per cohort member
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
@@ -309,6 +310,8 @@ class Shard:
         if broken:
             failed = [(u, reasons) for u, reasons in failed if u.seq in self.pending]
         still = {u.seq: reasons for u, reasons in failed}
+        if self.state.cohorts:  # placed in this pass, started below one by one (``_borrowed``)
+            self._ahead = self._cohort_use(uid for uid in tried if uid in self.pending and uid not in still)
         for uid in tried:
             if uid not in self.pending:
                 continue  # refused above
@@ -333,10 +336,12 @@ class Shard:
             self.unpark((uid,), wake=False)
             self.pending.discard(uid)
             self.started(t, uid)
+        self._ahead = {}
         if risen:
             self._room.settle(risen)
         units = [u for u, _ in failed if not self.pending.parked(u.seq)]
-        if units and (self.resched.preempt(t, units) or self.resched.reclaim(t, units) or self.resched.defragment(t, units)):
+        if units and (self.resched.reclaim_lent(t, units) or self.resched.preempt(t, units) or self.resched.reclaim(t, units)
+                      or self.resched.defragment(t, units)):
             self.schedule(t)  # the evicted or moved work may fit elsewhere now
 
     def _pass(self, ready: list[int], risen: dict) -> tuple[list[int], list, list]:
@@ -521,19 +526,58 @@ class Shard:
         ids, moving = tab.ids, tab.moving
         comps = unit.components
         comp_of = dict(zip(unit.tasks, comps)) if len(comps) > 1 else None  # (the records': the same objects)
+        borrowed = self._borrowed(uid) if self.state.cohorts else {}
         for task in placed:
             i = ids[task]
             p = self.state.placements[task]
             ledger.placed(i, t)
             self.track_near(task, comps[0] if comp_of is None else comp_of[task], p.host.node)
             where = self.where(p.host.node)
-            self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc)
+            self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc, **borrowed)
             if moving and i in moving:  # a service that stopped to move: priced from where it left
                 self.resched.log_move(t, tab[task], p.host.node)  # started when its state arrives
             else:
                 self.resched.disrupted.discard(task)
                 self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
+
+    def _cohort_use(self, uids) -> dict[int, np.ndarray]:
+        """What placed units of cohort members hold against their tenants'
+        quotas (default VCs' tasks), summed per tenant row."""
+        state = self.state
+        out: dict[int, np.ndarray] = {}
+        for uid in uids:
+            unit = self._units[uid].unit
+            i = state.tenant_index[unit.tenant]
+            if state.cohorts.of[i] < 0:
+                continue
+            for task in unit.tasks:
+                p = state.placements.get(task)
+                if p is not None and state.vcs[p.vc].default:
+                    out[i] = out[i] + p.alloc.vec if i in out else p.alloc.vec.astype(np.int64)
+        return out
+
+    def _borrowed(self, uid: int) -> dict[str, Any]:
+        """What the placed events of a unit starting now say when, started in
+        this order, it takes its tenant above its quota: it runs on quota
+        borrowed in its cohort, from whom (those lending most first). The
+        units of the same pass not started yet are not counted
+        (``_ahead``)."""
+        state = self.state
+        unit = self._units[uid].unit
+        i = state.tenant_index[unit.tenant]
+        if state.cohorts.of[i] < 0:
+            return {}
+        ahead = self._ahead.get(i)
+        if ahead is not None:
+            ahead -= self._cohort_use((uid,)).get(i, 0)
+        after = state.used[i] - (ahead if ahead is not None else 0)
+        if not (after > state.cohorts.nominal[i]).any():
+            return {}
+        names = [state.tenant_names[r] for r in state.cohorts.lenders(state.used, i)]
+        if not names:
+            return {}
+        return {"borrowed_from": names, "reason": "running on quota borrowed from tenant " + ", ".join(names)}
 
     def track_near(self, task: str, comp: Component | None = None, node: int = -1) -> None:
         """Keep ``near_running`` to the running tasks placed away from their

@@ -252,12 +252,18 @@ def _check_drawn_links(docs: Documents, fleet: Fleet) -> None:
         raise SpecError(problems)
 
 
+def tenant_of(name: str, spec) -> Tenant:
+    """A tenant as the scheduler reads it, from its document's spec."""
+    return Tenant(name, spec.weight, dict(spec.quota or {}), tuple(spec.allowed_sites), spec.max_priority,
+                  spec.cohort, None if spec.borrowing_limit is None else dict(spec.borrowing_limit),
+                  dict(spec.lending_limit or {}), spec.reclaim_within_cohort)
+
+
 def build_world(docs: Documents) -> World:
     fleet = build_fleet(docs)
     _check_drawn_links(docs, fleet)
     tenants = {
-        t.name: Tenant(t.name, t.doc.spec.weight, dict(t.doc.spec.quota or {}), tuple(t.doc.spec.allowed_sites),
-                       t.doc.spec.max_priority)
+        t.name: tenant_of(t.name, t.doc.spec)
         for t in docs.tenants
     }
     vcs: dict[str, VirtualCluster] = {}

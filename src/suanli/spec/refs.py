@@ -79,13 +79,24 @@ def check_references(docs: Documents) -> list[Problem]:
 
     tenants = {t.name: t.doc.spec.max_priority for t in docs.tenants}
     for t in docs.tenants:
-        for key in (t.doc.spec.quota or {}):
-            if key not in ("cpu", "memory") and key not in kinds and docs.fleets:
-                known = ", ".join(["cpu", "memory", *sorted(kinds)])
-                problems.append(_about('Fleet', problem_at(t.src, ("spec", "quota", key), f"no accelerator of kind {key!r} in the fleet; quota keys are {known}")))
+        spec = t.doc.spec
+        for field, limits in (("quota", spec.quota), ("borrowingLimit", spec.borrowing_limit),
+                              ("lendingLimit", spec.lending_limit)):
+            for key in (limits or {}):
+                if key not in ("cpu", "memory") and key not in kinds and docs.fleets:
+                    known = ", ".join(["cpu", "memory", *sorted(kinds)])
+                    problems.append(_about('Fleet', problem_at(t.src, ("spec", field, key), f"no accelerator of kind {key!r} in the fleet; {field} keys are {known}")))
         for i, pattern in enumerate(t.doc.spec.allowed_sites):
             if docs.fleets and not sites.any_match(pattern):
                 problems.append(_no_site_matches(t, ("spec", "allowedSites", i), pattern, sites))
+
+    members: dict[str, list] = {}
+    for t in docs.tenants:
+        if t.doc.spec.cohort is not None:
+            members.setdefault(t.doc.spec.cohort, []).append(t)
+    for cohort, alone in members.items():
+        if len(alone) == 1:
+            problems.append(dataclasses.replace(problem_at(alone[0].src, ("spec", "cohort"), f"cohort {cohort!r} has no other member: nothing to borrow, and no one to lend to"), warning=True))
 
     vcs: dict[str, str] = {}
     for vc in docs.virtual_clusters:

@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -304,15 +305,22 @@ class TenantSpec(Base):
     # the admin's ceiling on the tenant's priorities: above it an application is
     # refused; against other tenants a priority counts up to it (None: 0)
     max_priority: bounded(int, q.MAX_PRIORITY, Field(ge=0)) | None = None
+    # a cohort: tenants that lend one another the quota they do not use
+    cohort: Name | None = None
+    borrowing_limit: dict[str, int] | None = None  # at most this much above its quota (default: what the cohort lends)
+    lending_limit: dict[str, int] | None = None  # at most this much of its quota lent (default: all of it)
+    # evict work running on borrowed quota when it needs its own back: any, lowerPriority, never
+    reclaim_within_cohort: Literal["any", "lowerPriority", "never"] = "any"
 
-    @field_validator("quota", mode="before")
+    @field_validator("quota", "borrowing_limit", "lending_limit", mode="before")
     @classmethod
-    def _parse_quota(cls, value: Any) -> Any:
+    def _parse_quota(cls, value: Any, info: ValidationInfo) -> Any:
         """cpu and memory in their units; any other key is an accelerator kind (device count)."""
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise ValueError("quota is a mapping such as {cpu: 2000, memory: 8Ti, gpu: 128}")
+            name = to_camel(info.field_name)
+            raise ValueError(f"{name} is a mapping such as {{cpu: 2000, memory: 8Ti, gpu: 128}}")
         out: dict[str, int] = {}
         for key, raw in value.items():
             try:
@@ -320,11 +328,32 @@ class TenantSpec(Base):
                     out[key] = q.parse_cpu_milli(raw, q.MAX_QUOTA_CPU)
                 elif key == "memory":
                     out[key] = q.parse_mem_mib(raw, q.MAX_QUOTA_MEMORY)
+                elif raw == 0 and not isinstance(raw, bool):  # none of that kind (a limit: none borrowed or lent)
+                    out[str(key)] = 0
                 else:
                     out[str(key)] = q.parse_device_milli(raw, q.MAX_QUOTA_DEVICES)
             except q.QuantityError as exc:
                 raise FieldError((key,), str(exc)) from None
         return out
+
+    @model_validator(mode="after")
+    def _cohort_limits(self) -> "TenantSpec":
+        """Limits are a cohort's: without one there is nothing to borrow or
+        lend; a tenant lends only what its quota names."""
+        for name, limit in (("borrowingLimit", self.borrowing_limit), ("lendingLimit", self.lending_limit)):
+            if limit and self.cohort is None:
+                raise FieldError((name,), f"{name} needs a cohort to borrow from and lend to: set cohort")
+        if self.cohort is not None and not self.quota:
+            raise FieldError(("cohort",), "a tenant in a cohort needs a quota: a cohort lends and borrows quota")
+        for key in (self.lending_limit or {}):
+            if key not in (self.quota or {}):
+                raise FieldError(("lendingLimit", key), f"lends {key}, which its quota does not name: "
+                                 f"a tenant lends only its own quota")
+        for key in (self.borrowing_limit or {}):
+            if key not in (self.quota or {}):
+                raise FieldError(("borrowingLimit", key), f"borrows {key}, which its quota does not name: "
+                                 f"it uses any amount of {key} without borrowing")
+        return self
 
 
 # ---------------------------------------------------------------- shared by VCs and apps

@@ -1,0 +1,240 @@
+"""Backfill with reservations, as Slurm's backfill scheduler does it.
+
+A pass tries the waiting units in the queue's order (standing, fair share,
+priority, arrival). What happens after a unit does not fit is the policy's
+``backfill``:
+
+- ``off``: every later unit that fits starts (first fit; a wide unit can
+  wait while narrower ones keep passing it);
+- ``fcfs``: nothing passes it: every later unit of the pass waits behind it;
+- ``easy``: the first unit that does not fit gets a **reservation** at its
+  earliest start, computed from the expected ends of the running work; a
+  later unit starts only if it does not delay that reservation;
+- ``conservative``: every unit that does not fit (up to ``depth`` of them)
+  gets a reservation, each computed with the ones before it; a later unit
+  starts only if it delays none.
+
+Expected ends are the running jobs' ``timeLimit`` when they give one, else
+their duration as the simulator knows it; a service never ends. A unit's
+earliest start is the first instant ``t`` (now, or an expected end) such
+that it fits on the nodes as they will be over ``[t, t + its expected
+run)``: the running work that ends by ``t`` gone, every reservation that
+overlaps that span held. It is found by placing the unit tentatively on the
+table so changed (the same placement as any other: gangs, domains, devices),
+so a reservation is also where it will go.
+
+A later unit ``C`` that fits now may start when it ends before every
+reservation starts; otherwise each row it takes must still hold what every
+reservation that starts before ``C`` ends leaves free on that row at its
+start (the **shadow** of the reservation: the nodes' free room then, with
+the reservations of that instant, and the units started before ``C`` in this
+pass that still run then, taken). This is a row check, like capacity
+(``Reserved``), so a unit that is refused for it waits with the reason "held
+for a reservation: <task> from t=<s>".
+
+Reservations cover the default virtual clusters' tasks (the node table);
+work in explicit virtual clusters is not reserved for and not held back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from suanli.scheduling.filters import Check
+from suanli.scheduling.reasons import Why
+from suanli.scheduling.statement import Statement
+from suanli.scheduling.table import Allocation, CandidateTable
+
+MODES = ("off", "fcfs", "easy", "conservative")
+
+
+@dataclass
+class Reservation:
+    """Where and when a waiting unit is expected to start."""
+
+    seq: int  # the unit's number
+    task: str  # its first task, to name it
+    start: float
+    end: float  # start plus its expected run (inf: it never ends)
+    allocs: list[Allocation]
+    shadow: np.ndarray = field(repr=False, default=None)  # int64[R, N]: free room on each row at ``start``
+    made_at: float = 0.0  # when it was first reserved (the same unit, later passes)
+
+
+class Backfill:
+    """The reservations of one pass, and the check later units pass."""
+
+    def __init__(self, mode: str, depth: int, ends: Callable[[], list[tuple[float, list[Allocation]]]],
+                 expected_s: Callable[[object], float]) -> None:
+        """``ends()``: the running work's expected ends on the node table, as
+        (time, allocations), soonest first; ``expected_s(unit)``: a waiting
+        unit's expected run (inf: unknown or never ending)."""
+        self.mode, self.depth = mode, depth
+        self._ends_of, self.expected_s = ends, expected_s
+        self.now = 0.0
+        self.reservations: list[Reservation] = []
+        self.blocked_by: str | None = None  # fcfs: the unit everything later waits behind
+        self.first_made: dict[int, float] = {}  # unit -> when it was first reserved
+        self._ends: list[tuple[float, list[Allocation]]] | None = None
+        self._started: list[tuple[float, list[Allocation]]] = []  # started in this pass: (expected end, allocations)
+        self.made = 0  # reservations made (all passes)
+
+    def begin(self, now: float) -> None:
+        """A new pass: reservations are made again from the state now."""
+        self.now = now
+        self.reservations.clear()
+        self.blocked_by = None
+        self._ends = None
+        self._started = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.reservations) or self.blocked_by is not None
+
+    # ------------------------------------------------------------ a unit that waits
+
+    def failed(self, layer, unit, reasons) -> None:
+        """``unit`` did not fit: behind it, nothing passes (fcfs), or it gets a
+        reservation (the first one: easy; up to ``depth``: conservative)."""
+        if self.mode == "fcfs":
+            if self.blocked_by is None:
+                self.blocked_by = unit.tasks[0]
+            return
+        if self.mode == "easy" and self.reservations or len(self.reservations) >= self.depth:
+            return
+        vcs = layer.state.vcs[unit.app.vc]
+        if not vcs.default or any(r.seq == unit.seq for r in self.reservations):
+            return
+        got = self._earliest(layer, unit, vcs)
+        if got is None:
+            return
+        start, allocs = got
+        run = self.expected_s(unit)
+        made = self.first_made.setdefault(unit.seq, self.now)
+        if made == self.now:
+            self.made += 1
+        r = Reservation(unit.seq, unit.tasks[0], start, start + run, allocs, made_at=made)
+        self.reservations.append(r)
+        self._shadows(layer.state.nodes)
+        reasons[Why("reservation", task=unit.tasks[0], made=round(made, 3), start=round(start, 3))] += 1
+
+    def forget(self, seq: int) -> None:
+        self.first_made.pop(seq, None)
+
+    def _running_ends(self) -> list[tuple[float, list[Allocation]]]:
+        if self._ends is None:
+            self._ends = sorted(self._ends_of() + self._started, key=lambda e: e[0])
+        return self._ends
+
+    def _earliest(self, layer, unit, vcs) -> tuple[float, list[Allocation]] | None:
+        """The first instant the unit fits for its whole expected run, and its
+        allocations then; None when it never does (within what is known)."""
+        table = vcs.table
+        run = self.expected_s(unit)
+        ends = self._running_ends()
+        times = sorted({self.now, *(t for t, _ in ends if t > self.now and np.isfinite(t)),
+                        *(r.end for r in self.reservations if np.isfinite(r.end))})
+        reqs = layer.unit_requests(unit)
+        k = 0
+        with Statement() as released:
+            for t in times:
+                while k < len(ends) and ends[k][0] <= t:
+                    released.give(table, ends[k][1])
+                    k += 1
+                with Statement(released) as probe:
+                    for r in self.reservations:
+                        if r.start < t + run and r.end > t:
+                            probe.take(table, r.allocs)
+                    saved, layer.backfill = layer.backfill, None  # (no guard while it looks)
+                    try:
+                        result = layer.attempt(unit, vcs, reqs, allow_fewer=False, stmt=probe)
+                    finally:
+                        layer.backfill = saved
+                    if result.ok:
+                        return t, list(result.allocations)
+        return None
+
+    def _shadows(self, table: CandidateTable) -> None:
+        """Each reservation's shadow: the free room on each row at its start,
+        as the profile says (ends by then given back; reservations and this
+        pass's started units that run then taken)."""
+        ends = self._running_ends()
+        for r in self.reservations:
+            free = table.free[:, :table.n].astype(np.int64)
+            for t, allocs in ends:
+                if t <= r.start:
+                    _add(free, allocs, 1)
+            for other in self.reservations:
+                if other.start <= r.start < other.end:
+                    _add(free, other.allocs, -1)
+            r.shadow = free
+
+    # ------------------------------------------------------------ a later unit
+
+    def guard(self, unit) -> list[Reservation]:
+        """The reservations a unit of the pass must not delay: those that start
+        before it would end (none when it ends before all of them)."""
+        if not self.reservations:
+            return []
+        end = self.now + self.expected_s(unit)
+        return [r for r in self.reservations if r.start < end]
+
+    def started(self, unit, allocs: list[Allocation]) -> None:
+        """A unit of the pass started on ``allocs``: the shadows it runs into lose its room."""
+        end = self.now + self.expected_s(unit)
+        self._started.append((end, allocs))
+        for r in self.reservations:
+            if r.start < end:
+                _add(r.shadow, allocs, -1)
+
+
+class Reserved:
+    """The row check of a unit that must not delay reservations: each
+    reservation's shadow, less what the unit's earlier members took there."""
+
+    def __init__(self, held: list[Reservation]) -> None:
+        self.held = held
+        self.pending: dict[int, np.ndarray] = {}  # row -> taken by earlier members of this try
+
+    def checks(self, table: CandidateTable) -> list[Check]:
+        return []
+
+    def mask(self, req, table: CandidateTable) -> tuple[Why, np.ndarray] | None:
+        ok = np.ones(table.n, bool)
+        first = None
+        for r in self.held:
+            room = r.shadow[:, :table.n]
+            if self.pending:
+                room = room.copy()
+                for row, vec in self.pending.items():
+                    room[:, row] -= vec
+            fits = (room >= req.vec[:, None]).all(axis=0)
+            if first is None and not fits.all():
+                first = r
+            ok &= fits
+        if first is None:
+            return None
+        return Why("reserved", task=first.task, start=round(first.start, 3)), ok
+
+    def copies(self, req, row: int, k: int) -> int:
+        vec = req.vec
+        cols = np.flatnonzero(vec > 0)
+        if not cols.size:
+            return k
+        most = k
+        for r in self.held:
+            room = r.shadow[cols, row] - self.pending.get(row, np.zeros_like(vec))[cols] - vec[cols]
+            most = min(most, int(max(0, (room // vec[cols]).min())))
+        return most
+
+    def note(self, a: Allocation) -> None:
+        vec = a.vec.astype(np.int64)
+        self.pending[a.row] = self.pending[a.row] + vec if a.row in self.pending else vec
+
+
+def _add(free: np.ndarray, allocs: list[Allocation], sign: int) -> None:
+    for a in allocs:
+        free[:, a.row] += sign * a.vec
