@@ -43,6 +43,9 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("quota", "cohort"): "tenant {tenant} quota for {resource}, with what cohort {cohort} lends: {gap} more needed",
     ("quota", "lent"): "tenant {tenant} quota for {resource}: {gap} of it lent in cohort {cohort}, not reclaimed",
     ("offline", None): "near site {site} is offline",
+    ("queued", None): "queued behind {task} (first come, first served)",
+    ("reserved", None): "held for a reservation: {task} from t={start:g}s",
+    ("reservation", None): "reserved from t={made:g}s, expected start t={start:g}s",
     ("inadmissible", None): "inadmissible: it asks {requested} {resource} on one node, and the most any node of "
                             "the fleet has is {most}",
     ("domain", "partial"): "room for {taken} of {members} members",

@@ -127,6 +127,7 @@ class Component:
     coupling: str | None = None
     work_s: float | None = None
     duration_s: float | None = None
+    time_limit_s: float | None = None  # the expected run its user states (backfill plans with it)
     efficiency: float = 1.0
     stateful: bool = False
     state_mib: int = 0

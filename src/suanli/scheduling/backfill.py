@@ -38,6 +38,7 @@ work in explicit virtual clusters is not reserved for and not held back.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -78,14 +79,18 @@ class Backfill:
         self.reservations: list[Reservation] = []
         self.blocked_by: str | None = None  # fcfs: the unit everything later waits behind
         self.first_made: dict[int, float] = {}  # unit -> when it was first reserved
+        self._last: dict[int, Reservation] = {}  # the last pass's, by unit
         self._ends: list[tuple[float, list[Allocation]]] | None = None
         self._started: list[tuple[float, list[Allocation]]] = []  # started in this pass: (expected end, allocations)
-        self.made = 0  # reservations made (all passes)
+        self.made = 0  # units reserved for (all passes)
+        self.backfilled = 0  # units started in a pass after a reservation was made in it
 
     def begin(self, now: float) -> None:
-        """A new pass: reservations are made again from the state now."""
+        """A new pass: reservations are made again from the state now (where
+        a unit's last one still holds at its start, on the same rows)."""
         self.now = now
-        self.reservations.clear()
+        self._last = {r.seq: r for r in self.reservations}
+        self.reservations = []
         self.blocked_by = None
         self._ends = None
         self._started = []
@@ -121,9 +126,6 @@ class Backfill:
         self._shadows(layer.state.nodes)
         reasons[Why("reservation", task=unit.tasks[0], made=round(made, 3), start=round(start, 3))] += 1
 
-    def forget(self, seq: int) -> None:
-        self.first_made.pop(seq, None)
-
     def _running_ends(self) -> list[tuple[float, list[Allocation]]]:
         if self._ends is None:
             self._ends = sorted(self._ends_of() + self._started, key=lambda e: e[0])
@@ -138,6 +140,7 @@ class Backfill:
         times = sorted({self.now, *(t for t, _ in ends if t > self.now and np.isfinite(t)),
                         *(r.end for r in self.reservations if np.isfinite(r.end))})
         reqs = layer.unit_requests(unit)
+        last = self._last.get(unit.seq)
         k = 0
         with Statement() as released:
             for t in times:
@@ -148,6 +151,8 @@ class Backfill:
                     for r in self.reservations:
                         if r.start < t + run and r.end > t:
                             probe.take(table, r.allocs)
+                    if last is not None and t >= last.start and _room_for(table, last.allocs):
+                        return t, last.allocs  # its rows still hold then: the reservations after it stay put
                     saved, layer.backfill = layer.backfill, None  # (no guard while it looks)
                     try:
                         result = layer.attempt(unit, vcs, reqs, allow_fewer=False, stmt=probe)
@@ -172,6 +177,14 @@ class Backfill:
                     _add(free, other.allocs, -1)
             r.shadow = free
 
+    def pin(self, unit, table: CandidateTable) -> Pinned | None:
+        """A unit reserved for in the last pass whose reserved rows hold it now
+        is placed there (``Pinned``); None otherwise."""
+        last = self._last.get(unit.seq)
+        if last is None or last.start > self.now or not _room_for(table, last.allocs):
+            return None
+        return Pinned(last.allocs)
+
     # ------------------------------------------------------------ a later unit
 
     def guard(self, unit) -> list[Reservation]:
@@ -183,35 +196,75 @@ class Backfill:
         return [r for r in self.reservations if r.start < end]
 
     def started(self, unit, allocs: list[Allocation]) -> None:
-        """A unit of the pass started on ``allocs``: the shadows it runs into lose its room."""
+        """A unit of the pass started on ``allocs``: it ends when expected (the
+        profile of later reservations gives its room back then), and the
+        shadows it runs into lose its room."""
+        if not allocs:
+            return
+        if self.reservations:
+            self.backfilled += 1
         end = self.now + self.expected_s(unit)
         self._started.append((end, allocs))
+        if self._ends is not None:
+            bisect.insort(self._ends, (end, allocs), key=lambda e: e[0])
         for r in self.reservations:
             if r.start < end:
                 _add(r.shadow, allocs, -1)
+        self.first_made.pop(unit.seq, None)
+
+
+class Pinned:
+    """A reserved unit placed on its reserved rows: each row as many members
+    as its reservation put there (so the later reservations, computed with
+    these rows taken, stay true)."""
+
+    def __init__(self, allocs: list[Allocation]) -> None:
+        self.left: dict[int, int] = {}
+        for a in allocs:
+            self.left[a.row] = self.left.get(a.row, 0) + 1
+
+    def check(self, table: CandidateTable) -> Check:
+        ok = np.zeros(table.n, bool)
+        rows = [row for row, n in self.left.items() if n > 0 and row < table.n]
+        ok[rows] = True
+        return Why("reserved", detail="rows"), ok
+
+    def copies(self, row: int, k: int) -> int:
+        return max(0, min(k, self.left.get(row, 0) - 1))
+
+    def note(self, a: Allocation, stmt: Statement) -> None:
+        row = a.row
+        self.left[row] = self.left.get(row, 0) - 1
+        stmt.did(lambda: self.left.__setitem__(row, self.left[row] + 1))
 
 
 class Reserved:
-    """The row check of a unit that must not delay reservations: each
-    reservation's shadow, less what the unit's earlier members took there."""
+    """The row check of a unit that must not delay reservations: on each row,
+    every held reservation's shadow, less what the unit's earlier members
+    took there in this try, must hold the next member."""
 
     def __init__(self, held: list[Reservation]) -> None:
         self.held = held
         self.pending: dict[int, np.ndarray] = {}  # row -> taken by earlier members of this try
+        self._stmt: Statement | None = None
 
-    def checks(self, table: CandidateTable) -> list[Check]:
-        return []
+    def _room(self, r: Reservation, n: int) -> np.ndarray:
+        room = r.shadow[:, :n]
+        if self.pending:
+            room = room.copy()
+            for row, vec in self.pending.items():
+                if row < n:
+                    room[:, row] -= vec
+        return room
 
-    def mask(self, req, table: CandidateTable) -> tuple[Why, np.ndarray] | None:
+    def check(self, req, table: CandidateTable) -> Check | None:
+        """(reason, rows where the next member leaves every reservation its
+        room), naming the first reservation it would delay; None when it
+        delays none anywhere."""
         ok = np.ones(table.n, bool)
         first = None
         for r in self.held:
-            room = r.shadow[:, :table.n]
-            if self.pending:
-                room = room.copy()
-                for row, vec in self.pending.items():
-                    room[:, row] -= vec
-            fits = (room >= req.vec[:, None]).all(axis=0)
+            fits = (self._room(r, table.n) >= req.vec[:, None]).all(axis=0)
             if first is None and not fits.all():
                 first = r
             ok &= fits
@@ -220,19 +273,45 @@ class Reserved:
         return Why("reserved", task=first.task, start=round(first.start, 3)), ok
 
     def copies(self, req, row: int, k: int) -> int:
+        """Copies after the next one (on ``row``, not yet noted) that leave
+        every reservation its room there."""
         vec = req.vec
         cols = np.flatnonzero(vec > 0)
         if not cols.size:
             return k
-        most = k
+        taken = self.pending.get(row)
         for r in self.held:
-            room = r.shadow[cols, row] - self.pending.get(row, np.zeros_like(vec))[cols] - vec[cols]
-            most = min(most, int(max(0, (room // vec[cols]).min())))
-        return most
+            room = r.shadow[cols, row] - (taken[cols] if taken is not None else 0)
+            k = min(k, max(0, int((room // vec[cols]).min()) - 1))
+        return k
 
-    def note(self, a: Allocation) -> None:
+    def note(self, a: Allocation, stmt: Statement) -> None:
+        if self._stmt is not stmt:  # the first member of this try: its tentative figures go with it
+            self._stmt = stmt
+            stmt.did(self._reset)
+            stmt.at_commit(self._reset)
         vec = a.vec.astype(np.int64)
-        self.pending[a.row] = self.pending[a.row] + vec if a.row in self.pending else vec
+        row = a.row
+        self.pending[row] = self.pending[row] + vec if row in self.pending else vec
+        stmt.did(lambda: self.pending.__setitem__(row, self.pending[row] - vec) if row in self.pending else None)
+
+    def _reset(self) -> None:
+        self.pending.clear()
+        self._stmt = None
+
+
+def _room_for(table: CandidateTable, allocs: list[Allocation]) -> bool:
+    """Do ``allocs`` fit on ``table`` as it is (each row's free room, and each
+    device slot's, holds what they take there together)?"""
+    need: dict[int, np.ndarray] = {}
+    slots: dict[tuple[int, int], int] = {}
+    for a in allocs:
+        need[a.row] = need[a.row] + a.vec if a.row in need else a.vec.astype(np.int64)
+        for slot, milli in zip(a.slots, a.milli):
+            slots[slot, a.row] = slots.get((slot, a.row), 0) + milli
+    if not all(table.enabled[row] and (table.free[:, row] >= vec).all() for row, vec in need.items()):
+        return False
+    return all(int(table.dev_free[slot, row]) >= milli for (slot, row), milli in slots.items())
 
 
 def _add(free: np.ndarray, allocs: list[Allocation], sign: int) -> None:

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from suanli.model.work import Application, Component, layout
+from suanli.scheduling.backfill import Backfill, Reserved
 from suanli.scheduling.domains import combine_domains, couplings_domain, levels_of, scope_domain, tightest
 from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
-from suanli.scheduling.reasons import Domain, Why, bound
+from suanli.scheduling.reasons import Domain, Reasons, Why, binding_of, bound
 from suanli.scheduling.request import Request, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
@@ -232,9 +233,18 @@ class TaskExtras(Extras):
     def __init__(self, layer: "BusinessLayer", vc: VCState) -> None:
         self.layer, self.vc = layer, vc
         self.quota = QuotaAndReach(layer.state, vc) if vc.default else None
+        # the reservations the unit must not delay (backfill.py), the rows reserved for it; None: none
+        self.reserved = Reserved(layer.held) if layer.held and vc.default else None
+        self.pinned = layer.pinned if vc.default else None
 
     def checks(self, req: Request, table: CandidateTable) -> list[Check]:
         out = self.quota.checks(req, table) if self.quota else []
+        if self.reserved is not None:
+            held = self.reserved.check(req, table)
+            if held is not None:
+                out.append(held)
+        if self.pinned is not None:
+            out.append(self.pinned.check(table))
         anti = self.layer.anti_of.get(id(req))
         if anti is not None:
             key, scope = anti
@@ -250,11 +260,19 @@ class TaskExtras(Extras):
     def copies(self, req: Request, table: CandidateTable, row: int, k: int) -> int:
         if self.layer.anti_of.get(id(req)) is not None:
             return 0  # the next copy makes its node (and site) taken for the group
+        if self.reserved is not None:
+            k = self.reserved.copies(req, row, k)
+        if self.pinned is not None:
+            k = self.pinned.copies(row, k)
         return self.quota.copies(req, table, row, k) if self.quota else k
 
     def note(self, req: Request, table: CandidateTable, a: Allocation, stmt: Statement) -> None:
         if self.quota:
             self.quota.note(req, table, a, stmt)
+        if self.reserved is not None:
+            self.reserved.note(a, stmt)
+        if self.pinned is not None:
+            self.pinned.note(a, stmt)
         anti = self.layer.anti_of.get(id(req))
         if anti is not None:
             key, scope = anti
@@ -279,6 +297,9 @@ class BusinessLayer:
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
     # units placed below their size, not recorded (a simulation's): unit seq -> why the rest was left out
     left_out: dict[int, Counter] = field(default_factory=dict)
+    backfill: Backfill | None = None  # a simulation's passes with reservations (backfill.py); None: first fit
+    held: list = field(default_factory=list)  # the reservations the unit being placed must not delay
+    pinned: object = None  # the rows reserved for the unit being placed (backfill.Pinned), when it has some
     batches: Batches = field(init=False)
 
     def __post_init__(self) -> None:
@@ -494,9 +515,12 @@ class BusinessLayer:
             queues = by_standing[level]
             heap, order = _tenant_heap(queues, share)
             batch = True  # whether the next unit may begin a batch (not the unit a batch stopped at)
+            bf = self.backfill
             while heap:
                 tenant = heapq.heappop(heap)[-1]
-                got = self.batches.run(tenant, queues, heap, order, failed_shapes, unit_shape) if batch else None
+                alone = bf is not None and bf.active  # (a batch does not look at reservations)
+                got = self.batches.run(tenant, queues, heap, order, failed_shapes, unit_shape) \
+                    if batch and not alone else None
                 if got is not None:  # units that can only go home, together, in the order of this loop
                     _, batch, placed, popped = got
                     back = (tenant, *popped)
@@ -525,23 +549,54 @@ class BusinessLayer:
     def _run_one(self, unit: Unit, record: bool, failed: list, failed_shapes: dict,
                  broken: list | None) -> bool:
         """Place one unit of the pass (or fail it like an earlier unit of its
-        shape); True when its tenant's usage may have changed."""
+        shape); True when its tenant's usage may have changed. With backfill,
+        a unit waits behind the first that did not fit (``fcfs``), or may not
+        delay the reservations made for those (``easy``, ``conservative``)."""
+        bf = self.backfill
+        if bf is not None and bf.blocked_by is not None:
+            reasons = bound(Why("queued", task=bf.blocked_by))
+            failed.append((unit, reasons))
+            if record:
+                self._record(unit, unit.tasks, reasons)
+            return False
         reasons = failed_shapes.get(unit_shape(unit)) if failed_shapes else None
+        guarded = bf is not None and bool(bf.reservations)
         if reasons is None:
+            self.held = bf.guard(unit) if guarded else []
             try:
-                reasons = self.place(unit, record)
+                pinned = False
+                if bf is not None:  # reserved for: on its reserved rows when they hold it (else anywhere)
+                    self.pinned = bf.pin(unit, self.state.vcs[unit.app.vc].table)
+                    if self.pinned is not None:
+                        pinned = self.place(unit, record=False) is None
+                        self.pinned = None
+                reasons = None if pinned else self.place(unit, record)
             except Exception as exc:  # noqa: BLE001 - one unit's error must not stop the others
                 if broken is None:
                     raise
                 broken.append((unit, exc))
                 return False
-            if reasons is not None:
+            finally:
+                self.held, self.pinned = [], None
+            if reasons is not None and not guarded:  # (held back by a reservation: a shorter one may not be)
                 failed_shapes[unit_shape(unit)] = reasons
         elif record:
             self._record(unit, unit.tasks, reasons)
+        if bf is not None:
+            if reasons is None:
+                bf.started(unit, self._node_allocs(unit))
+            else:
+                reasons = _copied(reasons)  # (its own: a reservation is the unit's)
+                bf.failed(self, unit, reasons)
         if reasons is not None:
             failed.append((unit, reasons))
         return reasons is None or not self.state.vcs[unit.app.vc].default
+
+    def _node_allocs(self, unit: Unit) -> list[Allocation]:
+        """What a placed unit holds on the node table (its default VC's tasks)."""
+        state = self.state
+        return [p.alloc for task in unit.tasks if (p := state.placements.get(task)) is not None
+                and state.vcs[p.vc].default]
 
     def _record(self, unit: Unit, tasks: list[str], reasons: Counter) -> None:
         for task in tasks:
@@ -656,3 +711,10 @@ def unit_shape(unit: Unit) -> tuple:
         for c in unit.components
     )
     return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members, unit.state_sites)
+
+
+def _copied(reasons: Counter) -> Counter:
+    """A unit's own copy of reasons (shared by the units of one shape), its binding kept."""
+    out = Reasons(reasons)
+    out.binding = binding_of(reasons)
+    return out

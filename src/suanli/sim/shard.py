@@ -27,9 +27,11 @@ import numpy as np
 
 from suanli.engine.loop import EventLoop
 from suanli.executors.base import Executor, Restart, Run, TaskExited
+from suanli.executors.sim import speed
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.phrases import why_json
 from suanli.scheduling import nearby
+from suanli.scheduling.backfill import Backfill
 from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
 from suanli.scheduling.reasons import Reasons, Why, bound
 from suanli.scheduling.state import PlacementState
@@ -302,6 +304,8 @@ class Shard:
         if not ready and not risen:
             return
         started = time.perf_counter() if self.on_pass is not None else 0.0
+        if self.business.backfill is not None:
+            self.business.backfill.begin(t)
         tried, failed, broken = self._pass(ready, risen)  # tried: in queue order
         if self.on_pass is not None and tried:
             self.on_pass(time.perf_counter() - started, len(tried))
@@ -407,8 +411,8 @@ class Shard:
         until one of those rows changes, paths near its site change, or such
         work starts (``_count_running``)."""
         unit = self._units[uid].unit
-        if not waiting.ENABLED or len(unit.tasks) != 1 or needs_whole_devices(unit):
-            return
+        if not waiting.ENABLED or len(unit.tasks) != 1 or needs_whole_devices(unit) or self.business.backfill:
+            return  # (with backfill, a reservation's start may let it through: it is tried at every pass)
         comp = unit.components[0]
         tenant = self.world.tenants.get(unit.tenant)
         vcs = self.state.vcs[unit.app.vc]
@@ -540,6 +544,49 @@ class Shard:
                 self.resched.disrupted.discard(task)
                 self.log(t, "started", task=task, **where)
         self.executor.start(run, t)
+
+    # ------------------------------------------------------------ backfill
+
+    def use_backfill(self, mode: str, depth: int) -> None:
+        """Passes with reservations (``backfill.py``), or first fit (``off``)."""
+        self.business.backfill = None if mode == "off" else \
+            Backfill(mode, depth, self._expected_ends, self._expected_run)
+
+    @staticmethod
+    def _time_limit(unit: Unit) -> float | None:
+        """A unit's time limit: its components' longest, when each states one."""
+        limits = [c.time_limit_s for c in unit.distinct_components()]
+        return None if None in limits else max(limits)
+
+    def _expected_ends(self) -> list[tuple[float, list]]:
+        """The running units' expected ends (their time limit, else when the
+        executor expects them to finish; services never end) and what they
+        hold on the node table."""
+        state, out = self.state, []
+        for uid in self.view.running():
+            us = self._units[uid]
+            run = us.run
+            limit = self._time_limit(us.unit)
+            end = run.started_at + limit if limit is not None else run.finish_at
+            if end is None:
+                continue
+            allocs = [p.alloc for task in run.tasks if state.vcs[(p := state.placements[task]).vc].default]
+            if allocs:
+                out.append((max(end, self.now), allocs))
+        return out
+
+    def _expected_run(self, unit: Unit) -> float:
+        """A waiting unit's expected run: its time limit, else what is left of
+        its duration or work at its size (inf: a service, or unknown)."""
+        limit = self._time_limit(unit)
+        if limit is not None:
+            return limit
+        us = self._units[unit.seq]
+        if us.remaining_s is not None:
+            return us.remaining_s
+        if us.remaining_work_s is not None:
+            return us.remaining_work_s / speed(len(unit.tasks), unit.components[0].efficiency)
+        return float("inf")
 
     def _cohort_use(self, uids) -> dict[int, np.ndarray]:
         """What placed units of cohort members hold against their tenants'

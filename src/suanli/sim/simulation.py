@@ -322,6 +322,8 @@ class Simulation:
         self.globe = GlobalState(world, self.state, self.global_layer, self.loop, self.book, self.wake_at)
         self.shard = Shard(world, self.state, self.business, self.loop, self.book, self.globe.offline)
         self.policy = scenario.policy.rescheduling if scenario is not None else ReschedulingPolicy()
+        if scenario is not None:
+            self.shard.use_backfill(scenario.policy.backfill, scenario.policy.reservations)
         self.resched = Rescheduler(self, self.shard, world, self.state, self.business, self.loop, self.book,
                                    self.policy)
         self.recorder = Recorder(self.state, self.shard.near_violations)

@@ -83,9 +83,9 @@ def _jittered(app: Application, spec: GeneratorSpec, rng: np.random.Generator) -
 
 
 def _single(name: str, tenant: str, comp: str, res: Resources, lifetime: str, size: int = 1,
-            duration_s: float | None = None, near: Near | None = None) -> Application:
+            duration_s: float | None = None, near: Near | None = None, time_limit_s: float | None = None) -> Application:
     c = Component(app=name, name=comp, lifetime=lifetime, size=size, resources=res, priority=0,
-                  preemptible=True, gang=size > 1, duration_s=duration_s, near=near)
+                  preemptible=True, gang=size > 1, duration_s=duration_s, near=near, time_limit_s=time_limit_s)
     return Application(name, tenant, default_vc_name(tenant), 0, True, (c,))
 
 
@@ -124,7 +124,8 @@ def _openb_resources(cpu_milli: int, mem_mib: int, num_gpu: int, gpu_milli: int,
 
 def swf_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arrival]:
     """Standard Workload Format jobs: a gang of ``processors`` one-cpu tasks on
-    the trace's site, running the recorded run time; a zero run time finishes
+    the trace's site, running the recorded run time, with the requested time
+    as its time limit (what backfill plans with); a zero run time finishes
     at once. Jobs with no processors are counted as failed."""
     from suanli.sim.traces import iter_swf
 
@@ -141,4 +142,5 @@ def swf_arrivals(tr: TraceSpec, base_dir: str, fleet: Fleet) -> Iterator[Arrival
                           reason=f"{job.processors} processors; a gang has at most {MEMBERS.shown} members")
             continue
         yield Arrival(job.submit_s, _single(name, tr.tenant, "rank", res, "job", job.processors,
-                                            duration_s=float(job.run_s), near=near))
+                                            duration_s=float(job.run_s), near=near,
+                                            time_limit_s=job.requested_time_s))

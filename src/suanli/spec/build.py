@@ -201,6 +201,7 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
                 coupling=c.coupling,
                 work_s=c.work,
                 duration_s=c.duration,
+                time_limit_s=c.time_limit,
                 efficiency=c.scaling.efficiency,
                 stateful=c.state.kind == "stateful",
                 state_mib=c.state.size,

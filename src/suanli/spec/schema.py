@@ -523,6 +523,7 @@ class ComponentSpec(Base):
     resources: ResourcesSpec = ResourcesSpec()
     work: DurationS | None = None
     duration: DurationS | None = None
+    time_limit: DurationS | None = None  # a job's expected run as its user states it (backfill plans with it)
     scaling: ScalingSpec = ScalingSpec()
     state: StateSpec = StateSpec()
     platform: PlatformSpec | None = None
@@ -545,8 +546,9 @@ class ComponentSpec(Base):
             raise ValueError("coupling applies to gang members; add gang or remove coupling")
         if self.work is not None and self.duration is not None:
             raise ValueError("a job has either work (scales with parallelism) or duration, not both")
-        if self.lifetime == "service" and (self.work is not None or self.duration is not None):
-            raise ValueError("a service runs until deleted; work and duration apply to jobs")
+        if self.lifetime == "service" and (self.work is not None or self.duration is not None
+                                           or self.time_limit is not None):
+            raise ValueError("a service runs until deleted; work, duration and timeLimit apply to jobs")
         if self.lifetime == "job" and self.work is None and self.duration is None:
             raise ValueError("a job needs duration (fixed length) or work (total task-time)")
         return self
@@ -813,6 +815,11 @@ PlacementPolicy = Literal["default", "random", "dotprod", "clustering", "packing
 class PolicySpec(Base):
     rescheduling: ReschedulingPolicy = ReschedulingPolicy()
     placement: PlacementPolicy = "default"  # how the business layer picks rows and devices (docs/fgd.md)
+    # what may pass a unit that does not fit: everything that fits (off), nothing (fcfs), what delays
+    # no reservation of the first (easy) or of each, up to ``reservations`` of them (conservative)
+    backfill: Annotated[Literal["off", "fcfs", "easy", "conservative"],
+                        BeforeValidator(lambda v: "off" if v is False else v)] = "off"  # (YAML reads off as false)
+    reservations: bounded(int, q.RESERVATIONS, Field(ge=1)) = 64
 
 
 class MobilitySpec(Base):
