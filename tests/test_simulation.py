@@ -854,3 +854,33 @@ def test_autodrive_acceptance_holds_on_variants(examples, tmp_path, seed, arrive
         if e["kind"] == "migrated" and e["task"] in info:
             comp = sim.view.tasks[e["task"]].component
             assert e["bytes"] == (comp.state_mib * 2**20 if comp.stateful else 0) and e["downtime_s"] >= 0
+
+
+def two_links(tmp_path):
+    """A drone 5 ms from two edges, over 100 Mbps and over 10 Gbps; a 4 GiB
+    tracker bound near it; the drone's own work claims it at 60 s for 2 min."""
+    from builders import link, scenario
+
+    small = [node_group("soc", cpu=4, memory="8Gi")]
+    sites = [site("drone-1", tier="device", groups=small), site("e-slow", tier="edge"), site("e-fast", tier="edge")]
+    tracker = component("s", cpu=3, near={"site": "drone-1", "maxRttMs": 20}, state={"kind": "stateful", "size": "4Gi"})
+    return scenario(tmp_path, sites=sites, links=[link("drone-1", "e-slow", 5, "100Mbps"),
+                                                  link("drone-1", "e-fast", 5, "10Gbps")],
+                    apps=[app("track", components=[tracker])], arrivals=[{"at": 0, "app": "track"}], until="10m",
+                    events=[{"at": "60s", "kind": "deviceBusy", "site": "drone-1", "duration": "2m",
+                             "resources": {"cpu": 2}}], policy={"enabled": True, "hysteresis": "30s"})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_moving_service_goes_where_its_state_gets_soonest_by_the_return_plans_measure(tmp_path, seed):
+    """A claimed drone's 4 GiB tracker has two edges 5 ms away, one over
+    100 Mbps and one over 10 Gbps: it goes to the fast one whatever the seed
+    (its placement counts the seconds the move takes, one point each, as the
+    return plan counts them: 4 GiB over 10 Gbps plus the rtt plus the restart,
+    8.44 s), is not moved between the edges after, and comes home when the
+    claim ends."""
+    sim, _ = simulate(two_links(tmp_path), seed=seed)
+    moves = [e for e in sim.events if e.get("task") == "track/s/0" and e["kind"] == "migrated"]
+    assert moves[0]["to"] == "e-fast/n-0" and moves[0]["t"] == 60, moves
+    assert abs(moves[0]["downtime_s"] - (4 * 2**30 * 8 / 10e9 + 0.005 + 5)) < 1e-3, moves[0]
+    assert [m["to"] for m in moves[1:]] == ["drone-1/soc-0"] and moves[1]["t"] >= 180, moves

@@ -43,6 +43,7 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("quota", "cohort"): "tenant {tenant} quota for {resource}, with what cohort {cohort} lends: {gap} more needed",
     ("quota", "lent"): "tenant {tenant} quota for {resource}: {gap} of it lent in cohort {cohort}, not reclaimed",
     ("offline", None): "near site {site} is offline",
+    ("inadmissible", "domain"): "inadmissible: the largest {domain} holds {fits} of its {members} members, even empty",
     ("queued", None): "queued behind {task} (first come, first served)",
     ("reserved", None): "held for a reservation: {task} from t={start:g}s",
     ("reservation", None): "reserved from t={made:g}s, expected start t={start:g}s",

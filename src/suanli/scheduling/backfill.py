@@ -45,11 +45,37 @@ from typing import Callable
 import numpy as np
 
 from suanli.scheduling.filters import Check
-from suanli.scheduling.reasons import Why
+from suanli.scheduling.reasons import Why, bound
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation, CandidateTable
 
 MODES = ("off", "fcfs", "easy", "conservative")
+
+
+class Block:
+    """Allocations summed per row: what the profile gives back or takes as
+    one change per row (a gang of 64 one-cpu ranks on 8 nodes: 8 changes)."""
+
+    __slots__ = ("allocs", "rows", "vecs", "total")
+
+    def __init__(self, allocs: list[Allocation]) -> None:
+        vec: dict[int, np.ndarray] = {}
+        share: dict[int, dict[int, int]] = {}
+        for a in allocs:
+            vec[a.row] = vec[a.row] + a.vec if a.row in vec else a.vec.astype(np.int64)
+            for slot, milli in zip(a.slots, a.milli):
+                mine = share.setdefault(a.row, {})
+                mine[slot] = mine.get(slot, 0) + milli
+        self.allocs = [Allocation(row, v, tuple(share.get(row, {})), tuple(share.get(row, {}).values()))
+                       for row, v in vec.items()]
+        self.rows = np.fromiter(vec, np.int64, len(vec))
+        self.vecs = np.stack(list(vec.values()), axis=1) if vec else np.zeros((0, 0), np.int64)
+        self.total = self.vecs.sum(axis=1) if vec else 0
+
+    def add_to(self, free: np.ndarray, sign: int) -> None:
+        """``free[:, row] += sign * vec`` for each of its rows (rows are distinct)."""
+        if self.rows.size:
+            free[:, self.rows] += sign * self.vecs
 
 
 @dataclass
@@ -60,7 +86,8 @@ class Reservation:
     task: str  # its first task, to name it
     start: float
     end: float  # start plus its expected run (inf: it never ends)
-    allocs: list[Allocation]
+    allocs: list[Allocation]  # one per member, as placed (its rows, when it starts)
+    block: Block = field(repr=False, default=None)
     shadow: np.ndarray = field(repr=False, default=None)  # int64[R, N]: free room on each row at ``start``
     made_at: float = 0.0  # when it was first reserved (the same unit, later passes)
 
@@ -78,6 +105,7 @@ class Backfill:
         self.now = 0.0
         self.reservations: list[Reservation] = []
         self.blocked_by: str | None = None  # fcfs: the unit everything later waits behind
+        self.queued = None  # fcfs: the reasons of those behind it
         self.first_made: dict[int, float] = {}  # unit -> when it was first reserved
         self._last: dict[int, Reservation] = {}  # the last pass's, by unit
         self._ends: list[tuple[float, list[Allocation]]] | None = None
@@ -107,6 +135,7 @@ class Backfill:
         if self.mode == "fcfs":
             if self.blocked_by is None:
                 self.blocked_by = unit.tasks[0]
+                self.queued = bound(Why("queued", task=unit.tasks[0]))  # (one object for all behind it)
             return
         if self.mode == "easy" and self.reservations or len(self.reservations) >= self.depth:
             return
@@ -121,14 +150,15 @@ class Backfill:
         made = self.first_made.setdefault(unit.seq, self.now)
         if made == self.now:
             self.made += 1
-        r = Reservation(unit.seq, unit.tasks[0], start, start + run, allocs, made_at=made)
+        r = Reservation(unit.seq, unit.tasks[0], start, start + run, allocs, Block(allocs), made_at=made)
+        self._shadow(r, vcs.table)
         self.reservations.append(r)
-        self._shadows(layer.state.nodes)
         reasons[Why("reservation", task=unit.tasks[0], made=round(made, 3), start=round(start, 3))] += 1
 
-    def _running_ends(self) -> list[tuple[float, list[Allocation]]]:
+    def _running_ends(self) -> list[tuple[float, Block]]:
         if self._ends is None:
-            self._ends = sorted(self._ends_of() + self._started, key=lambda e: e[0])
+            self._ends = sorted([(t, Block(allocs)) for t, allocs in self._ends_of()] + self._started,
+                                key=lambda e: e[0])
         return self._ends
 
     def _earliest(self, layer, unit, vcs) -> tuple[float, list[Allocation]] | None:
@@ -140,17 +170,25 @@ class Backfill:
         times = sorted({self.now, *(t for t, _ in ends if t > self.now and np.isfinite(t)),
                         *(r.end for r in self.reservations if np.isfinite(r.end))})
         reqs = layer.unit_requests(unit)
+        need = sum(r.vec for r in reqs)
+        free = table.free[:, :table.n].astype(np.int64)  # each row's room at t (a bound: no attempt below it)
         last = self._last.get(unit.seq)
         k = 0
         with Statement() as released:
             for t in times:
                 while k < len(ends) and ends[k][0] <= t:
-                    released.give(table, ends[k][1])
+                    released.give(table, ends[k][1].allocs)
+                    ends[k][1].add_to(free, 1)
                     k += 1
+                overlap = [r for r in self.reservations if r.start < t + run and r.end > t]
+                room = free.copy() if overlap else free
+                for r in overlap:
+                    r.block.add_to(room, -1)
+                if (np.maximum(room, 0).sum(axis=1) < need).any():
+                    continue  # too little room on all rows together
                 with Statement(released) as probe:
-                    for r in self.reservations:
-                        if r.start < t + run and r.end > t:
-                            probe.take(table, r.allocs)
+                    for r in overlap:
+                        probe.take(table, r.block.allocs)
                     if last is not None and t >= last.start and _room_for(table, last.allocs):
                         return t, last.allocs  # its rows still hold then: the reservations after it stay put
                     saved, layer.backfill = layer.backfill, None  # (no guard while it looks)
@@ -162,20 +200,21 @@ class Backfill:
                         return t, list(result.allocations)
         return None
 
-    def _shadows(self, table: CandidateTable) -> None:
-        """Each reservation's shadow: the free room on each row at its start,
-        as the profile says (ends by then given back; reservations and this
-        pass's started units that run then taken)."""
-        ends = self._running_ends()
-        for r in self.reservations:
-            free = table.free[:, :table.n].astype(np.int64)
-            for t, allocs in ends:
-                if t <= r.start:
-                    _add(free, allocs, 1)
-            for other in self.reservations:
-                if other.start <= r.start < other.end:
-                    _add(free, other.allocs, -1)
-            r.shadow = free
+    def _shadow(self, new: Reservation, table: CandidateTable) -> None:
+        """A new reservation's shadow: the free room on each row at its start,
+        as the profile says (the ends by then given back; it, and the
+        reservations and this pass's started units that run then, taken);
+        and the shadows of those that start while it runs lose its room."""
+        free = table.free[:, :table.n].astype(np.int64)
+        for t, block in self._running_ends():
+            if t <= new.start:
+                block.add_to(free, 1)
+        for other in (*self.reservations, new):
+            if other.start <= new.start < other.end:
+                other.block.add_to(free, -1)
+            if other is not new and new.start <= other.start < new.end:
+                new.block.add_to(other.shadow, -1)
+        new.shadow = free
 
     def pin(self, unit, table: CandidateTable) -> Pinned | None:
         """A unit reserved for in the last pass whose reserved rows hold it now
@@ -204,12 +243,13 @@ class Backfill:
         if self.reservations:
             self.backfilled += 1
         end = self.now + self.expected_s(unit)
-        self._started.append((end, allocs))
+        block = Block(allocs)
+        self._started.append((end, block))
         if self._ends is not None:
-            bisect.insort(self._ends, (end, allocs), key=lambda e: e[0])
+            bisect.insort(self._ends, (end, block), key=lambda e: e[0])
         for r in self.reservations:
             if r.start < end:
-                _add(r.shadow, allocs, -1)
+                block.add_to(r.shadow, -1)
         self.first_made.pop(unit.seq, None)
 
 
@@ -312,8 +352,3 @@ def _room_for(table: CandidateTable, allocs: list[Allocation]) -> bool:
     if not all(table.enabled[row] and (table.free[:, row] >= vec).all() for row, vec in need.items()):
         return False
     return all(int(table.dev_free[slot, row]) >= milli for (slot, row), milli in slots.items())
-
-
-def _add(free: np.ndarray, allocs: list[Allocation], sign: int) -> None:
-    for a in allocs:
-        free[:, a.row] += sign * a.vec

@@ -13,6 +13,7 @@ explicit VC asks the global layer to grow an elastic host group.
 from __future__ import annotations
 
 import heapq
+from itertools import groupby
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Unit:
     affinity_scope: str | None = None
     state_sites: tuple[int, ...] = ()  # per member: the site holding its state while it moves (-1: none)
     _priority: int | None = field(default=None, repr=False, compare=False)
+    _shape: tuple | None = field(default=None, repr=False, compare=False)  # (state_sites, unit_shape) once read
 
     def state_site(self, member: int) -> int:
         return self.state_sites[member] if self.state_sites else -1
@@ -393,7 +395,8 @@ class BusinessLayer:
         data = (comp.data_source, comp.data_sink)
         anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
         who = tenant if anti is not None or not SHARED else tuple(self.state.world.tenants[tenant].allowed_sites)
-        key = (who, comp.resources, comp.arch, comp.near, data, state_site, anti, _selector_key(comp.selector))
+        moving = (state_site, comp.state_mib) if state_site >= 0 else None
+        key = (who, comp.resources, comp.arch, comp.near, data, moving, anti, _selector_key(comp.selector))
         req = self._requests.get(key)
         if req is not None:
             self._requests.move_to_end(key)
@@ -402,7 +405,8 @@ class BusinessLayer:
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
             req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
                                   arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data), selector=comp.selector,
-                                  state_site=fleet.site_table.names.name(state_site) if state_site >= 0 else None)
+                                  state_site=fleet.site_table.names.name(state_site) if state_site >= 0 else None,
+                                  state_bytes=comp.state_mib * 2**20)
             self._requests[key] = req
             if comp.near is not None:
                 self._near_keys.setdefault(comp.near.site, set()).add(key)
@@ -554,7 +558,7 @@ class BusinessLayer:
         delay the reservations made for those (``easy``, ``conservative``)."""
         bf = self.backfill
         if bf is not None and bf.blocked_by is not None:
-            reasons = bound(Why("queued", task=bf.blocked_by))
+            reasons = bf.queued
             failed.append((unit, reasons))
             if record:
                 self._record(unit, unit.tasks, reasons)
@@ -562,12 +566,12 @@ class BusinessLayer:
         reasons = failed_shapes.get(unit_shape(unit)) if failed_shapes else None
         guarded = bf is not None and bool(bf.reservations)
         if reasons is None:
-            self.held = bf.guard(unit) if guarded else []
             try:
                 pinned = False
-                if bf is not None:  # reserved for: on its reserved rows when they hold it (else anywhere)
+                if bf is not None:
+                    self.held = bf.guard(unit) if guarded else []
                     self.pinned = bf.pin(unit, self.state.vcs[unit.app.vc].table)
-                    if self.pinned is not None:
+                    if self.pinned is not None:  # reserved for: on its reserved rows when they hold it (else anywhere)
                         pinned = self.place(unit, record=False) is None
                         self.pinned = None
                 reasons = None if pinned else self.place(unit, record)
@@ -577,7 +581,8 @@ class BusinessLayer:
                 broken.append((unit, exc))
                 return False
             finally:
-                self.held, self.pinned = [], None
+                if bf is not None:
+                    self.held, self.pinned = [], None
             if reasons is not None and not guarded:  # (held back by a reservation: a shorter one may not be)
                 failed_shapes[unit_shape(unit)] = reasons
         elif record:
@@ -703,14 +708,30 @@ def _tenant_heap(queues: dict[str, deque], share: dict[str, float]) -> tuple[lis
 
 def unit_shape(unit: Unit) -> tuple:
     """What decides whether a unit fits, names aside: its VC, what each member
-    asks and where it may go, and the unit's constraints. Anti-affinity keeps
-    the application in the key: its groups are the application's own."""
-    members = tuple(
-        (c.resources, c.arch, c.near, c.data_source, c.data_sink,
-         (c.app, c.anti_affinity) if c.anti_affinity else None, _selector_key(c.selector))
-        for c in unit.components
-    )
-    return (unit.app.vc, members, unit.couplings, unit.affinity_scope, unit.min_members, unit.state_sites)
+    asks and where it may go (members of one component object in a row:
+    once, with their count), and the unit's constraints. Anti-affinity keeps
+    the application in the key: its groups are the application's own. Kept
+    on the unit while its state sites stay the same."""
+    comps = unit.components
+    if len(comps) == 1:  # (most units: nothing to keep)
+        return (unit.app.vc, ((_member_key(comps[0]), 1),), unit.couplings, unit.affinity_scope, unit.min_members,
+                unit.state_sites)
+    got = unit._shape
+    if got is not None and got[0] is unit.state_sites:
+        return got[1]
+    members = []
+    for _, group in groupby(comps, key=id):
+        run = list(group)
+        members.append((_member_key(run[0]), len(run)))
+    shape = (unit.app.vc, tuple(members), unit.couplings, unit.affinity_scope, unit.min_members, unit.state_sites)
+    unit._shape = (unit.state_sites, shape)
+    return shape
+
+
+def _member_key(c: Component) -> tuple:
+    """What one member asks and where it may go (``unit_shape``'s part of it)."""
+    return (c.resources, c.arch, c.near, c.data_source, c.data_sink,
+            (c.app, c.anti_affinity) if c.anti_affinity else None, _selector_key(c.selector))
 
 
 def _copied(reasons: Counter) -> Counter:

@@ -72,6 +72,7 @@ class Cohorts:
                     ceiling[col] = nominal[i, col] + value
             self.ceiling[i] = np.where(named, ceiling, UNLIMITED)
         self.names = list(numbers)
+        self._of = self.of.tolist()  # (read per check: a list's item, not an array's)
         for c in range(len(self.names)):
             self.members[c] = np.flatnonzero(self.of == c)
 
@@ -83,10 +84,10 @@ class Cohorts:
         added to its usage first (tentative placements)."""
         u = used[i] if extra is None else used[i] + extra
         own = self.ceiling[i] - u
-        c = self.of[i]
+        c = self._of[i]
         if c < 0:
             return own
-        rows = self.members[int(c)]
+        rows = self.members[c]
         drawn = np.maximum(0, used[rows] - self.guard[rows])
         drawn[rows == i] = np.maximum(0, u - self.guard[i])
         pool_left = self.lend[rows].sum(axis=0) - drawn.sum(axis=0)

@@ -101,6 +101,7 @@ class Request:
     data_sites: tuple[int, ...] = ()
     near: NearBound | None = None  # the sites within the near bound (a task's own: not a merged host's)
     network: object = None  # the network the terms were read from (components label sites)
+    moving: tuple[int, int] | None = None  # a moving task's state: (the site holding it, its bytes)
     cache: dict = field(default_factory=dict)  # small values of its own (the last row taken, vec as ints)
 
     def __post_init__(self) -> None:
@@ -199,11 +200,12 @@ def compile_request(
     data_sites: Iterable[str] = (),
     selector: Selector | None = None,
     state_site: str | None = None,
+    state_bytes: int = 0,
     local: bool = False,
 ) -> Request:
     """Compile resources and constraints into a Request for ``fleet``.
     ``state_site``: where a moving task's state is held; it must be able to
-    travel, and a nearer place costs less to move to. ``local``: the node's
+    travel, and a place costs the seconds its ``state_bytes`` take to get there. ``local``: the node's
     own work (a ``deviceBusy`` claim), which a private device takes as it
     takes the work bound near it."""
     vec, needs = resource_vector(fleet, res)
@@ -241,10 +243,11 @@ def compile_request(
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
     for s in data_idx:
         site_checks.append((Why("reach", "data", site=fleet.site_table.names.name(s)), int(network.component[s])))
+    moving = None
     if state_site is not None:
         s = fleet.site_index[state_site]
         site_checks.append((Why("reach", "state", site=state_site), int(network.component[s])))
-        data_idx += (s,)
+        moving = (s, state_bytes)  # its placement costs the move's seconds (``scores.moving_cost``)
     arch_codes = None
     if arch is not None:
         arch_codes = np.array([fleet.archs.get(a) for a in arch if fleet.archs.get(a) >= 0], np.int16)
@@ -260,4 +263,5 @@ def compile_request(
         data_sites=data_idx,
         near=bound,
         network=network,
+        moving=moving,
     )

@@ -27,6 +27,7 @@ _NEAR_RTT_MS = 2.0  # the rtt at which the near score halves: on the site scores
 _PREF_POINTS = 25.0
 _PREF_FAR_MS = 1000.0
 _DATA_RTT_MS = 10.0  # the rtt at which the data score halves
+INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
 
 
 def _gather(table: CandidateTable, rows: np.ndarray) -> tuple[slice | np.ndarray, bool]:
@@ -121,6 +122,22 @@ def _rtt(network: Network, site: int, sites: np.ndarray) -> np.ndarray:
     return network.rtt_to(site)[sites]
 
 
+def transfer_s(network: Network, site: int, sites: np.ndarray, state_bytes: int) -> np.ndarray:
+    """float64[k]: seconds to move ``state_bytes`` from ``site`` to each of
+    ``sites``: the size over the path's bottleneck bandwidth (within a site,
+    the node fabric's ``INTRA_SITE_MBPS``), plus the path's rtt; no path: inf.
+    The one measure of a move's cost: the placement of a moving task and the
+    return plan (``rescheduler.transfer_s``) both read it."""
+    sites = np.asarray(sites, np.int64)
+    if sites.size * 64 < network.n:
+        rtt, bw = network._at(int(site), sites)
+    else:
+        rtt, bw = network.rtt_to(site)[sites], network.bandwidth_to(site)[sites]
+    bw = np.where(np.isfinite(bw), bw, INTRA_SITE_MBPS)
+    with np.errstate(divide="ignore"):
+        return np.where(bw > 0, state_bytes * 8 / (np.maximum(bw, 1e-300) * 1e6) + rtt / 1000, np.inf)
+
+
 def _unused_kinds(req: Request) -> tuple:
     """Which accelerator kinds the request leaves unused: what ``devices`` depends on."""
     key = req.cache.get("devices")
@@ -150,4 +167,16 @@ def bonus(table: CandidateTable, req: Request, network: Network) -> np.ndarray:
 
 
 def total(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
-    return WEIGHTS["fit"] * fit(table, req, rows) + bonus(table, req, network).take(rows)
+    out = WEIGHTS["fit"] * fit(table, req, rows) + bonus(table, req, network).take(rows)
+    if req.moving is not None:  # a task whose state travels: each second of the move costs a point
+        out = out - moving_cost(table, req, rows, network)
+    return out
+
+
+def moving_cost(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
+    """Points a moving task's placement costs on ``rows``: the seconds its state
+    takes to get there (``transfer_s``), one point each, as the return plan
+    counts a move's downtime; a row it cannot reach costs what no score makes up."""
+    site, state_bytes = req.moving
+    cost = transfer_s(network, site, table.site[rows], state_bytes)
+    return np.minimum(cost, 1e9)

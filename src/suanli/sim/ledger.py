@@ -785,6 +785,18 @@ class Ledger:
         self.counts[status] += 1
         tab.status[i], tab.ended_at[i] = _CODE[status], t
 
+    def unit_waits(self, tasks, reasons: Counter) -> None:
+        """``waits`` for each of a unit's tasks, by name (no record made)."""
+        ids, table = self.tasks.ids, self.tasks.reasons
+        if tasks and table.get(ids[tasks[0]]) is reasons:
+            return  # (a unit's tasks are told together: the same reasons again)
+        if reasons is NO_REASONS:
+            for task in tasks:
+                table.pop(ids[task], None)
+        else:
+            for task in tasks:
+                table[ids[task]] = reasons
+
     def waits(self, rec: TaskRecord, reasons: Counter) -> None:
         """A pending task's reasons for waiting, from its last try."""
         if reasons is NO_REASONS:

@@ -28,7 +28,6 @@ from suanli.scheduling.select import pick
 
 FAIR_MARGIN = 0.05  # a tenant gives back only while 5% above the claimant's weighted share
 GAIN_MARGIN = 20.0  # points a move must clear beyond its cost, against flapping
-INTRA_SITE_MBPS = 10_000.0  # state moved within a site goes over the node fabric; taken as 10 Gbps
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +40,12 @@ class Move:
 
 def transfer_s(fleet, from_node: int, to_node: int, state_bytes: int) -> float:
     """Seconds to move ``state_bytes`` between two nodes' sites: size over the
-    path's bottleneck bandwidth, plus its rtt (nothing to move: no cost)."""
+    path's bottleneck bandwidth, plus its rtt (nothing to move: no cost; no
+    path: inf), as ``scores.transfer_s`` counts it for a placement."""
     if not state_bytes or from_node == to_node:
         return 0.0  # nothing to move, or it stays where it is
     a, b = fleet.node_site[from_node], fleet.node_site[to_node]
-    bw = fleet.network.bandwidth(a, b)
-    bw = INTRA_SITE_MBPS if not np.isfinite(bw) else float(bw)
-    if bw <= 0:
-        return float("inf")  # no path: the state cannot travel
-    return state_bytes * 8 / (bw * 1e6) + fleet.network.rtt(a, b) / 1000
+    return float(scores.transfer_s(fleet.network, int(b), np.array([a]), state_bytes)[0])
 
 
 def serves_again_s(sim, comp, from_node: int, to_node: int) -> float:

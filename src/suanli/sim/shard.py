@@ -32,8 +32,10 @@ from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.phrases import why_json
 from suanli.scheduling import nearby
 from suanli.scheduling.backfill import Backfill
-from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units
-from suanli.scheduling.reasons import Reasons, Why, bound
+from suanli.scheduling.business_layer import BusinessLayer, Unit, build_units, unit_shape
+from suanli.scheduling.domains import couplings_domain
+from suanli.scheduling.filters import static_mask
+from suanli.scheduling.reasons import Domain, Reasons, Why, bound
 from suanli.scheduling.state import PlacementState
 from suanli.sim import waiting
 from suanli.sim.defrag import needs_whole_devices
@@ -101,6 +103,7 @@ class Shard:
         self.keep_records = True  # a deleted application's task records are kept for the results (a server keeps none)
         self.pending = WaitQueue()  # unit ids, in submission order; some parked
         self._room = RoomWait()  # units parked until a row they could go to has room for them
+        self._domain_bounds: dict[tuple, Why | None] = {}  # (a gang's shape, fleet) -> why it never fits
         self._ahead: dict[int, np.ndarray] = {}  # a pass's placed units not started yet, per cohort member
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
@@ -334,8 +337,7 @@ class Shard:
                                            for s in dict.fromkeys(offline)})
                     else:
                         self._park_for_room(uid)
-                for task in self._units[uid].unit.tasks:
-                    self.ledger.waits(self._tasks[task], reasons)
+                self.ledger.unit_waits(self._units[uid].unit.tasks, reasons)
                 continue
             self.unpark((uid,), wake=False)
             self.pending.discard(uid)
@@ -469,7 +471,40 @@ class Shard:
             why = beyond_every_node(fleet, self.business.request(comp, unit.tenant), self.state.nodes.n_retired)
             if why is not None:
                 return bound(why)
+        if unit.couplings and len(unit.tasks) > 1:
+            why = self._beyond_every_domain(unit)
+            if why is not None:
+                return bound(why)
         return None
+
+    def _beyond_every_domain(self, unit: Unit) -> Why | None:
+        """Why a gang can never be placed: fewer of its members than it needs
+        (its size, or an elastic gang's least) fit in the largest domain of
+        its coupling, even with the domain empty (members per node: what the
+        node holds of each resource over what a member asks, on the nodes a
+        member could use at all; retired nodes left out). Kept per shape
+        until the fleet changes."""
+        table, fleet = self.state.nodes, self.world.fleet
+        key = (unit_shape(unit), unit.couplings, fleet.n_nodes, table.n_retired, id(fleet.network))
+        if key in self._domain_bounds:
+            return self._domain_bounds[key]
+        domain, levels = couplings_domain(table, fleet.network, unit.couplings)
+        per_row = np.full(table.n, np.iinfo(np.int64).max // 4, np.int64)
+        for comp in unit.distinct_components():
+            req = self.business.request(comp, unit.tenant)
+            cols = np.flatnonzero(req.vec > 0)
+            fit = (table.view("cap")[cols] // req.vec[cols, None]).min(axis=0) if cols.size else per_row
+            per_row = np.minimum(per_row, np.where(static_mask(table, req), fit, 0))
+        live = (domain >= 0) & ~fleet.retired[table.view("node")]
+        held = np.bincount(domain[live], weights=np.minimum(per_row[live], len(unit.tasks))) if live.any() else []
+        most = int(max(held, default=0))
+        need = unit.min_members or len(unit.tasks)
+        why = None if most >= need else \
+            Why("inadmissible", "domain", domain=Domain(levels), fits=most, members=need)
+        if len(self._domain_bounds) > 256:
+            self._domain_bounds.clear()
+        self._domain_bounds[key] = why
+        return why
 
     def _offline_near(self, unit: Unit) -> list[int] | None:
         """The offline devices the unit's members are bound near, when every

@@ -43,6 +43,14 @@ def check_references(docs: Documents) -> list[Problem]:
                   known=bool(docs.fleets) and not traced, facts=facts,
                   shapes=[(g.arch, g.cpu, g.memory, tuple((d.kind, d.model, d.count) for d in g.accelerators))
                           for g in groups if g.count > 0])
+    for fl in docs.fleets:  # each fabric domain's node groups (a site's own ethernet by default)
+        for site in fl.doc.spec.sites:
+            for g in site.node_groups:
+                if g.count > 0:
+                    hw.in_domains(g, {"ethernet": site.name})
+        for pop in fl.doc.spec.populations:  # (devices' fabrics are not counted: not checked where they are)
+            hw.unchecked.update(level for g in pop.node_groups for level in ("coherent", "ib", "roce", "ethernet")
+                                if level == "ethernet" or getattr(g.fabrics, level))
     for fl in docs.fleets:
         for i, site in enumerate(fl.doc.spec.sites):
             if site.name in sites:
@@ -185,7 +193,8 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
     for i, comp in enumerate(spec.components):
         here = base + ("components", i)
         if hw is not None:
-            out += hw.demand(src, here, comp.resources, comp.platform)
+            found = hw.demand(src, here, comp.resources, comp.platform)
+            out += found or (hw.gang(src, here, comp) if comp.gang is not None and comp.coupling else [])
         if comp.sites is not None:
             out += _selector_problems(src, here + ("sites",), comp.sites, sites, hw)
         refs = [(("near", "site"), comp.near.site if comp.near is not None else None)]
@@ -330,6 +339,8 @@ class Hardware:
         self.facts = facts  # (tier, region, labels) of each listed site and population; None: not checked
         # (arch, cpu milli, memory MiB, ((kind, model, count), ...)) of each node group with nodes; None: not checked
         self.shapes = shapes
+        self.domains: dict[str, dict[str, list]] = {}  # level -> domain -> [(node shape, nodes)] (``in_domains``)
+        self.unchecked: set[str] = set()  # levels whose domains are not all counted (devices')
         for arch, devices in groups:
             self.archs.add(arch)
             for kind, model in devices:
@@ -360,6 +371,47 @@ class Hardware:
         if not out and self.shapes is not None:
             out += self._no_node_holds(src, here, resources, platform, what)
         return out
+
+    def in_domains(self, g, default: dict[str, str]) -> None:
+        """A node group's nodes, counted in each fabric domain they are in."""
+        for level in ("coherent", "ib", "roce", "ethernet"):
+            name = getattr(g.fabrics, level) or default.get(level)
+            if name is not None:
+                shape = (g.arch, g.cpu, g.memory, tuple((d.kind, d.model, d.count) for d in g.accelerators))
+                self.domains.setdefault(level, {}).setdefault(name, []).append((shape, g.count))
+
+    def gang(self, src: Loaded, here: tuple, comp) -> list[Problem]:
+        """A warning when no domain of a gang's coupling holds as many of its
+        members as it needs (its size, or minSize), even empty: it can never
+        be placed. Members per node: what the node holds of each resource
+        over what one asks (an upper bound), on the nodes one could use."""
+        level = comp.coupling
+        if not self.known or comp.gang is None or level not in ("coherent", "ib", "roce", "ethernet") \
+                or level in self.unchecked:
+            return []
+        res, platform = comp.resources, comp.platform
+
+        def per_node(shape) -> int:
+            arch, cpu, memory, devices = shape
+            if platform is not None and arch not in platform.arch:
+                return 0
+            most = [cpu // res.cpu if res.cpu else None, memory // res.memory if res.memory else None]
+            for acc in res.accelerators:
+                have = sum(c for k, m, c in devices if k == acc.kind and (not acc.model or m in acc.model))
+                most.append(have * 1000 // acc.count if acc.count < 1000 else have // (acc.count // 1000))
+            known = [m for m in most if m is not None]
+            return min(known) if known else comp.gang.size
+
+        need = comp.gang.min_size or comp.gang.size
+        held = max((min(sum(per_node(shape) * n for shape, n in groups), comp.gang.size)
+                    for groups in self.domains.get(level, {}).values()), default=0)
+        if held >= need:
+            return []
+        if not self.domains.get(level):
+            return [_warning(src, here + ("coupling",), f"no node of the fleet is in a {level} domain; "
+                                                        f"its gang can never be placed")]
+        return [_warning(src, here + ("gang",), f"no {level} domain of the fleet holds its gang, even empty: the "
+                                                f"largest holds {held} of its {need} members; it can never be placed")]
 
     def _no_node_holds(self, src: Loaded, here: tuple, resources, platform, what: str) -> list[Problem]:
         """A warning when no node of the fleet, even empty, holds what one task
