@@ -451,10 +451,17 @@ def test_work_larger_than_every_node_is_inadmissible_until_the_fleet_grows(clean
         first = task["why"][0]
         assert task["status"] == "pending" and first["code"] == "inadmissible" and first["binding"], task
         assert first["reason"] == "inadmissible: it asks 4 gpu on one node, and the most any node of the fleet has is 2"
+        assert task["admission"] == "inadmissible", task  # a state of its own, found by it
+        found = e.http.get("/v1/tasks", params={"admission": "inadmissible"}, headers=e.alpha).json()
+        assert [t["task"] for t in found] == ["wide/c/0"], found
+        assert "wide/c/0" not in [t["task"] for t in e.http.get("/v1/tasks", params={"admission": "admitted"},
+                                                                  headers=e.alpha).json()]
+        assert e.http.get("/v1/tasks", params={"admission": "inadmissible", "status": "running"},
+                          headers=e.alpha).status_code == 422
         assert e.http.put("/v1/fleets/edge", json=grown, headers=e.admin).status_code == 200
         placed = wait(lambda: (t := e.http.get("/v1/tasks/wide/c/0", headers=e.alpha).json())["status"] == "running"
                       and t, what="the task placed on the new node")
-        assert placed["node"] == "dc-2/wide-0", placed
+        assert placed["node"] == "dc-2/wide-0" and placed["admission"] is None, placed
     finally:
         e.http.delete("/v1/applications/wide", headers=e.alpha)
         e.http.put("/v1/fleets/edge", json=fleet, headers=e.admin)

@@ -79,7 +79,8 @@ def test_apply_get_describe_delete(server, token, tmp_path):
                                                         "batch/job/0": "finished"}
     assert all(t["tenant"] == "acme-ai" and t["node"] for t in tasks)
     table = suanli("get", "tasks", token=token, server=server.url).stdout
-    assert table.split()[:6] == ["TASK", "TENANT", "STATUS", "NODE", "SITE", "PLACEMENTS"] and "web/srv/1" in table
+    assert table.split()[:7] == ["TASK", "TENANT", "STATUS", "ADMISSION", "NODE", "SITE", "PLACEMENTS"] \
+        and "web/srv/1" in table
     apps = json.loads(suanli("get", "apps", "-o", "json", token=token, server=server.url).stdout)
     assert {a["name"]: a["tasks"]["finished"] for a in apps} == {"web": 0, "batch": 1}
     d = suanli("describe", "task", "web/srv/0", token=token, server=server.url)

@@ -152,6 +152,9 @@ class TaskOut(BaseModel):
     why: list[dict[str, Any]] | None = None  # the reasons in reading order, the binding constraint first
     # waiting: the first of ``why``; running: why it runs as it does (on quota borrowed in its cohort)
     reason: str | None = None
+    # admitted: it may be placed when room comes; inadmissible: it waits for what no room can give (a larger
+    # node, a larger coupling domain), its bound in ``why``, until the fleet grows; null once it is no longer waiting
+    admission: Literal["admitted", "inadmissible"] | None = None
     placements: int = 0
     submitted_at: str
     started_at: str | None = None
@@ -382,8 +385,15 @@ def token_ttl_s(ttl: str | None) -> float | None:
 def task_out(row: TaskRow) -> dict[str, Any]:
     return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
             "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons, "why": row.why,
-            "reason": row.reason, "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
+            "reason": row.reason, "admission": _admission(row), "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
             "ended_at": iso(row.ended_at)}
+
+
+def _admission(row: TaskRow) -> str | None:
+    """A waiting task's admission: inadmissible when its binding reason is."""
+    if row.status != "pending":
+        return None
+    return "inadmissible" if row.reason_code == "inadmissible" else "admitted"
 
 
 def event_body(body: dict[str, Any], admin: bool) -> dict[str, Any]:
@@ -972,12 +982,20 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     @api.get("/v1/tasks", response_model=list[TaskOut], responses=ERRORS)
     def list_tasks(request: Request, response: Response, who: Principal = Depends(principal), app: str | None = None,
                    status: TaskStatus | None = None,
+                   admission: Literal["admitted", "inadmissible"] | None = None,
                    limit: int = Query(PAGE, ge=1, le=MAX_PAGE), cursor: str | None = Query(None, max_length=1000)):
         """Tasks by tenant, application and name, a page at a time: when more
-        follow, the ``Link`` header (rel="next") and ``X-Next-Cursor`` say where."""
+        follow, the ``Link`` header (rel="next") and ``X-Next-Cursor`` say where.
+        ``admission``: waiting tasks only, those admitted or those inadmissible."""
         after = _cursor(cursor, lambda k: isinstance(k, list) and len(k) == 3 and isinstance(k[0], str)
                         and _an_id(k[1]) and isinstance(k[2], str))
-        rows = store.tasks(who.tenant, app, status, after=tuple(after) if after else None, limit=limit)
+        if admission is not None:
+            if status not in (None, "pending"):
+                raise ProblemError(422, "Unprocessable Content", "admission is a waiting task's",
+                                   [{"path": "admission", "message": "give it with status=pending or alone"}])
+            status = "pending"
+        rows = store.tasks(who.tenant, app, status, after=tuple(after) if after else None, limit=limit,
+                           inadmissible=None if admission is None else admission == "inadmissible")
         if len(rows) == limit:
             last = rows[-1]
             _next_page(request, response, [last.tenant, last.app_id, last.name])

@@ -996,9 +996,11 @@ class Store:
     # ------------------------------------------------------------ tasks
 
     def tasks(self, tenant: str | None = None, app: str | None = None, status: str | None = None,
-              after: tuple[str, int, str] | None = None, limit: int | None = None) -> list[TaskRow]:
+              after: tuple[str, int, str] | None = None, limit: int | None = None,
+              inadmissible: bool | None = None) -> list[TaskRow]:
         """Tasks in (tenant, application, name) order; ``after``: only those past
-        that key (a page's last), ``limit``: at most that many."""
+        that key (a page's last), ``limit``: at most that many; ``inadmissible``:
+        only those whose binding reason is (True) or is not (False)."""
         q = select(TaskRow).order_by(TaskRow.tenant, TaskRow.app_id, TaskRow.name)
         if after is not None:
             q = q.where(tuple_(TaskRow.tenant, TaskRow.app_id, TaskRow.name) > tuple_(*after))
@@ -1010,6 +1012,9 @@ class Store:
             q = q.join(AppRow, AppRow.id == TaskRow.app_id).where(AppRow.name == app)
         if status is not None:
             q = q.where(TaskRow.status == status)
+        if inadmissible is not None:
+            code = TaskRow.reason_code == "inadmissible"
+            q = q.where(code if inadmissible else or_(TaskRow.reason_code.is_(None), ~code))
         with self.session() as s:
             return list(s.scalars(q))
 
