@@ -213,10 +213,12 @@ def test_the_example_borrows_and_reclaims(tmp_path):
 
 
 def test_a_live_server_borrows_reclaims_and_shows_it(tmp_path):
-    """``suanli serve`` with the example's tenants: speech's trials run on
-    vision's quota (the API says so), vision's gang takes three back (the
-    evicted tasks' history names the owner), and the console's tenants page
-    shows what each borrows and lends."""
+    """``suanli serve`` with the example's tenants, in no cohort at first:
+    speech runs 4 of its 8 trials; the tenants join the cohort while the
+    server runs and the other 4 run on vision's quota (the API says so);
+    vision's gang takes three back (the evicted tasks' history names the
+    owner), and the console's tenants page shows what each borrows and
+    lends."""
     import httpx
     import yaml
     from pathlib import Path
@@ -226,7 +228,9 @@ def test_a_live_server_borrows_reclaims_and_shows_it(tmp_path):
 
     docs = list(yaml.safe_load_all((Path(__file__).parent.parent / "examples" / "cohorts.yaml").read_text()))
     world = tmp_path / "world.yaml"
-    world.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] in ("Fleet", "Tenant")]))
+    alone = [{**d, "spec": {"quota": d["spec"]["quota"]}} if d["kind"] == "Tenant" else d  # no cohort yet
+             for d in docs if d["kind"] in ("Fleet", "Tenant")]
+    world.write_text(yaml.safe_dump_all(alone))
     apps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Application"}
     admin = {"Authorization": f"Bearer {ADMIN}"}
     with open(tmp_path / "server.log", "ab") as log:
@@ -234,12 +238,19 @@ def test_a_live_server_borrows_reclaims_and_shows_it(tmp_path):
         try:
             server.start()
             http = httpx.Client(base_url=server.url, timeout=30)
-            tenants = {t["name"]: t for t in http.get("/v1/tenants", headers=admin).json()}
-            assert tenants["speech"]["cohort"] == "research" and tenants["speech"]["borrowing_limit"] == {"gpu": 4000}
             assert http.post("/v1/applications", json=apps["sweep"], headers=admin).status_code == 201
 
             def tasks(app: str) -> list[dict]:
                 return http.get("/v1/tasks", params={"app": app}, headers=admin).json()
+
+            wait(lambda: sorted(x["status"] for x in tasks("sweep")) == ["pending"] * 4 + ["running"] * 4,
+                 what="speech's own quota used")
+            for d in docs:  # the cohort, joined while the server runs
+                if d["kind"] == "Tenant":
+                    r = http.put(f"/v1/tenants/{d['metadata']['name']}", json=d, headers=admin)
+                    assert r.status_code in (200, 201), r.text
+            tenants = {t["name"]: t for t in http.get("/v1/tenants", headers=admin).json()}
+            assert tenants["speech"]["cohort"] == "research" and tenants["speech"]["borrowing_limit"] == {"gpu": 4000}
 
             running = wait(lambda: len(t := [x for x in tasks("sweep") if x["status"] == "running"]) == 8 and t,
                            what="eight trials running")
