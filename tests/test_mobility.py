@@ -315,3 +315,33 @@ def test_no_node_holds_more_than_it_has_after_any_instant_of_handovers_and_retur
 
     each()
     assert seen["worlds"] >= 50 and seen["returns"] >= 25 and seen["full"] > 0, seen
+
+
+def test_a_phone_in_reach_of_many_cells_keeps_them_all(tmp_path):
+    """Phones with four homes among six edges: each has four links; a
+    generated handover keeps three of them and takes a new one; a handover
+    event may name six sites, and the phone is then linked to all six (the
+    game near it placed within its bound all along)."""
+    import numpy as np
+
+    from suanli.spec.build import load_world
+
+    world_doc = fleet(count=30, edges=6)
+    world_doc["spec"]["populations"][0]["attach"] = {"to": {"tier": "edge"}, "homes": 4, "rttMs": 2,
+                                                     "bandwidth": "100Mbps"}
+    path = write(tmp_path, [world_doc, TENANT], "w.yaml")
+    world = load_world([path])
+    la = world.fleet.link_arrays
+    assert sorted(np.bincount(la.a[la.a >= 7] - 7).tolist()) == [4] * 30
+    spec = schema.MobilitySpec.model_validate({"population": "cars", "handovers": "1/10m"})
+    moves = [e for _, e in mobility_events(world.fleet, spec, 0, 3, 3600.0) if e.kind == "handover"]
+    assert moves and all(len(e.to) == 4 and len(set(e.to)) == 4 for e in moves), moves[:3]
+    before = {world.fleet.sites[int(b)].name for a, b in zip(la.a, la.b) if a == world.fleet.site_index[moves[0].site]}
+    assert len(before & set(moves[0].to)) == 3  # three homes kept, one new
+    everywhere = [f"edge-{e}" for e in range(6)]
+    events = simulate(tmp_path, [world_doc, TENANT, INFO, scenario(
+        [{"at": "10m", "kind": "handover", "site": "car-0003", "to": everywhere}], until="20m")])
+    over = next(e for e in events if e["kind"] == "handover" and e["site"] == "car-0003")
+    assert sorted(over["to"]) == everywhere, over
+    game = [e for e in events if e.get("task") == "info.car-0003/game/0" and e["kind"] == "started"]
+    assert game and all(e["site"] != "cloud" for e in game)

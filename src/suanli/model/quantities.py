@@ -112,6 +112,7 @@ YEAR_S = 365.25 * 86400
 MAX_CPU = Limit(1_000_000 * 1000, "1000000 cores")  # a task, host or node
 MAX_MEMORY = Limit(2**30, "1Pi (1 PiB)")  # a task, host, node, device or state
 MAX_DEVICES = Limit(1_000_000 * 1000, "1000000 devices")  # a task's or host's demand of one kind
+HOMES = 16  # links a device of a population may have at once (attach.homes, a handover's sites)
 RESERVATIONS = Limit(10_000, "10000 reservations")
 MAX_QUOTA_CPU = Limit(10**10 * 1000, "10000000000 cores")
 MAX_QUOTA_MEMORY = Limit(2**40, "1024Pi (1 EiB)")

@@ -60,8 +60,11 @@ def mobility_events(fleet: Fleet, spec: schema.MobilitySpec, index: int, seed: i
             if not choice.size:
                 continue
             to = [_name(fleet, int(choice[rng.integers(choice.size)]))]
-            if homes.size > 1:  # a multi-homed device keeps one home, moves the other
+            if homes.size == 2:  # a multi-homed device keeps one home, moves the other
                 to.append(_name(fleet, int(homes[rng.integers(homes.size)])))
+            elif homes.size > 2:  # (more homes: it keeps all but one, drawn)
+                gone = int(rng.integers(homes.size))
+                to.extend(_name(fleet, int(h)) for k, h in enumerate(homes.tolist()) if k != gone)
             yield t, schema.HandoverEvent.model_construct(at=t, kind="handover", site=_name(fleet, site), to=to,
                                                           rtt_ms=None, bandwidth=None)
         else:

@@ -233,7 +233,7 @@ class AttachSpec(Base):
     in proportion to ``weights`` (glob -> weight; a site no glob names weighs 1)."""
 
     to: SelectorSpec
-    homes: Annotated[int, Field(ge=1, le=2)] = 1
+    homes: Annotated[int, Field(ge=1, le=q.HOMES)] = 1
     weights: dict[str, bounded(float, q.ATTACH_WEIGHT, Field(ge=0))] = {}
     rtt_ms: RttSpread
     bandwidth: BandwidthSpread
@@ -736,12 +736,12 @@ class DeviceBusyEvent(_EventBase):
 
 class HandoverEvent(_EventBase):
     """A device re-attaches: every link it has is replaced by links to ``to``
-    (one, or two when multi-homed), of ``rttMs`` and ``bandwidth`` (default:
-    those of its first link before)."""
+    (one, or several when multi-homed: a phone in reach of several cells), of
+    ``rttMs`` and ``bandwidth`` (default: those of its first link before)."""
 
     kind: Literal["handover"]
     site: Name
-    to: Annotated[list[Name], Field(min_length=1, max_length=2)]
+    to: Annotated[list[Name], Field(min_length=1, max_length=q.HOMES)]
     rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) | None = None
     bandwidth: BandwidthMbps | None = None
 
