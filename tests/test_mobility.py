@@ -345,3 +345,23 @@ def test_a_phone_in_reach_of_many_cells_keeps_them_all(tmp_path):
     assert sorted(over["to"]) == everywhere, over
     game = [e for e in events if e.get("task") == "info.car-0003/game/0" and e["kind"] == "started"]
     assert game and all(e["site"] != "cloud" for e in game)
+
+
+@pytest.mark.parametrize("transit, edge_to_edge", [(None, 60.0), (False, 60.0), (True, 4.0)])
+def test_phones_on_two_edges_are_no_road_between_them_unless_they_relay(tmp_path, transit, edge_to_edge):
+    """Phones with two homes each, the edges 30 ms from the cloud: edge to
+    edge is 60 ms through the cloud, not 4 through a phone, unless the
+    population says ``transit: true``; a listed device site alike."""
+    from suanli.spec.build import load_world
+
+    doc = fleet(count=5, edges=2)
+    pop = doc["spec"]["populations"][0]
+    pop["attach"] = {"to": {"tier": "edge"}, "homes": 2, "rttMs": 2, "bandwidth": "100Mbps"}
+    if transit is not None:
+        pop["transit"] = transit
+    doc["spec"]["sites"].append({"name": "relay", "tier": "device", "transit": True, "nodeGroups": []})
+    world = load_world([write(tmp_path, [doc, TENANT], "w.yaml")])
+    net, index = world.fleet.network, world.fleet.site_index
+    assert net.rtt(index["edge-0"], index["edge-1"]) == edge_to_edge
+    assert net.rtt(index["car-0000"], index["edge-0"]) == 2.0 and net.rtt(index["car-0000"], index["cloud"]) == 32.0
+    assert world.fleet.site_table.transit[index["relay"]] and world.fleet.site_table.transit[index["cloud"]]

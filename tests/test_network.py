@@ -396,3 +396,83 @@ def test_a_leaf_changes_without_a_dijkstra(monkeypatch):
     assert not calls and net.version == 3
     got, _ = net.within(int(e[3]), 1e9)  # within runs its own bounded search
     assert d in got and len(calls) == 1
+
+
+# ---------------------------------------------------------------- sites that relay nothing
+
+
+def relaying_rtt(n: int, links, transit) -> np.ndarray:
+    """rtt[S, S] with a plain Dijkstra per destination over every link, where
+    a site that relays nothing passes no path on: it is reached, and it
+    carries only what goes to or from the sites hanging from it by their one
+    link (its destination's own, when the destination is one of them)."""
+    import heapq
+
+    nbr: dict[int, dict[int, float]] = {i: {} for i in range(n)}
+    for ln in links:
+        if ln.a != ln.b:
+            best = min(nbr[ln.a].get(ln.b, np.inf), ln.rtt_ms)
+            nbr[ln.a][ln.b] = nbr[ln.b][ln.a] = best
+    kid_of = {s: next(iter(nbr[s])) for s in range(n) if len(nbr[s]) == 1 and len(nbr[next(iter(nbr[s]))]) >= 2}
+    out = np.full((n, n), np.inf)
+    for d in range(n):
+        dist = {d: 0.0}
+        heap, done = [(0.0, d)], set()
+        while heap:
+            du, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            out[u, d] = du
+            whole = transit[u] or u == d or kid_of.get(d) == u
+            for v, w in nbr[u].items():
+                if not whole and kid_of.get(v) != u:
+                    continue  # it relays only for the sites hanging from it
+                if du + w < dist.get(v, np.inf):
+                    dist[v] = du + w
+                    heapq.heappush(heap, (du + w, v))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(st.sampled_from([1.0, 2.0, 3.0, 5.0])), st.data())
+def test_a_site_that_relays_nothing_is_reached_and_never_passed_through(case, data):
+    """Random graphs with random sites that relay nothing: every pair's rtt is
+    the plain Dijkstra's that passes nothing on through them (sites hanging
+    from one by their only link are reached through it), and two sites of one
+    component label reach each other. Not vacuous: some paths get longer or
+    are cut, against every site relaying."""
+    sites, links, _ = case
+    n = len(sites)
+    transit = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    net = Network.build(sites, links, frozenset(), transit=transit)
+    rtt = np.stack([net.rtt_to(d) for d in range(n)], axis=1)
+    ref = relaying_rtt(n, links, transit)
+    np.fill_diagonal(ref, [s.intra_site_rtt_ms for s in sites])
+    np.testing.assert_allclose(rtt, ref, rtol=1e-9, atol=0)
+    same = net.component[:, None] == net.component[None, :]
+    assert np.isfinite(ref)[same].all()  # a label never claims a path that is not there
+    every = np.stack([Network.build(sites, links, frozenset()).rtt_to(d) for d in range(n)], axis=1)
+    assert (rtt >= every - 1e-9).all()
+    _RELAY_SEEN["longer"] += int((rtt > every + 1e-9).any())
+
+
+_RELAY_SEEN: dict[str, int] = {"longer": 0}
+
+
+def test_the_relay_property_saw_longer_paths():
+    """(Runs after the property above: some of its graphs had paths that
+    relaying nothing made longer or cut.)"""
+    test_a_site_that_relays_nothing_is_reached_and_never_passed_through()
+    assert _RELAY_SEEN["longer"] > 10, _RELAY_SEEN
+
+
+def test_a_phone_on_two_edges_relays_nothing_unless_told():
+    """Two edges 30 ms from a cloud, a phone 2 ms from each: edge to edge is
+    60 ms through the cloud, not 4 through the phone; the phone reaches both
+    in 2 and the cloud in 32. With the phone relaying, 4 ms."""
+    sites = [Site(0, "e1", "edge"), Site(1, "e2", "edge"), Site(2, "cloud", "cloud"), Site(3, "phone", "device")]
+    links = [Link(0, 2, 30, 1e4), Link(1, 2, 30, 1e4), Link(3, 0, 2, 100), Link(3, 1, 2, 100)]
+    quiet = Network.build(sites, links, transit=np.array([True, True, True, False]))
+    assert (quiet.rtt(0, 1), quiet.rtt(3, 0), quiet.rtt(3, 2)) == (60.0, 2.0, 32.0)
+    assert Network.build(sites, links).rtt(0, 1) == 4.0

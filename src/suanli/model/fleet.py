@@ -246,7 +246,8 @@ class Fleet:
     def fresh_network(self) -> Network:
         """The network of the fleet's links, all up (a run changes its own in place)."""
         la = self.link_arrays
-        return Network.from_arrays(self.site_table.intra_rtt_ms, la.a, la.b, la.rtt_ms, la.bandwidth_mbps)
+        return Network.from_arrays(self.site_table.intra_rtt_ms, la.a, la.b, la.rtt_ms, la.bandwidth_mbps,
+                                   transit=self.site_table.transit)
 
     @property
     def links(self) -> tuple[Link, ...]:

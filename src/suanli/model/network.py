@@ -68,10 +68,11 @@ PATCHES_KEPT = 4096  # leaf patches noted before every cached column is caught u
 
 
 @njit(cache=True, nogil=True)
-def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw, limit):  # pragma: no cover - compiled
+def _dijkstra(indptr, indices, rtt, bw, stop, seed, seed_rtt, seed_bw, limit):  # pragma: no cover - compiled
     """Single-source lowest-rtt paths from ``seed`` (reached at ``seed_rtt``
     over a bottleneck of ``seed_bw``) over a CSR graph; on equal rtt the wider
-    bottleneck wins. Stops once the rtt popped exceeds ``limit`` (inf: every
+    bottleneck wins. A vertex marked in ``stop`` (a site that relays nothing)
+    ends the paths that reach it: it is reached, never passed through. Stops once the rtt popped exceeds ``limit`` (inf: every
     vertex). Returns (rtt, bandwidth, settled): inf and 0 when unreachable,
     and the vertices settled within the limit in the order settled (their
     values are final; others may not be when the search stopped early). A
@@ -115,6 +116,8 @@ def _dijkstra(indptr, indices, rtt, bw, seed, seed_rtt, seed_bw, limit):  # prag
         done[u] = True
         settled[count] = u
         count += 1
+        if stop[u] and u != seed:
+            continue  # reached; it relays nothing
         for k in range(indptr[u], indptr[u + 1]):
             v = indices[k]
             if done[v]:
@@ -226,12 +229,16 @@ def _kid_lists(leaf, parent):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _core_roots(m, a, b):  # pragma: no cover - compiled
+def _core_roots(m, a, b, stop):  # pragma: no cover - compiled
     """int64[m]: each core vertex's part, as the part's lowest vertex, by
-    union-find over the links (path halving, union by lower root)."""
+    union-find over the links (path halving, union by lower root). A vertex
+    marked in ``stop`` (it relays nothing) joins no two parts: it takes the
+    part of its first neighbour that relays, or is alone."""
     root = np.arange(m)
     for k in range(a.shape[0]):
         x, y = a[k], b[k]
+        if stop[x] or stop[y]:
+            continue
         while root[x] != x:
             root[x] = root[root[x]]
             x = root[x]
@@ -244,6 +251,12 @@ def _core_roots(m, a, b):  # pragma: no cover - compiled
             root[x] = y
     for i in range(m):  # a root is never above its vertex: lower ones are final first
         root[i] = root[root[i]]
+    for k in range(a.shape[0]):  # a site that relays nothing: in its first relaying neighbour's part
+        x, y = a[k], b[k]
+        if stop[x] and not stop[y] and root[x] == x:
+            root[x] = root[y]
+        elif stop[y] and not stop[x] and root[y] == y:
+            root[y] = root[x]
     return root
 
 
@@ -350,12 +363,16 @@ class Network:
     so what is kept from it is to be keyed on its version too."""
 
     def __init__(self, intra_rtt_ms: np.ndarray, a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
-                 bw: np.ndarray, cache_bytes: int = CACHE_BYTES, up: np.ndarray | None = None) -> None:
+                 bw: np.ndarray, cache_bytes: int = CACHE_BYTES, up: np.ndarray | None = None,
+                 transit: np.ndarray | None = None) -> None:
         """The network over links given one per site pair (as ``_best_links``
-        leaves them), ``up`` marking those that are up (all by default). Most
-        callers want ``build`` or ``from_arrays``."""
+        leaves them), ``up`` marking those that are up (all by default),
+        ``transit`` the sites that relay paths between others (all by
+        default; a device does not). Most callers want ``build`` or
+        ``from_arrays``."""
         n = len(intra_rtt_ms)
         self.n = n
+        self.transit = np.ones(n, bool) if transit is None else np.asarray(transit, bool).copy()
         self.labelled = 0  # counts the changes of ``component``: what is kept from it is keyed on this
         self.intra_rtt_ms = np.asarray(intra_rtt_ms, float)
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
@@ -409,7 +426,7 @@ class Network:
 
     @staticmethod
     def build(sites: "Iterable[Site]", links: "Iterable[Link]", down: frozenset = frozenset(),
-              cache_bytes: int = CACHE_BYTES) -> "Network":
+              cache_bytes: int = CACHE_BYTES, transit: np.ndarray | None = None) -> "Network":
         """The network of ``sites`` over ``links``, those whose site pair is in ``down`` down."""
         sites = list(sites)
         n = len(sites)
@@ -419,11 +436,11 @@ class Network:
         rtt = np.fromiter((ln.rtt_ms for ln in links), float, len(links))
         bw = np.fromiter((ln.bandwidth_mbps for ln in links), float, len(links))
         intra = np.fromiter((s.intra_site_rtt_ms for s in sites), float, n)
-        return Network.from_arrays(intra, a, b, rtt, bw, down, cache_bytes=cache_bytes)
+        return Network.from_arrays(intra, a, b, rtt, bw, down, cache_bytes=cache_bytes, transit=transit)
 
     @staticmethod
     def from_arrays(intra_rtt_ms, a, b, rtt_ms, bandwidth_mbps, down_pairs=None,
-                    cache_bytes: int = CACHE_BYTES) -> "Network":
+                    cache_bytes: int = CACHE_BYTES, transit: np.ndarray | None = None) -> "Network":
         """The network of ``len(intra_rtt_ms)`` sites over the links ``a[i]``–``b[i]``
         (site indices) of ``rtt_ms[i]`` and ``bandwidth_mbps[i]``; parallel
         links of a pair count as their best, and are down or up together.
@@ -441,7 +458,7 @@ class Network:
                 cut = np.unique(pairs.min(axis=1) * n + pairs.max(axis=1))
                 key = lo * n + hi
                 up = cut[np.minimum(np.searchsorted(cut, key), len(cut) - 1)] != key
-        return Network(intra, lo, hi, rtt, bw, cache_bytes=cache_bytes, up=up)
+        return Network(intra, lo, hi, rtt, bw, cache_bytes=cache_bytes, up=up, transit=transit)
 
     def links_of(self, site: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(neighbours, rtt, bandwidth, up) of every link ``site`` has, as given
@@ -476,12 +493,12 @@ class Network:
         self._edges = (ea, eb)
         self._edge_w = (self._cr[sel], self._cw[sel])
         self.core_version = getattr(self, "core_version", -1) + 1  # the core graph changed
-        self._graph = _csr(len(self.core), ea, eb, *self._edge_w)
+        self._graph = (*_csr(len(self.core), ea, eb, *self._edge_w), ~self.transit[self.core])
 
     def _relabel(self, if_split: bool = False) -> None:
         """Components again; with ``if_split``, only when the core's parts
         changed (no leaf moved: a leaf's label follows its parent's)."""
-        root = _core_roots(len(self.core), *self._edges)
+        root = _core_roots(len(self.core), *self._edges, ~self.transit[self.core])
         if if_split and np.array_equal(root, self._core_root):
             return
         self._core_root = root
@@ -918,7 +935,8 @@ class Network:
         b = np.concatenate([self._edges[1], self.core_id[anchors]])
         rtt = np.concatenate([self._edge_w[0], np.zeros(anchors.size)])
         bw = np.concatenate([self._edge_w[1], np.full(anchors.size, np.inf)])
-        dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), m, 0.0, np.inf, np.inf)
+        # (every site relaying: a lower bound whatever relays nothing)
+        dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), np.zeros(m + 1, np.bool_), m, 0.0, np.inf, np.inf)
         out[self.core] = dist[:m]
         leaves = np.flatnonzero(self.leaf)
         out[leaves] = out[self.parent[leaves]]

@@ -66,6 +66,7 @@ class Site:
     region: str = ""
     intra_site_rtt_ms: float = 0.2
     labels: Mapping[str, str] = field(default_factory=dict)
+    transit: bool | None = None  # relays paths between other sites (None: a device does not, others do)
 
 
 class SiteNames:
@@ -223,8 +224,10 @@ class SiteTable:
         self._intra: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
         self._private: list[tuple[int, int]] = []  # (first, count) of the populations whose sites are private
+        self._transit: dict[tuple[int, int], bool] = {}  # (first, count) -> transit, where not the tier's default
         self.tier = self.region = self.intra_rtt_ms = self.label_set = None  # arrays, after freeze
         self.private = None  # bool[S]: a site that runs only work bound near it (a device's own)
+        self.transit = None  # bool[S]: a site that relays paths between others (by default all but devices)
         self.population_of = None  # int32[S]: the population a site belongs to, -1 if listed
         self.population_names: list[str] = []  # by population (block) number
         self.listed: list[tuple[int, str, str, str, Mapping[str, str]]] = []  # (id, name, tier, region, labels)
@@ -238,20 +241,26 @@ class SiteTable:
         return self._regions.code(name)
 
     def add(self, name: str, tier: str, region: str = "", intra_site_rtt_ms: float = 0.2,
-            labels: Mapping[str, str] | None = None) -> int:
+            labels: Mapping[str, str] | None = None, transit: bool | None = None) -> int:
         i = self.names.add(name)
         self._append(1, TIERS.index(tier), np.array([self.region_code(region)], np.int32),
                      intra_site_rtt_ms, labels or {})
         self.listed.append((i, name, tier, region, self.label_sets[-1]))
+        self._transit.pop((i, 1), None)
+        if transit is not None:
+            self._transit[i, 1] = transit
         return i
 
     def add_population(self, name: str, pattern: NamePattern, count: int, tier: str, regions: np.ndarray,
-                       intra_site_rtt_ms: float, labels: Mapping[str, str], private: bool = False) -> int:
+                       intra_site_rtt_ms: float, labels: Mapping[str, str], private: bool = False,
+                       transit: bool | None = None) -> int:
         """``regions``: int32[count] region codes (``region_code``), one per site."""
         first = self.names.add_block(count, pattern)
         self.population_names.append(name)
         if private:
             self._private.append((first, count))
+        if transit is not None:
+            self._transit[first, count] = transit
         self._append(count, TIERS.index(tier), np.asarray(regions, np.int32), intra_site_rtt_ms, labels)
         return first
 
@@ -271,6 +280,9 @@ class SiteTable:
         self.private = np.zeros(len(self.names), bool)
         for first, count in self._private:
             self.private[first: first + count] = True
+        self.transit = self.tier != TIERS.index("device")
+        for (first, count), relays in self._transit.items():
+            self.transit[first: first + count] = relays
         self.population_of = np.full(len(self.names), -1, np.int32)
         for p, (first, count, _) in enumerate(self.names.blocks()):
             self.population_of[first: first + count] = p
@@ -288,6 +300,7 @@ class SiteTable:
         t.label_sets = list(self.label_sets)
         t.population_names = list(self.population_names)
         t._private = list(self._private)
+        t._transit = dict(self._transit)
         t.listed = list(self.listed)
         at = {i: k for k, (i, *_) in enumerate(t.listed)}
         arrays = [self.tier.copy(), self.region.copy(), self.intra_rtt_ms.copy(), self.label_set.copy()]
@@ -295,8 +308,11 @@ class SiteTable:
         for s in sites:
             i = t.names.get(s.name)
             if i < 0:
-                t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels)
+                t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels, s.transit)
                 continue
+            t._transit.pop((i, 1), None)
+            if s.transit is not None:
+                t._transit[i, 1] = s.transit
             arrays[0][i], arrays[1][i], arrays[2][i] = TIERS.index(s.tier), t.region_code(s.region), s.intra_site_rtt_ms
             arrays[3][i] = len(t.label_sets)
             t.label_sets.append(dict(s.labels))
@@ -308,7 +324,7 @@ class SiteTable:
         """A table of listed sites (their ``index`` must be 0, 1, 2, ...)."""
         t = SiteTable()
         for s in sites:
-            t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels)
+            t.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, s.labels, s.transit)
         return t.freeze()
 
     def __len__(self) -> int:
@@ -322,7 +338,7 @@ class SiteTable:
     def site(self, i: int) -> Site:
         i = int(i)
         return Site(i, self.names.name(i), TIERS[int(self.tier[i])], self.regions[int(self.region[i])],
-                    float(self.intra_rtt_ms[i]), self.label_sets[int(self.label_set[i])])
+                    float(self.intra_rtt_ms[i]), self.label_sets[int(self.label_set[i])], bool(self.transit[i]))
 
     def tier_names(self) -> np.ndarray:
         return np.array(TIERS)[self.tier]

@@ -118,6 +118,11 @@ def _facts(g: NodeGroup) -> tuple:
             tuple(sorted(g.labels.items())), g.cost_per_hour, g.single)
 
 
+def _relays(site: Site) -> bool:
+    """Whether a listed site relays paths: as written, else all but devices."""
+    return site.transit if site.transit is not None else site.tier != "device"
+
+
 def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str, dict, bool]] = ()
                 ) -> tuple[Fleet | None, list[int], bool]:
     """The fleet ``current`` becomes to be as ``docs`` (and ``agents``: name,
@@ -127,12 +132,13 @@ def grown_fleet(current: Fleet, docs: Documents, agents: Sequence[tuple[str, str
     name. An agent that is not present keeps its node (down) until it leaves."""
     table = current.site_table
     listed = [s for f in docs.fleets for s in f.doc.spec.sites]
-    wanted_sites = [Site(0, s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels)) for s in listed]
+    wanted_sites = [Site(0, s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels), s.transit) for s in listed]
     before = {name: (tier, region, dict(labels)) for _, name, tier, region, labels in table.listed}
     site_changed = any(s.name not in before or before[s.name] != (s.tier, s.region, s.labels) for s in wanted_sites)
     intra = {s.name: s.intra_site_rtt_ms for s in wanted_sites}
-    rtt_changed = any(s.name in before and float(table.intra_rtt_ms[table.names[s.name]]) != intra[s.name]
-                      for s in wanted_sites)
+    rtt_changed = any(s.name in before and (float(table.intra_rtt_ms[table.names[s.name]]) != intra[s.name]
+                                            or bool(table.transit[table.names[s.name]]) != _relays(s))
+                      for s in wanted_sites)  # (a site that starts or stops relaying changes paths too)
     new_table = table.grown(wanted_sites) if site_changed or rtt_changed else table
     sites = new_table.names
 

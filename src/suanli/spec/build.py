@@ -50,7 +50,7 @@ def build_fleet(docs: Documents) -> Fleet:
     groups: list[NodeGroup] = []
     for fl in docs.fleets:
         for s in fl.doc.spec.sites:
-            site = table.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels))
+            site = table.add(s.name, s.tier, s.region, s.intra_site_rtt_ms, dict(s.labels), s.transit)
             for g in s.node_groups:
                 groups.append(_group(len(groups), site, g))
     _add_trace_nodes(docs, table, groups)
@@ -108,7 +108,7 @@ def _add_population(table: SiteTable, groups: list[NodeGroup], pop: schema.Popul
     else:
         regions = np.full(n, table.region_code(""), np.int32)
     first = table.add_population(pop.name, NamePattern.parse(pop.sites), n, pop.tier, regions, pop.intra_site_rtt_ms,
-                                 dict(pop.labels), pop.private)
+                                 dict(pop.labels), pop.private, pop.transit)
     for g in pop.node_groups:
         groups.append(_group(len(groups), first, g, site_count=n))
     if at is None:

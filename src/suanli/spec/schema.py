@@ -177,6 +177,7 @@ class SiteSpec(Base):
     labels: dict[str, str] = {}
     node_groups: list[NodeGroupSpec] = []
     agents: SiteAgentsSpec | None = None
+    transit: bool | None = None  # relays paths between other sites (default: a device does not, others do)
 
     @field_validator("node_groups")
     @classmethod
@@ -258,6 +259,7 @@ class PopulationSpec(Base):
     node_groups: Annotated[list[NodeGroupSpec], Field(min_length=1)]
     attach: AttachSpec | None = None
     private: bool = False  # a site runs only work bound near it (the device's own), never others'
+    transit: bool | None = None  # its sites relay paths between others (default: devices do not)
     seed: bounded(int, q.SEED, Field(ge=0)) = 0
 
     @field_validator("node_groups")
