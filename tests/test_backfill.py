@@ -187,3 +187,24 @@ def test_a_gang_no_coupling_domain_holds_is_inadmissible_with_the_domain_in_figu
     sim = Simulation(load_world([elastic]), seed=1)
     sim.run()
     assert sum(1 for e in sim.events if e["kind"] == "placed") == 3
+
+
+def test_the_inadmissible_example_tells_each_bound(tmp_path):
+    """``examples/inadmissible.yaml`` as its comment says: two warnings; the
+    8-GPU task and the 6-gang wait inadmissible, each with its bound; the
+    elastic gang runs with 3."""
+    import json
+    from pathlib import Path
+
+    from test_populations import run_cli
+
+    example = Path(__file__).parent.parent / "examples" / "inadmissible.yaml"
+    code, _, err = run_cli("validate", example)
+    assert code == 0 and err.count("it can never be placed") == 2, err
+    code, _, err = run_cli("simulate", example, "--out", tmp_path / "run")
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
+    assert metrics["pending_by_first_reason"] == {
+        "inadmissible: the largest ib domain holds 3 of its 6 members, even empty": 6,
+        "inadmissible: it asks 8 gpu on one node, and the most any node of the fleet has is 4": 1}
+    assert metrics["tasks"]["finished"] == 3 and metrics["tasks"]["omitted"] == 3

@@ -334,3 +334,14 @@ def test_preemption_evicts_the_victim_that_starts_elsewhere_at_once_before_one_t
     assert moved == [("x/mobile/0", "preempted"), ("x/mobile/0", "migrated")], moved
     assert sim.view.tasks["y/bound/0"].status == "running" and sim.view.tasks["z/urgent/0"].status == "running"
     assert sim.state.placements["x/mobile/0"].host.node == sim.world.fleet.node_by_name("edge/n-0")
+
+
+def test_the_victims_example_moves_the_one_that_starts_elsewhere(tmp_path):
+    """``examples/victims.yaml``: the urgent service evicts the map service,
+    which starts on the edge at once, not the one bound to the car's NPU."""
+    from pathlib import Path
+
+    sim, _ = simulate(Path(__file__).parent.parent / "examples" / "victims.yaml")
+    moved = [(e["task"], e["kind"], e.get("to")) for e in sim.events if e["kind"] in ("preempted", "migrated")]
+    assert moved == [("maps/mobile/0", "preempted", None), ("maps/mobile/0", "migrated", "edge/n-0")], moved
+    assert sim.view.tasks["vision/bound/0"].status == "running" and sim.view.tasks["brake/urgent/0"].status == "running"
