@@ -336,7 +336,8 @@ def test_a_flapping_node_takes_no_new_work_while_it_is_held_down(clean):
         for h in holds:  # no new work during a hold-down
             assert not [p for p in placed if h["t"] <= p < h["until"]], (holds, placed)
         assert placed and placed[-1] >= holds[-1]["until"], (holds, placed)
-        moved = [x for x in e.events(e.alpha, after) if x["kind"] in ("migrated", "requeued", "lost")]
+        moved = [x for x in e.events(e.alpha, after) if x["kind"] in ("migrated", "requeued", "lost")
+                 and x["body"].get("task", "").startswith("svc/")]  # (an earlier test's work may still be leaving)
         assert len(moved) <= losses, moved
     finally:
         heart.stop()
