@@ -140,6 +140,8 @@ def test_the_example_and_plan_show_the_reservation(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     first = {e["task"].split("/")[0]: e["t"] for e in events if e["kind"] == "placed" and e["task"].endswith("/0")}
     assert first == {"a": 0, "s1": 2, "wide": 100, "s2": 200}
+    metrics = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
+    assert metrics["backfill"] == {"mode": "easy", "units_reserved": 2, "backfilled": 1}  # wide, then s2; s1 past wide
     code, out, err = run_cli("plan", example, "--at", "60s", "-o", "json")
     assert code == 0, err
     why = {p["task"]: [w["reason"] for w in p["why"]] for p in json.loads(out)["pending"]}

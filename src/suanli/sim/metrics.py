@@ -855,4 +855,13 @@ def summarize(sim: Readout, end: float) -> dict[str, Any]:
                   # why work was disturbed: each preemption, and each move of running work, once
                   "causes": dict(sorted(log.causes.items()))},
         "lanes": lanes,
+        **_backfill_json(getattr(getattr(sim, "business", None), "backfill", None)),
     }
+
+
+def _backfill_json(bf) -> dict[str, Any]:
+    """With backfill on: its mode, the units it reserved for (each once) and
+    the units that started in a pass after a reservation was made in it."""
+    if bf is None:
+        return {}
+    return {"backfill": {"mode": bf.mode, "units_reserved": bf.made, "backfilled": bf.backfilled}}
