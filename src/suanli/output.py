@@ -22,16 +22,26 @@ from suanli.scheduling.table import Allocation, CandidateTable
 
 
 
-def cohort_json(state, name: str) -> dict[str, Any]:
-    """A cohort member's cohort, and what it borrows and lends now (per
-    resource, as the quota writes them); nothing for a tenant in none."""
+def cohorts_json(state, nonzero: bool = False) -> dict[str, dict[str, Any]]:
+    """Each cohort member's cohort, and what it borrows and lends now (per
+    resource, as the quota writes them; ``nonzero``: only what it borrows or
+    lends), by tenant; tenants in no cohort are left out. The attribution
+    over the tenants is made once, not once per tenant."""
     cohorts = state.cohorts
-    i = state.tenant_index[name]
-    if cohorts.of[i] < 0:
+    if not cohorts:
         return {}
-    return {"cohort": cohorts.names[int(cohorts.of[i])],
-            "borrowed": resources_json(state, cohorts.borrowed(state.used)[i]),
-            "lent": resources_json(state, cohorts.lent(state.used)[i])}
+    borrowed, lent = cohorts.borrowed(state.used), cohorts.lent(state.used)
+    out: dict[str, dict[str, Any]] = {}
+    for name, i in state.tenant_index.items():
+        c = int(cohorts.of[i])
+        if c < 0:
+            continue
+        b, ln = resources_json(state, borrowed[i]), resources_json(state, lent[i])
+        if nonzero:
+            b, ln = {k: v for k, v in b.items() if v}, {k: v for k, v in ln.items() if v}
+        out[name] = {"cohort": cohorts.names[c], "borrowed": b, "lent": ln}
+    return out
+
 
 def resources_json(state: PlacementState, vec: np.ndarray) -> dict[str, int]:
     keys = state.fleet.resource_keys
@@ -264,13 +274,14 @@ def metrics_json(outcome: Outcome) -> dict[str, Any]:
     reasons: Counter = Counter()
     for u in outcome.unscheduled:
         reasons.update(u.reasons.keys())
+    cohorts = cohorts_json(state)
     tenants = {
         name: {
             "weight": t.weight,
             "dominant_share": round(state.dominant_share(name) * t.weight, 6),
             "weighted_share": round(state.dominant_share(name), 6),
             "reserved": resources_json(state, state.tenant_used[name]),
-            **cohort_json(state, name),
+            **cohorts.get(name, {}),
         }
         for name, t in state.world.tenants.items()
     }

@@ -46,6 +46,7 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("inadmissible", "domain"): "inadmissible: the largest {domain} holds {fits} of its {members} members, even empty",
     ("queued", None): "queued behind {task} (first come, first served)",
     ("reserved", None): "held for a reservation: {task} from t={start:g}s",
+    ("reserved", "rows"): "not one of the rows reserved for it",
     ("reservation", None): "reserved from t={made:g}s, expected start t={start:g}s",
     ("inadmissible", None): "inadmissible: it asks {requested} {resource} on one node, and the most any node of "
                             "the fleet has is {most}",

@@ -99,13 +99,14 @@ class Cohorts:
         out[self.of < 0] = 0
         return out
 
-    def lent(self, used: np.ndarray) -> np.ndarray:
+    def lent(self, used: np.ndarray, cohort: int | None = None) -> np.ndarray:
         """``[T, R]``: what each member lends now, attributed: its cohort's
         borrowing, shared among the members not borrowing in proportion to
-        the lendable part each leaves unused (never more than that part)."""
+        the lendable part each leaves unused (never more than that part).
+        ``cohort``: that cohort's members only (the others' rows 0)."""
         out = np.zeros_like(used)
         borrowed = self.borrowed(used)
-        for rows in self.members.values():
+        for rows in self.members.values() if cohort is None else (self.members[cohort],):
             spare = np.maximum(0, self.lend[rows] - np.maximum(0, used[rows] - self.guard[rows]))
             spare[(borrowed[rows] > 0)] = 0  # (per resource: a borrower of it lends none of it)
             total = spare.sum(axis=0)
@@ -121,7 +122,7 @@ class Cohorts:
         if c < 0 or not (used[i] > self.nominal[i]).any():
             return []
         over = used[i] > self.nominal[i]
-        lent = self.lent(used)
+        lent = self.lent(used, c)  # (its cohort's only: called as each borrowing unit starts)
         rows = [int(r) for r in self.members[c] if r != i and (lent[r] * over).any()]
         return sorted(rows, key=lambda r: (-float((lent[r] * over).sum()), r))
 

@@ -38,7 +38,7 @@ from suanli.engine.clock import WallClock
 from suanli.executors.base import Executor
 from suanli.model.quantities import APP_TASKS
 from suanli.model.work import Application, World
-from suanli.output import resources_json
+from suanli.output import cohorts_json, resources_json
 from suanli.server.store import ENDED_STATUSES, AgentRow, AppRow, LeaseLost, Store, TaskRow
 from suanli.sim.simulation import Simulation
 from suanli.spec import schema
@@ -1002,15 +1002,9 @@ def _console(c: Controller) -> dict[str, Any]:
     keys, state = c.world.fleet.resource_keys, c.sim.state
     tenants = {name: {"used": {k: int(v) for k, v in zip(keys, state.tenant_used[name]) if v},
                       "dominant_share": round(state.dominant_share(name), 6)} for name in c.world.tenants}
-    cohorts = state.cohorts
-    if cohorts:  # what cohort members borrow and lend now
-        borrowed, lent = cohorts.borrowed(state.used), cohorts.lent(state.used)
-        for name, t in tenants.items():
-            i = state.tenant_index[name]
-            if cohorts.of[i] >= 0:
-                t.update(cohort=cohorts.names[int(cohorts.of[i])],
-                         borrowed={k: int(v) for k, v in zip(keys, borrowed[i]) if v},
-                         lent={k: int(v) for k, v in zip(keys, lent[i]) if v})
+    for name, member in cohorts_json(state, nonzero=True).items():  # what cohort members borrow and lend now
+        if name in tenants:
+            tenants[name].update(member)
     return {"allocation": _allocation(c), "history": c.allocation.series(), "tenants": tenants}
 
 

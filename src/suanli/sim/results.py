@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from suanli.output import TextOf, cohort_json, hosts_json, placement_json
+from suanli.output import TextOf, cohorts_json, hosts_json, placement_json
 from suanli.phrases import reasons_json, why_json
 from suanli.sim.events import encode
 from suanli.sim.metrics import Readout, summarize
@@ -53,12 +53,7 @@ def _parts(sim: Readout, end: float, text: TextOf | None = None) -> Iterator[tup
     yield "tenant_usage", {name: {k: int(v) for k, v in zip(keys, used) if v}  # at the end, canonical amounts
                            for name in sim.world.tenants if (used := state.tenant_used[name]).any()}
     if state.cohorts:  # what each cohort member borrows and lends at the end
-        yield "tenant_cohorts", {name: {"cohort": c["cohort"], "borrowed": _nonzero(c["borrowed"]), "lent": _nonzero(c["lent"])}
-                                 for name in sim.world.tenants if (c := cohort_json(state, name))}
-
-
-def _nonzero(amounts: dict[str, int]) -> dict[str, int]:
-    return {k: v for k, v in amounts.items() if v}
+        yield "tenant_cohorts", cohorts_json(state, nonzero=True)
 
 
 def _write_result(path: Path, sim: Readout, end: float) -> dict[str, Any]:
