@@ -163,9 +163,14 @@ class Fleet:
         self.group_capacity = cap
         self.group_dev_kind, self.group_dev_model = dev_kind, dev_model  # per group's device slots (few groups)
         self.node_capacity = cap[self.node_group]
-        self.node_dev_kind = dev_kind[self.node_group]
-        self.node_dev_model = dev_model[self.node_group]
-        self.node_dev_shareable = dev_share[self.node_group]
+        # per node and device slot, kept [slot, node] (the node table's layout: it reads these
+        # columns in place, ``CandidateTable.from_fleet``); ``node_dev_*`` are [node, slot] views
+        self.dev_kind_cols = dev_kind.T[:, self.node_group]
+        self.dev_model_cols = dev_model.T[:, self.node_group]
+        self.dev_shareable_cols = dev_share.T[:, self.node_group]
+        self.node_dev_kind = self.dev_kind_cols.T
+        self.node_dev_model = self.dev_model_cols.T
+        self.node_dev_shareable = self.dev_shareable_cols.T
         self.network = network if network is not None else self.fresh_network()  # given: a grown fleet's, paths as they were
 
     def _domain(self, name: str) -> int:

@@ -79,8 +79,10 @@ class CandidateTable:
         # Resource and device columns are column-major, [R or D, rows]: a filter
         # or score reads one resource (or slot) across all rows contiguously, and
         # reductions over a row's few entries run across rows, which NumPy does fast.
-        self.cap = np.zeros((r, c), np.int64)
-        self.free = np.zeros((r, c), np.int64)
+        # a node's capacity is below 2^31 in every unit (``quantities``: at most 10^9
+        # millicores, 2^30 MiB, 64 devices of a kind): int32, half a device's 64 bytes
+        self.cap = np.zeros((r, c), np.int32)
+        self.free = np.zeros((r, c), np.int32)
         self.dev_kind = np.full((d, c), -1, np.int16)
         self.dev_model = np.full((d, c), -1, np.int16)
         self.dev_cap = np.zeros((d, c), np.int16)  # share of the device this row holds (milli)
@@ -98,6 +100,7 @@ class CandidateTable:
         self.base = 0  # the log's position of _log[0] (older entries were dropped)
         self.views = None  # live.Views of this table, made on first use
         self._owner_caches: OrderedDict[int, tuple[object, dict]] = OrderedDict()
+        self._fleet_cols: set[str] = set()  # columns that are the fleet's own arrays (read only here)
 
     # ------------------------------------------------------------ construction
 
@@ -107,25 +110,32 @@ class CandidateTable:
         n = fleet.n_nodes
         t.n = n
         t.node[:n] = np.arange(n)
-        t.group[:n] = fleet.node_group
-        t.site[:n] = fleet.node_site
-        t.tier[:n] = fleet.node_tier
-        t.arch[:n] = fleet.node_arch
-        t.fabric[:n] = fleet.node_fabric
+        # what never changes of a node is read in place from the fleet's columns (a device's
+        # 67 bytes not copied), until the table grows or writes them (``_own``)
+        for name, col in (("group", fleet.node_group), ("site", fleet.node_site), ("tier", fleet.node_tier),
+                          ("arch", fleet.node_arch), ("fabric", fleet.node_fabric),
+                          ("dev_kind", fleet.dev_kind_cols), ("dev_model", fleet.dev_model_cols),
+                          ("dev_shareable", fleet.dev_shareable_cols)):
+            mine = getattr(t, name)
+            if col.dtype == mine.dtype and col.shape == mine.shape:
+                setattr(t, name, col)
+                t._fleet_cols.add(name)
+            elif name in _COLUMN_MAJOR:
+                mine[:, :n] = col
+            else:
+                mine[:n] = col
         t.cap[:, :n] = fleet.node_capacity.T
         t.free[:, :n] = fleet.node_capacity.T
-        t.dev_kind[:, :n] = fleet.node_dev_kind.T
-        t.dev_model[:, :n] = fleet.node_dev_model.T
         present = fleet.node_dev_kind.T >= 0
         t.dev_cap[:, :n] = np.where(present, 1000, 0)
         t.dev_free[:, :n] = t.dev_cap[:, :n]
-        t.dev_shareable[:, :n] = fleet.node_dev_shareable.T
         t.dev_index[:, :n] = np.where(present, np.arange(fleet.max_devices, dtype=np.int16)[:, None], -1)
         t.enabled[:n] = True
         return t
 
     def append_nodes(self, fleet: Fleet, first: int) -> None:
         """The fleet's nodes ``first`` .. as new rows, all free (a grown fleet's)."""
+        self._own()
         n = fleet.n_nodes
         while len(self.node) < n:
             self._grow()
@@ -153,11 +163,18 @@ class CandidateTable:
         for row in range(first, n):
             self.touch(row)
 
+    def _own(self) -> None:
+        """Columns of this table's own in place of the fleet's (before they are written)."""
+        for name in self._fleet_cols:
+            setattr(self, name, getattr(self, name).copy())
+        self._fleet_cols.clear()
+
     def widen(self, slots: int) -> None:
         """Room for ``slots`` devices per row (a node with more devices than any before)."""
         d = self.dev_kind.shape[0]
         if slots <= d:
             return
+        self._own()
         for name in ("dev_kind", "dev_model", "dev_cap", "dev_free", "dev_shareable", "dev_index"):
             old = getattr(self, name)
             fill = -1 if name in ("dev_kind", "dev_model", "dev_index") else 0
@@ -173,6 +190,7 @@ class CandidateTable:
     def append_row(self, source: "CandidateTable", src_row: int, vec: np.ndarray,
                    slots: tuple[int, ...], milli: tuple[int, ...]) -> int:
         """Add a row that is a slice of ``source``'s row (a host on a node)."""
+        self._own()
         if self.n == len(self.node):
             self._grow()
         i = self.n
@@ -246,6 +264,7 @@ class CandidateTable:
         self.dev_free[:, row] = 0
 
     def _grow(self) -> None:
+        self._fleet_cols.clear()  # (every column is made anew)
         size = len(self.node)
         new = max(16, 2 * size)
         for name in _GROWABLE:

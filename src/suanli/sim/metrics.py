@@ -68,14 +68,15 @@ class Recorder:
         self._stride, self._skipped = 1, 0
         # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
         n = fleet.n_nodes
-        self._held = np.zeros((n_res, n))
+        # (whole numbers within a node's capacity: int32, as the node table's columns)
+        self._held = np.zeros((n_res, n), np.int32)
         # used is held less idle; while no explicit VC host holds idle room (a city's), the two
         # are one figure and neither column is kept (``_idle_kept``): a device's 64 bytes
         self._used: np.ndarray | None = None
         self._idle: np.ndarray | None = None
         self._stranded_total = np.zeros(n_kinds)
         self._kind_capacity = self.capacity.sum(axis=0)[2:]
-        self._stranded = np.zeros((n_kinds, n))
+        self._stranded = np.zeros((n_kinds, n), np.int32)  # (milli-devices, a whole number)
         self._cursor = _Cursor()
         self._vc_seen: dict[int, tuple[CandidateTable, _Cursor, np.ndarray]] = {}
         # totals now, as views into one vector so that one operation integrates them all
@@ -153,8 +154,8 @@ class Recorder:
         """Columns of idle room and of use apart from what is held, from now on
         (until now nothing was idle: used was what is held)."""
         if self._idle is None:
-            self._idle = np.zeros_like(self._held)
-            self._used = self._held.copy()
+            self._idle = np.zeros(self._held.shape)
+            self._used = self._held.astype(np.float64)
 
     def grow(self, fleet) -> None:
         """The fleet grew (or lost nodes) while running: per-node and per-site
@@ -166,7 +167,7 @@ class Recorder:
         self._capacity_of = (fleet, True)
         extra = fleet.n_nodes - self._held.shape[1]
         if extra > 0:
-            pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], extra))], axis=1)  # noqa: E731
+            pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], extra), a.dtype)], axis=1)  # noqa: E731
             self._held, self._stranded = pad(self._held), pad(self._stranded)
             if self._idle is not None:
                 self._used, self._idle = pad(self._used), pad(self._idle)
