@@ -187,6 +187,20 @@ def test_incremental_figures_equal_a_recomputation(example, tmp_path):
             if c:
                 assert by_site[s.name][key]["mean"] == pytest.approx(site_mean[si, ri] / c, abs=2e-6)
                 assert by_site[s.name][key]["peak"] == pytest.approx(site[:, si, ri].max() / c, abs=2e-6)
+    blocks = used = 0  # a population's sites: one entry, integrated as one (``metrics._SiteFigures``)
+    for first, count, pattern in sim.state.fleet.site_table.names.blocks():
+        rows = slice(first, first + count)
+        used += bool(site[:, rows].any())
+        for ri, key in enumerate(sim.state.fleet.resource_keys):
+            c = site_capacity[rows, ri]
+            if c.sum():
+                blocks += 1
+                assert by_site[str(pattern)][key]["mean"] == pytest.approx(site_mean[rows, ri].sum() / c.sum(),
+                                                                           abs=2e-6)
+                assert by_site[str(pattern)][key]["peak"] == pytest.approx(
+                    (site[:, rows, ri].max(axis=0) / np.maximum(c, 1)).max(), abs=2e-6)
+    if example.startswith("moving"):  # not vacuous: the devices are a population, and used
+        assert blocks and used
     total = cap.sum(axis=0)[2:]
     frag = np.array([s[4] for s in ref.samples]) / np.where(total > 0, total, 1)
     got = rec.fragmentation(end)
@@ -210,3 +224,49 @@ def test_the_series_is_thinned_but_keeps_its_ends(monkeypatch):
     assert len(ref.samples) > 16 >= len(rec.times)
     assert rec.times[0] == ref.samples[0][0] and rec.times[-1] == ref.samples[-1][0]
     assert rec.times == sorted(rec.times)
+
+
+def test_site_figures_of_a_grown_fleet_carry_over_and_new_sites_start_at_the_growth():
+    """A population's sites integrated as one, and the fleet grown by a listed
+    site and a second population: what was integrated carries over; the new
+    sites count from the growth on (a reference integrates site by site)."""
+    from suanli.sim.metrics import _SiteFigures
+
+    class Names:
+        def __init__(self, listed, blocks):
+            self._listed, self._blocks = listed, blocks
+
+        def listed(self):
+            return np.array(self._listed, np.int64)
+
+        def blocks(self):
+            return [(first, count, f"p{first}") for first, count in self._blocks]
+
+    class Table:
+        def __init__(self, listed, blocks):
+            self.names = Names(listed, blocks)
+
+    rng = np.random.default_rng(3)
+    fig = _SiteFigures(Table([0, 1], [(2, 5)]), 7, 2, most=100)
+    ref_now, ref_area = np.zeros((10, 2)), np.zeros((10, 2))
+    t = 0.0
+    fig.start(t)
+    for step in range(40):
+        if step == 20:  # a listed site and a population of two join
+            fig = _SiteFigures(Table([0, 1, 7], [(2, 5), (8, 2)]), 10, 2, most=100, old=fig)
+        n = 7 if step < 20 else 10
+        t += float(rng.uniform(0.5, 3.0))
+        sites = np.unique(rng.integers(0, n, 3))
+        ref_area[:n] += ref_now[:n] * (t - last) if step else 0
+        in_blocks = fig.integrate(sites, t)
+        fig.now[sites] = rng.integers(0, 50, (sites.size, 2))
+        ref_now[sites] = fig.now[sites]
+        fig.changed(sites, in_blocks)
+        last = t
+    stop = t + 2.0
+    ref_area += ref_now * (stop - last)
+    for si in (0, 1, 7):
+        np.testing.assert_allclose(fig.area_of(si, stop), ref_area[si], rtol=1e-12)
+    np.testing.assert_allclose(fig.block_area(2, stop), ref_area[2:7].sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(fig.block_area(8, stop), ref_area[8:10].sum(axis=0), rtol=1e-12)
+    assert ref_area[8:10].any() and ref_area[7].any()  # (the new sites were used)

@@ -82,12 +82,9 @@ class Recorder:
         # totals now, as views into one vector so that one operation integrates them all
         shapes = {"used": self.capacity.shape, "reserved": self.capacity.shape, "fragmented": (n_kinds,),
                   "violations": (1,)}
-        # per site (a million of them with a population): integrated site by site as they change,
-        # not all at every instant; each one's integral runs up to ``_site_last``
-        self._site_now = np.zeros((len(fleet.sites), n_res))
-        self._site_area = np.zeros((len(fleet.sites), n_res))
-        self._site_peak = np.zeros((len(fleet.sites), n_res))
-        self._site_last = np.zeros(len(fleet.sites))
+        # per site (a million of them with a population): integrated as they change, not all at
+        # every instant; a population's sites as one (``_SiteFigures``)
+        self._sites = _SiteFigures(fleet.site_table, len(fleet.sites), n_res, int(self.site_capacity.max(initial=0)))
         size = sum(int(np.prod(v)) for v in shapes.values())
         self._vec = np.zeros(size)
         self._area_vec = np.zeros(size)  # time integrals since the first sample
@@ -171,12 +168,9 @@ class Recorder:
             self._held, self._stranded = pad(self._held), pad(self._stranded)
             if self._idle is not None:
                 self._used, self._idle = pad(self._used), pad(self._idle)
-        more = len(fleet.sites) - len(self._site_last)
-        if more > 0:
-            grow = lambda a: np.concatenate([a, np.zeros((more,) + a.shape[1:])])  # noqa: E731
-            self._site_now, self._site_area, self._site_peak = (grow(a) for a in (self._site_now, self._site_area,
-                                                                                    self._site_peak))
-            self._site_last = np.concatenate([self._site_last, np.full(more, self._site_last.max(initial=0.0))])
+        most = int(self.site_capacity.max(initial=0))
+        if len(fleet.sites) > self._sites.now.shape[0] or (most >= 2**31 and self._sites.now.dtype == np.int32):
+            self._sites = _SiteFigures(fleet.site_table, len(fleet.sites), self._sites.now.shape[1], most, self._sites)
 
     def sample(self, t: float, keep: bool = False) -> None:
         """The figures after the instant ``t``; ``keep``: this sample stays in the
@@ -184,26 +178,26 @@ class Recorder:
         fleet = self.state.fleet
         nodes = self.state.nodes
         changed = self._changed_nodes()
+        figures = self._sites
         if self._first is None:
-            self._site_last[:] = t
+            figures.start(t)
         self._advance(t)
         if changed is None:
             changed = np.arange(fleet.n_nodes)
         sites = np.unique(fleet.node_site[np.asarray(changed, np.int64)])
-        self._site_area[sites] += self._site_now[sites] * (t - self._site_last[sites])[:, None]
-        self._site_last[sites] = t
+        in_blocks = figures.integrate(sites, t)
         d_stranded = np.zeros(self._stranded.shape[0])
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
                              nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
                              self._held if self._idle is None else self._idle, fleet.node_tier, fleet.node_site,
                              self._held, self._held if self._used is None else self._used, self._stranded,
                              self._now["used"], self._now["reserved"],
-                             self._site_now, d_stranded)
+                             figures.now, d_stranded)
+        figures.changed(sites, in_blocks)
         if d_stranded.any():
             self._add_stranded(d_stranded)
         self._now["violations"][0] = self.near_violations()
         np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
-        self._site_peak[sites] = np.maximum(self._site_peak[sites], self._site_now[sites])
         self._record(t, keep)
 
     def _add_stranded(self, delta: np.ndarray) -> None:
@@ -307,12 +301,11 @@ class Recorder:
             return {}
         stop = max(end, self._last)
         span = stop - self._first
-        now = self._site_now
-        area = self._site_area + now * (stop - self._site_last)[:, None]
+        figures = self._sites
+        now, peak = figures.now, figures.peak
         out = {}
         keys = self.state.fleet.resource_keys
         table = self.state.fleet.site_table
-        peak = self._site_peak
         site_capacity = self.site_capacity
 
         def entry(cap, area_, now_, peak_ratio):
@@ -322,12 +315,12 @@ class Recorder:
 
         for si in table.names.listed().tolist():
             cap = site_capacity[si]
-            out[table.names.name(si)] = entry(cap, area[si], now[si], peak[si] / np.maximum(cap, 1))
+            out[table.names.name(si)] = entry(cap, figures.area_of(si, stop), now[si], peak[si] / np.maximum(cap, 1))
         for first, count, pattern in table.names.blocks():  # a population: one entry, its pattern
             rows = slice(first, first + count)
             cap = site_capacity[rows]
             ratio = (peak[rows] / np.maximum(cap, 1)).max(axis=0)  # the busiest of its sites
-            out[str(pattern)] = entry(cap.sum(axis=0), area[rows].sum(axis=0), now[rows].sum(axis=0), ratio)
+            out[str(pattern)] = entry(cap.sum(axis=0), figures.block_area(first, stop), now[rows].sum(axis=0), ratio)
         return out
 
     def fragmentation(self, end: float) -> dict[str, dict[str, float]]:
@@ -346,6 +339,92 @@ class Recorder:
         seconds = float(self._area["violations"][0] + self._now["violations"][0] * (stop - self._last))
         return {"max_concurrent": int(self._peak["violations"][0]), "at_end": int(self._now["violations"][0]),
                 "task_seconds": round(float(seconds), 3)}
+
+
+class _SiteFigures:
+    """Per site and resource: what is used now (whole numbers, which the
+    sample's kernel keeps: ``now``) and its peak, and the time integral of
+    ``now``, brought up to date only when the site changes. The sites of a
+    population (a block of the site table: a million devices) are integrated
+    as one, their sum being all that the outputs read of them (one entry per
+    population, ``Recorder.by_site``): a device keeps its figure now and its
+    peak, not an integral and the time it runs up to. Sites written one by
+    one, and any outside a block, are integrated each on its own (``own``)."""
+
+    def __init__(self, table, n_sites: int, n_res: int, most: int, old: "_SiteFigures | None" = None) -> None:
+        # (whole numbers up to a site's capacity, ``most`` at most: int32 where that fits, a device's 32 bytes)
+        dtype = np.int32 if most < 2**31 and (old is None or old.now.dtype == np.int32) else np.float64
+        self.now = np.zeros((n_sites, n_res), dtype)
+        self.peak = np.zeros((n_sites, n_res), dtype)
+        blocks = sorted(table.names.blocks(), key=lambda b: b[0])
+        self.firsts = np.array([b[0] for b in blocks], np.int64)
+        self.ends = self.firsts + np.array([b[1] for b in blocks], np.int64)
+        in_block = np.zeros(n_sites, bool)
+        for first, end in zip(self.firsts.tolist(), self.ends.tolist()):
+            in_block[first:end] = True
+        self.own = np.union1d(table.names.listed(), np.flatnonzero(~in_block)).astype(np.int64)
+        self.area = np.zeros((self.own.size, n_res))
+        self.last = np.zeros(self.own.size)
+        self.block_now = np.zeros((len(blocks), n_res))
+        self._block_area = np.zeros((len(blocks), n_res))
+        self.block_last = np.zeros(len(blocks))
+        if old is not None:  # the fleet grew: what was kept carries over; new sites start now
+            since = max(old.last.max(initial=0.0), old.block_last.max(initial=0.0))
+            k = old.now.shape[0]
+            self.now[:k], self.peak[:k] = old.now, old.peak
+            self.last[:] = self.block_last[:] = since
+            at = np.searchsorted(old.own, self.own).clip(max=max(old.own.size - 1, 0))
+            was = (old.own.size > 0) & (old.own[at] == self.own) if old.own.size else np.zeros(self.own.size, bool)
+            self.area[was], self.last[was] = old.area[at[was]], old.last[at[was]]
+            for b, first in enumerate(self.firsts.tolist()):
+                j = np.flatnonzero(old.firsts == first)
+                if j.size:
+                    self._block_area[b], self.block_last[b] = old._block_area[j[0]], old.block_last[j[0]]
+            for b, (first, end) in enumerate(zip(self.firsts.tolist(), self.ends.tolist())):
+                self.block_now[b] = self.now[first:end].sum(axis=0)
+
+    def start(self, t: float) -> None:
+        self.last[:] = t
+        self.block_last[:] = t
+
+    def integrate(self, sites: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Integrals of ``sites`` (ascending, unique) up to ``t``, before their
+        figures change; returns those of them in blocks, their blocks and their
+        figures now (for ``changed``)."""
+        own = self.own
+        if own.size:
+            k = np.searchsorted(own, sites).clip(max=own.size - 1)
+            mine = own[k] == sites
+            rows = k[mine]
+            self.area[rows] += self.now[sites[mine]] * (t - self.last[rows])[:, None]
+            self.last[rows] = t
+        if not self.firsts.size:
+            return sites[:0], sites[:0], self.now[:0]
+        b = np.searchsorted(self.firsts, sites, "right") - 1
+        inside = (b >= 0) & (sites < self.ends[b.clip(min=0)])
+        at, b = sites[inside], b[inside]
+        blocks = np.unique(b)
+        self._block_area[blocks] += self.block_now[blocks] * (t - self.block_last[blocks])[:, None]
+        self.block_last[blocks] = t
+        return at, b, self.now[at]  # (a copy: fancy indexing)
+
+    def changed(self, sites: np.ndarray, in_blocks: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """``sites``' figures now are new: their peaks, and their blocks' sums
+        (whole numbers: exact)."""
+        self.peak[sites] = np.maximum(self.peak[sites], self.now[sites])
+        at, b, before = in_blocks
+        if at.size:
+            np.add.at(self.block_now, b, self.now[at] - before)
+
+    def area_of(self, site: int, stop: float) -> np.ndarray:
+        """The integral of a site integrated on its own, up to ``stop``."""
+        k = int(np.searchsorted(self.own, site))
+        return self.area[k] + self.now[site] * (stop - self.last[k])
+
+    def block_area(self, first: int, stop: float) -> np.ndarray:
+        """The integral of the block starting at site ``first`` (its sites' sum), up to ``stop``."""
+        b = int(np.searchsorted(self.firsts, first))
+        return self._block_area[b] + self.block_now[b] * (stop - self.block_last[b])
 
 
 class _Cursor:
