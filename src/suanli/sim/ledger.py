@@ -263,8 +263,8 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
         self.left: dict[int, float] = {}
         self.comp = array("i")  # a compact unit's component: its place in the application's
-        self.task = array("q")  # a compact unit's task id
-        self.run_id = array("q")  # 0: no run
+        self.task = array("i")  # a compact unit's task id (ids below 2^31, as the node table's)
+        self.run_id = array("i")  # 0: no run (run ids index ``Ledger.runs``, an int32 column: below 2^31)
         self.run_at = array("d")  # when the run started
         self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids
         self._tasks.units = self
@@ -663,7 +663,7 @@ class Ledger:
         self.tasks = TaskTable(ids)
         self.units = UnitTable(self.tasks)
         self.runs = array("i", (-1,))  # run id -> its unit (-1: the run has stopped); ids count from 1
-        self.running_seq = array("q")  # unit -> when it last became running (its order in ``running``)
+        self.running_seq = array("i")  # unit -> when it last became running (its order in ``running``)
         # application -> its units, in submission order (a range while they came together)
         self.by_app = AppUnits()
         self.bound_to = BoundUnits(sites)  # site -> units that ran bound near it or to its data
@@ -713,8 +713,8 @@ class Ledger:
     def running(self) -> list[int]:
         """The units with a run, in the order they last became running (a
         scan of two columns: for the few passes that look at all of them)."""
-        uids = np.flatnonzero(np.frombuffer(self.units.run_id, np.int64) > 0)
-        return uids[np.argsort(np.frombuffer(self.running_seq, np.int64)[uids], kind="stable")].tolist()
+        uids = np.flatnonzero(np.frombuffer(self.units.run_id, np.int32) > 0)
+        return uids[np.argsort(np.frombuffer(self.running_seq, np.int32)[uids], kind="stable")].tolist()
 
     def is_running(self, uid: int) -> bool:
         return 0 <= uid < len(self.units.run_id) and self.units.run_id[uid] > 0
