@@ -607,7 +607,8 @@ class BoundUnits:
     units as a range (its first and stop in two columns) while they came one
     after the other, then as ``_add_unit``'s list or set; a name that was no
     site's when first seen is kept by name. A million devices' services bound
-    near them keep no name, dict entry or range here (16 bytes a site)."""
+    near them keep no name, dict entry or range here (8 bytes a site: unit
+    numbers below 2^31, as the ledger's other columns)."""
 
     __slots__ = ("_sites", "_first", "_stop", "_other")
 
@@ -615,7 +616,7 @@ class BoundUnits:
 
     def __init__(self, sites=None) -> None:
         self._sites = sites  # name -> site number (``Fleet.site_index``), or None: every name by name
-        self._first, self._stop = array("q"), array("q")
+        self._first, self._stop = array("i"), array("i")
         self._other: dict = {}  # name or site number -> a range, list or set (``_add_unit``'s)
 
     def _site(self, name: str) -> int:
