@@ -92,7 +92,7 @@ class Timeline:
         self.book, self.shard, self.globe, self.resched, self.hosts, self.recorder = \
             book, shard, globe, resched, hosts, recorder
         self.on_instant = on_instant  # called after each instant, e.g. for a progress bar
-        self.apps_of_document: dict[str, list[Application]] = {}  # documents with `each`: the applications made
+        self.each_documents: set[str] = set()  # documents with `each` (their applications found when deleted)
         self._mobility: list[Iterator] = []  # mobility streams (handovers, offline spells)
         self._next_mobility: list[tuple | None] = []
         self._streams: list[Iterator[Arrival]] = []  # generators and traces, read as they are due
@@ -138,12 +138,12 @@ class Timeline:
         self.globe.global_layer.place_initial()
         self.book.flush_hosts(0.0)
         entries = {a.app: a for a in self.scenario.arrivals} if self.scenario else {}
-        self.apps_of_document = {}
+        self.each_documents = set()
         copies: dict[str, list[Application]] = {}
         for app in self.world.apps:  # an application with no arrival entry arrives at 0
             entry = entries.get(app.document)
             if app.template is not None:
-                self.apps_of_document.setdefault(app.template, []).append(app)  # (its name made when read)
+                self.each_documents.add(app.template)  # (not a list of its copies: a car's 8 bytes)
                 if entry is not None and (entry.share, entry.over, entry.stay) != (None, None, None):
                     copies.setdefault(app.template, []).append(app)
                     continue
@@ -273,7 +273,8 @@ class Timeline:
 
     def scenario_event(self, t: float, ev: Any) -> None:
         if ev.kind == "delete":  # every application made from the document
-            made = self.apps_of_document.get(ev.app)
+            made = (app for app in self.world.apps if app.template == ev.app) if ev.app in self.each_documents \
+                else None
             for name in (app.name for app in made) if made is not None else (ev.app,):
                 self.shard.delete(t, name, "deleted")
         else:
