@@ -80,12 +80,11 @@ def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
     key = _unused_kinds(req)
     shared = table.shared()
-    full = shared.get(key)
-    if full is None:
+    unused = shared.get(key)
+    if unused is None:  # (kept as a bool per row, not the float: a million rows' 7 MB)
         kinds = table.view("cap")[2:]
-        unused = kinds[req.vec[2:] == 0].sum(axis=0) > 0
-        full = shared[key] = np.where(unused, 0.0, 100.0)
-    return full[rows]
+        unused = shared[key] = kinds[req.vec[2:] == 0].sum(axis=0) > 0
+    return np.where(unused[rows], 0.0, 100.0)
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:

@@ -95,7 +95,7 @@ class CandidateTable:
         self.stamp = np.zeros(c, np.int64)  # per row: bumps when what is free there changes (caches per row)
         self.listeners: list = []  # called (table, allocation, +1 taken / -1 given) on every change
         self.settle = None  # called before an explanation reads every row (a split pass's rows brought up to date)
-        self._log = np.zeros(8192, np.int64)  # the latest part of the change log: rows touched, in order
+        self._log = np.zeros(8192, np.int32)  # the latest part of the change log: rows touched, in order (rows < 2^31)
         self._logged = 0  # entries of _log in use
         self.base = 0  # the log's position of _log[0] (older entries were dropped)
         self.views = None  # live.Views of this table, made on first use
@@ -232,7 +232,7 @@ class CandidateTable:
         4,096); readers further behind start afresh."""
         keep = max(self.n, 4096)
         if self._log.size < 2 * keep:  # the table grew: a longer log
-            self._log = np.concatenate([self._log, np.zeros(2 * keep - self._log.size, np.int64)])
+            self._log = np.concatenate([self._log, np.zeros(2 * keep - self._log.size, np.int32)])
             return
         drop = self._logged - keep
         self._log[:keep] = self._log[drop:self._logged]
