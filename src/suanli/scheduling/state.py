@@ -282,9 +282,9 @@ class GrowingCatalogue:
         self._made: dict[type, tuple[range, array, tuple, int, int]] = {}
         self._templates: dict[str, list[type]] = {}  # a document's name -> the classes of its copies
         self._classes: list[type] = []
-        self._starts = array("q")  # where each run of made ids starts; its prototype and site:
+        self._starts = array("i")  # where each run of made ids starts; its prototype and site (ids, sites < 2^31):
         self._proto = array("i")
-        self._site = array("q")
+        self._site = array("i")
         self._gone: set[int] = set()  # made ids dropped
         self._live = 0
         self.names = _Names(self)
@@ -342,7 +342,7 @@ class GrowingCatalogue:
         self._classes.append(cls)
         if sites is None:  # (a listed site's copy: its names kept)
             sites = range(0)
-        made = self._made[cls] = (sites, array("q", [-1]) * len(sites), tuple(order), start, code)
+        made = self._made[cls] = (sites, array("i", [-1]) * len(sites), tuple(order), start, code)
         self._templates.setdefault(cls.template, []).append(cls)
         return made
 

@@ -548,9 +548,9 @@ class AppUnits:
     def _column(self, cls: type, site: int) -> tuple:
         sites = cls._names.block_of(site)
         if sites is None:  # (a listed site's copy: by its name)
-            self._made[cls] = made = (range(0), array("q"), array("i"))
+            self._made[cls] = made = (range(0), array("i"), array("i"))
             return made
-        self._made[cls] = made = (sites, array("q", [-1]) * len(sites), array("i", [0]) * len(sites))
+        self._made[cls] = made = (sites, array("i", [-1]) * len(sites), array("i", [0]) * len(sites))
         self._templates.setdefault(cls.template, []).append(cls)
         return made
 
