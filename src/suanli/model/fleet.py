@@ -165,13 +165,16 @@ class Fleet:
         self.node_capacity = cap[self.node_group]
         # per node and device slot, kept [slot, node] (the node table's layout: it reads these
         # columns in place, ``CandidateTable.from_fleet``); ``node_dev_*`` are [node, slot] views
-        self.dev_kind_cols = dev_kind.T[:, self.node_group]
-        self.dev_model_cols = dev_model.T[:, self.node_group]
-        self.dev_shareable_cols = dev_share.T[:, self.node_group]
-        self.node_dev_kind = self.dev_kind_cols.T
-        self.node_dev_model = self.dev_model_cols.T
-        self.node_dev_shareable = self.dev_shareable_cols.T
+        # (made when read: a pickled fleet, sent to a shard, keeps one copy)
+        # (C order: a slot's column across nodes is contiguous, as the table's reads need)
+        self.dev_kind_cols = np.ascontiguousarray(dev_kind[self.node_group].T)
+        self.dev_model_cols = np.ascontiguousarray(dev_model[self.node_group].T)
+        self.dev_shareable_cols = np.ascontiguousarray(dev_share[self.node_group].T)
         self.network = network if network is not None else self.fresh_network()  # given: a grown fleet's, paths as they were
+
+    node_dev_kind = property(lambda self: self.dev_kind_cols.T)  # int16[node, slot]: kind code, -1: none
+    node_dev_model = property(lambda self: self.dev_model_cols.T)
+    node_dev_shareable = property(lambda self: self.dev_shareable_cols.T)
 
     def _domain(self, name: str) -> int:
         code = self.domains.index.get(name)
