@@ -79,10 +79,10 @@ class CandidateTable:
         # Resource and device columns are column-major, [R or D, rows]: a filter
         # or score reads one resource (or slot) across all rows contiguously, and
         # reductions over a row's few entries run across rows, which NumPy does fast.
-        # a node's capacity is below 2^31 in every unit (``quantities``: at most 10^9
-        # millicores, 2^30 MiB, 64 devices of a kind): int32, half a device's 64 bytes
-        self.cap = np.zeros((r, c), np.int32)
-        self.free = np.zeros((r, c), np.int32)
+        # (int64, as the requests' vectors: a node's capacity would fit int32, but adding and
+        # comparing an int64 vector to an int32 column casts, and decisions were 5-15% slower)
+        self.cap = np.zeros((r, c), np.int64)
+        self.free = np.zeros((r, c), np.int64)
         self.dev_kind = np.full((d, c), -1, np.int16)
         self.dev_model = np.full((d, c), -1, np.int16)
         self.dev_cap = np.zeros((d, c), np.int16)  # share of the device this row holds (milli)
