@@ -163,10 +163,10 @@ class Fleet:
         self.group_capacity = cap
         self.group_dev_kind, self.group_dev_model = dev_kind, dev_model  # per group's device slots (few groups)
         self.node_capacity = cap[self.node_group]
-        # per node and device slot, kept [slot, node] (the node table's layout: it reads these
-        # columns in place, ``CandidateTable.from_fleet``); ``node_dev_*`` are [node, slot] views
-        # (made when read: a pickled fleet, sent to a shard, keeps one copy)
-        # (C order: a slot's column across nodes is contiguous, as the table's reads need)
+        # per node and device slot, kept [slot, node] in C order (the node table's layout: it
+        # reads these columns in place, ``CandidateTable.from_fleet``, one slot across rows
+        # contiguous); ``node_dev_*`` are [node, slot] views made when read (a pickled fleet,
+        # sent to a shard, keeps one copy)
         self.dev_kind_cols = np.ascontiguousarray(dev_kind[self.node_group].T)
         self.dev_model_cols = np.ascontiguousarray(dev_model[self.node_group].T)
         self.dev_shareable_cols = np.ascontiguousarray(dev_share[self.node_group].T)

@@ -263,7 +263,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
         self.left: dict[int, float] = {}
         self.comp = array("i")  # a compact unit's component: its place in the application's
-        self.task = array("i")  # a compact unit's task id (ids below 2^31, as the node table's)
+        self.task = array("i")  # a compact unit's task id (ids below 2^31, as the placements' columns)
         self.run_id = array("i")  # 0: no run (run ids index ``Ledger.runs``, an int32 column: below 2^31)
         self.run_at = array("d")  # when the run started
         self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids

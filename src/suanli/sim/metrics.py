@@ -68,7 +68,7 @@ class Recorder:
         self._stride, self._skipped = 1, 0
         # per node, kept up to date: held, idle inside explicit VC hosts, stranded share per kind
         n = fleet.n_nodes
-        # (whole numbers within a node's capacity: int32, as the node table's columns)
+        # (whole numbers within a node's capacity, below 2^31 in every unit: int32)
         self._held = np.zeros((n_res, n), np.int32)
         # used is held less idle; while no explicit VC host holds idle room (a city's), the two
         # are one figure and neither column is kept (``_idle_kept``): a device's 64 bytes
