@@ -49,6 +49,9 @@ from suanli.sim.waiting import WaitQueue
 
 log = logging.getLogger(__name__)
 
+# passes one instant may make, beyond one per unit, while each evicts or moves work; past it
+# what still waits tries again at the next instant (a warning says so)
+ROUNDS = 64
 FLEET_GROWS = "fleet grows"  # the key inadmissible units are parked under (every parked unit wakes when it grows)
 _LIVE_GROUPS: dict[int, tuple[int, int, np.ndarray]] = {}  # id(fleet) -> (nodes, retired, groups with a node in service)
 
@@ -299,13 +302,27 @@ class Shard:
         self.ledger.forget(app, self.pending, self.keep_records)
 
     def schedule(self, t: float) -> None:
+        """The instant's pass; then, while evictions or moves made room, the pass
+        again (a loop, not a call in a call: a long chain of evictions within an
+        instant once ran past Python's recursion limit; ``ROUNDS`` bounds it)."""
+        rounds = 0
+        while self._round(t):
+            rounds += 1
+            if rounds > ROUNDS + len(self._units):
+                log.warning("t=%s: %d passes in one instant, each evicting or moving work; the rest waits "
+                            "for the next instant", t, rounds)
+                return
+
+    def _round(self, t: float) -> bool:
+        """One pass; True when it evicted or moved work (the evicted or moved work
+        may fit elsewhere now: another pass)."""
         risen: dict = {}
         if len(self._room):
             risen, fresh = self._room.due()
             self.unpark(fresh)
         ready = self._bounded(t, self.pending.ready())
         if not ready and not risen:
-            return
+            return False
         started = time.perf_counter() if self.on_pass is not None else 0.0
         if self.business.backfill is not None:
             self.business.backfill.begin(t)
@@ -346,9 +363,8 @@ class Shard:
         if risen:
             self._room.settle(risen)
         units = [u for u, _ in failed if not self.pending.parked(u.seq)]
-        if units and (self.resched.reclaim_lent(t, units) or self.resched.preempt(t, units) or self.resched.reclaim(t, units)
-                      or self.resched.defragment(t, units)):
-            self.schedule(t)  # the evicted or moved work may fit elsewhere now
+        return bool(units) and bool(self.resched.reclaim_lent(t, units) or self.resched.preempt(t, units)
+                                    or self.resched.reclaim(t, units) or self.resched.defragment(t, units))
 
     def _pass(self, ready: list[int], risen: dict) -> tuple[list[int], list, list]:
         """Try the ready units, and the parked ones that rows gained room for,
