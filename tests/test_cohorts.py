@@ -4,6 +4,7 @@ borrowing and lending limits, and get it back by reclaiming borrowed work."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections import Counter
 
 import numpy as np
@@ -292,3 +293,17 @@ def test_the_recorded_console_shows_the_cohort_at_the_end(tmp_path):
     assert "cohort <b>research</b>" in page
     assert page.count('class="num borrowed">3<') == 1 and page.count('class="num lent">3<') == 1, page
     assert "what the cohort lends" in page  # speech's borrowing limit: none written
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: cohort reclaim and priority preemption undo one another "
+                                        "within one instant (180 evictions for 14 tasks at t=1200 s)")
+def test_a_reclaim_and_a_priority_preemption_do_not_undo_one_another():
+    """A world the property above drew: four members of one cohort, one of
+    them reclaiming `lowerPriority`; at t=1200 s cohort reclaim and priority
+    preemption evict each other's work in turn until the instant's bound on
+    passes stops them. Kept as a strict expected failure until it is fixed."""
+    path = Path(__file__).resolve().parent / "data" / "cohort_churn.yaml"
+    sim = Simulation(load_world([path]), seed=1)
+    sim.run()
+    evictions = [e for e in sim.events if e.get("kind") == "preempted"]
+    assert len(evictions) <= 2 * len(sim.view.tasks), f"{len(evictions)} evictions for {len(sim.view.tasks)} tasks"
