@@ -373,14 +373,14 @@ class _SiteFigures:
             k = old.now.shape[0]
             self.now[:k], self.peak[:k] = old.now, old.peak
             self.last[:] = self.block_last[:] = since
-            at = np.searchsorted(old.own, self.own).clip(max=max(old.own.size - 1, 0))
-            was = (old.own.size > 0) & (old.own[at] == self.own) if old.own.size else np.zeros(self.own.size, bool)
-            self.area[was], self.last[was] = old.area[at[was]], old.last[at[was]]
-            for b, first in enumerate(self.firsts.tolist()):
+            if old.own.size:
+                at = np.searchsorted(old.own, self.own).clip(max=old.own.size - 1)
+                was = old.own[at] == self.own
+                self.area[was], self.last[was] = old.area[at[was]], old.last[at[was]]
+            for b, (first, end) in enumerate(zip(self.firsts.tolist(), self.ends.tolist())):
                 j = np.flatnonzero(old.firsts == first)
                 if j.size:
                     self._block_area[b], self.block_last[b] = old._block_area[j[0]], old.block_last[j[0]]
-            for b, (first, end) in enumerate(zip(self.firsts.tolist(), self.ends.tolist())):
                 self.block_now[b] = self.now[first:end].sum(axis=0)
 
     def start(self, t: float) -> None:
