@@ -205,19 +205,18 @@ def outranks(sim, unit: Unit, other: Unit) -> bool:
 
 def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     """Running units ``unit`` outranks, all preemptible, on the same table,
-    holding something on a row the unit could use at all (none of its
-    cohort's other members when it would run on borrowed quota: it would
-    evict them to borrow what they lend, and they would reclaim it). ``fair``: instead,
+    holding something on a row the unit could use at all, none of its
+    cohort's other members: what a member takes from another is decided by
+    the cohort's reclaim alone (``lent_victims``, within the owner's
+    ``reclaimWithinCohort``), so a member's work within its own quota is
+    never evicted for another member's priority (which its owner would
+    reclaim in turn), and an owner that reclaims ``never`` or
+    ``lowerPriority`` does not evict more by priority. ``fair``: instead,
     units of no higher standing from other tenants above the unit's tenant's
     weighted share (fair-share reclaim)."""
     share = sim.state.share_by_tenant() if fair else {}
     cohorts, index = sim.state.cohorts, sim.state.tenant_index
     cohort = int(cohorts.of[index[unit.tenant]])  # its cohort's own rules reclaim from its members (``lent_victims``)
-    if cohort >= 0 and not fair:  # a unit that would run on borrowed quota evicts no lender's work for it
-        need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
-        borrows = bool((sim.state.used[index[unit.tenant]] + need > cohorts.nominal[index[unit.tenant]]).any())
-    else:
-        borrows = False
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
@@ -246,13 +245,11 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
             if other == unit.tenant or standing(them) > mine or \
                     share[other] <= share[unit.tenant] * (1 + FAIR_MARGIN):
                 continue
-            if cohort >= 0 and cohorts.of[index[other]] == cohort:
-                continue
             if not sim.may_disturb(uid):
                 continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
         elif not outranks(sim, unit, them):
             continue
-        elif borrows and other != unit.tenant and cohorts.of[index[other]] == cohort:
+        if other != unit.tenant and cohort >= 0 and cohorts.of[index[other]] == cohort:
             continue
         held = []
         for task in us.run.tasks:
