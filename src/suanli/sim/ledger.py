@@ -37,6 +37,7 @@ from suanli.model.work import (EACH_SITE, Application, Component, SiteApplicatio
                                copies_named)
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few, widen
+from suanli.sim.times import Instants, TimeColumn
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
 WITHDRAWN = "withdrawn"  # its application deleted (or left) before it was placed: neither ran nor failed
@@ -83,7 +84,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
-                 "units", "_add", "_find", "settle", "hold", "flush", "seen")
+                 "units", "_add", "_find", "settle", "hold", "flush", "seen", "instants")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
@@ -99,9 +100,11 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.unit = array("i")  # -1: it never became work
         self.component: list[Component | None] = []  # IN_UNIT: a compact unit's task (read ``component_of``)
         self.units: UnitTable | None = None  # the units of its records (set by the ``UnitTable``)
-        self.submitted_at = array("d")
-        self.first_placed_at = array("d")  # NaN: not yet
-        self.ended_at = array("d")
+        # times as codes into the run's distinct times (``sim.times``: 4 bytes a row, not 8)
+        self.instants = Instants()
+        self.submitted_at = TimeColumn(self.instants)
+        self.first_placed_at = TimeColumn(self.instants)  # NaN: not yet
+        self.ended_at = TimeColumn(self.instants)
         self.klass = array("b")  # code in KLASSES
         self.job = array("b")  # a job (it finishes) rather than a service
         self.reasons: dict[int, Counter] = {}  # a pending task's reasons from its last try (none: NO_REASONS)
@@ -171,6 +174,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         """A scalar column as a NumPy array (a copy: the table may grow under a
         view); ``start``, ``stop``: of the ids in that range only."""
         col = getattr(self, name)
+        if type(col) is TimeColumn:
+            return col.numpy(start, stop)
         return np.array(col if start == 0 and stop is None else col[start:stop])
 
     # ------------------------------------------------------------ read as a mapping
@@ -198,7 +203,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         return ((task, TaskRecord(self, i)) for task, i in self.ids.items())
 
 
-def _time(col: array, i: int) -> float | None:
+def _time(col: TimeColumn, i: int) -> float | None:
     v = col[i]
     return None if v != v else v
 
@@ -265,8 +270,8 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.comp = array("i")  # a compact unit's component: its place in the application's
         self.task = array("i")  # a compact unit's task id (ids below 2^31, as the placements' columns)
         self.run_id = array("i")  # 0: no run (run ids index ``Ledger.runs``, an int32 column: below 2^31)
-        self.run_at = array("d")  # when the run started
         self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids
+        self.run_at = TimeColumn(self._tasks.instants)  # when the run started
         self._tasks.units = self
         self._live = 0
 
@@ -774,7 +779,7 @@ class Ledger:
         counts[RUNNING] += 1
         tab.status[i] = _RUNNING_CODE
         first = tab.first_placed_at
-        if first[i] != first[i]:  # NaN: never placed before
+        if first.is_none(i):  # never placed before
             first[i] = t
         if tab.reasons:
             tab.reasons.pop(i, None)
