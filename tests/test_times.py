@@ -103,3 +103,48 @@ def test_the_cases_are_exercised_and_an_instant_costs_one_entry():
     written = (0.0, 0.0, 5.0, 5.0, 5.0, 7.5, 5.0, 3.0, -0.0)
     assert [bits(col[i]) for i in range(9)] == [bits(v) for v in written]
     assert np.signbit(col.numpy()[8]) and col.numpy()[7] == 3.0 and np.isnan(col.numpy()[9])
+
+
+# ------------------------------------------------------------ sparse lists
+
+from suanli.scheduling.state import SparseList  # noqa: E402
+
+MARK = object()
+SPARSE_SEEN = {"freed": 0, "kept": 0}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5000), st.sampled_from(["mark", "mark", "mark", "a", "b"])),
+                min_size=1, max_size=400), st.integers(0, 3000))
+def _sparse_as_a_list(ops, start):
+    sparse, ref = SparseList(MARK), []
+    for _ in range(start):  # a run of defaults first: blocks that keep no slots
+        sparse.append(MARK)
+        ref.append(MARK)
+    for write, at, v in ops:
+        value = MARK if v == "mark" else v
+        if write and ref:
+            i = at % len(ref)
+            sparse[i] = value
+            ref[i] = value
+        else:
+            sparse.append(value)
+            ref.append(value)
+        assert len(sparse) == len(ref)
+    assert list(sparse) == ref and [sparse[i] for i in range(len(ref))] == ref and sparse[-1] is ref[-1]
+    for b, block in enumerate(sparse._blocks):  # a block is kept exactly while it holds something else
+        holds = any(x is not MARK for x in ref[b * 1024:(b + 1) * 1024])
+        assert (block is not None) == holds
+        SPARSE_SEEN["kept" if holds else "freed"] += 1
+
+
+def test_a_sparse_list_reads_as_a_list_and_keeps_blocks_only_where_needed():
+    """Random appends and overwrites: it reads as the list it stands for,
+    and a block is kept exactly while one of its slots is not the default
+    (not vacuous: blocks of both kinds occur)."""
+    _sparse_as_a_list()
+    assert SPARSE_SEEN["freed"] > 50 and SPARSE_SEEN["kept"] > 50, SPARSE_SEEN
+    s = SparseList()
+    s.append("x")
+    s[0] = None  # the one slot back to the default: the block goes
+    assert s._blocks == [None] and len(s) == 1 and s[0] is None

@@ -132,6 +132,73 @@ def widen(columns: tuple, i: int, fill: int) -> None:
             col.extend(array(col.typecode, [fill]) * more)
 
 
+class SparseList:
+    """A list that holds ``default`` at most of its slots: blocks of 1,024
+    slots, a block that holds only ``default`` not kept. Read and written by
+    index, appended to. A million tasks whose slot is the default (a task
+    whose name is made when read, whose component is its unit's) keep no
+    8-byte slot each; a list of mostly other values costs what a list does."""
+
+    __slots__ = ("_blocks", "_counts", "_n", "default")
+    SHIFT = 10
+    SIZE = 1 << SHIFT
+    MASK = SIZE - 1
+
+    def __init__(self, default: object = None) -> None:
+        self._blocks: list[list | None] = []
+        self._counts = array("i")  # per block: how many of its slots are not the default
+        self._n = 0
+        self.default = default
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int):
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        block = self._blocks[i >> 10]
+        return self.default if block is None else block[i & 1023]
+
+    def __setitem__(self, i: int, value) -> None:
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        b, k = i >> 10, i & 1023
+        block = self._blocks[b]
+        default = self.default
+        if block is None:
+            if value is default:
+                return
+            block = self._blocks[b] = [default] * 1024
+        change = (value is not default) - (block[k] is not default)
+        block[k] = value
+        if change:
+            left = self._counts[b] = self._counts[b] + change
+            if not left:
+                self._blocks[b] = None
+
+    def append(self, value) -> None:
+        i = self._n
+        if not i & 1023:
+            self._blocks.append(None)
+            self._counts.append(0)
+        self._n = i + 1
+        if value is not self.default:
+            self[i] = value
+
+    def __iter__(self):
+        default = self.default
+        for b, block in enumerate(self._blocks):
+            n = min(1024, self._n - (b << 10))
+            if block is None:
+                yield from (default,) * n
+            else:
+                yield from block[:n]
+
+
 class NodeTasks:
     """The ids of the tasks on each node, as columns: per task id its node
     and its neighbours in that node's list (a list linked in arrays), per
@@ -271,7 +338,7 @@ class GrowingCatalogue:
                  "_starts", "_proto", "_site", "_gone", "_live", "names")
 
     def __init__(self) -> None:
-        self._names: list[str | None] = []  # None: a made name
+        self._names = SparseList(None)  # None: a made name (most of a city's: no slot kept)
         self._dict: dict[str, int] = {}  # the names kept
         self._held: dict[str, int] = {}  # made names until settled
         self._settled: list[str] = []  # to let go of at the instant's end

@@ -36,7 +36,7 @@ from suanli.executors.base import Run
 from suanli.model.work import (EACH_SITE, Application, Component, SiteApplication, SiteComponent, World,
                                copies_named)
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, TaskIds, add_few, widen
+from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, SparseList, TaskIds, add_few, widen
 from suanli.sim.times import Instants, TimeColumn
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
@@ -98,7 +98,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("i")  # code in ``tenants``
         self.unit = array("i")  # -1: it never became work
-        self.component: list[Component | None] = []  # IN_UNIT: a compact unit's task (read ``component_of``)
+        # IN_UNIT: a compact unit's task (read ``component_of``); a block of them keeps no slots
+        self.component = SparseList(IN_UNIT)
         self.units: UnitTable | None = None  # the units of its records (set by the ``UnitTable``)
         # times as codes into the run's distinct times (``sim.times``: 4 bytes a row, not 8)
         self.instants = Instants()
