@@ -860,6 +860,7 @@ def absorb(done: GlobalPass, parts: list[ShardPart]) -> Outcome:
         vc_map = np.array([_intern(p._vc_at, p._vc_names, name) for name in part.vc_names], np.int32)
         vec_map = np.array([_intern_vec(p, v) for v in part.vecs], np.int32)
         ids = part.ids
+        p.codes_fit(max(int(part.tenants.max(initial=0)), int(vc_map.max(initial=0)), int(vec_map.max(initial=0))))
         p._tenant[ids] = part.tenants
         p._vc[ids] = vc_map[part.vcs]
         p._row[ids] = part.rows

@@ -726,10 +726,11 @@ class Placements(Mapping):
         self._state = state
         self._ids = ids
         self._n = 0  # tasks placed
-        self._tenant = np.zeros(16, np.int32)
-        self._vc = np.zeros(16, np.int32)
+        # codes of tenants, VCs and vectors: int16 while each is below 32,768 (``_codes_fit``), else int32
+        self._tenant = np.zeros(16, np.int16)
+        self._vc = np.zeros(16, np.int16)
         self._row = np.full(16, -1, np.int32)
-        self._vec = np.zeros(16, np.int32)
+        self._vec = np.zeros(16, np.int16)
         self._dev = DevShares()  # id -> (slots, milli)
         self._vc_names: list[str] = []
         self._vc_at: dict[str, int] = {}
@@ -756,6 +757,8 @@ class Placements(Mapping):
             vec = a.vec.copy()
             vec.setflags(write=False)
             self._vecs.append(vec)
+        if (tenant | v | k) > 32767:
+            self.codes_fit(max(tenant, v, k))
         self._tenant[i] = tenant
         self._vc[i] = v
         self._row[i] = a.row
@@ -765,6 +768,13 @@ class Placements(Mapping):
         else:
             self._dev.pop(i, None)
         return i
+
+    def codes_fit(self, top: int) -> None:
+        """The code columns (tenant, VC, vector) wide enough for code ``top``:
+        int16 until a code passes 32,767, int32 from then on."""
+        if top > 32767 and self._vc.dtype != np.int32:
+            for name in ("_tenant", "_vc", "_vec"):
+                setattr(self, name, getattr(self, name).astype(np.int32))
 
     def _widen(self, top: int) -> None:
         """Columns long enough for ids below ``top``: an eighth more at least (``widen``)."""

@@ -96,7 +96,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.settle, self.hold, self.flush, self.seen = \
             (ids.settle, ids.hold, ids.flush, ids.seen) if grows else (_no, _no, lambda: None, _no_id)
         self.status = array("b")  # code in STATUSES; _GONE: dropped
-        self.tenant = array("i")  # code in ``tenants``
+        self.tenant = array("h")  # code in ``tenants`` (int32 past 32,767 tenants)
         self.unit = array("i")  # -1: it never became work
         # IN_UNIT: a compact unit's task (read ``component_of``); a block of them keeps no slots
         self.component = SparseList(IN_UNIT)
@@ -126,6 +126,8 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         if code is None:
             code = self._tenant_code[tenant] = len(self.tenants)
             self.tenants.append(tenant)
+            if code > 32767 and self.tenant.typecode == "h":
+                self.tenant = array("i", self.tenant)
         ended = _NONE if ended_at is None else ended_at
         i = self._find(task, app)
         if i is None:  # (column by column: this runs once per task submitted)
@@ -268,7 +270,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.klass = array("b")
         self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
         self.left: dict[int, float] = {}
-        self.comp = array("i")  # a compact unit's component: its place in the application's
+        self.comp = array("h")  # a compact unit's component: its place in the application's (int32 past 32,767)
         self.task = array("i")  # a compact unit's task id (ids below 2^31, as the placements' columns)
         self.run_id = array("i")  # 0: no run (run ids index ``Ledger.runs``, an int32 column: below 2^31)
         self._tasks = TaskTable() if tasks is None else tasks  # the ledger's records: task names and ids
@@ -364,6 +366,8 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def keep_compact(self, uid: int, app: Application, at: int, task: int) -> None:
         """Keep unit ``uid`` as columns: ``app``'s component ``at``, task ``task``."""
+        if at > 32767 and self.comp.typecode == "h":
+            self.comp = array("i", self.comp)
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
         self._tasks.component[task] = IN_UNIT
 
