@@ -262,7 +262,20 @@ def test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_nam
     ref, cat = TaskIds(), GrowingCatalogue()
     gone: set[str] = set()
     rng = random.Random(seed)
+    app_of: dict[str, object] = {}
+
+    def covering(i: int):  # ``made_of`` without its cache: the run of made ids that covers ``i``
+        runs = [(s, cat._classes[p], site) for s, p, site in zip(cat._starts, cat._proto, cat._site)]
+        for n, (start, cls, site) in enumerate(runs):
+            end = min(start + cat._made[cls][3], runs[n + 1][0] if n + 1 < len(runs) else 1 << 62)
+            if start <= i < end:
+                return cls, site
+        return None
+
     for op, k, how in ops:
+        if ref.names:  # (read between changes: its cache of the run read last agrees with a fresh look)
+            i = rng.randrange(len(ref.names))
+            assert cat.made_of(i) == covering(i), i
         if op == "submit":
             app = apps[k]
             tasks = [c.task_name(r) for c in app.components for r in range(c.size)]
@@ -271,6 +284,7 @@ def test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_nam
             elif how == "shuffled":
                 rng.shuffle(tasks)
             for task in tasks:
+                app_of[task] = app
                 i = ref.ids.get(task)
                 if i is None:
                     i = ref.add(task)
@@ -301,6 +315,13 @@ def test_a_growing_catalogue_gives_the_ids_and_names_of_one_that_keeps_every_nam
     for wrong in ("info.car-12/music/0", "info.car-01/music/1", "info.car-01/game/01", "info.car-1/game/0",
                   "info.edge-0/music/0", "other.car-01/music/0", "info.car-01/music", 7):
         assert cat.get(wrong) is None
+    for i, name in enumerate(ref.names):  # a made name's id tells its copy (what a compact unit keeps)
+        if cat._names[i] is None:
+            app = app_of[name]
+            assert cat.made_of(i) == (type(app), app.site), name
+    order = list(range(len(ref.names)))
+    rng.shuffle(order)
+    assert [cat.made_of(i) for i in order] == [covering(i) for i in order]
     note(f"made {sum(n is None for n in cat._names)} of {len(ref.names)}")
     made_seen["made"] += sum(n is None for n in cat._names)
     made_seen["kept"] += sum(n is not None for n in cat._names)

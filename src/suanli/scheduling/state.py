@@ -335,7 +335,7 @@ class GrowingCatalogue:
     every id's name."""
 
     __slots__ = ("_names", "_dict", "_held", "_settled", "_young", "_old", "_made", "_templates", "_classes",
-                 "_starts", "_proto", "_site", "_gone", "_live", "names")
+                 "_starts", "_proto", "_site", "_gone", "_live", "names", "_run_read")
 
     def __init__(self) -> None:
         self._names = SparseList(None)  # None: a made name (most of a city's: no slot kept)
@@ -355,6 +355,7 @@ class GrowingCatalogue:
         self._gone: set[int] = set()  # made ids dropped
         self._live = 0
         self.names = _Names(self)
+        self._run_read: tuple = (0, 0, None)  # ``made_of``'s last run: its ids [lo, hi) and its copy
 
     # ------------------------------------------------------------ add
 
@@ -393,6 +394,7 @@ class GrowingCatalogue:
             self._starts.append(i)
             self._proto.append(code)
             self._site.append(app.site)
+            self._run_read = (0, 0, None)  # (the run before may end here now)
         self._names.append(None)
         self._live += 1
         if hold:
@@ -521,6 +523,28 @@ class GrowingCatalogue:
     def _run_of(self, i: int) -> tuple[int, int]:
         b = bisect.bisect_right(self._starts, i) - 1
         return self._proto[b], self._site[b]
+
+    def made_of(self, i: int) -> tuple[type, int] | None:
+        """The class of copies and the site number of the copy whose run of
+        made ids covers id ``i`` (``app_for_site`` makes the copy), or None.
+        (A name not made that came within a run is covered too: a caller
+        compares the answer with the application it has.)"""
+        lo, hi, made = self._run_read
+        if lo <= i < hi:  # (ids are read in runs: the run read last, again)
+            return made
+        starts = self._starts
+        if not starts or i < starts[0]:
+            return None
+        b = bisect.bisect_right(starts, i) - 1
+        cls = self._classes[self._proto[b]]
+        end = starts[b] + self._made[cls][3]  # (a run is its copy's tasks at most, up to the next run)
+        if b + 1 < len(starts):
+            end = min(end, starts[b + 1])
+        if i >= end:
+            return None
+        made = cls, self._site[b]
+        self._run_read = (starts[b], end, made)
+        return made
 
     def name(self, i: int) -> str:
         n = self._names[i]

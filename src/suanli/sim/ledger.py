@@ -34,7 +34,7 @@ import numpy as np
 
 from suanli.executors.base import Run
 from suanli.model.work import (EACH_SITE, Application, Component, SiteApplication, SiteComponent, World,
-                               copies_named)
+                               app_for_site, copies_named)
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, SparseList, TaskIds, add_few, widen
 from suanli.sim.times import Instants, TimeColumn
@@ -66,6 +66,13 @@ def _no_id(name: str, i: int) -> None:
     """(``TaskIds`` finds every name: nothing to remember.)"""
 
 
+def _not_made(i: int) -> None:
+    """(``TaskIds`` makes no names.)"""
+
+
+MADE = object()  # a compact unit's entry when its application is a copy its task's id tells (``UnitTable._app``)
+
+
 IN_UNIT = object()  # a record's component while its unit is kept as columns: read from the unit
 
 
@@ -84,7 +91,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
-                 "units", "_add", "_find", "settle", "hold", "flush", "seen", "instants")
+                 "units", "_add", "_find", "settle", "hold", "flush", "seen", "instants", "made_of")
 
     def __init__(self, ids: TaskIds | None = None) -> None:
         ids = TaskIds() if ids is None else ids  # (shared with the placements, which index their columns alike)
@@ -95,6 +102,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self._add, self._find = ids.add, ids.find
         self.settle, self.hold, self.flush, self.seen = \
             (ids.settle, ids.hold, ids.flush, ids.seen) if grows else (_no, _no, lambda: None, _no_id)
+        self.made_of = ids.made_of if grows else _not_made
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("h")  # code in ``tenants`` (int32 past 32,767 tenants)
         self.unit = array("i")  # -1: it never became work
@@ -265,7 +273,9 @@ class UnitTable(Mapping[int, "UnitState"]):
     __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live")
 
     def __init__(self, tasks: TaskTable | None = None) -> None:
-        self.unit: list[Unit | Application | None] = []  # an Application: a compact unit
+        # a Unit; an Application: a compact unit's; MADE: a compact unit's copy made per site, which its
+        # task's id tells (most of a city's: a block of them keeps no slots)
+        self.unit = SparseList(MADE)
         self.run: dict[int, Run] = {}  # runs kept as objects (none, with a run id: a compact run)
         self.klass = array("b")
         self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
@@ -293,9 +303,18 @@ class UnitTable(Mapping[int, "UnitState"]):
         self._live += 1
         return uid
 
+    def _app(self, uid: int):
+        """The unit's entry: a ``Unit``, a compact unit's application (a copy
+        made per site made again from its task's id), or None (gone)."""
+        u = self.unit[uid]
+        if u is MADE:
+            cls, site = self._tasks.made_of(self.task[uid])
+            return app_for_site(cls, site)
+        return u
+
     def unit_of(self, uid: int) -> Unit:
         """The unit (made again for a compact one)."""
-        u = self.unit[uid]
+        u = self._app(uid)
         if type(u) is Unit or u is None:
             return u
         tasks = self._tasks
@@ -307,7 +326,7 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def lead(self, uid: int) -> Component:
         """The unit's lead component (a compact unit's one)."""
-        u = self.unit[uid]
+        u = self._app(uid)
         return u.components[0] if type(u) is Unit else _component_at(u, self.comp[uid])
 
     def _expand(self, uid: int, unit: Unit | None = None) -> Unit:
@@ -338,7 +357,7 @@ class UnitTable(Mapping[int, "UnitState"]):
             self.run.pop(uid, None)
             self.run_id[uid], self.run_at[uid] = 0, _NONE
             u = self.unit[uid]
-            if u is not None and type(u) is not Unit:  # not running: an object again
+            if u is not None and type(u) is not Unit:  # not running (MADE too): an object again
                 self._expand(uid)
             return
         self.run_id[uid], self.run_at[uid] = run.run_id, run.started_at
@@ -368,6 +387,8 @@ class UnitTable(Mapping[int, "UnitState"]):
         """Keep unit ``uid`` as columns: ``app``'s component ``at``, task ``task``."""
         if at > 32767 and self.comp.typecode == "h":
             self.comp = array("i", self.comp)
+        if type(app) is not Application and self._tasks.made_of(task) == (type(app), getattr(app, "site", None)):
+            app = MADE  # (its task's id tells it, as long as the unit is kept so: no slot kept)
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
         self._tasks.component[task] = IN_UNIT
 
@@ -377,6 +398,9 @@ class UnitTable(Mapping[int, "UnitState"]):
         if type(u) is Unit:
             return u.app.tenant, u.priority
         k = self.comp[uid]
+        if u is MADE:
+            cls = self._tasks.made_of(self.task[uid])[0]
+            return cls.tenant, cls._classes[k].priority
         return u.tenant, (type(u)._classes[k] if isinstance(u, SiteApplication) else u.components[k]).priority
 
     def pop(self, uid: int) -> "UnitState":
