@@ -42,3 +42,16 @@ def test_ledger_tenant_codes_and_component_places_widen_past_int16():
     assert [tasks[f"x{k}"].tenant for k in (0, 32_767, 32_768, 32_769)] == \
         [f"tenant-{k}" for k in (0, 32_767, 32_768, 32_769)]
     assert units.comp.typecode == "h"
+
+
+def test_device_share_codes_widen_past_int16():
+    from suanli.scheduling.state import DevShares
+
+    d = DevShares()
+    for i in range(33_000):  # as many distinct (slots, milli) pairs
+        d[2 * i] = ((0,), (i + 1,))
+        if i == 10:
+            assert d._code.typecode == "h"
+    assert d._code.typecode == "i"
+    assert d[0] == ((0,), (1,)) and d[2 * 32_768] == ((0,), (32_769,)) and d.get(1) is None
+    assert d.ids().tolist() == list(range(0, 66_000, 2)) and len(d) == 33_000

@@ -243,13 +243,13 @@ class Fleet:
 
     def nodes_of(self, site: int) -> np.ndarray:
         """int64: the nodes of ``site``, ascending (from an index by site made once)."""
-        if self._by_site is None:
-            order = np.argsort(self.node_site, kind="stable").astype(np.int64)
-            start = np.zeros(len(self.site_table) + 1, np.int64)
-            np.cumsum(np.bincount(self.node_site, minlength=len(self.site_table)), out=start[1:])
+        if self._by_site is None:  # (int32: nodes below 2^31; a million devices' 8 bytes, not 16)
+            order = np.argsort(self.node_site, kind="stable").astype(np.int32)
+            start = np.zeros(len(self.site_table) + 1, np.int32)
+            start[1:] = np.cumsum(np.bincount(self.node_site, minlength=len(self.site_table)))
             self._by_site = (order, start)
         order, start = self._by_site
-        return order[start[site]: start[site + 1]]
+        return order[start[site]: start[site + 1]].astype(np.int64)
 
     def fresh_network(self) -> Network:
         """The network of the fleet's links, all up (a run changes its own in place)."""

@@ -31,15 +31,15 @@ DRAWS = [0]  # ties drawn by ``pick`` so far (a caller can tell whether its pick
 
 def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
     """The table's rows by site: (rows sorted by site, where each site's rows
-    start in it: int64[S + 1]), kept until rows are added."""
+    start in it: int32[S + 1], rows being below 2^31), kept until rows are added."""
     shared = table.shared()
     hit = shared.get("site rows")
     if hit is None:
         site = table.view("site")
         order = np.argsort(site, kind="stable").astype(np.int64)
         n_sites = int(site.max()) + 1 if site.size else 0
-        start = np.zeros(n_sites + 2, np.int64)
-        np.cumsum(np.bincount(site, minlength=n_sites + 1), out=start[1:])
+        start = np.zeros(n_sites + 2, np.int32)  # (a million devices' sites: 4 bytes each, not 8)
+        start[1:] = np.cumsum(np.bincount(site, minlength=n_sites + 1))
         hit = shared["site rows"] = (order, start)
     return hit
 
@@ -70,7 +70,7 @@ def private_rows(table: CandidateTable, private: np.ndarray) -> int:
 
 
 def site_counts(table: CandidateTable) -> np.ndarray:
-    """int64[S + 1]: how many of the table's rows each site has (``site_rows``'
+    """int32[S + 1]: how many of the table's rows each site has (``site_rows``'
     runs' lengths), kept until rows are added."""
     shared = table.shared()
     hit = shared.get("site counts")

@@ -679,12 +679,13 @@ class DevShares:
     """Each placed task's device shares, (slots, milli), by task id: a code
     per id (-1: none) into the few distinct pairs a world's tasks take. A
     million tasks that share a device cost 4 bytes each here, not a dict
-    entry and an int object each. Iteration is in id order."""
+    entry and an int object each (2 while fewer than 32,768 pairs are
+    taken: int16 codes, int32 past them). Iteration is in id order."""
 
     __slots__ = ("_code", "_pairs", "_at", "_n")
 
     def __init__(self) -> None:
-        self._code = array("i")
+        self._code = array("h")
         self._pairs: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         self._at: dict[tuple, int] = {}
         self._n = 0
@@ -694,6 +695,8 @@ class DevShares:
         if k is None:
             k = self._at[pair] = len(self._pairs)
             self._pairs.append(pair)
+            if k > 32767 and self._code.typecode == "h":
+                self._code = array("i", self._code)
         if i >= len(self._code):
             widen((self._code,), i, -1)
         if self._code[i] < 0:
@@ -722,7 +725,7 @@ class DevShares:
         """int64: the ids with shares, ascending."""
         if not self._n:
             return np.zeros(0, np.int64)
-        return np.flatnonzero(np.frombuffer(self._code, np.int32) >= 0)
+        return np.flatnonzero(np.frombuffer(self._code, np.int16 if self._code.typecode == "h" else np.int32) >= 0)
 
     def __iter__(self) -> Iterator[int]:
         return chunked(self.ids())
