@@ -65,7 +65,8 @@ class Batches:
         self.layer = layer
         self.size = MIN
         self._templates: dict[tuple, Request | None] = {}
-        self._far: dict[tuple, list] = {}  # (table, devices-score key) -> [its sites, core stamp, core_distance]
+        # (table, devices-score key) -> [its sites, core stamp, core_distance (by core id)]
+        self._far: dict[tuple, list] = {}
         self.decided = 0  # units placed in batches (for tests and benchmarks)
 
     def template(self, comp, tenant: str) -> Request | None:
@@ -400,7 +401,7 @@ class Batches:
             if len(self._far) > 64:
                 self._far.clear()
                 self._far[key] = got
-        return got[2][np.where(network.leaf[sites], network.parent[sites], sites)]
+        return got[2][network.core_id[np.where(network.leaf[sites], network.parent[sites], sites)]]
 
     def _choose(self, table, templates, tmpl_of, intra, rows, unit_of, ok, several, chosen) -> None:
         """``nearby.pick`` for the units whose site has several rows (each such
