@@ -55,3 +55,32 @@ def test_device_share_codes_widen_past_int16():
     assert d._code.typecode == "i"
     assert d[0] == ((0,), (1,)) and d[2 * 32_768] == ((0,), (32_769,)) and d.get(1) is None
     assert d.ids().tolist() == list(range(0, 66_000, 2)) and len(d) == 33_000
+
+
+def test_lists_turn_sparse_with_the_first_copy_made_per_site_and_stay_plain_without_one():
+    """The records' components, the units and the catalogue's names are
+    plain lists (read at C speed) in a world without applications made per
+    site, and sparse once such a copy is kept as columns (the city's: a
+    block of defaults keeps no slots); the outputs do not depend on it
+    (the golden runs and the property tests compare them)."""
+    from pathlib import Path
+
+    from suanli.scheduling.state import SparseList
+    from suanli.sim.simulation import Simulation
+
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    sim = Simulation(load_world([city], {"cars": "3000"}), seed=1, until=30.0)
+    sim.run()
+    ledger = sim.ledger
+    assert type(ledger.units.unit) is SparseList and type(ledger.tasks.component) is SparseList
+    names = ledger.tasks.names._c._names
+    assert type(names) is SparseList
+    kept = sum(b is not None for b in ledger.units.unit._blocks)
+    assert kept < len(ledger.units.unit._blocks) / 2, kept  # not vacuous: most blocks keep no slots
+    assert sim.view.counts()["running"] > 8_000
+
+    jobs = Path(__file__).resolve().parents[2] / "shared" / "examples" / "ai-hpc-mix.yaml"
+    sim = Simulation(load_world([jobs]), seed=1, until=600.0)
+    sim.run()
+    assert type(sim.ledger.units.unit) is list and type(sim.ledger.tasks.component) is list
+    assert len(sim.ledger.units.unit) > 10

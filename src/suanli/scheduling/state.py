@@ -144,11 +144,13 @@ class SparseList:
     SIZE = 1 << SHIFT
     MASK = SIZE - 1
 
-    def __init__(self, default: object = None) -> None:
+    def __init__(self, default: object = None, items: Sequence = ()) -> None:
         self._blocks: list[list | None] = []
         self._counts = array("i")  # per block: how many of its slots are not the default
         self._n = 0
         self.default = default
+        for value in items:
+            self.append(value)
 
     def __len__(self) -> int:
         return self._n
@@ -338,7 +340,9 @@ class GrowingCatalogue:
                  "_starts", "_proto", "_site", "_gone", "_live", "names", "_run_read")
 
     def __init__(self) -> None:
-        self._names = SparseList(None)  # None: a made name (most of a city's: no slot kept)
+        # None: a made name; a plain list (read at C speed) until the first made name, then a
+        # ``SparseList`` (most of a city's names are made: no slot kept for them)
+        self._names: list | SparseList = []
         self._dict: dict[str, int] = {}  # the names kept
         self._held: dict[str, int] = {}  # made names until settled
         self._settled: list[str] = []  # to let go of at the instant's end
@@ -395,6 +399,8 @@ class GrowingCatalogue:
             self._proto.append(code)
             self._site.append(app.site)
             self._run_read = (0, 0, None)  # (the run before may end here now)
+        if type(self._names) is list:
+            self._names = SparseList(None, self._names)
         self._names.append(None)
         self._live += 1
         if hold:

@@ -106,8 +106,9 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         self.status = array("b")  # code in STATUSES; _GONE: dropped
         self.tenant = array("h")  # code in ``tenants`` (int32 past 32,767 tenants)
         self.unit = array("i")  # -1: it never became work
-        # IN_UNIT: a compact unit's task (read ``component_of``); a block of them keeps no slots
-        self.component = SparseList(IN_UNIT)
+        # IN_UNIT: a compact unit's task (read ``component_of``); a plain list until a copy made per site
+        # is kept as columns, then sparse (a block of IN_UNIT keeps no slots: ``UnitTable.keep_compact``)
+        self.component: list | SparseList = []
         self.units: UnitTable | None = None  # the units of its records (set by the ``UnitTable``)
         # times as codes into the run's distinct times (``sim.times``: 4 bytes a row, not 8)
         self.instants = Instants()
@@ -274,8 +275,9 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def __init__(self, tasks: TaskTable | None = None) -> None:
         # a Unit; an Application: a compact unit's; MADE: a compact unit's copy made per site, which its
-        # task's id tells (most of a city's: a block of them keeps no slots)
-        self.unit = SparseList(MADE)
+        # task's id tells; a plain list until the first MADE, then sparse (a city's: a block of MADE
+        # keeps no slots; a world without copies made per site reads a list at C speed)
+        self.unit: list | SparseList = []
         self.run: dict[int, Run] = {}  # runs kept as objects (none, with a run id: a compact run)
         self.klass = array("b")
         self.work: dict[int, float] = {}  # a job's (see ``UnitState.remaining_work_s``)
@@ -389,6 +391,9 @@ class UnitTable(Mapping[int, "UnitState"]):
             self.comp = array("i", self.comp)
         if type(app) is not Application and self._tasks.made_of(task) == (type(app), getattr(app, "site", None)):
             app = MADE  # (its task's id tells it, as long as the unit is kept so: no slot kept)
+            if type(self.unit) is list:
+                self.unit = SparseList(MADE, self.unit)
+                self._tasks.component = SparseList(IN_UNIT, self._tasks.component)
         self.unit[uid], self.comp[uid], self.task[uid] = app, at, task
         self._tasks.component[task] = IN_UNIT
 
