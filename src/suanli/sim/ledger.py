@@ -84,8 +84,9 @@ class TaskTable(Mapping[str, "TaskRecord"]):
     simulation: its ``GrowingCatalogue`` makes their names when read).
 
     Scalar columns are ``array.array``s (compact, and read or written one at
-    a time without a NumPy scalar in between); ``column()`` views one as a
-    NumPy array for whole-table reads. A name submitted again (a recreated
+    a time without a NumPy scalar in between), the times ``TimeColumn``s
+    (int32 codes into the run's distinct times, read and written as floats);
+    ``column()`` copies one into a NumPy array for whole-table reads. A name submitted again (a recreated
     application's task) keeps its id and so its place in the order; a record
     dropped leaves its row marked gone."""
 
