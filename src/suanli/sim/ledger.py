@@ -272,7 +272,8 @@ class UnitTable(Mapping[int, "UnitState"]):
     keeps such a unit so from its submission (``Ledger.submit``): while it
     waits, its pass makes it when it comes to it (``BusinessLayer.run_ids``)."""
 
-    __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live")
+    __slots__ = ("unit", "run", "klass", "work", "left", "comp", "task", "run_id", "run_at", "_tasks", "_live",
+                 "_made_last")
 
     def __init__(self, tasks: TaskTable | None = None) -> None:
         # a Unit; an Application: a compact unit's; MADE: a compact unit's copy made per site, which its
@@ -290,6 +291,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         self.run_at = TimeColumn(self._tasks.instants)  # when the run started
         self._tasks.units = self
         self._live = 0
+        self._made_last: tuple = (-1, None)  # the copy made last for a MADE unit: its task's id, the copy
 
     def add(self, unit: Unit, klass: str, work: float | None, left: float | None) -> int:
         uid = len(self.unit)
@@ -311,8 +313,14 @@ class UnitTable(Mapping[int, "UnitState"]):
         made per site made again from its task's id), or None (gone)."""
         u = self.unit[uid]
         if u is MADE:
-            cls, site = self._tasks.made_of(self.task[uid])
-            return app_for_site(cls, site)
+            task = self.task[uid]
+            last = self._made_last
+            if last[0] == task:  # (a unit is read a few times in a row)
+                return last[1]
+            cls, site = self._tasks.made_of(task)
+            app = app_for_site(cls, site)
+            self._made_last = (task, app)
+            return app
         return u
 
     def unit_of(self, uid: int) -> Unit:
@@ -419,6 +427,7 @@ class UnitTable(Mapping[int, "UnitState"]):
         for task in us.unit.tasks:
             self._tasks.settle(task)
         self.unit[uid] = None
+        self.klass[uid] = -1  # (gone: what the lookups below read, at C speed)
         for column in (self.run, self.work, self.left):
             column.pop(uid, None)
         self.run_id[uid] = 0
@@ -426,15 +435,15 @@ class UnitTable(Mapping[int, "UnitState"]):
         return us
 
     def __getitem__(self, uid: int) -> "UnitState":
-        if not 0 <= uid < len(self.unit) or self.unit[uid] is None:
+        if not 0 <= uid < len(self.klass) or self.klass[uid] < 0:
             raise KeyError(uid)
         return UnitState(self, uid)
 
     def get(self, uid: int, default=None):
-        return UnitState(self, uid) if 0 <= uid < len(self.unit) and self.unit[uid] is not None else default
+        return UnitState(self, uid) if 0 <= uid < len(self.klass) and self.klass[uid] >= 0 else default
 
     def __contains__(self, uid: object) -> bool:
-        return type(uid) is int and 0 <= uid < len(self.unit) and self.unit[uid] is not None
+        return type(uid) is int and 0 <= uid < len(self.klass) and self.klass[uid] >= 0
 
     def __iter__(self) -> Iterator[int]:
         return (uid for uid, u in enumerate(self.unit) if u is not None)

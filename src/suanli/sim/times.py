@@ -95,14 +95,19 @@ class TimeColumn:
         self.instants = instants
 
     def append(self, t: float) -> None:
-        self.codes.append(self.instants.code(t))
+        instants = self.instants
+        if t == instants._last and t:  # (the instant's time again: most writes, without a call)
+            self.codes.append(instants._code)
+        else:
+            self.codes.append(instants.code(t))
 
     def __getitem__(self, i: int) -> float:
         c = self.codes[i]
         return self.instants.at[c] if c >= 0 else self.instants.value(c)
 
     def __setitem__(self, i: int, t: float) -> None:
-        self.codes[i] = self.instants.code(t)
+        instants = self.instants
+        self.codes[i] = instants._code if t == instants._last and t else instants.code(t)
 
     def __len__(self) -> int:
         return len(self.codes)
