@@ -132,6 +132,12 @@ def widen(columns: tuple, i: int, fill: int) -> None:
             col.extend(array(col.typecode, [fill]) * more)
 
 
+def wide_enough(col: array, top: int) -> array:
+    """``col`` (int16 codes) or, once code ``top`` passes 32,767, its int32
+    copy: code columns stay narrow while a world's codes are few."""
+    return array("i", col) if top > 32767 and col.typecode == "h" else col
+
+
 class SparseList:
     """A list that holds ``default`` at most of its slots: blocks of 1,024
     slots, a block that holds only ``default`` not kept. Read and written by
@@ -140,9 +146,6 @@ class SparseList:
     8-byte slot each; a list of mostly other values costs what a list does."""
 
     __slots__ = ("_blocks", "_counts", "_n", "default")
-    SHIFT = 10
-    SIZE = 1 << SHIFT
-    MASK = SIZE - 1
 
     def __init__(self, default: object = None, items: Sequence = ()) -> None:
         self._blocks: list[list | None] = []
@@ -701,8 +704,7 @@ class DevShares:
         if k is None:
             k = self._at[pair] = len(self._pairs)
             self._pairs.append(pair)
-            if k > 32767 and self._code.typecode == "h":
-                self._code = array("i", self._code)
+            self._code = wide_enough(self._code, k)
         if i >= len(self._code):
             widen((self._code,), i, -1)
         if self._code[i] < 0:
@@ -759,7 +761,7 @@ class Placements(Mapping):
         self._state = state
         self._ids = ids
         self._n = 0  # tasks placed
-        # codes of tenants, VCs and vectors: int16 while each is below 32,768 (``_codes_fit``), else int32
+        # codes of tenants, VCs and vectors: int16 while each is below 32,768 (``codes_fit``), else int32
         self._tenant = np.zeros(16, np.int16)
         self._vc = np.zeros(16, np.int16)
         self._row = np.full(16, -1, np.int32)

@@ -36,7 +36,8 @@ from suanli.executors.base import Run
 from suanli.model.work import (EACH_SITE, Application, Component, SiteApplication, SiteComponent, World,
                                app_for_site, copies_named)
 from suanli.scheduling.business_layer import Unit
-from suanli.scheduling.state import FEW, GrowingCatalogue, Placements, SparseList, TaskIds, add_few, widen
+from suanli.scheduling.state import (FEW, GrowingCatalogue, Placements, SparseList, TaskIds, add_few, wide_enough,
+                                     widen)
 from suanli.sim.times import Instants, TimeColumn
 
 PENDING, RUNNING, FINISHED, FAILED, OMITTED = "pending", "running", "finished", "failed", "omitted"
@@ -86,9 +87,9 @@ class TaskTable(Mapping[str, "TaskRecord"]):
     Scalar columns are ``array.array``s (compact, and read or written one at
     a time without a NumPy scalar in between), the times ``TimeColumn``s
     (int32 codes into the run's distinct times, read and written as floats);
-    ``column()`` copies one into a NumPy array for whole-table reads. A name submitted again (a recreated
-    application's task) keeps its id and so its place in the order; a record
-    dropped leaves its row marked gone."""
+    ``column()`` copies one into a NumPy array for whole-table reads. A name
+    submitted again (a recreated application's task) keeps its id and so its
+    place in the order; a record dropped leaves its row marked gone."""
 
     __slots__ = ("ids", "names", "status", "tenant", "unit", "component", "submitted_at", "first_placed_at",
                  "ended_at", "klass", "job", "reasons", "moving", "last_move_at", "tenants", "_tenant_code", "_live",
@@ -136,8 +137,7 @@ class TaskTable(Mapping[str, "TaskRecord"]):
         if code is None:
             code = self._tenant_code[tenant] = len(self.tenants)
             self.tenants.append(tenant)
-            if code > 32767 and self.tenant.typecode == "h":
-                self.tenant = array("i", self.tenant)
+            self.tenant = wide_enough(self.tenant, code)
         ended = _NONE if ended_at is None else ended_at
         i = self._find(task, app)
         if i is None:  # (column by column: this runs once per task submitted)
@@ -396,8 +396,7 @@ class UnitTable(Mapping[int, "UnitState"]):
 
     def keep_compact(self, uid: int, app: Application, at: int, task: int) -> None:
         """Keep unit ``uid`` as columns: ``app``'s component ``at``, task ``task``."""
-        if at > 32767 and self.comp.typecode == "h":
-            self.comp = array("i", self.comp)
+        self.comp = wide_enough(self.comp, at)
         if type(app) is not Application and self._tasks.made_of(task) == (type(app), getattr(app, "site", None)):
             app = MADE  # (its task's id tells it, as long as the unit is kept so: no slot kept)
             if type(self.unit) is list:
