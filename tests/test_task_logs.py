@@ -114,3 +114,17 @@ def test_an_applications_logs_are_dropped_and_removed_and_a_sweep_keeps_only_the
     (tmp_path / "notes.txt").write_text("not a log\n")
     assert LogFolder(tmp_path).sweep(["t:app2/c/0"]) == 1
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "t%3Aapp2%2Fc%2F0.log", "t%3Aapp2%2Fc%2F0.log.1"]
+
+
+def test_a_header_after_a_line_cut_short_starts_a_line_of_its_own(tmp_path):
+    """A task killed mid-line leaves its log inside a line: the next run's
+    header starts on a new line, so every line is the run's or ours."""
+    path = tmp_path / "t.log"
+    log = RotatingLog(path, 1 << 20, True)
+    log.line(b"--- suanli: run 1\n")
+    log.write(b"tick 1\ntick 15")  # killed here
+    log.line(b"--- suanli: run 2\n")
+    log.line(b"--- suanli: run 3\n")  # (after a whole line: no empty one)
+    log.close()
+    assert path.read_bytes().split(b"\n") == [b"--- suanli: run 1", b"tick 1", b"tick 15", b"--- suanli: run 2",
+                                             b"--- suanli: run 3", b""]

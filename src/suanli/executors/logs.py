@@ -60,8 +60,9 @@ def app_of(task: str) -> str:
 
 
 def _open(path: Path, private: bool) -> int:
-    """``path`` opened to append (created 0600 when ``private``; never through a link)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+    """``path`` opened to append, and to read its last byte (created 0600 when ``private``; never through
+    a link)."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600 if private else 0o666)
     if private:
         os.fchmod(fd, 0o600)
@@ -94,6 +95,14 @@ class RotatingLog:
             self.written += n
             view = view[n:]
         return first
+
+    def line(self, text: bytes) -> bool:
+        """Append a line of the executor's own (a run's header), on a line of
+        its own: after a new line when the log ends inside one (a task killed
+        mid-line); as ``write``."""
+        if self.size and os.pread(self.fd, 1, self.size - 1) != b"\n":
+            text = b"\n" + text
+        return self.write(text)
 
     def _rotate(self) -> bool:
         rotated = self.path.with_name(self.path.name + ROTATED)

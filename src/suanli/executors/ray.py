@@ -517,7 +517,7 @@ class RayExecutor:
         with self._log_lock:
             out = RotatingLog(self.logs.note(task), self.log_max_bytes, self.isolate)
             try:
-                first = out.write(header.encode()) if header is not None else False
+                first = out.line(header.encode()) if header is not None else False
                 first |= out.write(data)
             finally:
                 out.close()
