@@ -301,11 +301,31 @@ def view(
     uvicorn.run(site, host=host, port=port, log_level="warning")
 
 
+def _runs_what_it_can(world, scenario: Path, executor: str) -> None:
+    """A component that runs an image needs the podman executor, and the
+    podman executor runs images only: a mismatch is named before anything runs."""
+    from suanli.spec.problems import Problem
+
+    for app in world.apps:
+        for comp in app.components:
+            if comp.run is None:
+                continue
+            if comp.run.containerized and executor != "podman":
+                raise SpecError([Problem("--executor", f"{app.name}/{comp.name} runs an image (run.image"
+                                         f"{'s' if comp.run.images else ''}), and the {executor} executor runs "
+                                         "processes: run it with --executor podman")])
+            if executor == "podman" and not comp.run.containerized:
+                raise SpecError([Problem("--executor", f"{app.name}/{comp.name} runs a command, not an image: "
+                                         "the podman executor runs containers (give it run.image, or use "
+                                         "--executor local)")])
+
+
 @app.command("run")
 def run_live(
     scenario: Path = typer.Argument(..., help="A file with a Scenario document (its includes are followed)."),
     work_dir: Path = typer.Option(..., "--work-dir", help="Folder for the tasks' logs, state and checkpoints."),
-    executor: str = typer.Option("local", "--executor", help="local (processes on this machine) or ray."),
+    executor: str = typer.Option("local", "--executor", help="local (processes on this machine), podman "
+                                 "(containers on this machine) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster (ray executor; "
                                               "default: RAY_ADDRESS, else the one running on this machine)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for result.json, events.jsonl and "
@@ -330,8 +350,10 @@ def run_live(
 
     world, until_s = _scenario_world(scenario, "run", "--until", until, strict=strict)
     try:
-        if executor not in ("local", "ray"):
-            raise SpecError([Problem("--executor", f"{executor!r} is not an executor that runs tasks: local or ray")])
+        if executor not in ("local", "podman", "ray"):
+            raise SpecError([Problem("--executor", f"{executor!r} is not an executor that runs tasks: local, "
+                                                   "podman or ray")])
+        _runs_what_it_can(world, scenario, executor)
         if not speed > 0:
             raise SpecError([Problem("--speed", "must be above 0")])
         try:

@@ -31,6 +31,7 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("reach", "hosts"): "unreachable from the virtual cluster's hosts",
     ("reach", "split"): "affinity group split by the network",
     ("arch", None): "arch mismatch",
+    ("arch", "image"): "no variant of its image for the arch (it has {archs})",
     ("kind", None): "no {resource}",
     ("model", None): "{resource} model mismatch",
     ("capacity", None): "insufficient {resource}",

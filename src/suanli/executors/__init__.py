@@ -1,7 +1,8 @@
 """Executors: who runs the tasks the scheduler places.
 
-``sim`` (the digital twin's), ``local`` (processes on this machine) and
-``ray`` (actors on a Ray cluster) share one interface (``base.Executor``).
+``sim`` (the digital twin's), ``local`` (processes on this machine),
+``podman`` (containers on this machine) and ``ray`` (actors on a Ray
+cluster) share one interface (``base.Executor``).
 ``make`` returns what ``Simulation(executor=...)`` takes.
 """
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 class ExecutorName(str, Enum):
     sim = "sim"
     local = "local"
+    podman = "podman"
     ray = "ray"
 
 
@@ -50,16 +52,23 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
     from suanli.executors.logs import DEFAULT_MAX_LOG
 
     cap = log_max_bytes or DEFAULT_MAX_LOG
-    if name is ExecutorName.local:
+    if name in (ExecutorName.local, ExecutorName.podman):
         from suanli.executors.local import LocalExecutor
         from suanli.executors.tasks import MAX_PIDS
 
+        kind = LocalExecutor
+        if name is ExecutorName.podman:
+            from suanli.executors.podman import PodmanExecutor, podman_problem
+
+            if (why := podman_problem()) is not None:
+                raise SpecError([Problem("--executor", f"podman runs containers here, and {why}")])
+            kind = PodmanExecutor
         if isolate_tenants:
             _reachable_by_tenants(Path(work_dir))
             _own_users(Path(work_dir))
         pids = max_pids or MAX_PIDS
-        return lambda given: LocalExecutor(given, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants,
-                                         max_pids=pids, log_max_bytes=cap)
+        return lambda given: kind(given, work_dir, cwd=cwd, confine=confine, isolate_tenants=isolate_tenants,
+                                  max_pids=pids, log_max_bytes=cap)
     from suanli.executors.ray import connect
 
     if isolate_tenants:

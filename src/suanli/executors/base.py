@@ -46,6 +46,7 @@ class TaskExited:
     run_id: int
     task: str
     code: int  # exit status; -N: ended by signal N
+    reason: str | None = None  # what ended it, where the executor knows more than the status (over its memory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,38 @@ class Confinement:
             (self.pids / key / "pids.max").write_text(str(max_pids))
         return [d / "cgroup.procs" for d in dirs]
 
+    def memory_exceeded(self, key: str) -> bool:
+        """Whether a task's memory group reached its limit (the kernel then
+        reclaims, and kills when it cannot: a task killed with this true was
+        killed over its memory)."""
+        if self.kind == "v2":
+            try:
+                events = dict(line.split() for line in (self.bases[0] / key / "memory.events").read_text()
+                              .splitlines())
+            except (OSError, ValueError):
+                return False
+            return int(events.get("oom_kill", 0)) > 0 or int(events.get("oom", 0)) > 0
+        mem = next((b for b in self.bases if b.parent.name == "memory"), None)
+        if mem is None:
+            return False
+        group = mem / key
+
+        def read(name: str) -> int:
+            try:
+                return int((group / name).read_text())
+            except (OSError, ValueError):
+                return 0
+        # the limit hit (a count of either limit's failures, or the peak at the limit: with swap
+        # accounting the kernel may count the failure on neither)
+        limit = read("memory.limit_in_bytes")
+        return read("memory.failcnt") > 0 or read("memory.memsw.failcnt") > 0 or \
+            (0 < limit <= read("memory.max_usage_in_bytes"))
+
+    def group_path(self, key: str) -> str:
+        """A task's groups' path under each hierarchy's root (what a container
+        runtime takes as its cgroup parent)."""
+        return f"/{self.bases[0].name}/{key}"
+
     def pids_in(self, key: str) -> list[int]:
         """The processes in a task's groups now."""
         return _procs(self.bases[0] / key) if self.bases else []
@@ -226,6 +258,14 @@ def _await_empty(group: Path) -> None:
 
 
 def _rmdir(d: Path) -> None:
+    """Remove a control group and the empty groups under it (a container
+    runtime's, made in a task's group)."""
+    try:
+        below = [c for c in d.iterdir() if c.is_dir()]
+    except OSError:
+        below = []
+    for c in below:
+        _rmdir(c)
     try:
         d.rmdir()  # a control group is removed with rmdir, its files and all
     except OSError:

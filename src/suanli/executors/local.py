@@ -66,6 +66,8 @@ class Proc:
 
 
 class LocalExecutor:
+    name = "local"
+
     def __init__(self, given: "Attachment", work_dir: Path, *, cwd: Path | None = None,
                  confine: bool = True, isolate_tenants: bool = False, max_pids: int = MAX_PIDS,
                  log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
@@ -200,20 +202,21 @@ class LocalExecutor:
         uid = self.uid(ln)
         state = self._bring_state(ln, uid)
         home = self._own_folder(ln, uid)
-        env = process_env(ln.env, state, home, ln.cpu_milli)
         key = f"{safe(ln.task)}.{ln.run_id}"
         procs = self.confinement.group(key, ln.cpu_milli, ln.mem_mib, self.max_pids) if self.confinement else []
         log = self.pump.open(ln.task, self.logs.note(ln.task))  # through a pipe: kept under its cap
-        env["SUANLI_LOG_MAX_BYTES"] = str(self.pump.max_bytes)
         log.write(f"--- suanli: {ln.task} run {ln.run_id} on {ln.node} at "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         log.flush()
+        refused = self._refused(ln)
+        if refused is not None:  # it cannot run here: it exits at once, saying why in its log
+            log.write(f"suanli: {refused}\n".encode())
+            log.close()
+            self.loop.post(TaskExited(ln.run_id, ln.task, 127, refused))
+            return
         with self._lock:  # started and known together: the orphans' sweep never takes one for a leftover
             try:
-                popen = subprocess.Popen(task_command(ln.command, procs, uid, self.unshare, self.nproc), env=env,
-                                         cwd=self.cwd or home,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                popen = self._popen(ln, key, procs, uid, state, home, log)
             except OSError as exc:  # no such program: the task exits at once, with the shell's status for it
                 log.write(f"suanli: cannot start {ln.command[0]}: {exc.strerror or exc}\n".encode())
                 log.close()
@@ -225,10 +228,30 @@ class LocalExecutor:
             self.procs[ln.task] = p
         threading.Thread(target=self._watch, args=(p,), name=f"suanli-wait-{popen.pid}", daemon=True).start()
 
+    def _refused(self, ln: Launch) -> str | None:
+        """Why ``ln`` cannot run on this executor (None: it can)."""
+        if ln.containerized:
+            return (f"{ln.task} runs a container image, and the {self.name} executor runs processes: "
+                    "run it with --executor podman")
+        return None
+
+    def _popen(self, ln: Launch, key: str, procs: list[Path], uid: int | None, state: Path, home: Path,
+               log: IO[bytes]) -> subprocess.Popen:
+        """Start the task's process in its groups (``procs``), its output to ``log``."""
+        env = process_env(ln.env, state, home, ln.cpu_milli)
+        env["SUANLI_LOG_MAX_BYTES"] = str(self.pump.max_bytes)
+        return subprocess.Popen(task_command(ln.command, procs, uid, self.unshare, self.nproc), env=env,
+                                cwd=self.cwd or home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
     def _watch(self, p: Proc) -> None:
         code = p.popen.wait()
         p.log.close()
+        reason = None
         if self.confinement is not None:
+            if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and not p.stopping \
+                    and self.confinement.memory_exceeded(p.key):
+                reason = f"killed over its memory limit ({p.launch.mem_mib} MiB)"
             self.confinement.remove(p.key)  # whatever of the task is left in its groups ends with it
         with self._lock:
             if self.procs.get(p.launch.task) is p:
@@ -237,11 +260,20 @@ class LocalExecutor:
                 self.orphans.end({q.launch.run_id for q in self.procs.values()},
                                  {q.popen.pid for q in self.procs.values()})
         p.ended.set()
+        self._ended(p)
         if not p.stopping and not self._closed.is_set():
-            self.loop.post(TaskExited(p.launch.run_id, p.launch.task, code))
+            self.loop.post(TaskExited(p.launch.run_id, p.launch.task, code, reason))
+
+    def _ended(self, p: Proc) -> None:
+        """What is left of a task whose process ended (its container's, say)."""
 
     def _signal(self, p: Proc, sig: int) -> bool:
         return signal_task(p.popen.pid, sig, self.unshare is not None)
+
+    def _ask(self, p: Proc, sig: int, within_s: float) -> bool:
+        """``sig`` to the task, sent again until it reaches the task's command
+        (or the task ended, or ``within_s`` passed)."""
+        return ask_task(p.popen.pid, sig, self.unshare is not None, p.ended.is_set, within_s)
 
     def _end(self, tasks, keep_state: bool) -> None:
         """Ask the tasks' processes to save and exit (SIGTERM), all at once; kill
@@ -251,8 +283,7 @@ class LocalExecutor:
         for p in ending:
             p.lock.acquire()  # a checkpoint under way finishes first
             p.stopping = True
-            ask_task(p.popen.pid, signal.SIGTERM, self.unshare is not None, p.ended.is_set,
-                     began + p.launch.grace_s - time.monotonic())
+            self._ask(p, signal.SIGTERM, began + p.launch.grace_s - time.monotonic())
         for p in ending:
             if not p.ended.wait(max(0.0, began + p.launch.grace_s - time.monotonic())):
                 self._signal(p, signal.SIGKILL)

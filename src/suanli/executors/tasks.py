@@ -67,6 +67,9 @@ class Launch:
     checkpoint_every_s: float | None  # real seconds between checkpoints the executor asks for
     grace_s: float  # real seconds a task has to save its state and exit when asked to stop
     standin: bool  # no run command: a sleeping stand-in holds the slice
+    image: str | None = None  # the container image it runs (its variant for the node's arch); None: a process
+    arch: str = ""  # the node's
+    containerized: bool = False  # its component runs an image (even where no variant is for this arch)
 
 
 def safe(task: str) -> str:
@@ -90,6 +93,7 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
         env, grace = {}, 10.0
     name = fleet.node_name(node)
     site = fleet.site_of(node).name
+    arch = fleet.groups[int(fleet.node_group[node])].arch
     env.update({
         "SUANLI_TASK": task.split(":", 1)[-1],  # as its tenant knows it (a control plane prefixes the tenant)
         "SUANLI_TENANT": rec.tenant,
@@ -100,8 +104,10 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
         "SUANLI_MEMORY_MIB": str(comp.resources.mem_mib),
     })
     every = comp.checkpoint_every_s / speed if comp.stateful and comp.checkpoint_every_s else None
+    contained = spec is not None and spec.containerized
     return Launch(run.run_id, task, rec.tenant, name, site, tuple(command), env, comp.resources.cpu_milli,
-                  comp.resources.mem_mib, comp.stateful, every, grace, spec is None)
+                  comp.resources.mem_mib, comp.stateful, every, grace, spec is None,
+                  spec.image_for(arch) if contained else None, arch, contained)
 
 
 def speed_of(loop: "EventLoop") -> float:

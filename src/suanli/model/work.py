@@ -104,13 +104,28 @@ MAX_RESTARTS = 5  # restarts in a row in one placement, unless a component's run
 
 @dataclass(frozen=True, slots=True)
 class RunCommand:
-    """The process a real executor starts for each task of a component."""
+    """The process a real executor starts for each task of a component: a
+    command, or a container of ``image`` (or of the variant in ``images`` for
+    the arch of the node the task lands on) running ``command`` (empty: the
+    image's own)."""
 
     command: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     restart: str = "never"  # always | onFailure | never
     max_restarts: int = MAX_RESTARTS
     stop_grace_s: float = 10.0
+    image: str | None = None
+    images: tuple[tuple[str, str], ...] | None = None  # (arch, reference), sorted by arch
+
+    @property
+    def containerized(self) -> bool:
+        return self.image is not None or self.images is not None
+
+    def image_for(self, arch: str) -> str | None:
+        """The image a task runs on a node of ``arch`` (None: no variant for it)."""
+        if self.images is None:
+            return self.image
+        return dict(self.images).get(arch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from collections import deque
 import numpy as np
 
 from suanli.scheduling import nearby, scores
-from suanli.scheduling.request import Private, Request, compile_request
+from suanli.scheduling.request import Private, Request, arch_reason, compile_request
 from suanli.scheduling.table import Allocation, one
 
 ENABLED = True  # False: every unit one by one (the reference)
@@ -74,12 +74,13 @@ class Batches:
         without the private-site term (a unit of the batch is on its own
         site); None when the batch cannot hold it (whole devices, several
         kinds of device, a whole node; a share of one device it holds)."""
-        key = (tenant, comp.resources, comp.arch)
+        arch_why = arch_reason(comp)
+        key = (tenant, comp.resources, comp.arch, arch_why)
         got = self._templates.get(key, False)
         if got is False:
             fleet = self.layer.state.fleet
             req = compile_request(fleet, comp.resources, tenant=self.layer.state.world.tenants[tenant],
-                                  arch=comp.arch)
+                                  arch=comp.arch, arch_why=arch_why)
             if len(req.accels) > 1 or any(a.whole for a in req.accels) or req.whole_node:
                 got = None
             else:

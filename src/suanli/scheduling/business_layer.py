@@ -27,7 +27,7 @@ from suanli.scheduling.filters import Check
 from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
 from suanli.scheduling.reasons import Domain, Reasons, Why, binding_of, bound
-from suanli.scheduling.request import Request, compile_request
+from suanli.scheduling.request import Request, arch_reason, compile_request
 from suanli.scheduling.select import Extras, place_group
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.state import PlacementState, VCState, chunked
@@ -396,7 +396,8 @@ class BusinessLayer:
         anti = (comp.app, comp.anti_affinity) if comp.anti_affinity is not None else None
         who = tenant if anti is not None or not SHARED else tuple(self.state.world.tenants[tenant].allowed_sites)
         moving = (state_site, comp.state_mib) if state_site >= 0 else None
-        key = (who, comp.resources, comp.arch, comp.near, data, moving, anti, _selector_key(comp.selector))
+        arch_why = arch_reason(comp)
+        key = (who, comp.resources, comp.arch, arch_why, comp.near, data, moving, anti, _selector_key(comp.selector))
         req = self._requests.get(key)
         if req is not None:
             self._requests.move_to_end(key)
@@ -404,7 +405,8 @@ class BusinessLayer:
             fleet = self.state.fleet
             data = [s for s in (comp.data_source, comp.data_sink) if s is not None]
             req = compile_request(fleet, comp.resources, tenant=self.state.world.tenants[tenant],
-                                  arch=comp.arch, near=comp.near, data_sites=dict.fromkeys(data), selector=comp.selector,
+                                  arch=comp.arch, arch_why=arch_why, near=comp.near, data_sites=dict.fromkeys(data),
+                                  selector=comp.selector,
                                   state_site=fleet.site_table.names.name(state_site) if state_site >= 0 else None,
                                   state_bytes=comp.state_mib * 2**20)
             self._requests[key] = req

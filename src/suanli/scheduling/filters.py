@@ -81,7 +81,7 @@ def static_checks(table: CandidateTable, req: Request, at: np.ndarray | None = N
                for reason, mask in req.group_checks]
     if req.arch is not None:
         arch = req.arch
-        checks.append((Why("arch"), shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
+        checks.append((req.arch_why, shared(("arch", tuple(arch.tolist())), lambda: np.isin(col("arch"), arch))))
     cap = col("cap")
     for c, what in ((0, "cpu"), (1, "memory")):
         if req.vec[c] > 0:

@@ -96,6 +96,7 @@ class Request:
     site_terms: tuple[SiteTerm, ...] = ()  # site checks, in the order of explanations
     group_checks: tuple[tuple[Why, np.ndarray], ...] = ()  # (reason, bool[G])
     arch: np.ndarray | None = None  # allowed arch codes
+    arch_why: Why = Why("arch")  # what a node of another arch is told (its image's variants, where they bind)
     near_site: int = -1
     near_max_ms: float | None = None
     data_sites: tuple[int, ...] = ()
@@ -202,6 +203,7 @@ def compile_request(
     state_site: str | None = None,
     state_bytes: int = 0,
     local: bool = False,
+    arch_why: Why | None = None,
 ) -> Request:
     """Compile resources and constraints into a Request for ``fleet``.
     ``state_site``: where a moving task's state is held; it must be able to
@@ -258,6 +260,7 @@ def compile_request(
         site_terms=tuple(site_checks),
         group_checks=tuple(group_checks),
         arch=arch_codes,
+        arch_why=arch_why or Why("arch"),
         near_site=near_site,
         near_max_ms=near_max,
         data_sites=data_idx,
@@ -265,3 +268,12 @@ def compile_request(
         network=network,
         moving=moving,
     )
+
+
+def arch_reason(comp) -> Why | None:
+    """What a node of an arch ``comp`` cannot run on is told, where its
+    image's variants bind (``run.images``); None: the plain arch mismatch."""
+    run = comp.run
+    if run is None or run.images is None:
+        return None
+    return Why("arch", "image", archs=", ".join(a for a, _ in run.images))

@@ -220,11 +220,12 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(8080, "--port"),
         executor: ExecutorName = typer.Option(ExecutorName.sim, "--executor", help="Who runs the tasks: sim "
                                               "(the digital twin's executor, on the wall clock), local "
-                                              "(processes on this machine) or ray (a Ray cluster)."),
-        work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local and ray executors: "
-                                      "the tasks' logs, state and checkpoints."),
-        max_pids: int = typer.Option(1024, "--max-pids", help="local executor: processes (and threads) one task "
-                                     "may have at once."),
+                                              "(processes on this machine), podman (containers on this machine) "
+                                              "or ray (a Ray cluster)."),
+        work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local, podman and ray "
+                                      "executors: the tasks' logs, state and checkpoints."),
+        max_pids: int = typer.Option(1024, "--max-pids", help="local and podman executors: processes (and "
+                                     "threads) one task may have at once."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray executor: the cluster "
                                                   "(default: RAY_ADDRESS, else the one on this machine)."),
         speed: float = typer.Option(1.0, "--speed", help="Scheduler seconds per wall second."),

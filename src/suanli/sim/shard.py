@@ -239,7 +239,9 @@ class Shard:
         run = self._units[uid].run
         rec = self._tasks[ev.task]
         comp = rec.component
-        self.log(t, "exited", task=ev.task, code=ev.code, **self.where(self.state.placements[ev.task].host.node))
+        said = {"reason": ev.reason} if ev.reason else {}
+        self.log(t, "exited", task=ev.task, code=ev.code, **said,
+                 **self.where(self.state.placements[ev.task].host.node))
         if ev.code == 0 and rec.job:
             run.exited = (run.exited or set()) | {ev.task}
             if all(task in run.exited for task in run.tasks if self._tasks[task].job):
@@ -255,7 +257,8 @@ class Shard:
             self.loop.schedule(t + backoff, Restart(ev.run_id, ev.task))
             return
         status = FINISHED if ev.code == 0 else FAILED
-        why = f"exit status {ev.code}" + (f" after {done} restarts" if done else "")
+        why = (f"{ev.reason}: " if ev.reason else "") + f"exit status {ev.code}" + \
+            (f" after {done} restarts" if done else "")
         for task in self.close_run(uid).tasks:
             if self._tasks[task].status == RUNNING:
                 self.end_task(t, task, status if task == ev.task else FAILED, status if task == ev.task else "failed",

@@ -206,7 +206,7 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
                 stateful=c.state.kind == "stateful",
                 state_mib=c.state.size,
                 checkpoint_every_s=c.state.checkpoint_every,
-                arch=tuple(c.platform.arch) if c.platform else None,
+                arch=_archs(c),
                 data_source=_site(c.data.source, site) if c.data else None,
                 data_sink=_site(c.data.sink, site) if c.data else None,
                 near=_near(c.near, site),
@@ -225,7 +225,17 @@ def _run(c: schema.ComponentSpec) -> RunCommand | None:
         return None
     r = c.run
     restart = r.restart or ("always" if c.lifetime == "service" else "never")
-    return RunCommand(tuple(r.command), tuple(sorted(r.env.items())), restart, r.max_restarts, r.stop_grace)
+    return RunCommand(tuple(r.command or ()), tuple(sorted(r.env.items())), restart, r.max_restarts, r.stop_grace,
+                      r.image, tuple(sorted(r.images.items())) if r.images is not None else None)
+
+
+def _archs(c: schema.ComponentSpec) -> tuple[str, ...] | None:
+    """The archs a component's tasks may run on: its platform's, and of those
+    the ones its image has a variant for (``run.images``)."""
+    archs = tuple(c.platform.arch) if c.platform else None
+    if c.run is not None and c.run.images is not None:
+        archs = tuple(a for a in (archs or sorted(c.run.images)) if a in c.run.images)
+    return archs
 
 
 def _check_drawn_links(docs: Documents, fleet: Fleet) -> None:

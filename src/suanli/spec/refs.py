@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from types import SimpleNamespace
 from typing import Iterator, Mapping
 
 from suanli.model import quantities as q
@@ -193,7 +194,9 @@ def _check_app(src: Loaded, tenant: str, spec, base: tuple, tenants: Mapping[str
     for i, comp in enumerate(spec.components):
         here = base + ("components", i)
         if hw is not None:
-            found = hw.demand(src, here, comp.resources, comp.platform)
+            images = comp.run.images if comp.run is not None else None
+            found = hw.images(src, here, comp.platform, images) if images is not None else []
+            found = found or hw.demand(src, here, comp.resources, _effective_platform(comp))
             out += found or (hw.gang(src, here, comp) if comp.gang is not None and comp.coupling else [])
         if comp.sites is not None:
             out += _selector_problems(src, here + ("sites",), comp.sites, sites, hw)
@@ -371,6 +374,19 @@ class Hardware:
         if not out and self.shapes is not None:
             out += self._no_node_holds(src, here, resources, platform, what)
         return out
+
+    def images(self, src: Loaded, here: tuple, platform, images: dict[str, str]) -> list[Problem]:
+        """A warning when no node can run any variant of a component's image:
+        none has the arch of one (of those its platform allows)."""
+        archs = [a for a in images if platform is None or a in platform.arch]
+        at = here + ("run", "images")
+        if not archs:
+            return [_warning(src, at, f"no variant for an arch its platform allows ({_either(platform.arch)}): "
+                                      f"its tasks can never run")]
+        if self.known and not self.archs.intersection(archs):
+            return [_warning(src, at, f"no node has arch {_either(archs)}, the archs its image has variants for: "
+                                      f"its tasks can never run; archs in the fleet: {_few(self.archs)}")]
+        return []
 
     def in_domains(self, g, default: dict[str, str]) -> None:
         """A node group's nodes, counted in each fabric domain they are in."""
@@ -681,3 +697,13 @@ def _few(names, n: int = 8) -> str:
 
 
 _glob = glob_match
+
+
+def _effective_platform(comp):
+    """A component's platform as its image narrows it (``run.images``: only
+    the archs it has variants for)."""
+    images = comp.run.images if comp.run is not None else None
+    if images is None:
+        return comp.platform
+    allowed = comp.platform.arch if comp.platform is not None else list(images)
+    return SimpleNamespace(arch=[a for a in allowed if a in images])

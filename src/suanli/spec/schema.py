@@ -8,6 +8,7 @@ fields are errors. Cross-document references are checked in ``refs.py``.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
@@ -498,10 +499,29 @@ class AntiAffinitySpec(Base):
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class RunSpec(Base):
-    """What a real executor runs for each of the component's tasks."""
+# an OCI image reference as podman takes it: [registry[:port]/]path[:tag][@digest]
+IMAGE_REF = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 
-    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+def _image_ref(value: str) -> str:
+    if len(value) > 255 or not IMAGE_REF.fullmatch(value):
+        raise ValueError(f"{value!r} is not an image reference: [registry[:port]/]path[:tag][@sha256:digest], "
+                         f"in lower case, e.g. registry.example:5000/team/app:1.2")
+    return value
+
+
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+
+
+class RunSpec(Base):
+    """What a real executor runs for each of the component's tasks: a
+    command on the node, or an image (one, or one per arch) whose container
+    runs it (its own command when ``command`` is left out)."""
+
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    image: ImageRef | None = None
+    images: Annotated[dict[Annotated[str, Field(min_length=1)], ImageRef], Field(min_length=1)] | None = None
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
     restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
     max_restarts: bounded(int, q.RESTARTS, Field(ge=0)) = MAX_RESTARTS
@@ -514,6 +534,14 @@ class RunSpec(Base):
             if key.startswith("SUANLI_"):
                 raise ValueError(f"{key}: names starting SUANLI_ are set by the executor")
         return value
+
+    @model_validator(mode="after")
+    def _what_runs(self) -> "RunSpec":
+        if self.image is not None and self.images is not None:
+            raise ValueError("run has either image (one for every arch) or images (one per arch), not both")
+        if self.command is None and self.image is None and self.images is None:
+            raise ValueError("run needs a command, or an image (image, or images by arch) whose own command runs")
+        return self
 
 
 class ComponentSpec(Base):

@@ -1,0 +1,199 @@
+"""The podman executor: every placed task is a container on this machine.
+
+It is the local executor (``local.py``) with a container in place of the
+process: the same folders, logs, checkpoint protocol, state carried across
+moves and tenants kept apart, with these differences:
+
+- **What runs.** The component's image (``run.image``, or the variant of
+  ``run.images`` for the arch of the node the task is on) with its command
+  (``run.command``; left out: the image's own), started by ``podman run``
+  with runc, attached: the container's output is the task's log, its exit
+  status the task's. A tiny init (``--init``) is its first process and hands
+  signals on, so a program that does not handle ``SIGTERM`` ends on it, as a
+  process would.
+- **Its slice.** The task's control groups are made as for a process, and
+  the container's are made under them (``--cgroup-parent``): cpu, memory and
+  pids are held by the task's groups, so a container that goes over its
+  memory is killed by the kernel, and the task's end says it was over its
+  memory. Where this executor cannot make control groups, podman is given
+  the limits itself (``--cpus``, ``--memory``, ``--pids-limit``). Open
+  files and processes per user are held by explicit ulimits.
+- **What it sees.** Its environment is the component's ``env`` and the
+  ``SUANLI_*`` variables only (with what podman sets itself: ``HOSTNAME``,
+  ``container``, the image's ``PATH``); its state folder is a volume at
+  ``/suanli/state`` (``SUANLI_STATE_DIR``), its own folder one at
+  ``/suanli/home`` (``HOME``, its working directory). Nothing of the
+  executor's files. Under a control plane it runs as its tenant's uid, with
+  no capabilities and no way to gain privileges. It shares the machine's
+  network, as a process does.
+- **Its end.** A stop is ``SIGTERM`` to the container, then ``SIGKILL``
+  after the grace (``podman kill``). Containers are named
+  ``suanli-PID-TASK.RUN-N`` and labelled with the executor's pid; those of an
+  executor that died are removed when the next one starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from suanli.executors.local import LocalExecutor, Proc
+from suanli.executors.tasks import Launch
+
+if TYPE_CHECKING:
+    from suanli.executors.base import Attachment
+
+STATE_MOUNT, HOME_MOUNT = "/suanli/state", "/suanli/home"
+LABEL = "suanli.executor"  # the pid of the executor that started a container
+NOFILE = 1024  # open files a task's container may have (podman otherwise asks for more than the hard limit)
+PULL = ("missing", "never", "always", "newer")
+
+
+def podman_problem() -> str | None:
+    """Why no container can be run here (None: podman and runc are there)."""
+    if shutil.which("podman") is None:
+        return "podman is not installed (Debian: apt install podman runc)"
+    if shutil.which("runc") is None:
+        return "runc is not installed (Debian: apt install runc); podman runs containers with it"
+    return None
+
+
+class PodmanExecutor(LocalExecutor):
+    name = "podman"
+
+    def __init__(self, given: "Attachment", work_dir: Path, *, pull: str = "missing", **kw) -> None:
+        self.podman = shutil.which("podman") or "podman"
+        self.pull = pull
+        self._count = 0
+        self._names: dict[str, str] = {}  # Proc.key -> its container's name now
+        self._sweep_containers()
+        super().__init__(given, work_dir, **kw)
+
+    # ------------------------------------------------------------ containers
+
+    def _base(self) -> list[str]:
+        return [self.podman, "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+
+    def _client_env(self) -> dict[str, str]:
+        """podman's own environment: what it needs to find itself, nothing of the executor's secrets."""
+        return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "XDG_RUNTIME_DIR", "TMPDIR")}
+
+    def _sweep_containers(self) -> None:
+        """Remove the containers of executors that are gone (killed before
+        they could remove their own)."""
+        try:
+            out = subprocess.run([*self._base(), "ps", "-a", "--filter", f"label={LABEL}",
+                                  "--format", f'{{{{.Names}}}} {{{{index .Labels "{LABEL}"}}}}'],
+                                 capture_output=True, text=True, timeout=60, env=self._client_env())
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        dead = [name for name, pid in (line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+                if not pid.isdigit() or not Path(f"/proc/{pid}").exists()]
+        if dead:
+            subprocess.run([*self._base(), "rm", "-f", "-t", "0", *dead], capture_output=True, timeout=120,
+                           env=self._client_env())
+
+    def _refused(self, ln: Launch) -> str | None:
+        if not ln.containerized:
+            return (f"{ln.task} runs a command, not an image: the podman executor runs containers "
+                    "(give its component run.image, or use --executor local)")
+        if ln.image is None:
+            return f"{ln.task}: its image has no variant for {ln.node}'s arch ({ln.arch})"
+        return None
+
+    def _popen(self, ln: Launch, key: str, procs: list[Path], uid: int | None, state: Path, home: Path,
+               log: IO[bytes]) -> subprocess.Popen:
+        self._count += 1
+        name = re.sub(r"[^a-zA-Z0-9_.-]", "_", f"suanli-{os.getpid()}-{key}-{self._count}")
+        self._names[key] = name
+        user = uid if uid is not None else os.geteuid()
+        argv = [*self._base(), "run", "--rm", "--name", name, "--label", f"{LABEL}={os.getpid()}",
+                "--init", "--pull", self.pull, "--log-driver", "none", "--network", "host",
+                "--user", f"{user}:{user}", "--workdir", HOME_MOUNT,
+                "--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", f"nproc={self.nproc or self.max_pids}:"
+                                                                    f"{self.nproc or self.max_pids}",
+                "--pids-limit", str(self.max_pids),
+                "--volume", f"{state}:{STATE_MOUNT}", "--volume", f"{home}:{HOME_MOUNT}"]
+        if ln.cpu_milli:
+            argv += ["--cpus", f"{ln.cpu_milli / 1000:g}"]
+        if procs:  # the task's groups hold it (and tell when it went over its memory)
+            argv += ["--cgroup-parent", self.confinement.group_path(key)]
+            self._delegate(key)
+        elif ln.mem_mib:
+            argv += ["--memory", f"{ln.mem_mib}m", "--memory-swap", f"{ln.mem_mib}m"]
+        if self.isolate:
+            argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
+        env = dict(ln.env)
+        env.update(SUANLI_STATE_DIR=STATE_MOUNT, HOME=HOME_MOUNT, SUANLI_LOG_MAX_BYTES=str(self.pump.max_bytes))
+        argv += ["--env-file", str(self._env_file(key, env)), "--", ln.image, *ln.command]
+        return subprocess.Popen(argv, env=self._client_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _env_file(self, key: str, env: dict[str, str]) -> Path:
+        """The container's environment, in a file only this executor reads
+        (on podman's command line, any user of the machine could read it)."""
+        folder = self._dir(self.work / "env", 0o700)
+        path = folder / key
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            for k, v in env.items():
+                f.write(f"{k}={v.replace(chr(10), ' ')}\n")
+        return path
+
+    def _delegate(self, key: str) -> None:
+        """cgroup v2: the task's group hands its controllers down to the
+        container's (it holds no process itself)."""
+        if self.confinement.kind != "v2":
+            return
+        group = self.confinement.bases[0] / key
+        try:
+            wanted = " ".join(f"+{c}" for c in ("cpu", "memory", "pids")
+                              if c in (group / "cgroup.controllers").read_text().split())
+            (group / "cgroup.subtree_control").write_text(wanted)
+        except OSError:
+            pass
+
+    def _podman_kill(self, name: str, sig: int) -> bool:
+        try:
+            done = subprocess.run([*self._base(), "kill", "--signal", str(int(sig)), name], capture_output=True,
+                                  timeout=30, env=self._client_env())
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+    def _signal(self, p: Proc, sig: int) -> bool:
+        """``sig`` to the container's first process (its init hands it on);
+        False while the container is not running yet."""
+        name = self._names.get(p.key)
+        if name is None or p.ended.is_set():
+            return False
+        reached = self._podman_kill(name, sig)
+        if sig == signal.SIGKILL and not reached:  # not started yet: the client goes, and the container with it
+            try:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return reached
+
+    def _ask(self, p: Proc, sig: int, within_s: float) -> bool:
+        deadline = time.monotonic() + within_s
+        while not self._signal(p, sig):
+            if p.ended.is_set() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _ended(self, p: Proc) -> None:
+        (self.work / "env" / p.key).unlink(missing_ok=True)
+        name = self._names.pop(p.key, None)
+        if name is not None:  # an attached client killed first leaves its container: it goes too
+            threading.Thread(target=subprocess.run, args=([*self._base(), "rm", "-f", "-t", "0", name],),
+                             kwargs={"capture_output": True, "timeout": 120, "env": self._client_env()},
+                             name="suanli-podman-rm", daemon=True).start()

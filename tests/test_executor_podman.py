@@ -1,0 +1,258 @@
+"""The podman executor: tasks as real containers (podman with runc), held to
+their slice, logged, told why they ended, carrying their state across moves;
+and images in the specification (one, or one per arch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from containers import image
+from live import events, log_text, runs_of, suanli
+
+from suanli.executors.confine import Confinement
+
+pytestmark = pytest.mark.long(45)
+
+WORLD = """\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: f}
+spec:
+  sites:
+    - name: here
+      tier: edge
+      nodeGroups: [{name: cpu, count: 2, arch: %s, cpu: 8, memory: 8Gi}]
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: t}
+spec: {}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: a, tenant: t}
+spec:
+  components:
+%s
+---
+apiVersion: suanli/v1
+kind: Scenario
+metadata: {name: s}
+spec:
+  until: %s
+%s
+"""
+
+
+def scenario(tmp_path: Path, components: str, until: str = "4s", extra: str = "", arch: str = "x86_64") -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(WORLD % (arch, textwrap.indent(textwrap.dedent(components), "    "), until, extra))
+    return path
+
+
+def run(tmp_path: Path, path: Path) -> tuple[list[dict], Path]:
+    work = tmp_path / "w"
+    r = suanli("run", path, "--work-dir", work, "--executor", "podman")
+    assert r.returncode == 0, r.stderr
+    return events(work / "out"), work
+
+
+def ended(evs: list[dict]) -> dict[str, tuple[str, str | None]]:
+    return {e["task"]: (e["kind"], e.get("reason")) for e in evs if e["kind"] in ("finished", "failed")}
+
+
+def left_behind() -> list[str]:
+    """Containers of this machine's executors still there."""
+    out = subprocess.run(["podman", "--runtime", "runc", "ps", "-a", "--filter", "label=suanli.executor",
+                          "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    return out.split()
+
+
+# podman's own variables in every container (its image's PATH among them)
+PODMAN_SETS = {"HOSTNAME", "container", "TERM", "PATH", "PWD", "SHLVL", "HOME"}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="its fleet is of x86_64 nodes")
+def test_a_containers_exit_status_and_log_end_its_task_and_it_sees_only_its_own(tmp_path):
+    img = image()
+    path = scenario(tmp_path, f"""\
+        - {{name: ok, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
+           run: {{image: "{img}", command: [sh, -c, "echo hello from $SUANLI_TASK on $SUANLI_NODE; env; ls /"],
+                  env: {{GREETING: hi}}}}}}
+        - {{name: bad, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
+           run: {{image: "{img}", command: [sh, -c, "echo going; exit 3"]}}}}
+        - {{name: absent, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
+           run: {{image: "localhost/suanli-no-such-image:1", command: ["true"]}}}}
+        - name: flaky
+          lifetime: service
+          resources: {{cpu: 100m}}
+          run: {{image: "{img}", command: [sh, -c, "echo up; exit 1"], restart: onFailure, maxRestarts: 1}}
+        - {{name: variant, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
+           run: {{images: {{x86_64: "{img}", aarch64: "localhost/suanli-no-such-image:1"}},
+                  command: [sh, -c, "echo ran the variant for $(uname -m)"]}}}}
+        """, until="6s")
+    evs, work = run(tmp_path, path)
+    out = ended(evs)
+    assert out["a/ok/0"] == ("finished", None)
+    assert out["a/bad/0"] == ("failed", "exit status 3")
+    assert out["a/flaky/0"] == ("failed", "exit status 1 after 1 restarts")
+    assert out["a/absent/0"][0] == "failed" and out["a/absent/0"][1].startswith("exit status 12")
+    assert "suanli-no-such-image" in log_text(work, "a/absent/0")
+    assert log_text(work, "a/flaky/0").count("up\n") == 2
+    assert "going" in log_text(work, "a/bad/0")
+    assert out["a/variant/0"] == ("finished", None)  # its node's arch's image: the other is not there
+    assert "ran the variant for x86_64" in log_text(work, "a/variant/0")
+    log = log_text(work, "a/ok/0")
+    assert "hello from a/ok/0 on here/cpu-" in log
+    names = {line.split("=", 1)[0] for line in log.splitlines() if "=" in line and not line.startswith("---")}
+    assert {"SUANLI_TASK", "SUANLI_STATE_DIR", "GREETING"} <= names
+    assert names - PODMAN_SETS - {"GREETING"} == {n for n in names if n.startswith("SUANLI_")}, names
+    listing = set(log.split())
+    assert {"bin", "suanli"} <= listing and not {"work", "root", "usr"} & listing  # the image's files, none of ours
+    assert left_behind() == []
+
+
+CPU_QUOTA = ("while IFS=: read -r _ names path; do case ,$names, in *,cpu,*) "
+             "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu$path/cpu.cfs_quota_us 2>/dev/null;; "
+             "esac; done < /proc/self/cgroup")
+
+
+@pytest.mark.skipif(Confinement().kind != "v1", reason="the figures read here are cgroup v1's")
+def test_a_container_is_held_to_its_slice_and_a_task_over_its_memory_is_told_so(tmp_path):
+    img = image()
+    path = scenario(tmp_path, f"""\
+        - {{name: probe, lifetime: job, duration: 1s, resources: {{cpu: 500m, memory: 64Mi}},
+           run: {{image: "{img}", command: [sh, -c, "{CPU_QUOTA}"]}}}}
+        - {{name: hog, lifetime: job, duration: 1s, resources: {{cpu: 1, memory: 32Mi}},
+           run: {{image: "{img}", command: [dd, if=/dev/zero, of=/dev/null, bs=96M, count=1]}}}}
+        - {{name: roomy, lifetime: job, duration: 1s, resources: {{cpu: 1, memory: 512Mi}},
+           run: {{image: "{img}", command: [dd, if=/dev/zero, of=/dev/null, bs=96M, count=1]}}}}
+        """)
+    evs, work = run(tmp_path, path)
+    assert "50000" in log_text(work, "a/probe/0").split()
+    out = ended(evs)
+    assert out["a/hog/0"] == ("failed", "killed over its memory limit (32 MiB): exit status 137")
+    assert out["a/roomy/0"] == ("finished", None)
+    exited = [e for e in evs if e["kind"] == "exited" and e["task"] == "a/hog/0"]
+    assert exited and exited[0]["reason"] == "killed over its memory limit (32 MiB)"
+
+
+COUNTER = ('n=$(cat "$SUANLI_STATE_DIR/count" 2>/dev/null || echo 0); echo "counter: resuming after $n"; '
+           'save() { echo $n > "$SUANLI_STATE_DIR/count"; }; '
+           'trap \'save; echo "counter: saved $n, leaving"; exit 0\' TERM; '
+           'trap \'save; touch "$SUANLI_STATE_DIR/.checkpointed"\' USR1; '
+           'while true; do n=$((n + 1)); echo "tick $n"; sleep 0.1; done')
+
+
+def test_a_stateful_container_moves_with_its_state(tmp_path):
+    img = image()
+    path = scenario(tmp_path, f"""\
+        - name: counter
+          lifetime: service
+          resources: {{cpu: 1}}
+          state: {{kind: stateful, size: 1Mi, checkpointEvery: 1s}}
+          run: {{image: "{img}", command: [sh, -c, {json.dumps(COUNTER)}]}}
+        """, until="7s", extra="  events: [{at: 3s, kind: nodeDrain, node: here/cpu-1}]")
+    evs, work = run(tmp_path, path)
+    assert [e["node"] for e in evs if e["kind"] == "placed"] == ["here/cpu-1", "here/cpu-0"]
+    assert [e["to"] for e in evs if e["kind"] == "stateMoved"] == ["here/cpu-0"]
+    assert any(e["kind"] == "checkpointed" for e in evs)  # asked with SIGUSR1 through the container's init
+    log = log_text(work, "a/counter/0")
+    (resumed_first, first), (resumed_second, second) = runs_of(log)
+    assert resumed_first == 0 and first == list(range(1, len(first) + 1)) and len(first) > 5
+    assert f"counter: saved {first[-1]}, leaving" in log  # asked to leave (SIGTERM), not killed
+    assert resumed_second == first[-1] and second[0] == first[-1] + 1  # no gap, no repeat
+    assert second == list(range(second[0], second[0] + len(second)))
+    assert left_behind() == []
+
+
+def test_an_image_no_node_can_run_is_a_warning_named_in_why_and_strict_refuses_it(tmp_path):
+    path = scenario(tmp_path, """\
+        - {name: armed, lifetime: service, resources: {cpu: 100m},
+           run: {images: {aarch64: "localhost/app:1"}}}
+        - {name: both, lifetime: service, resources: {cpu: 100m}, platform: {arch: [aarch64]},
+           run: {images: {x86_64: "localhost/app:1"}}}
+        """)
+    r = suanli("schedule", path, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert "spec.components[0].run.images: no node has arch 'aarch64'" in r.stderr
+    assert "spec.components[1].run.images: no variant for an arch its platform allows" in r.stderr
+    why = {u["task"]: u["why"][0] for u in json.loads(r.stdout)["unscheduled"]}
+    assert why["a/armed/0"]["reason"] == "no variant of its image for the arch (it has aarch64)", why
+    assert why["a/armed/0"]["binding"] and why["a/armed/0"]["nodes"] == 2
+    strict = suanli("schedule", path, "--strict")
+    assert strict.returncode == 2 and "run.images" in strict.stderr and "Traceback" not in strict.stderr
+
+
+@pytest.mark.parametrize("run_field, message", [
+    ('{image: "Not/An Image"}', "is not an image reference"),
+    ('{image: "localhost/a:1", images: {x86_64: "localhost/a:1"}}', "either image"),
+    ("{env: {A: b}}", "run needs a command, or an image"),
+])
+def test_a_bad_image_field_is_one_clear_problem(tmp_path, run_field, message):
+    path = scenario(tmp_path, f"- {{name: c, lifetime: service, resources: {{cpu: 100m}}, run: {run_field}}}\n")
+    r = suanli("schedule", path)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "spec.components[0].run" in r.stderr
+
+
+def test_each_executor_refuses_what_it_cannot_run_before_it_starts(tmp_path):
+    path = scenario(tmp_path, """\
+        - {name: c, lifetime: service, resources: {cpu: 100m}, run: {image: "localhost/app:1"}}
+        """)
+    r = suanli("run", path, "--work-dir", tmp_path / "w")
+    assert r.returncode == 2 and "a/c runs an image" in r.stderr and "--executor podman" in r.stderr
+    path = scenario(tmp_path, '- {name: c, lifetime: service, resources: {cpu: 100m}, run: {command: ["true"]}}\n')
+    r = suanli("run", path, "--work-dir", tmp_path / "w", "--executor", "podman")
+    assert r.returncode == 2 and "runs a command, not an image" in r.stderr
+
+
+def test_serve_runs_a_tenants_container_as_its_tenant_and_serves_its_log(tmp_path):
+    from serving import ADMIN, Server, free_port
+
+    from suanli.server.store import sqlite_url
+
+    img = image()
+    work = Path(tempfile.mkdtemp(prefix="suanli-serve-"))  # tenants' users must reach it: not under pytest's
+    work.chmod(0o711)
+    app = tmp_path / "hello.yaml"
+    app.write_text(f"""\
+apiVersion: suanli/v1
+kind: Application
+metadata: {{name: hello}}
+spec:
+  components:
+    - {{name: say, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
+       run: {{image: "{img}",
+              command: [sh, -c, "echo hello as uid $(id -u), admin token ${{SUANLI_ADMIN_TOKEN:-unseen}}; ls /suanli"]}}}}
+""")
+    with open(tmp_path / "server.log", "ab") as log:
+        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "podman",
+                        "--work-dir", str(work / "w"), speed=1)
+        server.start()
+        try:
+            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
+            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()}
+            assert suanli("apply", "-f", app, env=mine).returncode == 0
+            deadline = time.monotonic() + 60
+            while '"finished"' not in suanli("get", "tasks", "-o", "json", env=mine).stdout:
+                assert time.monotonic() < deadline, "the task did not finish"
+                time.sleep(0.2)
+            r = suanli("logs", "hello/say/0", env=mine)
+            assert r.returncode == 0 and "admin token unseen" in r.stdout, r.stdout
+            uid = int(r.stdout.split("as uid ")[1].split(",")[0])
+            assert uid >= 2_000_000 if os.geteuid() == 0 else uid == os.geteuid()  # its tenant's own user
+            assert "state" in r.stdout.split() and "home" in r.stdout.split()
+        finally:
+            server.stop()
+            shutil.rmtree(work, ignore_errors=True)
+    assert left_behind() == []
