@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-IMAGE = "localhost/suanli-test-busybox:1"
+IMAGE = "localhost/suanli-test-busybox:2"
 APPLETS = ("sh", "echo", "cat", "sleep", "ls", "id", "env", "dd", "touch", "rm", "mkdir", "true", "false", "seq",
-           "head", "sort", "grep", "wc", "uname")
+           "head", "sort", "grep", "wc", "uname", "test", "[")
 
 
 def podman_missing() -> str | None:

@@ -314,6 +314,9 @@ def _runs_what_it_can(world, scenario: Path, executor: str) -> None:
                 raise SpecError([Problem("--executor", f"{app.name}/{comp.name} runs an image (run.image"
                                          f"{'s' if comp.run.images else ''}), and the {executor} executor runs "
                                          "processes: run it with --executor podman")])
+            if executor == "ray" and (comp.run.readiness or comp.run.liveness):
+                raise SpecError([Problem("--executor", f"{app.name}/{comp.name} has health probes, and the ray "
+                                         "executor runs none: run it with --executor local or podman")])
             if executor == "podman" and not comp.run.containerized:
                 raise SpecError([Problem("--executor", f"{app.name}/{comp.name} runs a command, not an image: "
                                          "the podman executor runs containers (give it run.image, or use "

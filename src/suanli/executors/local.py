@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, IO, Collection
 from suanli.executors.base import Note, Run, TaskExited
 from suanli.executors.confine import Confinement
 from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
+from suanli.executors.probes import Prober, command_check, network_check
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
                                     Orphans, Users, ask_task, await_checkpoint, copy_tree, folder_size, give, launch,
@@ -51,6 +52,7 @@ from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVAT
 
 if TYPE_CHECKING:
     from suanli.executors.base import Attachment
+    from suanli.model.work import Probe
 
 
 @dataclass
@@ -63,10 +65,12 @@ class Proc:
     ended: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)  # a checkpoint or a stop, one at a time
     next_checkpoint: float | None = None  # time.monotonic()
+    killed_why: str | None = None  # why the executor killed it (its liveness failed)
 
 
 class LocalExecutor:
     name = "local"
+    runs_probes = True  # a component's readiness and liveness probes (``probes.py``)
 
     def __init__(self, given: "Attachment", work_dir: Path, *, cwd: Path | None = None,
                  confine: bool = True, isolate_tenants: bool = False, max_pids: int = MAX_PIDS,
@@ -108,7 +112,7 @@ class LocalExecutor:
                  else f"the executor's (uid {os.geteuid()}): {why_not}")
         ends = ("a pid namespace per task" if self.unshare else
                 f"this process as the tasks' subreaper (no pid namespaces: {no_namespace})")
-        self.post("executor", executor="local", work_dir=str(self.work), confinement=how, users=users,
+        self.post("executor", executor=self.name, work_dir=str(self.work), confinement=how, users=users,
                   cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(self.loop),
                   containment=ends, max_pids=max_pids)
 
@@ -227,6 +231,10 @@ class LocalExecutor:
                 p.next_checkpoint = time.monotonic() + ln.checkpoint_every_s
             self.procs[ln.task] = p
         threading.Thread(target=self._watch, args=(p,), name=f"suanli-wait-{popen.pid}", daemon=True).start()
+        if ln.readiness is not None or ln.liveness is not None:
+            Prober(ln.readiness, ln.liveness, lambda probe: self._check(p, probe), p.ended,
+                   lambda kind, **f: self.post(kind, task=ln.task, node=ln.node, run=ln.run_id, **f),
+                   lambda why: self._liveness_failed(p, why), key).start()
 
     def _refused(self, ln: Launch) -> str | None:
         """Why ``ln`` cannot run on this executor (None: it can)."""
@@ -244,12 +252,30 @@ class LocalExecutor:
                                 cwd=self.cwd or home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
+    def _check(self, p: Proc, probe: Probe) -> tuple[bool, str]:
+        """One probe of a task's: exec runs as the task does (its user, environment, folder)."""
+        if probe.kind != "exec":
+            return network_check(probe)
+        ln = p.launch
+        home = self.home_dir(ln.node, ln.task)
+        env = process_env(ln.env, self.state_dir(ln.node, ln.task), home, ln.cpu_milli)
+        return command_check(list(task_command(probe.command, [], self.uid(ln), None, self.nproc)), probe, env=env,
+                             cwd=self.cwd or home, start_new_session=True)
+
+    def _liveness_failed(self, p: Proc, why: str) -> None:
+        """Its liveness failed: killed at once, it ends with ``why``."""
+        with p.lock:
+            if p.stopping or p.ended.is_set():
+                return
+            p.killed_why = why
+            self._signal(p, signal.SIGKILL)
+
     def _watch(self, p: Proc) -> None:
         code = p.popen.wait()
         p.log.close()
-        reason = None
+        reason = p.killed_why
         if self.confinement is not None:
-            if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and not p.stopping \
+            if reason is None and code in (-signal.SIGKILL, 128 + signal.SIGKILL) and not p.stopping \
                     and self.confinement.memory_exceeded(p.key):
                 reason = f"killed over its memory limit ({p.launch.mem_mib} MiB)"
             self.confinement.remove(p.key)  # whatever of the task is left in its groups ends with it

@@ -45,10 +45,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from suanli.executors.local import LocalExecutor, Proc
+from suanli.executors.probes import command_check
 from suanli.executors.tasks import Launch
 
 if TYPE_CHECKING:
     from suanli.executors.base import Attachment
+    from suanli.model.work import Probe
 
 STATE_MOUNT, HOME_MOUNT = "/suanli/state", "/suanli/home"
 LABEL = "suanli.executor"  # the pid of the executor that started a container
@@ -159,6 +161,13 @@ class PodmanExecutor(LocalExecutor):
             (group / "cgroup.subtree_control").write_text(wanted)
         except OSError:
             pass
+
+    def _check(self, p: Proc, probe: "Probe") -> tuple[bool, str]:
+        """An exec probe runs in the task's container (as its user, in its folder)."""
+        name = self._names.get(p.key)
+        if probe.kind != "exec" or name is None:
+            return super()._check(p, probe)
+        return command_check([*self._base(), "exec", name, *probe.command], probe, env=self._client_env())
 
     def _podman_kill(self, name: str, sig: int) -> bool:
         try:

@@ -42,6 +42,7 @@ from suanli.executors.sim import runtime
 
 if TYPE_CHECKING:
     from suanli.engine.loop import EventLoop
+    from suanli.model.work import Probe
     from suanli.sim.ledger import LedgerView
 
 CHECKPOINT_MARK = ".checkpointed"  # a task touches it in its state directory when a checkpoint is written
@@ -70,6 +71,8 @@ class Launch:
     image: str | None = None  # the container image it runs (its variant for the node's arch); None: a process
     arch: str = ""  # the node's
     containerized: bool = False  # its component runs an image (even where no variant is for this arch)
+    readiness: "Probe | None" = None
+    liveness: "Probe | None" = None
 
 
 def safe(task: str) -> str:
@@ -107,7 +110,8 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
     contained = spec is not None and spec.containerized
     return Launch(run.run_id, task, rec.tenant, name, site, tuple(command), env, comp.resources.cpu_milli,
                   comp.resources.mem_mib, comp.stateful, every, grace, spec is None,
-                  spec.image_for(arch) if contained else None, arch, contained)
+                  spec.image_for(arch) if contained else None, arch, contained,
+                  spec.readiness if spec is not None else None, spec.liveness if spec is not None else None)
 
 
 def speed_of(loop: "EventLoop") -> float:

@@ -103,6 +103,30 @@ MAX_RESTARTS = 5  # restarts in a row in one placement, unless a component's run
 
 
 @dataclass(frozen=True, slots=True)
+class Probe:
+    """A check of a running task (``schema.ProbeSpec``): ``kind`` exec, http
+    or tcp; ``command`` (exec), ``port`` and ``path`` (http, tcp); times in
+    real seconds."""
+
+    kind: str
+    command: tuple[str, ...] = ()
+    port: int = 0
+    path: str = "/"
+    initial_delay_s: float = 0.0
+    period_s: float = 10.0
+    timeout_s: float = 1.0
+    failure_threshold: int = 3
+    success_threshold: int = 1
+
+    @property
+    def target(self) -> str:
+        """What it checks, in words."""
+        if self.kind == "exec":
+            return "exec " + " ".join(self.command)
+        return f"http GET :{self.port}{self.path}" if self.kind == "http" else f"tcp :{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class RunCommand:
     """The process a real executor starts for each task of a component: a
     command, or a container of ``image`` (or of the variant in ``images`` for
@@ -116,6 +140,8 @@ class RunCommand:
     stop_grace_s: float = 10.0
     image: str | None = None
     images: tuple[tuple[str, str], ...] | None = None  # (arch, reference), sorted by arch
+    readiness: Probe | None = None
+    liveness: Probe | None = None
 
     @property
     def containerized(self) -> bool:

@@ -156,6 +156,8 @@ class TaskOut(BaseModel):
     # node, a larger coupling domain), its bound in ``why``, until the fleet grows; null once it is no longer waiting
     admission: Literal["admitted", "inadmissible"] | None = None
     placements: int = 0
+    # running with a readiness probe: whether it passes; a task that is not ready runs but does not serve
+    ready: bool | None = None
     submitted_at: str
     started_at: str | None = None
     ended_at: str | None = None
@@ -385,7 +387,7 @@ def token_ttl_s(ttl: str | None) -> float | None:
 def task_out(row: TaskRow) -> dict[str, Any]:
     return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
             "node": row.node, "site": row.site, "vc": row.vc, "host": row.host, "reasons": row.reasons, "why": row.why,
-            "reason": row.reason, "admission": _admission(row), "placements": row.placements, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
+            "reason": row.reason, "admission": _admission(row), "placements": row.placements, "ready": row.ready, "submitted_at": iso(row.submitted_at), "started_at": iso(row.started_at),
             "ended_at": iso(row.ended_at)}
 
 

@@ -467,7 +467,7 @@ def register(app: typer.Typer) -> None:
                      ("RUNNING", "tasks.running"), ("FINISHED", "tasks.finished"), ("FAILED", "tasks.failed"),
                      ("OMITTED", "tasks.omitted"), ("WITHDRAWN", "tasks.withdrawn"), ("CREATED", "created_at")],
             "tasks": [("TASK", "task"), ("TENANT", "tenant"), ("STATUS", "status"), ("ADMISSION", "admission"),
-                      ("NODE", "node"), ("SITE", "site"), ("PLACEMENTS", "placements")],
+                      ("READY", "ready"), ("NODE", "node"), ("SITE", "site"), ("PLACEMENTS", "placements")],
             "vcs": [("NAME", "name"), ("TENANT", "tenant"), ("DEFAULT", "default"), ("HOSTS", "hosts#")],
             "nodes": [("NODE", "node"), ("SITE", "site"), ("TIER", "tier"), ("STATE", "state"), ("TASKS", "tasks"),
                       ("FREE CPU", "free.cpu_milli"), ("FREE MEM MiB", "free.mem_mib")],
@@ -498,7 +498,7 @@ def register(app: typer.Typer) -> None:
         client = Client(server, token, ca)
         t = client.request("GET", f"/v1/tasks/{name}", params=_tenant(tenant)).json()
         out = Console(highlight=False, soft_wrap=True)
-        for key in ("task", "tenant", "status", "admission", "node", "site", "vc", "host", "placements",
+        for key in ("task", "tenant", "status", "admission", "ready", "node", "site", "vc", "host", "placements",
                     "submitted_at", "started_at", "ended_at"):
             if t.get(key) is not None:
                 out.print(f"{key + ':':14}{escape(str(t[key]))}")

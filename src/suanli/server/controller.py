@@ -843,15 +843,18 @@ class Controller:
                     f.update(reason_code="borrowed", reason=e["reason"])
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
-                f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"))
+                f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"),
+                         ready=False if self._probed(task) else None)
+            elif kind in ("ready", "notReady"):
+                f.update(ready=kind == "ready")
             elif kind == "migrated":
                 f.update(node=e.get("to"))
             elif kind in ENDED:
-                f.update(status=kind, ended_at=at)
+                f.update(status=kind, ended_at=at, ready=None)
                 if "why" in e:  # members an elastic gang was placed without: what left them out
                     f.update(why_fields({w["reason"]: w["count"] for w in e["why"]}, e["why"]))
             elif kind in ("requeued", "lost", "preempted"):
-                f.update(status="pending", node=None, site=None, host=None)
+                f.update(status="pending", node=None, site=None, host=None, ready=None)
             else:
                 continue
             f["updated_at"] = at
@@ -863,6 +866,12 @@ class Controller:
             tenant, name = split(task)
             out.append((tenant, name, f))
         return out
+
+    def _probed(self, task: str) -> bool:
+        """Whether ``task`` has a readiness probe (its executor runs it)."""
+        rec = self.sim.view.tasks.get(task)
+        run = rec.component.run if rec is not None else None
+        return run is not None and run.readiness is not None and getattr(self.sim.executor, "runs_probes", False)
 
     def _reasons_changed(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Pending tasks whose reasons for waiting changed since last written."""

@@ -91,6 +91,8 @@ class TaskRow(Base):
     reason_code: Mapped[str | None] = mapped_column(String(32))  # the first of ``why``: its code
     reason: Mapped[str | None] = mapped_column(String(400))  # and its text
     placements: Mapped[int] = mapped_column(Integer, default=0)  # times it was placed
+    # running with a readiness probe: whether it passes (not ready: it runs but does not serve); else null
+    ready: Mapped[bool | None] = mapped_column(Boolean)
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)

@@ -111,6 +111,7 @@ class Shard:
         self._room_near: dict[int, set[int]] = {}  # near site -> units parked so
         self._room_site: dict[int, int] = {}  # unit parked so -> its near site
         self.near_running: dict[str, Component] = {}  # running tasks away from their near site
+        self.ready: set[str] = set()  # running tasks whose readiness probe passes (real executors)
         self.returns = ReturnWatch()  # which of them a return plan looks at again
         self._beyond: set[str] = set()  # those of them now beyond their bound (kept as things change)
         self._levels: Counter = Counter()  # standings of the running units, counted
@@ -154,6 +155,14 @@ class Shard:
             return None
         return uid if self._units.run_id[uid] == run_id else None
 
+    def readiness(self, task: str, run_id: int, ready: bool) -> bool:
+        """A running task's readiness probe passed (``ready``) or failed;
+        False when the report is stale (of a run that has stopped)."""
+        if self.current(run_id) is None or task not in self.state.placements:
+            return False
+        (self.ready.add if ready else self.ready.discard)(task)
+        return True
+
     def finished(self, t: float, run_id: int) -> None:
         uid = self.current(run_id)
         if uid is None:
@@ -176,6 +185,8 @@ class Shard:
             self.business.release(rec.component, p.host.node)
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
+        if self.ready:
+            self.ready.discard(task)
         self.returns.leave(task)
         self._beyond.discard(task)
         self.resched.migrating.pop(task, None)
@@ -242,6 +253,9 @@ class Shard:
         said = {"reason": ev.reason} if ev.reason else {}
         self.log(t, "exited", task=ev.task, code=ev.code, **said,
                  **self.where(self.state.placements[ev.task].host.node))
+        if ev.task in self.ready:  # its process is gone: it serves no more, even if it starts again in place
+            self.ready.discard(ev.task)
+            self.log(t, "notReady", task=ev.task, run=ev.run_id, reason="its process ended")
         if ev.code == 0 and rec.job:
             run.exited = (run.exited or set()) | {ev.task}
             if all(task in run.exited for task in run.tasks if self._tasks[task].job):

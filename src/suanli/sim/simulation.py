@@ -249,7 +249,11 @@ class Timeline:
             elif isinstance(ev, NodeFound):
                 self.globe.node_found(t, ev)
             elif isinstance(ev, Note):
-                self.book.log(t, ev.kind, **dict(ev.fields))
+                fields = dict(ev.fields)
+                if ev.kind in ("ready", "notReady") and \
+                        not self.shard.readiness(fields["task"], fields["run"], ev.kind == "ready"):
+                    continue  # of a run that has stopped meanwhile
+                self.book.log(t, ev.kind, **fields)
         self.hosts.before(t)
         self.shard.schedule(t)
         if self.resched.on:

@@ -17,6 +17,7 @@ from suanli.model.work import (
     Component,
     HostGroup,
     Near,
+    Probe,
     Resources,
     RunCommand,
     Selector,
@@ -226,7 +227,17 @@ def _run(c: schema.ComponentSpec) -> RunCommand | None:
     r = c.run
     restart = r.restart or ("always" if c.lifetime == "service" else "never")
     return RunCommand(tuple(r.command or ()), tuple(sorted(r.env.items())), restart, r.max_restarts, r.stop_grace,
-                      r.image, tuple(sorted(r.images.items())) if r.images is not None else None)
+                      r.image, tuple(sorted(r.images.items())) if r.images is not None else None,
+                      _probe(r.readiness), _probe(r.liveness))
+
+
+def _probe(p: schema.ProbeSpec | None) -> Probe | None:
+    if p is None:
+        return None
+    kind = "exec" if p.exec is not None else "http" if p.http is not None else "tcp"
+    port = p.http.port if p.http is not None else p.tcp.port if p.tcp is not None else 0
+    return Probe(kind, tuple(p.exec or ()), port, p.http.path if p.http is not None else "/", p.initial_delay,
+                 p.period, p.timeout, p.failure_threshold, p.success_threshold)
 
 
 def _archs(c: schema.ComponentSpec) -> tuple[str, ...] | None:

@@ -514,6 +514,43 @@ def _image_ref(value: str) -> str:
 ImageRef = Annotated[str, AfterValidator(_image_ref)]
 
 
+ProbeS = Annotated[float, BeforeValidator(lambda v: q.parse_duration_s(v, q.STOP_GRACE))]  # at most an hour
+
+
+class HttpProbeSpec(Base):
+    port: Annotated[int, Field(ge=1, le=65535)]
+    path: Annotated[str, Field(pattern=r"^/[^\s]*$", max_length=1000)] = "/"
+
+
+class TcpProbeSpec(Base):
+    port: Annotated[int, Field(ge=1, le=65535)]
+
+
+class ProbeSpec(Base):
+    """A check of a running task (as Kubernetes has them): a command that
+    exits 0 (``exec``, run as the task, where it runs), an HTTP GET on the
+    task's machine answered 200-399 (``http``), or a TCP port that accepts
+    (``tcp``), every ``period`` after ``initialDelay``, each within
+    ``timeout``; ``failureThreshold`` failures in a row fail it, and
+    ``successThreshold`` successes in a row pass it."""
+
+    exec: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    http: HttpProbeSpec | None = None
+    tcp: TcpProbeSpec | None = None
+    initial_delay: ProbeS = 0.0
+    period: Annotated[ProbeS, Field(gt=0)] = 10.0
+    timeout: Annotated[ProbeS, Field(gt=0)] = 1.0
+    failure_threshold: Annotated[int, Field(ge=1, le=1000)] = 3
+    success_threshold: Annotated[int, Field(ge=1, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _one_check(self) -> "ProbeSpec":
+        given = [k for k in ("exec", "http", "tcp") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a probe is one of exec, http and tcp; got {', '.join(given) or 'none'}")
+        return self
+
+
 class RunSpec(Base):
     """What a real executor runs for each of the component's tasks: a
     command on the node, or an image (one, or one per arch) whose container
@@ -526,6 +563,8 @@ class RunSpec(Base):
     restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
     max_restarts: bounded(int, q.RESTARTS, Field(ge=0)) = MAX_RESTARTS
     stop_grace: Annotated[StopGraceS, Field(gt=0)] = 10.0
+    readiness: ProbeSpec | None = None  # until it passes, a task is running but not ready (not serving)
+    liveness: ProbeSpec | None = None  # when it fails, the task is killed, and its restart policy applies
 
     @field_validator("env")
     @classmethod
