@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -48,7 +48,8 @@ from suanli.server.objects_api import Context, add_object_routes, refresher
 from suanli.server.bodies import BodyError, read_body
 from suanli.server.log_reads import RangeRefused, byte_range, chunks
 from suanli.model.work import World
-from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal, shown
+from suanli.server.controller import (PRIVATE, Controller, build_app, check_document, internal, shown,
+                                      update_policy)
 from suanli.server.remote import ControllerUnavailable, RemoteController
 from suanli.server.streams import EventHub, StreamsFull
 from suanli.server.store import ROLES, TENANT_ROLES, AgentScope, AppRow, Conflict, KeyReused, Principal, Store
@@ -173,6 +174,22 @@ class AppOut(BaseModel):
     created_at: str
     tasks: dict[str, int]  # status -> count
     document: dict[str, Any]
+    revision: int = 1  # one more for each changed document applied
+    change: Literal["created", "configured", "unchanged"] | None = None  # what a PUT did
+
+
+class RolloutOut(BaseModel):
+    name: str
+    revision: int  # the application's revision (its document's)
+    rolling: int | None  # the revision the scheduler rolls out (None: it has not taken it yet)
+    done: bool  # every replica runs that revision and is ready
+    components: dict[str, dict[str, int]]  # component -> replicas, updated, ready
+
+
+class ScaleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    replicas: int = Field(ge=0, le=1_000_000)
+    component: str | None = None  # default: the application's only component with replicas
 
 
 class EventOut(BaseModel):
@@ -889,7 +906,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             counts = store.task_counts(row.id)
         return {"name": row.name, "tenant": row.tenant, "created_at": iso(row.created_at),
                 "tasks": {s: counts.get(s, 0) for s in TASK_STATUSES},
-                "document": row.document}
+                "document": row.document, "revision": row.revision or 1}
 
     @api.post("/v1/applications", status_code=201, response_model=AppOut,
               responses={**ERRORS, 200: {"model": AppOut, "description": "the same idempotency key again"},
@@ -905,26 +922,15 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
 
     def _create(raw: bytes, ctype: str, who: Principal, key: str | None) -> Response:
         doc = _read_document(raw, ctype)
-        tenant = doc["metadata"].get("tenant")
-        if who.admin and tenant is None:
-            raise ProblemError(422, "Unprocessable Content", "an admin names the tenant (metadata.tenant)",
-                               [{"path": "metadata.tenant", "message": "required for an admin token"}])
-        if not who.admin:
-            if tenant is not None and tenant != who.tenant:
-                raise ProblemError(403, "Forbidden", "a tenant's token submits only the tenant's own applications",
-                                   [{"path": "metadata.tenant", "message": f"must be {who.tenant!r} or absent"}])
-            doc["metadata"]["tenant"] = tenant = who.tenant
-        found, problems = check_document("request body", doc, world)
-        if problems:
-            raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
-                               [{"path": p.path, "message": p.message} for p in problems])
+        tenant, found = _checked(doc, who)
         name = found.name
         app = build_app(tenant, name, found.doc, world.vcs)
         tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
         try:
             row, new = store.create_app(tenant, name, doc, tasks, key)
         except Conflict:
-            raise ProblemError(409, "Conflict", f"an application {name!r} exists; delete it first") from None
+            raise ProblemError(409, "Conflict", f"an application {name!r} exists: change it with PUT "
+                                                f"/v1/applications/{name} (suanli apply), or delete it first") from None
         except KeyReused as exc:
             raise ProblemError(422, "Unprocessable Content",
                                f"this Idempotency-Key was used for another document (application "
@@ -968,6 +974,119 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         if row is None:
             raise not_found("application", name)
         return _app_out(row)
+
+    @api.put("/v1/applications/{name}", response_model=AppOut,
+             responses={**ERRORS, 201: {"model": AppOut, "description": "made"}, **problems(400, 403)},
+             openapi_extra=APP_BODY)
+    async def put_application(name: str, request: Request, who: Principal = Depends(writer)):
+        """Make the application, or change it: a changed document is its next
+        revision, rolled out to its running replicas in place
+        (``spec.update.maxUnavailable``); the same document changes nothing (200)."""
+        raw = await request.body()
+        return await asyncio.to_thread(_put, name, raw, request.headers.get("content-type", ""), who)
+
+    def _checked(doc: dict, who: Principal) -> tuple[str, Any]:
+        """The document's tenant (a tenant's token: its own), and the document checked."""
+        tenant = doc["metadata"].get("tenant")
+        if who.admin and tenant is None:
+            raise ProblemError(422, "Unprocessable Content", "an admin names the tenant (metadata.tenant)",
+                               [{"path": "metadata.tenant", "message": "required for an admin token"}])
+        if not who.admin:
+            if tenant is not None and tenant != who.tenant:
+                raise ProblemError(403, "Forbidden", "a tenant's token submits only the tenant's own applications",
+                                   [{"path": "metadata.tenant", "message": f"must be {who.tenant!r} or absent"}])
+            doc["metadata"]["tenant"] = tenant = who.tenant
+        found, problems = check_document("request body", doc, world)
+        if problems:
+            raise ProblemError(422, "Unprocessable Content", "the application document is not valid",
+                               [{"path": p.path, "message": p.message} for p in problems])
+        return tenant, found
+
+    def _put(name: str, raw: bytes, ctype: str, who: Principal) -> Response:
+        doc = _read_document(raw, ctype)
+        if doc["metadata"].get("name") != name:
+            raise ProblemError(422, "Unprocessable Content", "the document's name is the one in the path",
+                               [{"path": "metadata.name", "message": f"must be {name!r}"}])
+        tenant, found = _checked(doc, who)
+        return _update(tenant, name, found.doc, doc, created_if_missing=True)
+
+    def _update(tenant: str, name: str, spec_doc: Any, doc: dict, created_if_missing: bool = False) -> Response:
+        app = build_app(tenant, name, spec_doc, world.vcs)
+        tasks = [f"{name}/{c.name}/{i}" for c in app.components for i in range(c.size)]
+        got = store.update_app(tenant, name, doc, tasks)
+        if got is None:
+            if not created_if_missing:
+                raise not_found("application", name)
+            try:
+                row, _ = store.create_app(tenant, name, doc, tasks, None)
+            except Conflict:  # made meanwhile: change it
+                return _update(tenant, name, spec_doc, doc)
+            controller.submit(app, row.id)
+            return JSONResponse({**_app_out(row, {"pending": len(tasks)}), "change": "created"}, status_code=201)
+        row, changed = got
+        if changed:
+            controller.update(app, row.id, row.revision, update_policy(doc))
+        return JSONResponse({**_app_out(row), "change": "configured" if changed else "unchanged"}, status_code=200)
+
+    @api.get("/v1/applications/{name}/rollout", response_model=RolloutOut, responses=ERRORS)
+    def get_rollout(name: str, who: Principal = Depends(principal), tenant: str | None = None):
+        """How far the application's last change is rolled out: per component,
+        its replicas, those that run the new revision, and those ready."""
+        owner = tenant_of(who, tenant)
+        row = store.app(owner, name)
+        if row is None:
+            raise not_found("application", name)
+        got = controller.ask("rollout", owner, name)
+        if got is None or got["revision"] != (row.revision or 1):  # the scheduler has not taken it yet
+            return {"name": name, "revision": row.revision or 1, "rolling": got["revision"] if got else None,
+                    "done": False, "components": got["components"] if got else {}}
+        return {"name": name, "revision": row.revision or 1, "rolling": got["revision"], "done": got["done"],
+                "components": got["components"]}
+
+    @api.post("/v1/applications/{name}/rollout/undo", response_model=AppOut, responses=ERRORS)
+    def undo_rollout(name: str, who: Principal = Depends(writer), tenant: str | None = None):
+        """Apply the document before the last change again (a new revision, rolled out as any change)."""
+        owner = tenant_of(who, tenant)
+        row = store.app(owner, name)
+        if row is None:
+            raise not_found("application", name)
+        if row.previous is None:
+            raise ProblemError(409, "Conflict", f"application {name!r} has no earlier revision to go back to")
+        found, problems = check_document("the previous revision", row.previous, world)
+        if problems:
+            raise ProblemError(409, "Conflict", f"the previous revision is no longer valid: {problems[0].message}",
+                               [{"path": p.path, "message": p.message} for p in problems])
+        return _update(owner, name, found.doc, row.previous)
+
+    @api.post("/v1/applications/{name}/scale", response_model=AppOut, responses=ERRORS)
+    def scale_application(name: str, body: ScaleIn, who: Principal = Depends(writer), tenant: str | None = None):
+        """Set a component's replicas (a new revision: replicas added or withdrawn at once)."""
+        owner = tenant_of(who, tenant)
+        row = store.app(owner, name)
+        if row is None:
+            raise not_found("application", name)
+        doc = json.loads(json.dumps(row.document))
+        comps = doc["spec"]["components"]
+        with_replicas = [c for c in comps if c.get("gang") is None]
+        if body.component is None:
+            if len(with_replicas) != 1:
+                raise ProblemError(422, "Unprocessable Content", "name the component to scale",
+                                   [{"path": "component", "message": "the application has "
+                                     f"{len(with_replicas)} components with replicas: "
+                                     f"{', '.join(c['name'] for c in with_replicas)}"}])
+            target = with_replicas[0]
+        else:
+            target = next((c for c in with_replicas if c["name"] == body.component), None)
+            if target is None:
+                raise ProblemError(422, "Unprocessable Content", f"no component {body.component!r} with replicas",
+                                   [{"path": "component", "message": "one of " + ", ".join(
+                                       c["name"] for c in with_replicas)}])
+        target["replicas"] = body.replicas
+        found, problems = check_document("request body", doc, world)
+        if problems:
+            raise ProblemError(422, "Unprocessable Content", "the scaled application is not valid",
+                               [{"path": p.path, "message": p.message} for p in problems])
+        return _update(owner, name, found.doc, doc)
 
     @api.delete("/v1/applications/{name}", status_code=204, responses=ERRORS)
     def delete_application(name: str, who: Principal = Depends(writer), tenant: str | None = None):

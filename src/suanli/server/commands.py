@@ -12,7 +12,6 @@ reached or fails exits with status 1.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import re
@@ -652,6 +651,73 @@ def register(app: typer.Typer) -> None:
         client.request("DELETE", f"/v1/agents/{node}")
         err.print(f"agent {escape(node)} left", soft_wrap=True)
 
+    rollout_app = typer.Typer(no_args_is_help=True, help="Updates of a running application, rolled out in place.")
+    app.add_typer(rollout_app, name="rollout")
+
+    @rollout_app.command("status")
+    def rollout_status(
+        name: str = typer.Argument(..., help="The application."),
+        watch: bool = typer.Option(False, "--watch", "-w", help="Follow it until it is done."),
+        timeout: float = typer.Option(600.0, "--timeout", help="With --watch: give up after this many seconds "
+                                      "(exit 1)."),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """How far an application's last change is rolled out: per component, its
+        replicas, those that run the new revision and those ready."""
+        import time
+
+        client = Client(server, token, ca)
+        out = Console(highlight=False, soft_wrap=True)
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            r = client.request("GET", f"/v1/applications/{name}/rollout", params=_tenant(tenant)).json()
+            parts = ", ".join(f"{c}: {v['updated']} of {v['replicas']} updated, {v['ready']} ready"
+                              for c, v in r["components"].items())
+            line = (f"application/{name} revision {r['revision']}: "
+                    + ("rolled out" if r["done"] else "rolling out") + (f" ({parts})" if parts else ""))
+            if line != last:
+                out.print(escape(line))
+                last = line
+            if r["done"] or not watch:
+                return
+            if time.monotonic() > deadline:
+                _fail(f"application/{name}: not rolled out within {timeout:g}s", 1)
+            time.sleep(0.5)
+
+    @rollout_app.command("undo")
+    def rollout_undo(
+        name: str = typer.Argument(..., help="The application."),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Go back to the application's document before its last change (rolled out as a new revision)."""
+        client = Client(server, token, ca)
+        r = client.request("POST", f"/v1/applications/{name}/rollout/undo", params=_tenant(tenant)).json()
+        Console(highlight=False).print(f"application/{escape(name)} rolled back (revision {r['revision']})")
+
+    @app.command()
+    def scale(
+        name: str = typer.Argument(..., help="The application."),
+        replicas: int = typer.Option(..., "--replicas", min=0, help="How many replicas."),
+        component: Optional[str] = typer.Option(None, "--component", help="Which component (default: the only "
+                                                "one with replicas)."),
+        tenant: Optional[str] = ADMIN_TENANT,
+        server: Optional[str] = SERVER,
+        ca: Optional[Path] = CA,
+        token: Optional[str] = TOKEN,
+    ) -> None:
+        """Set a component's replicas: those added start, those past the count stop."""
+        client = Client(server, token, ca)
+        body = {"replicas": replicas, **({"component": component} if component else {})}
+        r = client.request("POST", f"/v1/applications/{name}/scale", json=body, params=_tenant(tenant)).json()
+        Console(highlight=False).print(f"application/{escape(name)} scaled (revision {r['revision']})")
+
     token_app = typer.Typer(no_args_is_help=True, help="Tokens for the control plane's API.")
     app.add_typer(token_app, name="token")
 
@@ -826,10 +892,14 @@ def _apply_one(client: "Client", out: Console, file: Path, i: int, doc: dict) ->
         out.print(f"{kind.lower()}/{name} {'created' if r.status_code == 201 else 'configured'} "
                   f"(configuration version {r.json()['version']})")
         return
-    key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-    r = client.request("POST", "/v1/applications", json=doc, headers={"Idempotency-Key": key},
-                       where=f"{file}: document {i}: ")
-    out.print(f"application/{r.json()['name']} {'created' if r.status_code == 201 else 'unchanged'}")
+    name = (doc.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        _fail(f"{file}: document {i}: metadata.name: required")
+    r = client.request("PUT", f"/v1/applications/{name}", json=doc, where=f"{file}: document {i}: ")
+    got = r.json()
+    change = got.get("change") or ("created" if r.status_code == 201 else "unchanged")
+    out.print(f"application/{got['name']} {change}" + (f" (revision {got['revision']}: rolling out)"
+                                                       if change == "configured" else ""))
 
 
 def accelerator_spec(text: str) -> dict[str, Any]:

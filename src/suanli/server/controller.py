@@ -114,6 +114,12 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
     return (found[0] if found and not isinstance(found[0], Problem) else None), problems
 
 
+def update_policy(document: dict) -> int | str:
+    """An application document's ``spec.update.maxUnavailable`` (default 25%)."""
+    update = (document.get("spec") or {}).get("update") or {}
+    return update.get("maxUnavailable", "25%")
+
+
 def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc,
               vcs: Mapping[str, Any]) -> Application:
     """The scheduler's application for an accepted document (as stored, or validated
@@ -264,6 +270,7 @@ class Controller:
         ``release``); None: the only controller of its store."""
         self.lease = lease
         self.cmd_seen = 0  # the store's commands up to this id were taken (or had been, by the rebuild)
+        self._revision: dict[int, int] = {}  # application id -> the revision its scheduler runs
         self._cmd_taken: set[int] = set()  # ids past cmd_seen taken
         self._cmd_holes: dict[int, float] = {}  # ids missing past cmd_seen -> when first missed
         self._poked = False
@@ -366,6 +373,7 @@ class Controller:
                 continue
             ended = {internal(app.tenant, r.name): r.status for r in rows if r.status in ENDED}
             restored.append((built, ended))
+            self._revision[app.id] = app.revision or 1
             self.app_ids.add(app.id)
             self._app_of[internal(app.tenant, app.name)] = app.id
 
@@ -426,6 +434,16 @@ class Controller:
                 self.app_ids.add(app_id)
                 self._next_app.setdefault(app.name, deque()).append(app_id)
             self.sim.submit(app)
+        self.inbox.put(command)
+
+    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str) -> None:
+        """``revision`` of the running application ``app_id`` is rolled out
+        (once: a revision it rolled out already, or a later one, changes nothing)."""
+        def command(now: float) -> None:
+            if app_id not in self.app_ids or self._revision.get(app_id, 1) >= revision:
+                return
+            self._revision[app_id] = revision
+            self.sim.update(app, revision, max_unavailable)
         self.inbox.put(command)
 
     def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
@@ -559,6 +577,16 @@ class Controller:
                 log.warning("application %s of tenant %s not scheduled: %s", app.name, app.tenant, exc)
                 return
             self.submit(built, app.id)
+        elif row.kind == "update":
+            app = self.store.app_by_id(row.app_id)
+            if app is None or row.app_id not in self.app_ids or app.revision != int(row.action or 0):
+                return  # deleted, or changed again since: that change's command follows
+            try:
+                built = build_app(app.tenant, app.name, app.document, self.world.vcs)
+            except Exception as exc:  # noqa: BLE001 - the API accepted it; one bad one must not stop the others
+                log.warning("application %s of tenant %s not updated: %s", app.name, app.tenant, exc)
+                return
+            self.update(built, app.id, app.revision, update_policy(app.document))
         elif row.kind == "delete":
             if row.app_id in self.app_ids:
                 self.delete(row.tenant, row.name, row.app_id)
@@ -853,7 +881,7 @@ class Controller:
                 f.update(status=kind, ended_at=at, ready=None)
                 if "why" in e:  # members an elastic gang was placed without: what left them out
                     f.update(why_fields({w["reason"]: w["count"] for w in e["why"]}, e["why"]))
-            elif kind in ("requeued", "lost", "preempted"):
+            elif kind in ("requeued", "lost", "preempted", "updating"):
                 f.update(status="pending", node=None, site=None, host=None, ready=None)
             else:
                 continue
@@ -1023,7 +1051,12 @@ def _plan(c: Controller) -> dict[str, Any]:
     return dry_run(c.sim, c.clock.now())
 
 
+def _rollout(c: Controller, tenant: str, name: str) -> dict[str, Any] | None:
+    """What the scheduler has done of an application's last update (None: it has not got it)."""
+    return c.sim.rollouts.status(internal(tenant, name))
+
+
 QUERIES: dict[str, Callable[..., Any]] = {
     "node_states": _node_states, "nodes": _nodes, "node": _node, "has_node": _has_node, "fleet": _fleet, "vcs": _vcs, "plan": _plan,
-    "console": _console,
+    "console": _console, "rollout": _rollout,
 }

@@ -227,6 +227,9 @@ class RemoteController:
     def submit(self, app: Application, app_id: int | None = None) -> None:
         self._send(("submit", app, app_id))
 
+    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str) -> None:
+        self._send(("update", app, app_id, revision, max_unavailable))
+
     def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
         self._send(("delete", tenant, name, app_id))
 
@@ -397,6 +400,8 @@ def _child(conn, db: str, speed: float, policy: str | None, executor: dict[str, 
             break
         if kind == "submit":
             controller.submit(message[1], message[2])
+        elif kind == "update":
+            controller.update(*message[1:])
         elif kind == "delete":
             controller.delete(*message[1:])
         elif kind == "node":

@@ -71,6 +71,8 @@ class AppRow(Base):
     document: Mapped[dict] = mapped_column(JSON)  # as accepted: the spec code reads it back on restart
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[float] = mapped_column(Float)
+    revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # each change applied: one more
+    previous: Mapped[dict | None] = mapped_column(JSON)  # the document before the last change (rollout undo)
     __table_args__ = (UniqueConstraint("tenant", "name", name="uq_app_name"),
                       UniqueConstraint("tenant", "idempotency_key", name="uq_app_idempotency"),
                       {"sqlite_autoincrement": True})  # an id is never given again
@@ -170,7 +172,7 @@ class CommandRow(Base):
     __tablename__ = "commands"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
-    kind: Mapped[str] = mapped_column(String(16))  # submit | delete | node
+    kind: Mapped[str] = mapped_column(String(16))  # submit | update | delete | node
     tenant: Mapped[str | None] = mapped_column(String(128))
     name: Mapped[str] = mapped_column(String(300))
     app_id: Mapped[int | None] = mapped_column(Integer)
@@ -958,6 +960,36 @@ class Store:
                 raise KeyReused(same.name) from None
             return same, False
         return AppRow(id=app_id, **fields), True
+
+    def update_app(self, tenant: str, name: str, document: dict, tasks: Sequence[str]) -> tuple[AppRow, bool] | None:
+        """A changed document of an application (its next revision): the one
+        before kept for an undo, tasks no longer in it gone, new ones pending,
+        and the controller told (a command ``update``), in one transaction.
+        Returns the row and whether it changed (the same document: no new
+        revision); None: no such application."""
+        now = time.time()
+        with self._writing() as s:
+            row = s.scalar(select(AppRow).where(AppRow.tenant == tenant, AppRow.name == name))
+            if row is None:
+                return None
+            if row.document == document:
+                s.expunge(row)
+                return row, False
+            row.previous, row.document, row.revision = row.document, document, (row.revision or 1) + 1
+            have = set(s.scalars(select(TaskRow.name).where(TaskRow.app_id == row.id)))
+            wanted = set(tasks)
+            gone = have - wanted
+            if gone:
+                s.execute(delete(TaskRow).where(TaskRow.app_id == row.id, TaskRow.name.in_(gone)))
+            new = [t for t in tasks if t not in have]
+            if new:
+                s.execute(INSERT_TASKS, [dict(tenant=tenant, name=t, app_id=row.id, status="pending", placements=0,
+                                              submitted_at=now, updated_at=now) for t in new])
+            s.add(CommandRow(at=now, kind="update", tenant=tenant, name=name, app_id=row.id,
+                             action=str(row.revision)))
+            s.flush()
+            s.expunge(row)
+        return row, True
 
     def delete_app(self, tenant: str, name: str) -> int | None:
         """Delete an application and its tasks; its id, or None if there was none."""

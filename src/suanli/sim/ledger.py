@@ -593,6 +593,17 @@ class AppUnits:
                     first[k] = -2
         _add_unit(self._named, app.name, uid, sets=False)
 
+    def discard(self, name: str, uid: int) -> None:
+        """``uid`` is no longer one of the units of the application ``name``
+        (one listed by its name: not one made per site)."""
+        got = self._named.get(name)
+        if got is not None and uid in got:
+            rest = [u for u in got if u != uid]
+            if rest:
+                self._named[name] = rest
+            else:
+                del self._named[name]
+
     def _column(self, cls: type, site: int) -> tuple:
         sites = cls._names.block_of(site)
         if sites is None:  # (a listed site's copy: by its name)
@@ -755,6 +766,28 @@ class Ledger:
                 self.units.keep_compact(uid, app, at, i)
         counts[PENDING] += len(unit.tasks)
         return uid
+
+    def replace(self, uid: int, unit: Unit, t: float) -> int:
+        """A waiting unit (not running) made again as ``unit``, the same tasks
+        of another version of its application: the old unit goes, the new one
+        waits (its tasks' records in place of theirs); its id."""
+        if self.units[uid].run is not None:
+            raise ValueError(f"unit {uid} is running: stop it first")
+        old = self.units.pop(uid)
+        self.by_app.discard(old.unit.app.name, uid)
+        return self.submit(unit, t)
+
+    def withdraw(self, uid: int) -> Unit:
+        """A waiting unit (not running) goes with its tasks' records (an
+        application scaled down); the unit it was."""
+        if self.units[uid].run is not None:
+            raise ValueError(f"unit {uid} is running: stop it first")
+        unit = self.units.pop(uid).unit
+        self.by_app.discard(unit.app.name, uid)
+        for task in unit.tasks:
+            if task in self.tasks:
+                self.counts[self.tasks.drop(task)] -= 1
+        return unit
 
     # ------------------------------------------------------------ runs
 

@@ -58,3 +58,12 @@ class ScenarioEvent:
 @dataclass(frozen=True, slots=True)
 class NextMove:
     index: int  # which mobility stream: its pending event is due
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A new revision of a running application, rolled out (``rollout.py``)."""
+
+    app: Application
+    revision: int
+    max_unavailable: int | str

@@ -155,6 +155,44 @@ class Shard:
             return None
         return uid if self._units.run_id[uid] == run_id else None
 
+    def replace_unit(self, t: float, uid: int, unit: Unit, revision: int) -> int:
+        """A unit made again as ``unit`` (the same tasks, of its application's
+        ``revision``): stopped if it runs (its state kept, as for a move), it
+        waits in its new form; the new unit's id."""
+        us = self._units[uid]
+        if us.run is not None:
+            for task in self.close_run(uid, stop_at=t).tasks:
+                self.end_task(t, task, PENDING, "updating", revision=revision)
+        if uid in self.pending:
+            self.pending.discard(uid)
+            self.unpark((uid,))
+        new = self.ledger.replace(uid, unit, t)
+        self.pending.add(new)
+        return new
+
+    def add_unit(self, t: float, unit: Unit) -> int:
+        """A unit of an application that grew (more replicas): it waits."""
+        uid = self.ledger.submit(unit, t)
+        for task in unit.tasks:
+            self.log(t, "submitted", task=task, tenant=unit.tenant)
+        self.pending.add(uid)
+        return uid
+
+    def withdraw_unit(self, t: float, uid: int, why: str) -> None:
+        """A unit of an application that shrank (fewer replicas): it stops and its tasks end."""
+        us = self._units[uid]
+        if us.run is not None:
+            for task in self.close_run(uid).tasks:
+                self.end_task(t, task, FINISHED, "finished", reason=why)
+        if uid in self.pending:
+            self.pending.discard(uid)
+            self.unpark((uid,))
+            for task in us.unit.tasks:
+                if self._tasks[task].status == PENDING:
+                    self.end_task(t, task, WITHDRAWN, "withdrawn", reason=why)
+        if not self.keep_records:
+            self.ledger.withdraw(uid)
+
     def readiness(self, task: str, run_id: int, ready: bool) -> bool:
         """A running task's readiness probe passed (``ready``) or failed;
         False when the report is stale (of a run that has stopped)."""

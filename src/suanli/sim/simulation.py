@@ -46,10 +46,11 @@ from suanli.sim.global_state import GlobalState
 from suanli.sim.hosts import HostKeeper
 from suanli.sim.logbook import Logbook
 from suanli.sim.loop_events import (ClaimEnded, Leave, MoveDone, NextArrival, NextMove, Restore, ScenarioEvent,
-                                    Submit, Wake)
+                                    Submit, Update, Wake)
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
 from suanli.sim.rescheduling import Rescheduler
+from suanli.sim.rollout import Rollouts
 from suanli.sim.shard import Shard
 from suanli.sim.workload import Arrival, draw, generated, openb_arrivals, swf_arrivals
 
@@ -100,6 +101,8 @@ class Timeline:
         self._frozen_at = -1  # in ``run``: task records when what it holds was last set aside from collection
         self._wakes: set[float] = set()
         self.dry = False  # a dry run looks: it asks for no instants
+        self.rollouts = Rollouts(shard, book.log, self.wake_at,
+                                 lambda: getattr(shard.executor, "runs_probes", False))
         self.now = 0.0
 
     def run(self) -> float:
@@ -132,6 +135,10 @@ class Timeline:
     def apply(self, spec: Any) -> None:
         """A scenario event (one of the schema's event specs) happens now."""
         self.loop.schedule(self.loop.now(), ScenarioEvent(spec))
+
+    def update(self, app: Application, revision: int, max_unavailable: int | str) -> None:
+        """Roll ``revision`` of the running application ``app.name`` out now (``rollout.py``)."""
+        self.loop.schedule(self.loop.now(), Update(app, revision, max_unavailable))
 
     def start(self) -> None:
         """Place the VCs' first hosts and queue the world's work (``run`` does this first)."""
@@ -219,6 +226,8 @@ class Timeline:
         for ev in batch:
             if isinstance(ev, Submit):
                 self.shard.submit(t, ev.app, ev.ended)
+            elif isinstance(ev, Update):
+                self.rollouts.update(t, ev.app, ev.revision, ev.max_unavailable)
             elif isinstance(ev, Restore):
                 for app, ended in ev.apps:
                     self.shard.submit(t, app, ended, restored=True)
@@ -254,6 +263,8 @@ class Timeline:
                         not self.shard.readiness(fields["task"], fields["run"], ev.kind == "ready"):
                     continue  # of a run that has stopped meanwhile
                 self.book.log(t, ev.kind, **fields)
+        if self.rollouts.active:
+            self.rollouts.step(t)
         self.hosts.before(t)
         self.shard.schedule(t)
         if self.resched.on:
@@ -281,6 +292,8 @@ class Timeline:
                 else None
             for name in (app.name for app in made) if made is not None else (ev.app,):
                 self.shard.delete(t, name, "deleted")
+                if self.rollouts.revisions:
+                    self.rollouts.forget(name)
         else:
             self.globe.event(t, ev)
 
@@ -377,6 +390,13 @@ class Simulation:
 
     def wake_at(self, when: float) -> None:
         self.timeline.wake_at(when)
+
+    def update(self, app: Application, revision: int, max_unavailable: int | str) -> None:
+        self.timeline.update(app, revision, max_unavailable)
+
+    @property
+    def rollouts(self) -> Rollouts:
+        return self.timeline.rollouts
 
     until = _part("timeline", "until")
     now = _part("timeline", "now")

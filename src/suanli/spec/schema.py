@@ -629,6 +629,26 @@ class ComponentSpec(Base):
         return 1 if self.replicas is None else self.replicas
 
 
+def _share_or_count(value: Any) -> Any:
+    if isinstance(value, str):
+        if not re.fullmatch(r"(100|[1-9]?[0-9])%", value.strip()):
+            raise ValueError(f"{value!r}: give a count of replicas (2) or a percentage of them (25%)")
+        return value.strip()
+    return value
+
+
+ShareOrCount = Annotated[Union[Annotated[int, Field(ge=0, le=q.APP_TASKS)], str], BeforeValidator(_share_or_count)]
+
+
+class UpdateSpec(Base):
+    """How a changed application is rolled out to its running replicas (under
+    ``serve``): a replica is replaced in place (its name and state kept),
+    and at most ``maxUnavailable`` of a component's replicas are not ready at
+    once (a percentage rounds down, and is at least one)."""
+
+    max_unavailable: ShareOrCount = "25%"
+
+
 class ApplicationSpec(Base):
     # one application per site of this population, named APP.SITE; "{site}"
     # in near.site, data.source and data.sink stands for that site
@@ -636,6 +656,7 @@ class ApplicationSpec(Base):
     virtual_cluster: Name | None = None
     priority: bounded(int, q.PRIORITY) = 0
     preemptible: bool = True
+    update: UpdateSpec = UpdateSpec()
     components: Annotated[list[ComponentSpec], Field(min_length=1)]
 
     @field_validator("components")

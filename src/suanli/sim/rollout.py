@@ -1,0 +1,158 @@
+"""Updates in place: a changed application rolled out to its running replicas.
+
+A new version of an application (a ``revision``) is compared with what runs,
+unit by unit (a replica, or a gang), by its tasks' names:
+
+- a unit whose components are unchanged stays as it is;
+- a unit of the new version with no unit of the old (more replicas) is
+  added at once, and a unit of the old with none of the new (fewer
+  replicas, or a gang resized) is stopped and withdrawn at once;
+- a changed unit is **replaced in place**: stopped (its state kept, as for a
+  move), then made again as the new version's unit under the same names,
+  so the new version starts where the scheduler places it, with the state
+  the old one saved. It is replaced only while fewer than ``maxUnavailable``
+  of its component's replicas are not ready, so that at least
+  ``replicas - maxUnavailable`` stay ready throughout (a replica is ready
+  when it runs and, where its executor runs probes, its readiness probe
+  passes).
+
+A replica keeps its name and its state across the update, so the new
+version of a replica starts only once the old one has stopped (as a
+StatefulSet rolls): there is no surge of extra replicas.
+
+Events: ``rollout`` (the update begins: revision, and how many units are
+replaced, added and withdrawn), ``updating`` (a task stopped to be replaced),
+``rolledOut`` (every replica runs the new version and is ready).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from suanli.scheduling.business_layer import Unit, build_units
+from suanli.sim.ledger import RUNNING
+
+if TYPE_CHECKING:
+    from suanli.model.work import Application, Component
+    from suanli.sim.shard import Shard
+
+
+def unavailable_allowed(spec: int | str, replicas: int) -> int:
+    """``maxUnavailable`` as a count for ``replicas``: a percentage rounds down; at least one."""
+    if isinstance(spec, str):
+        count = replicas * int(spec.rstrip("%")) // 100
+    else:
+        count = spec
+    return max(1, min(count, replicas))
+
+
+@dataclass
+class Rollout:
+    app: "Application"
+    revision: int
+    max_unavailable: int | str
+    queue: dict[str, list[tuple[int, Unit]]] = field(default_factory=dict)  # component -> (old unit, new unit)
+
+
+class Rollouts:
+    """The rollouts under way, stepped at each instant before its pass."""
+
+    def __init__(self, shard: "Shard", log: Callable[..., None], wake_at: Callable[[float], None],
+                 probes: Callable[[], bool]) -> None:
+        self.shard, self.log, self.wake_at, self.probes = shard, log, wake_at, probes
+        self.active: dict[str, Rollout] = {}
+        self.revisions: dict[str, int] = {}  # application -> the revision last asked for
+        self.apps: dict[str, "Application"] = {}  # application -> that revision
+
+    def update(self, t: float, app: "Application", revision: int, max_unavailable: int | str) -> None:
+        """Roll ``app`` (its ``revision``) out over the units of the application of its name."""
+        shard = self.shard
+        units = shard._units
+        old: dict[tuple[str, ...], int] = {}
+        for uid in list(shard.ledger.by_app.get(app.name, ())):
+            us = units.get(uid)
+            if us is not None:
+                old[tuple(us.unit.tasks)] = uid
+        ro = Rollout(app, revision, max_unavailable)
+        added = withdrawn = replaced = 0
+        new_units = build_units((app,))
+        for unit in new_units:
+            uid = old.pop(tuple(unit.tasks), None)
+            if uid is None:
+                shard.add_unit(t, unit)
+                added += 1
+            elif tuple(units[uid].unit.components) != tuple(unit.components):
+                ro.queue.setdefault(unit.components[0].name, []).append((uid, unit))
+                replaced += 1
+        for uid in old.values():
+            shard.withdraw_unit(t, uid, f"not in revision {revision} of {app.name}")
+            withdrawn += 1
+        self.revisions[app.name] = revision
+        self.apps[app.name] = app
+        self.active[app.name] = ro
+        self.log(t, "rollout", app=app.name, revision=revision, replace=replaced, add=added, withdraw=withdrawn,
+                 max_unavailable=max_unavailable)
+
+    def forget(self, app: str) -> None:
+        """A deleted application's rollout goes with it."""
+        self.active.pop(app, None)
+        self.revisions.pop(app, None)
+        self.apps.pop(app, None)
+
+    def step(self, t: float) -> None:
+        """Replace what the budgets allow; say when a rollout is done."""
+        for name, ro in list(self.active.items()):
+            replaced = False
+            for comp in ro.app.components:
+                queue = ro.queue.get(comp.name)
+                if not queue:
+                    continue
+                allowed = unavailable_allowed(ro.max_unavailable, comp.size)
+                ready = self._ready(name, comp)
+                unavailable = comp.size - ready
+                while queue and unavailable < allowed:
+                    uid, unit = queue.pop(0)
+                    was_ready = all(self._is_ready(task) for task in unit.tasks)
+                    self.shard.replace_unit(t, uid, unit, ro.revision)
+                    replaced = True
+                    if was_ready:
+                        unavailable += 1
+            if not any(ro.queue.values()) and all(self._ready(name, c) == c.size for c in ro.app.components
+                                                   if c.lifetime == "service"):
+                del self.active[name]
+                self.log(t, "rolledOut", app=name, revision=ro.revision)
+            else:
+                # placed in this instant's pass, a replica without probes is ready at the next instant
+                self.wake_at(t + (0.001 if replaced else 1.0))
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """What a rollout has done: per component, its replicas, those that
+        run the new version and those ready; None: no such application."""
+        ro = self.active.get(name)
+        revision = self.revisions.get(name)
+        if revision is None and not self.shard.ledger.by_app.get(name):
+            return None
+        comps: dict[str, dict[str, int]] = {}
+        app = self.apps.get(name)
+        if app is None:
+            uids = self.shard.ledger.by_app.get(name, ())
+            first = next((self.shard._units.get(u) for u in uids), None)
+            app = first.unit.app if first is not None else None
+        for comp in app.components if app is not None else ():
+            waiting = len(ro.queue.get(comp.name, ())) if ro is not None else 0
+            comps[comp.name] = {"replicas": comp.size, "updated": comp.size - waiting,
+                                "ready": self._ready(name, comp)}
+        return {"revision": revision or 1, "done": ro is None, "components": comps}
+
+    def _ready(self, app: str, comp: "Component") -> int:
+        return sum(self._is_ready(comp.task_name(i)) for i in range(comp.size))
+
+    def _is_ready(self, task: str) -> bool:
+        rec = self.shard._tasks.get(task)
+        if rec is None or rec.status != RUNNING:
+            return False
+        run = rec.component.run if rec.component is not None else None
+        if run is None or run.readiness is None or not self.probes():
+            return True
+        return task in self.shard.ready
