@@ -79,7 +79,7 @@ def test_apply_get_describe_delete(server, token, tmp_path):
                                                         "batch/job/0": "finished"}
     assert all(t["tenant"] == "acme-ai" and t["node"] for t in tasks)
     table = suanli("get", "tasks", token=token, server=server.url).stdout
-    assert table.split()[:7] == ["TASK", "TENANT", "STATUS", "ADMISSION", "NODE", "SITE", "PLACEMENTS"] \
+    assert table.split()[:8] == ["TASK", "TENANT", "STATUS", "ADMISSION", "READY", "NODE", "SITE", "PLACEMENTS"] \
         and "web/srv/1" in table
     apps = json.loads(suanli("get", "apps", "-o", "json", token=token, server=server.url).stdout)
     assert {a["name"]: a["tasks"]["finished"] for a in apps} == {"web": 0, "batch": 1}
