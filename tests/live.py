@@ -89,3 +89,45 @@ def ran_as_a_tenant(log: str) -> bool:
     plane runs as root, ran as a tenant's own user (uids from 2000000)."""
     m = re.search(r"as uid (\d+), admin token (\S+)", log)
     return m is not None and m.group(2) == "unseen" and (os.geteuid() != 0 or int(m.group(1)) >= 2_000_000)
+
+
+ONE_SITE = """\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: f}
+spec:
+  sites:
+    - name: here
+      tier: edge
+      nodeGroups: [{name: cpu, count: %d, arch: %s, cpu: 8, memory: 16Gi}]
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: t}
+spec: {}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: a, tenant: t}
+spec:
+  components:
+%s
+---
+apiVersion: suanli/v1
+kind: Scenario
+metadata: {name: s}
+spec:
+  until: %s
+%s
+"""
+
+
+def one_site(folder: Path, components: str, until: str = "4s", extra: str = "", arch: str = "x86_64",
+             nodes: int = 2) -> Path:
+    """``folder/s.yaml``: a scenario of one edge site of ``nodes`` nodes, tenant ``t`` and application ``a``
+    with ``components`` (YAML list items, any indent), ``until``, and ``extra`` lines under its spec."""
+    import textwrap
+
+    path = folder / "s.yaml"
+    path.write_text(ONE_SITE % (nodes, arch, textwrap.indent(textwrap.dedent(components), "    "), until, extra))
+    return path

@@ -7,43 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from live import events, suanli
+from live import events, one_site, suanli
 
 pytestmark = pytest.mark.long(40)
-
-WORLD = """\
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {name: f}
-spec:
-  sites:
-    - name: here
-      tier: edge
-      nodeGroups: [{name: cpu, count: 2, arch: x86_64, cpu: 8, memory: 8Gi}]
----
-apiVersion: suanli/v1
-kind: Tenant
-metadata: {name: t}
-spec: {}
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: a, tenant: t}
-spec:
-  components:
-%s
----
-apiVersion: suanli/v1
-kind: Scenario
-metadata: {name: s}
-spec: {until: %s}
-"""
 
 # serves 200 until it has answered ``SICK_AFTER`` requests, then 503; its port is its first argument
 FLAKY = """\
@@ -69,8 +40,7 @@ def free_port() -> int:
 
 
 def run(tmp_path: Path, components: str, until: str, *args: str) -> list[dict]:
-    path = tmp_path / "s.yaml"
-    path.write_text(WORLD % (textwrap.indent(textwrap.dedent(components), "    "), until))
+    path = one_site(tmp_path, components, until)
     r = suanli("run", path, "--work-dir", tmp_path / "w", *args)
     assert r.returncode == 0, r.stderr
     return events(tmp_path / "w" / "out")
@@ -126,13 +96,12 @@ def test_readiness_comes_and_goes_and_liveness_kills_and_restarts(tmp_path):
 
 
 def test_a_probe_field_is_checked(tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text(WORLD % (textwrap.indent(textwrap.dedent("""\
+    path = one_site(tmp_path, """\
         - name: c
           lifetime: service
           resources: {cpu: 100m}
           run: {command: ["true"], readiness: {tcp: {port: 80}, http: {port: 80}}}
-        """), "    "), "1s"))
+        """, "1s")
     r = suanli("schedule", path)
     assert r.returncode == 2 and "spec.components[0].run.readiness" in r.stderr
     assert "a probe is one of exec, http and tcp" in r.stderr and "Traceback" not in r.stderr

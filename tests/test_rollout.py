@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from live import suanli
+from live import one_site, suanli
 
 from suanli.sim.rollout import unavailable_allowed
 from suanli.sim.simulation import Simulation
@@ -21,36 +21,16 @@ from suanli.spec.build import load_world
 
 pytestmark = pytest.mark.long(40)
 
-WORLD = """\
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {name: f}
-spec:
-  sites:
-    - name: here
-      tier: edge
-      nodeGroups: [{name: cpu, count: 4, arch: x86_64, cpu: 8, memory: 16Gi}]
----
-apiVersion: suanli/v1
-kind: Tenant
-metadata: {name: t}
-spec: {}
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: a, tenant: t}
-spec:
-  components:
-    - {name: web, lifetime: service, replicas: %d, resources: {cpu: 1, memory: 1Gi}}
-    - {name: gang, lifetime: service, gang: {size: 2}, resources: {cpu: 1, memory: 1Gi}}
+COMPONENTS = """\
+- {name: web, lifetime: service, replicas: %d, resources: {cpu: 1, memory: 1Gi}}
+- {name: gang, lifetime: service, gang: {size: 2}, resources: {cpu: 1, memory: 1Gi}}
 """
 
 
 @pytest.mark.parametrize("replicas, budget, grow", [(10, "25%", 0), (10, 1, 2), (4, "50%", -1), (7, "10%", 0),
                                                      (3, 5, 1)])
 def test_the_twin_replaces_within_the_budget_and_keeps_the_names(tmp_path, replicas, budget, grow):
-    (tmp_path / "w.yaml").write_text(WORLD % replicas)
-    world = load_world([tmp_path / "w.yaml"])
+    world = load_world([one_site(tmp_path, COMPONENTS % replicas, "100s", nodes=4)])
     sim = Simulation(world)
     sim.start()
     sim.step(1.0)

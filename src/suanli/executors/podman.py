@@ -28,7 +28,8 @@ moves and tenants kept apart, with these differences:
   network, as a process does.
 - **Its end.** A stop is ``SIGTERM`` to the container, then ``SIGKILL``
   after the grace (``podman kill``). Containers are named
-  ``suanli-PID-TASK.RUN-N`` and labelled with the executor's pid; those of an
+  ``suanli-PID-TASK.RUN-N`` and labelled with the executor's pid
+  (``suanli.executor``) and work directory (``suanli.work``); those of an
   executor that died are removed when the next one starts.
 """
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 STATE_MOUNT, HOME_MOUNT = "/suanli/state", "/suanli/home"
 LABEL = "suanli.executor"  # the pid of the executor that started a container
+WORK_LABEL = "suanli.work"  # and its work directory
 NOFILE = 1024  # open files a task's container may have (podman otherwise asks for more than the hard limit)
 PULL = ("missing", "never", "always", "newer")
 
@@ -117,6 +119,7 @@ class PodmanExecutor(LocalExecutor):
         self._names[key] = name
         user = uid if uid is not None else os.geteuid()
         argv = [*self._base(), "run", "--rm", "--name", name, "--label", f"{LABEL}={os.getpid()}",
+                "--label", f"{WORK_LABEL}={self.work}",
                 "--init", "--pull", self.pull, "--log-driver", "none", "--network", "host",
                 "--user", f"{user}:{user}", "--workdir", HOME_MOUNT,
                 "--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", f"nproc={self.nproc or self.max_pids}:"

@@ -968,12 +968,17 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             _next_page(request, response, rows[-1].id)
         return [_app_out(r, counts.get(r.id, {})) for r in rows]
 
-    @api.get("/v1/applications/{name}", response_model=AppOut, responses=ERRORS)
-    def get_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
-        row = store.app(tenant_of(who, tenant), name)
+    def _own_app(who: Principal, tenant: str | None, name: str) -> tuple[str, AppRow]:
+        """The application ``name`` of the token's tenant (an admin's: ``tenant``'s); 404 when there is none."""
+        owner = tenant_of(who, tenant)
+        row = store.app(owner, name)
         if row is None:
             raise not_found("application", name)
-        return _app_out(row)
+        return owner, row
+
+    @api.get("/v1/applications/{name}", response_model=AppOut, responses=ERRORS)
+    def get_application(name: str, who: Principal = Depends(principal), tenant: str | None = None):
+        return _app_out(_own_app(who, tenant, name)[1])
 
     @api.put("/v1/applications/{name}", response_model=AppOut,
              responses={**ERRORS, 201: {"model": AppOut, "description": "made"}, **problems(400, 403)},
@@ -1032,24 +1037,16 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     def get_rollout(name: str, who: Principal = Depends(principal), tenant: str | None = None):
         """How far the application's last change is rolled out: per component,
         its replicas, those that run the new revision, and those ready."""
-        owner = tenant_of(who, tenant)
-        row = store.app(owner, name)
-        if row is None:
-            raise not_found("application", name)
+        owner, row = _own_app(who, tenant, name)
         got = controller.ask("rollout", owner, name)
-        if got is None or got["revision"] != (row.revision or 1):  # the scheduler has not taken it yet
-            return {"name": name, "revision": row.revision or 1, "rolling": got["revision"] if got else None,
-                    "done": False, "components": got["components"] if got else {}}
-        return {"name": name, "revision": row.revision or 1, "rolling": got["revision"], "done": got["done"],
-                "components": got["components"]}
+        taken = got is not None and got["revision"] == (row.revision or 1)  # not yet: the scheduler has not taken it
+        return {"name": name, "revision": row.revision or 1, "rolling": got["revision"] if got else None,
+                "done": taken and got["done"], "components": got["components"] if got else {}}
 
     @api.post("/v1/applications/{name}/rollout/undo", response_model=AppOut, responses=ERRORS)
     def undo_rollout(name: str, who: Principal = Depends(writer), tenant: str | None = None):
         """Apply the document before the last change again (a new revision, rolled out as any change)."""
-        owner = tenant_of(who, tenant)
-        row = store.app(owner, name)
-        if row is None:
-            raise not_found("application", name)
+        owner, row = _own_app(who, tenant, name)
         if row.previous is None:
             raise ProblemError(409, "Conflict", f"application {name!r} has no earlier revision to go back to")
         found, problems = check_document("the previous revision", row.previous, world)
@@ -1061,10 +1058,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
     @api.post("/v1/applications/{name}/scale", response_model=AppOut, responses=ERRORS)
     def scale_application(name: str, body: ScaleIn, who: Principal = Depends(writer), tenant: str | None = None):
         """Set a component's replicas (a new revision: replicas added or withdrawn at once)."""
-        owner = tenant_of(who, tenant)
-        row = store.app(owner, name)
-        if row is None:
-            raise not_found("application", name)
+        owner, row = _own_app(who, tenant, name)
         doc = json.loads(json.dumps(row.document))
         comps = doc["spec"]["components"]
         with_replicas = [c for c in comps if c.get("gang") is None]

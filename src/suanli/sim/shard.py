@@ -159,13 +159,10 @@ class Shard:
         """A unit made again as ``unit`` (the same tasks, of its application's
         ``revision``): stopped if it runs (its state kept, as for a move), it
         waits in its new form; the new unit's id."""
-        us = self._units[uid]
-        if us.run is not None:
+        if self._units[uid].run is not None:
             for task in self.close_run(uid, stop_at=t).tasks:
                 self.end_task(t, task, PENDING, "updating", revision=revision)
-        if uid in self.pending:
-            self.pending.discard(uid)
-            self.unpark((uid,))
+        self._unqueue(uid)
         new = self.ledger.replace(uid, unit, t)
         self.pending.add(new)
         return new
@@ -180,18 +177,34 @@ class Shard:
 
     def withdraw_unit(self, t: float, uid: int, why: str) -> None:
         """A unit of an application that shrank (fewer replicas): it stops and its tasks end."""
+        self._end_unit(t, uid, why)
+        if not self.keep_records:
+            self.ledger.withdraw(uid)
+
+    def _unqueue(self, uid: int) -> bool:
+        """A unit no longer waits (nor watches rows for room); whether it waited."""
+        if uid not in self.pending:
+            return False
+        self.pending.discard(uid)
+        self.unpark((uid,))
+        return True
+
+    def _end_unit(self, t: float, uid: int, why: str) -> None:
+        """A unit's running tasks stop, finished; its waiting ones end: withdrawn
+        if never placed, finished if they ran and waited to run again."""
         us = self._units[uid]
         if us.run is not None:
             for task in self.close_run(uid).tasks:
                 self.end_task(t, task, FINISHED, "finished", reason=why)
-        if uid in self.pending:
-            self.pending.discard(uid)
-            self.unpark((uid,))
+        if self._unqueue(uid):
             for task in us.unit.tasks:
-                if self._tasks[task].status == PENDING:
-                    self.end_task(t, task, WITHDRAWN, "withdrawn", reason=why)
-        if not self.keep_records:
-            self.ledger.withdraw(uid)
+                rec = self._tasks[task]
+                if rec.status != PENDING:
+                    continue
+                if rec.first_placed_at is None:
+                    self.end_task(t, task, WITHDRAWN, "withdrawn", reason=f"{why} before it was placed")
+                else:  # it ran, was stopped and waited to run again: it ends there
+                    self.end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
 
     def readiness(self, task: str, run_id: int, ready: bool) -> bool:
         """A running task's readiness probe passed (``ready``) or failed;
@@ -331,21 +344,7 @@ class Shard:
         tasks stop, finished; those never placed fail."""
         self.log(t, why, app=app)
         for uid in self.ledger.by_app.get(app, ()):
-            us = self._units[uid]
-            if us.run is not None:
-                for task in self.close_run(uid).tasks:
-                    self.end_task(t, task, FINISHED, "finished", reason=why)
-            if uid in self.pending:
-                self.pending.discard(uid)
-                self.unpark((uid,))  # no longer watching rows for room
-                for task in us.unit.tasks:
-                    rec = self._tasks[task]
-                    if rec.status != PENDING:
-                        continue
-                    if rec.first_placed_at is None:
-                        self.end_task(t, task, WITHDRAWN, "withdrawn", reason=f"{why} before it was placed")
-                    else:  # it ran, was stopped and waited to run again: it ends there
-                        self.end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
+            self._end_unit(t, uid, why)
         self._forget(app)
         if not self.keep_records:  # a server's: its store keeps the history; what the executor kept goes
             self.executor.forget(app)
