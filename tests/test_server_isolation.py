@@ -71,6 +71,37 @@ def app_create(live):
     assert live.client.delete(f"/v1/applications/{A_APP}", headers=live.b).status_code == 204  # B's, gone
 
 
+def app_put(live):
+    doc = app_doc(A_APP, 1)
+    doc["metadata"]["tenant"] = A
+    r = live.client.put(f"/v1/applications/{A_APP}", json=doc, headers=live.b)
+    assert r.status_code == 403
+    _no_trace_of_a(r.json()["detail"])
+    r = live.client.put(f"/v1/applications/{A_APP}", json=app_doc(A_APP, 2), headers=live.b)  # B's own, A's name
+    assert r.status_code == 201 and r.json()["tenant"] == B and r.json()["change"] == "created"
+    assert live.client.delete(f"/v1/applications/{A_APP}", headers=live.b).status_code == 204  # B's, gone
+
+
+def app_rollout(live):
+    _not_found_like_a_missing_one(live, "GET", f"/v1/applications/{A_APP}/rollout",
+                                  "/v1/applications/nothing/rollout")
+    _not_found_like_a_missing_one(live, "GET", f"/v1/applications/{A_APP}/rollout?tenant={A}",
+                                  "/v1/applications/nothing/rollout")
+
+
+def app_undo(live):
+    _not_found_like_a_missing_one(live, "POST", f"/v1/applications/{A_APP}/rollout/undo",
+                                  "/v1/applications/nothing/rollout/undo")
+    _not_found_like_a_missing_one(live, "POST", f"/v1/applications/{A_APP}/rollout/undo?tenant={A}",
+                                  "/v1/applications/nothing/rollout/undo")
+
+
+def app_scale(live):
+    for query in ("", f"?tenant={A}"):
+        _not_found_like_a_missing_one(live, "POST", f"/v1/applications/{A_APP}/scale{query}",
+                                      "/v1/applications/nothing/scale", json={"replicas": 5})
+
+
 def tasks_list(live):
     assert live.tasks(live.b) == []
     assert live.tasks(live.b, app=A_APP) == []
@@ -227,6 +258,10 @@ CASES = {
     ("POST", "/v1/applications"): app_create,
     ("GET", "/v1/applications/{name}"): app_get,
     ("DELETE", "/v1/applications/{name}"): app_delete,
+    ("PUT", "/v1/applications/{name}"): app_put,
+    ("GET", "/v1/applications/{name}/rollout"): app_rollout,
+    ("POST", "/v1/applications/{name}/rollout/undo"): app_undo,
+    ("POST", "/v1/applications/{name}/scale"): app_scale,
     ("GET", "/v1/tasks"): tasks_list,
     ("GET", "/v1/tasks/{task:path}"): task_get,
     ("GET", "/v1/logs/{task:path}"): task_logs,
