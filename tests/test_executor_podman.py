@@ -1,6 +1,6 @@
 """The podman executor: tasks as real containers (podman with runc), held to
-their slice, logged, told why they ended, carrying their state across moves;
-and images in the specification (one, or one per arch)."""
+their slice, logged, probed, told why they ended, carrying their state
+across moves; and images in the specification (one, or one per arch)."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_a_stateful_container_moves_with_its_state(tmp_path):
           resources: {{cpu: 1}}
           state: {{kind: stateful, size: 1Mi, checkpointEvery: 1s}}
           run: {{image: "{img}", command: [sh, -c, {json.dumps(COUNTER)}]}}
-        """, until="7s", extra="  events: [{at: 3s, kind: nodeDrain, node: here/cpu-1}]")
+        """, until="5500ms", extra="  events: [{at: 2500ms, kind: nodeDrain, node: here/cpu-1}]")
     evs, work = run(tmp_path, path)
     assert [e["node"] for e in evs if e["kind"] == "placed"] == ["here/cpu-1", "here/cpu-0"]
     assert [e["to"] for e in evs if e["kind"] == "stateMoved"] == ["here/cpu-0"]
@@ -227,3 +227,23 @@ spec:
             server.stop()
             shutil.rmtree(work, ignore_errors=True)
     assert left_behind(work / "w") == []
+
+
+def test_probes_run_in_the_container(tmp_path):
+    img = image()
+    evs, _ = run(tmp_path, one_site(tmp_path, f"""\
+        - name: box
+          lifetime: service
+          resources: {{cpu: 100m}}
+          run:
+            image: "{img}"
+            command: [sh, -c, "sleep 1; touch /tmp/up; sleep 3; rm /tmp/up; sleep 100"]
+            readiness: {{exec: [test, -e, /tmp/up], period: 0.5s, timeout: 10s, failureThreshold: 2}}
+            liveness: {{exec: [test, -e, /tmp/up], initialDelay: 3s, period: 0.5s, timeout: 10s, failureThreshold: 2}}
+            maxRestarts: 0
+        """, "12s"))
+    kinds = [e["kind"] for e in evs if e.get("task") == "a/box/0"
+             and e["kind"] in ("ready", "notReady", "livenessFailed", "failed")]
+    # ready once the file is made; once it is gone, not ready and (each probe in its own time) killed
+    assert kinds[0] == "ready" and kinds[-1] == "failed" and {"notReady", "livenessFailed"} <= set(kinds), kinds
+    assert ended(evs)["a/box/0"][1].startswith("liveness probe failed 2 times in a row (exit status 1)")

@@ -1,13 +1,10 @@
 """Health probes with real processes: readiness (http, tcp, exec) that comes
-and goes, liveness that kills and restarts, what the control plane shows
-of a task that runs but is not ready, and probes in a container."""
+and goes, and liveness that kills and restarts. (A container's probes:
+``test_executor_podman.py``; what the control plane shows of a task that
+runs but is not ready: ``test_rollout.py``.)"""
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -105,70 +102,3 @@ def test_a_probe_field_is_checked(tmp_path):
     r = suanli("schedule", path)
     assert r.returncode == 2 and "spec.components[0].run.readiness" in r.stderr
     assert "a probe is one of exec, http and tcp" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_the_control_plane_shows_a_running_task_that_is_not_ready(tmp_path):
-    from serving import ADMIN, Server, free_port as port_for
-
-    work = Path(tempfile.mkdtemp(prefix="suanli-serve-"))  # tenants' users must reach it
-    work.chmod(0o711)
-    web = port_for()
-    app = tmp_path / "web.yaml"
-    app.write_text(f"""\
-apiVersion: suanli/v1
-kind: Application
-metadata: {{name: web}}
-spec:
-  components:
-    - name: server
-      lifetime: service
-      resources: {{cpu: 100m}}
-      run:
-        command: [sh, -c, "sleep 3; exec python3 -m http.server {web} --bind 127.0.0.1"]
-        readiness: {{http: {{port: {web}}}, period: 0.2s}}
-""")
-    from suanli.server.store import sqlite_url
-
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), port_for(), log, "--executor", "local",
-                        "--work-dir", str(work / "w"), speed=1)
-        server.start()
-        try:
-            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
-            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()}
-            assert suanli("apply", "-f", app, env=mine).returncode == 0
-            seen = []
-            deadline = time.monotonic() + 60
-            while not seen or seen[-1] != ("running", True):
-                assert time.monotonic() < deadline, seen
-                t = json.loads(suanli("get", "tasks", "-o", "json", env=mine).stdout)[0]
-                if not seen or seen[-1] != (t["status"], t["ready"]):
-                    seen.append((t["status"], t["ready"]))
-                time.sleep(0.1)
-            assert ("running", False) in seen  # it ran before it was ready, and the page said so
-            described = suanli("describe", "task", "web/server/0", env=mine).stdout
-            assert "ready:        True" in described and " ready " in described  # its history has the event
-        finally:
-            server.stop()
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def test_probes_in_a_container(tmp_path):
-    from containers import image
-
-    img = image()
-    evs = run(tmp_path, f"""\
-        - name: box
-          lifetime: service
-          resources: {{cpu: 100m}}
-          run:
-            image: "{img}"
-            command: [sh, -c, "sleep 1; touch /tmp/up; sleep 3; rm /tmp/up; sleep 100"]
-            readiness: {{exec: [test, -e, /tmp/up], period: 0.5s, timeout: 10s, failureThreshold: 2}}
-            liveness: {{exec: [test, -e, /tmp/up], initialDelay: 3s, period: 0.5s, timeout: 10s, failureThreshold: 2}}
-            maxRestarts: 0
-        """, "12s", "--executor", "podman")
-    kinds = [e["kind"] for e in of(evs, "a/box/0", "ready", "notReady", "livenessFailed", "failed")]
-    # ready once the file is made; once it is gone, not ready and (each probe in its own time) killed
-    assert kinds[0] == "ready" and kinds[-1] == "failed" and {"notReady", "livenessFailed"} <= set(kinds), kinds
-    assert of(evs, "a/box/0", "failed")[0]["reason"].startswith("liveness probe failed 2 times in a row")

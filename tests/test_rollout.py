@@ -163,7 +163,15 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
 
             r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
             assert r.returncode == 0 and "application/web created" in r.stdout, r.stderr
-            wait_ready(10)
+            seen = set()
+            deadline = time.monotonic() + 90
+            while (now := tasks()) and not (len(now) == 10 and all(t["ready"] is True for t in now)):
+                seen |= {(t["status"], t["ready"]) for t in now}
+                assert time.monotonic() < deadline, now
+                time.sleep(0.05)
+            assert ("running", False) in seen, seen  # running before ready, and the page said so
+            described = suanli("describe", "task", "web/server/0", env=mine).stdout
+            assert "ready:        True" in described and " ready " in described  # its history has the event
             r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
             assert "application/web unchanged" in r.stdout
             r = suanli("apply", "-f", app_doc(folder, 2), env=mine)
