@@ -18,6 +18,7 @@ from containers import image
 from live import events, log_text, one_site, runs_of, suanli
 
 from suanli.executors.confine import Confinement
+from suanli.executors.tasks import safe
 
 pytestmark = pytest.mark.long(45)
 
@@ -30,6 +31,11 @@ def run(tmp_path: Path, path: Path) -> tuple[list[dict], Path]:
     r = suanli("run", path, "--work-dir", work, "--executor", "podman")
     assert r.returncode == 0, r.stderr
     return events(work / "out"), work
+
+
+def log_of(work: Path, task: str) -> str:
+    """A task's log as the executor wrote it (``suanli logs`` reads the same file: one test reads it so)."""
+    return (work / "logs" / f"{safe(task)}.log").read_text()
 
 
 def ended(evs: list[dict]) -> dict[str, tuple[str, str | None]]:
@@ -77,11 +83,11 @@ def test_a_containers_exit_status_and_log_end_its_task_and_it_sees_only_its_own(
     assert out["a/bad/0"] == ("failed", "exit status 3")
     assert out["a/flaky/0"] == ("failed", "exit status 1 after 1 restarts")
     assert out["a/absent/0"][0] == "failed" and out["a/absent/0"][1].startswith("exit status 12")
-    assert "suanli-no-such-image" in log_text(work, "a/absent/0")
-    assert log_text(work, "a/flaky/0").count("up\n") == 2
-    assert "going" in log_text(work, "a/bad/0")
+    assert "suanli-no-such-image" in log_of(work, "a/absent/0")
+    assert log_of(work, "a/flaky/0").count("up\n") == 2
+    assert "going" in log_of(work, "a/bad/0")
     assert out["a/variant/0"] == ("finished", None)  # its node's arch's image: the other is not there
-    assert "ran the variant for x86_64" in log_text(work, "a/variant/0")
+    assert "ran the variant for x86_64" in log_of(work, "a/variant/0")
     log = log_text(work, "a/ok/0")
     assert "hello from a/ok/0 on here/cpu-" in log
     names = {line.split("=", 1)[0] for line in log.splitlines() if "=" in line and not line.startswith("---")}
@@ -109,7 +115,7 @@ def test_a_container_is_held_to_its_slice_and_a_task_over_its_memory_is_told_so(
            run: {{image: "{img}", command: [dd, if=/dev/zero, of=/dev/null, bs=96M, count=1]}}}}
         """)
     evs, work = run(tmp_path, path)
-    assert "50000" in log_text(work, "a/probe/0").split()
+    assert "50000" in log_of(work, "a/probe/0").split()
     out = ended(evs)
     assert out["a/hog/0"] == ("failed", "killed over its memory limit (32 MiB): exit status 137")
     assert out["a/roomy/0"] == ("finished", None)

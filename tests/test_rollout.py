@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from live import one_site, suanli
@@ -152,8 +153,11 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
             env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
             mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()}
 
-            def tasks() -> list[dict]:
-                return json.loads(suanli("get", "tasks", "-o", "json", env=mine).stdout)
+            http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {mine['SUANLI_TOKEN']}"},
+                                timeout=30)
+
+            def tasks() -> list[dict]:  # (looked at often: through the API, not a client process each time)
+                return http.get("/v1/tasks").json()
 
             def wait_ready(n: int) -> None:
                 deadline = time.monotonic() + 90
@@ -179,12 +183,13 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
             polled = []
             deadline = time.monotonic() + 120
             while True:  # a steady stream of looks while it rolls
-                status = json.loads(suanli("get", "tasks", "-o", "json", env=mine).stdout)
-                polled.append(sum(t["ready"] is True for t in status))
-                r = suanli("rollout", "status", "web", env=mine)
-                if "rolled out" in r.stdout:
+                polled.append(sum(t["ready"] is True for t in tasks()))
+                rollout = http.get("/v1/applications/web/rollout").json()
+                if rollout["done"]:
                     break
-                assert time.monotonic() < deadline, r.stdout
+                assert time.monotonic() < deadline, rollout
+                time.sleep(0.02)
+            r = suanli("rollout", "status", "web", env=mine)
             assert "revision 2: rolled out (server: 10 of 10 updated, 10 ready)" in r.stdout, r.stdout
             assert min(polled) >= 8, polled
             events = every_event(server.url, mine["SUANLI_TOKEN"])
@@ -192,7 +197,7 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
             assert min(counts) >= 8 and counts[-1] == 10, counts  # never fewer than 10 - 20% ready
             assert sum(e["kind"] == "updating" for e in events) == 10
             for i in range(10):  # the new version took over where the old one left off
-                log_text = suanli("logs", f"web/server/{i}", env=mine).stdout
+                log_text = http.get(f"/v1/logs/web/server/{i}").text
                 saved = [int(line.split()[1].rstrip(",")) for line in log_text.splitlines()
                          if line.startswith("saved ")]
                 resumed = [line for line in log_text.splitlines() if line.startswith("version ")]
@@ -203,7 +208,7 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
             assert r.returncode == 0 and "revision 3" in r.stdout, r.stderr
             r = suanli("rollout", "status", "web", "--watch", "--timeout", "120", env=mine)
             assert r.returncode == 0 and "revision 3: rolled out" in r.stdout, r.stdout + r.stderr
-            last = suanli("logs", "web/server/0", env=mine).stdout.strip().splitlines()
+            last = suanli("logs", "web/server/0", env=mine).stdout.strip().splitlines()  # (as a user reads it)
             assert [line for line in last if line.startswith("version ")][-1].startswith("version 1 ")
 
             r = suanli("scale", "web", "--replicas", "12", env=mine)
