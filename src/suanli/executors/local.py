@@ -113,8 +113,15 @@ class LocalExecutor:
         ends = ("a pid namespace per task" if self.unshare else
                 f"this process as the tasks' subreaper (no pid namespaces: {no_namespace})")
         self.post("executor", executor=self.name, work_dir=str(self.work), confinement=how, users=users,
-                  cwd=str(self.cwd) if self.cwd else "each task's own folder", origin_wall=origin_wall(self.loop),
-                  containment=ends, max_pids=max_pids)
+                  cwd=self._cwd_said(), origin_wall=origin_wall(self.loop), containment=self._containment(ends),
+                  max_pids=max_pids)
+
+    def _cwd_said(self) -> str:
+        return str(self.cwd) if self.cwd else "each task's own folder"
+
+    def _containment(self, processes: str) -> str:
+        """How all of a task is kept together and ended (``processes``: how a process task is)."""
+        return processes
 
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))

@@ -104,6 +104,12 @@ class PodmanExecutor(LocalExecutor):
             subprocess.run([*self._base(), "rm", "-f", "-t", "0", *dead], capture_output=True, timeout=120,
                            env=self._client_env())
 
+    def _cwd_said(self) -> str:
+        return f"{HOME_MOUNT} in each task's container (its own folder)"
+
+    def _containment(self, processes: str) -> str:
+        return "a container per task (podman with runc), its groups under the task's"
+
     def _refused(self, ln: Launch) -> str | None:
         if not ln.containerized:
             return (f"{ln.task} runs a command, not an image: the podman executor runs containers "
