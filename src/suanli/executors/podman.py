@@ -76,7 +76,7 @@ class PodmanExecutor(LocalExecutor):
         self.podman = shutil.which("podman") or "podman"
         self.pull = pull
         self._count = 0
-        self._names: dict[str, str] = {}  # Proc.key -> its container's name now
+        self._names: dict[int, str] = {}  # the pid of a task's podman client -> its container's name
         self._sweep_containers()
         super().__init__(given, work_dir, **kw)
 
@@ -122,7 +122,6 @@ class PodmanExecutor(LocalExecutor):
                log: IO[bytes]) -> subprocess.Popen:
         self._count += 1
         name = re.sub(r"[^a-zA-Z0-9_.-]", "_", f"suanli-{os.getpid()}-{key}-{self._count}")
-        self._names[key] = name
         user = uid if uid is not None else os.geteuid()
         argv = [*self._base(), "run", "--rm", "--name", name, "--label", f"{LABEL}={os.getpid()}",
                 "--label", f"{WORK_LABEL}={self.work}",
@@ -143,15 +142,17 @@ class PodmanExecutor(LocalExecutor):
             argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
         env = dict(ln.env)
         env.update(SUANLI_STATE_DIR=STATE_MOUNT, HOME=HOME_MOUNT, SUANLI_LOG_MAX_BYTES=str(self.pump.max_bytes))
-        argv += ["--env-file", str(self._env_file(key, env)), "--", ln.image, *ln.command]
-        return subprocess.Popen(argv, env=self._client_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        argv += ["--env-file", str(self._env_file(name, env)), "--", ln.image, *ln.command]
+        popen = subprocess.Popen(argv, env=self._client_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self._names[popen.pid] = name  # (by the client: a task started again gets another container)
+        return popen
 
-    def _env_file(self, key: str, env: dict[str, str]) -> Path:
+    def _env_file(self, name: str, env: dict[str, str]) -> Path:
         """The container's environment, in a file only this executor reads
         (on podman's command line, any user of the machine could read it)."""
         folder = self._dir(self.work / "env", 0o700)
-        path = folder / key
+        path = folder / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             for k, v in env.items():
@@ -173,7 +174,7 @@ class PodmanExecutor(LocalExecutor):
 
     def _check(self, p: Proc, probe: "Probe") -> tuple[bool, str]:
         """An exec probe runs in the task's container (as its user, in its folder)."""
-        name = self._names.get(p.key)
+        name = self._names.get(p.popen.pid)
         if probe.kind != "exec" or name is None:
             return super()._check(p, probe)
         return command_check([*self._base(), "exec", name, *probe.command], probe, env=self._client_env())
@@ -189,7 +190,7 @@ class PodmanExecutor(LocalExecutor):
     def _signal(self, p: Proc, sig: int) -> bool:
         """``sig`` to the container's first process (its init hands it on);
         False while the container is not running yet."""
-        name = self._names.get(p.key)
+        name = self._names.get(p.popen.pid)
         if name is None or p.ended.is_set():
             return False
         reached = self._podman_kill(name, sig)
@@ -209,9 +210,11 @@ class PodmanExecutor(LocalExecutor):
         return True
 
     def _ended(self, p: Proc) -> None:
-        (self.work / "env" / p.key).unlink(missing_ok=True)
-        name = self._names.pop(p.key, None)
-        if name is not None:  # an attached client killed first leaves its container: it goes too
+        name = self._names.pop(p.popen.pid, None)
+        if name is not None:
+            (self.work / "env" / name).unlink(missing_ok=True)
+        if name is not None and (p.popen.returncode or 0) < 0:
+            # a client killed before its container ended leaves it (with --rm, one that ended is gone)
             threading.Thread(target=subprocess.run, args=([*self._base(), "rm", "-f", "-t", "0", name],),
                              kwargs={"capture_output": True, "timeout": 120, "env": self._client_env()},
                              name="suanli-podman-rm", daemon=True).start()
