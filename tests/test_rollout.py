@@ -176,6 +176,12 @@ def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_sca
             assert ("running", False) in seen, seen  # running before ready, and the page said so
             described = suanli("describe", "task", "web/server/0", env=mine).stdout
             assert "ready:        True" in described and " ready " in described  # its history has the event
+            with httpx.Client(base_url=server.url, timeout=30) as browser:  # and the console's task page
+                signed = browser.post("/login", data={"token": mine["SUANLI_TOKEN"], "next": "/"},
+                                      headers={"origin": server.url}, follow_redirects=False)
+                assert signed.status_code == 303, signed.text
+                page = browser.get("/tasks/web/server/0").text
+                assert '<span class="state ready" id="readiness">ready</span>' in page, page[:2000]
             r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
             assert "application/web unchanged" in r.stdout
             r = suanli("apply", "-f", app_doc(folder, 2), env=mine)

@@ -92,6 +92,7 @@ class LiveRun(model.RunData):
         now = time.time()
         return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
                 "site": row.site, "tier": self.tiers.tier(row.site), "node": row.node, "reason": row.reason,
+                "ready": row.ready,
                 "why": row.why, "history": history, "now": now,
                 "segments": model.segments(history, now, self.tiers),
                 "logs_url": _logs_url(name, row.tenant, self.who.admin) if self.logs and row.placements else None,
