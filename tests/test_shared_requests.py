@@ -104,8 +104,10 @@ def _same_decisions(case):
 def test_tenants_allowed_alike_share_requests_and_decide_the_same():
     TALLY.clear()
     _same_decisions()
-    # not vacuous: requests were shared by several tenants in many worlds, and work was placed
-    assert TALLY["shared"] >= TALLY["cases"] // 4 and TALLY["placements"] > TALLY["cases"], TALLY
+    # not vacuous: requests were shared by several tenants in many worlds, and work was placed (the
+    # worlds are drawn anew each run: shared in 19 to 36 of 50 over six runs, once 11; the bound is a
+    # floor well below that, not the typical share)
+    assert TALLY["shared"] >= TALLY["cases"] // 8 and TALLY["placements"] > TALLY["cases"], TALLY
 
 
 SPLIT_WORLD = """
