@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, placements, runs_of, simulated, suanli, ticks
+from live import (GAME, LIVE, events, hello_ran, log_text, one_site, placements, ran_as_a_tenant, runs_of,
+                  simulated, suanli, ticks)
 
 from suanli.executors.confine import Confinement
 
@@ -41,41 +41,8 @@ def test_the_game_counts_on_across_car_edge_car_with_real_processes(tmp_path):
     assert "autopilot/control/0 on car-1/soc-0: beat 1" in log_text(work, "autopilot/control/0")
 
 
-SCENARIO = """\
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {name: one}
-spec:
-  sites:
-    - name: here
-      tier: edge
-      nodeGroups: [{name: cpu, count: 2, arch: x86_64, cpu: 8, memory: 8Gi}]
----
-apiVersion: suanli/v1
-kind: Tenant
-metadata: {name: t}
-spec: {}
----
-apiVersion: suanli/v1
-kind: Application
-metadata: {name: a, tenant: t}
-spec:
-  components:
-%s
----
-apiVersion: suanli/v1
-kind: Scenario
-metadata: {name: s}
-spec:
-  until: %s
-%s
-"""
-
-
 def scenario(tmp_path: Path, components: str, until: str = "4s", extra: str = "") -> Path:
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO % (textwrap.indent(textwrap.dedent(components), "    "), until, extra))
-    return path
+    return one_site(tmp_path, components, until, extra)
 
 
 def run(tmp_path: Path, path: Path, *args: str) -> tuple[list[dict], Path]:
