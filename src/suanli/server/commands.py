@@ -665,8 +665,7 @@ def register(app: typer.Typer) -> None:
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
     ) -> None:
-        """How far an application's last change is rolled out: per component, its
-        replicas, those that run the new revision and those ready."""
+        """How far an application's last change has rolled out, per component."""
         import time
 
         client = Client(server, token, ca)
