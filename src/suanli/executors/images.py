@@ -19,8 +19,9 @@ APPLETS = ("sh", "echo", "cat", "sleep", "ls", "id", "env", "dd", "touch", "rm",
 def busybox_image(ref: str = BUSYBOX_IMAGE, busybox: str = "/bin/busybox") -> str:
     """``ref``, made from ``busybox`` unless podman has it already; raises
     ``RuntimeError`` saying why it cannot be made."""
-    podman = [shutil.which("podman") or "podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-    if subprocess.run([*podman, "image", "exists", ref]).returncode == 0:
+    from suanli.executors.podman import podman
+
+    if subprocess.run([*podman(), "image", "exists", ref]).returncode == 0:
         return ref
     if not Path(busybox).exists():
         raise RuntimeError(f"no {busybox} (Debian: apt install busybox-static)")
@@ -36,7 +37,7 @@ def busybox_image(ref: str = BUSYBOX_IMAGE, busybox: str = "/bin/busybox") -> st
         tar = Path(tmp, "root.tar")
         with tarfile.open(tar, "w") as t:
             t.add(root, arcname=".")
-        done = subprocess.run([*podman, "import", "--change", "CMD=/bin/sh", str(tar), ref], capture_output=True,
+        done = subprocess.run([*podman(), "import", "--change", "CMD=/bin/sh", str(tar), ref], capture_output=True,
                               text=True)
         if done.returncode != 0:
             raise RuntimeError(f"podman import failed: {done.stderr.strip()}")

@@ -46,7 +46,7 @@ from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
 from suanli.executors.probes import Prober, command_check, network_check
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
-                                    Orphans, Users, ask_task, await_checkpoint, copy_tree, folder_size, give, launch,
+                                    Orphans, Users, ask_until, await_checkpoint, copy_tree, folder_size, give, launch,
                                     make_dir, origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
                                     task_command, tenant_nproc, user_switch)
 
@@ -304,9 +304,9 @@ class LocalExecutor:
         return signal_task(p.popen.pid, sig, self.unshare is not None)
 
     def _ask(self, p: Proc, sig: int, within_s: float) -> bool:
-        """``sig`` to the task, sent again until it reaches the task's command
-        (or the task ended, or ``within_s`` passed)."""
-        return ask_task(p.popen.pid, sig, self.unshare is not None, p.ended.is_set, within_s)
+        """``sig`` to the task (``_signal``), sent again until it reaches the
+        task's command (or the task ended, or ``within_s`` passed)."""
+        return ask_until(lambda: self._signal(p, sig), p.ended.is_set, within_s)
 
     def _end(self, tasks, keep_state: bool) -> None:
         """Ask the tasks' processes to save and exit (SIGTERM), all at once; kill

@@ -41,7 +41,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -57,7 +56,13 @@ STATE_MOUNT, HOME_MOUNT = "/suanli/state", "/suanli/home"
 LABEL = "suanli.executor"  # the pid of the executor that started a container
 WORK_LABEL = "suanli.work"  # and its work directory
 NOFILE = 1024  # open files a task's container may have (podman otherwise asks for more than the hard limit)
-PULL = ("missing", "never", "always", "newer")
+PULL = "missing"  # an image not on the machine is pulled (from the registry its reference names)
+RUNTIME = ("--runtime", "runc", "--cgroup-manager", "cgroupfs")  # (crun fails on hybrid cgroups)
+
+
+def podman() -> list[str]:
+    """podman's command, with the runtime and cgroup manager every call here uses."""
+    return [shutil.which("podman") or "podman", *RUNTIME]
 
 
 def podman_problem() -> str | None:
@@ -72,9 +77,7 @@ def podman_problem() -> str | None:
 class PodmanExecutor(LocalExecutor):
     name = "podman"
 
-    def __init__(self, given: "Attachment", work_dir: Path, *, pull: str = "missing", **kw) -> None:
-        self.podman = shutil.which("podman") or "podman"
-        self.pull = pull
+    def __init__(self, given: "Attachment", work_dir: Path, **kw) -> None:
         self._count = 0
         self._names: dict[int, str] = {}  # the pid of a task's podman client -> its container's name
         self._sweep_containers()
@@ -82,8 +85,10 @@ class PodmanExecutor(LocalExecutor):
 
     # ------------------------------------------------------------ containers
 
-    def _base(self) -> list[str]:
-        return [self.podman, "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+    def _podman(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
+        """A podman command of the executor's (its output kept); raises ``OSError``, ``TimeoutExpired``."""
+        return subprocess.run([*podman(), *args], capture_output=True, text=True, timeout=timeout,
+                              env=self._client_env())
 
     def _client_env(self) -> dict[str, str]:
         """podman's own environment: what it needs to find itself, nothing of the executor's secrets."""
@@ -93,16 +98,14 @@ class PodmanExecutor(LocalExecutor):
         """Remove the containers of executors that are gone (killed before
         they could remove their own)."""
         try:
-            out = subprocess.run([*self._base(), "ps", "-a", "--filter", f"label={LABEL}",
-                                  "--format", f'{{{{.Names}}}} {{{{index .Labels "{LABEL}"}}}}'],
-                                 capture_output=True, text=True, timeout=60, env=self._client_env())
+            out = self._podman("ps", "-a", "--filter", f"label={LABEL}",
+                               "--format", f'{{{{.Names}}}} {{{{index .Labels "{LABEL}"}}}}', timeout=60)
+            dead = [name for name, pid in (line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+                    if not pid.isdigit() or not Path(f"/proc/{pid}").exists()]
+            if dead:
+                self._podman("rm", "-f", "-t", "0", *dead, timeout=120)
         except (OSError, subprocess.TimeoutExpired):
-            return
-        dead = [name for name, pid in (line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
-                if not pid.isdigit() or not Path(f"/proc/{pid}").exists()]
-        if dead:
-            subprocess.run([*self._base(), "rm", "-f", "-t", "0", *dead], capture_output=True, timeout=120,
-                           env=self._client_env())
+            pass
 
     def _cwd_said(self) -> str:
         return f"{HOME_MOUNT} in each task's container (its own folder)"
@@ -123,9 +126,9 @@ class PodmanExecutor(LocalExecutor):
         self._count += 1
         name = re.sub(r"[^a-zA-Z0-9_.-]", "_", f"suanli-{os.getpid()}-{key}-{self._count}")
         user = uid if uid is not None else os.geteuid()
-        argv = [*self._base(), "run", "--rm", "--name", name, "--label", f"{LABEL}={os.getpid()}",
+        argv = [*podman(), "run", "--rm", "--name", name, "--label", f"{LABEL}={os.getpid()}",
                 "--label", f"{WORK_LABEL}={self.work}",
-                "--init", "--pull", self.pull, "--log-driver", "none", "--network", "host",
+                "--init", "--pull", PULL, "--log-driver", "none", "--network", "host",
                 "--user", f"{user}:{user}", "--workdir", HOME_MOUNT,
                 "--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", f"nproc={self.nproc or self.max_pids}:"
                                                                     f"{self.nproc or self.max_pids}",
@@ -177,15 +180,13 @@ class PodmanExecutor(LocalExecutor):
         name = self._names.get(p.popen.pid)
         if probe.kind != "exec" or name is None:
             return super()._check(p, probe)
-        return command_check([*self._base(), "exec", name, *probe.command], probe, env=self._client_env())
+        return command_check([*podman(), "exec", name, *probe.command], probe, env=self._client_env())
 
     def _podman_kill(self, name: str, sig: int) -> bool:
         try:
-            done = subprocess.run([*self._base(), "kill", "--signal", str(int(sig)), name], capture_output=True,
-                                  timeout=30, env=self._client_env())
+            return self._podman("kill", "--signal", str(int(sig)), name, timeout=30).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             return False
-        return done.returncode == 0
 
     def _signal(self, p: Proc, sig: int) -> bool:
         """``sig`` to the container's first process (its init hands it on);
@@ -201,20 +202,11 @@ class PodmanExecutor(LocalExecutor):
                 pass
         return reached
 
-    def _ask(self, p: Proc, sig: int, within_s: float) -> bool:
-        deadline = time.monotonic() + within_s
-        while not self._signal(p, sig):
-            if p.ended.is_set() or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
     def _ended(self, p: Proc) -> None:
         name = self._names.pop(p.popen.pid, None)
         if name is not None:
             (self.work / "env" / name).unlink(missing_ok=True)
         if name is not None and (p.popen.returncode or 0) < 0:
             # a client killed before its container ended leaves it (with --rm, one that ended is gone)
-            threading.Thread(target=subprocess.run, args=([*self._base(), "rm", "-f", "-t", "0", name],),
-                             kwargs={"capture_output": True, "timeout": 120, "env": self._client_env()},
+            threading.Thread(target=self._podman, args=("rm", "-f", "-t", "0", name), kwargs={"timeout": 120},
                              name="suanli-podman-rm", daemon=True).start()

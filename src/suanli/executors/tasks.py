@@ -237,12 +237,17 @@ def signal_task(group: int, sig: int, wrapped: bool) -> bool:
 
 
 def ask_task(group: int, sig: int, wrapped: bool, ended: Callable[[], bool], within_s: float) -> bool:
-    """``signal_task``, sent again until it reaches the task's command (a stop
-    or a checkpoint asked as the task starts would otherwise be lost, and the
-    task killed after its grace with what it had not saved), the task has
+    """``signal_task``, sent again until it reaches the task's command (``ask_until``)."""
+    return ask_until(lambda: signal_task(group, sig, wrapped), ended, within_s)
+
+
+def ask_until(send: Callable[[], bool], ended: Callable[[], bool], within_s: float) -> bool:
+    """``send`` a signal again until it says it reached the task's command (a
+    stop or a checkpoint asked as the task starts would otherwise be lost, and
+    the task killed after its grace with what it had not saved), the task has
     ended, or ``within_s`` has passed; whether it reached the command."""
     deadline = time.monotonic() + within_s
-    while not signal_task(group, sig, wrapped):
+    while not send():
         if ended() or time.monotonic() >= deadline:
             return False
         time.sleep(0.005)

@@ -115,9 +115,8 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
 
 
 def update_policy(document: dict) -> int | str:
-    """An application document's ``spec.update.maxUnavailable`` (default 25%)."""
-    update = (document.get("spec") or {}).get("update") or {}
-    return update.get("maxUnavailable", "25%")
+    """An application document's ``spec.update.maxUnavailable`` (the schema's default when it has none)."""
+    return schema.UpdateSpec.model_validate((document.get("spec") or {}).get("update") or {}).max_unavailable
 
 
 def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc,
@@ -872,7 +871,7 @@ class Controller:
                 f["placements"] = f.get("placements", 0) + 1
             elif kind == "started":
                 f.update(status="running", started_at=at, node=e.get("node"), site=e.get("site"),
-                         ready=False if self._probed(task) else None)
+                         ready=False if self.sim.shard.probed(task) else None)
             elif kind in ("ready", "notReady"):
                 f.update(ready=kind == "ready")
             elif kind == "migrated":
@@ -894,12 +893,6 @@ class Controller:
             tenant, name = split(task)
             out.append((tenant, name, f))
         return out
-
-    def _probed(self, task: str) -> bool:
-        """Whether ``task`` has a readiness probe (its executor runs it)."""
-        rec = self.sim.view.tasks.get(task)
-        run = rec.component.run if rec is not None else None
-        return run is not None and run.readiness is not None and getattr(self.sim.executor, "runs_probes", False)
 
     def _reasons_changed(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Pending tasks whose reasons for waiting changed since last written."""

@@ -58,9 +58,8 @@ class Rollout:
 class Rollouts:
     """The rollouts under way, stepped at each instant before its pass."""
 
-    def __init__(self, shard: "Shard", log: Callable[..., None], wake_at: Callable[[float], None],
-                 probes: Callable[[], bool]) -> None:
-        self.shard, self.log, self.wake_at, self.probes = shard, log, wake_at, probes
+    def __init__(self, shard: "Shard", log: Callable[..., None], wake_at: Callable[[float], None]) -> None:
+        self.shard, self.log, self.wake_at = shard, log, wake_at
         self.active: dict[str, Rollout] = {}
         self.revisions: dict[str, int] = {}  # application -> the revision last asked for
         self.apps: dict[str, "Application"] = {}  # application -> that revision
@@ -152,7 +151,4 @@ class Rollouts:
         rec = self.shard._tasks.get(task)
         if rec is None or rec.status != RUNNING:
             return False
-        run = rec.component.run if rec.component is not None else None
-        if run is None or run.readiness is None or not self.probes():
-            return True
-        return task in self.shard.ready
+        return task in self.shard.ready or not self.shard.probed(task)

@@ -206,6 +206,13 @@ class Shard:
                 else:  # it ran, was stopped and waited to run again: it ends there
                     self.end_task(t, task, FINISHED, "finished", reason=f"{why} while waiting to run again")
 
+    def probed(self, task: str) -> bool:
+        """Whether ``task``'s readiness comes from a probe: its component has a
+        readiness probe and its executor runs probes (else it is ready once it runs)."""
+        rec = self._tasks.get(task)
+        run = rec.component.run if rec is not None and rec.component is not None else None
+        return run is not None and run.readiness is not None and getattr(self.executor, "runs_probes", False)
+
     def readiness(self, task: str, run_id: int, ready: bool) -> bool:
         """A running task's readiness probe passed (``ready``) or failed;
         False when the report is stale (of a run that has stopped)."""

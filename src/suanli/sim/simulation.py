@@ -101,8 +101,7 @@ class Timeline:
         self._frozen_at = -1  # in ``run``: task records when what it holds was last set aside from collection
         self._wakes: set[float] = set()
         self.dry = False  # a dry run looks: it asks for no instants
-        self.rollouts = Rollouts(shard, book.log, self.wake_at,
-                                 lambda: getattr(shard.executor, "runs_probes", False))
+        self.rollouts = Rollouts(shard, book.log, self.wake_at)
         self.now = 0.0
 
     def run(self) -> float:
