@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = ROOT / "examples" / "live" / "autodrive.yaml"
@@ -67,21 +71,51 @@ metadata: {name: hello}
 spec:
   components:
     - {name: say, lifetime: job, duration: 1s, resources: {cpu: 100m}, %s
-       run: {command: [sh, -c, "echo hello from $SUANLI_NODE as uid $(id -u), admin token ${SUANLI_ADMIN_TOKEN:-unseen}"]}}
+       run: {%scommand: [sh, -c, "echo hello from $SUANLI_NODE as uid $(id -u), admin token ${SUANLI_ADMIN_TOKEN:-unseen}%s"]}}
 """
 
 
-def hello_ran(folder: Path, env: dict, timeout: float, extra: str = "") -> subprocess.CompletedProcess:
-    """Apply the application ``hello`` (one job that says where it runs) to the
+def hello_ran(folder: Path, env: dict, timeout: float, extra: str = "", image: str | None = None,
+              then: str = "") -> subprocess.CompletedProcess:
+    """Apply the application ``hello`` (one job that says where it runs; in a
+    container of ``image``, given one; ``then``: more shell after it) to the
     server in ``env``, wait for it to finish, and return ``suanli logs`` of its task."""
     app = folder / "hello.yaml"
-    app.write_text(HELLO % extra)
+    app.write_text(HELLO % (extra, f'image: "{image}", ' if image else "", then))
     assert suanli("apply", "-f", app, env=env).returncode == 0
     deadline = time.monotonic() + timeout
     while '"finished"' not in suanli("get", "tasks", "-o", "json", env=env).stdout:
         assert time.monotonic() < deadline, "the task did not finish"
         time.sleep(0.2)
     return suanli("logs", "hello/say/0", env=env)
+
+
+@contextmanager
+def executor_server(tmp_path: Path, executor: str) -> Iterator[tuple[Any, dict, Path]]:
+    """A control plane (SQLite in ``tmp_path``) whose tasks run on ``executor``,
+    its work folder in a folder of its own that tenants' users can reach (not
+    under pytest's); yields the server, the client's environment as the admin,
+    and that folder (the work directory is its ``w``). Stopped and removed after."""
+    from serving import ADMIN, Server, free_port
+
+    from suanli.server.store import sqlite_url
+
+    base = Path(tempfile.mkdtemp(prefix="suanli-serve-"))
+    base.chmod(0o711)
+    with open(tmp_path / "server.log", "ab") as log:
+        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", executor,
+                        "--work-dir", str(base / "w"), speed=1)
+        server.start()
+        try:
+            yield server, {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}, base
+        finally:
+            server.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def as_tenant(admin: dict, tenant: str) -> dict:
+    """The client's environment with a new token of ``tenant``'s."""
+    return {**admin, "SUANLI_TOKEN": suanli("token", "create", "--tenant", tenant, env=admin).stdout.strip()}
 
 
 def ran_as_a_tenant(log: str) -> bool:

@@ -4,15 +4,13 @@ and stateful ones carrying their state across moves (checkpoint protocol)."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from live import (GAME, LIVE, events, hello_ran, log_text, one_site, placements, ran_as_a_tenant, runs_of,
-                  simulated, suanli, ticks)
+from live import (GAME, LIVE, as_tenant, events, executor_server, hello_ran, log_text, one_site, placements,
+                  ran_as_a_tenant, runs_of, simulated, suanli, ticks)
 
 from suanli.executors.confine import Confinement
 
@@ -167,29 +165,13 @@ def test_a_bad_run_field_is_one_clear_problem(tmp_path):
 
 
 def test_serve_runs_tasks_on_the_local_executor_and_serves_their_logs(tmp_path):
-    from serving import ADMIN, Server, free_port
-
-    from suanli.server.store import sqlite_url
-
-    work = Path(tempfile.mkdtemp(prefix="suanli-serve-"))  # tenants' users must reach it: not under pytest's
-    work.chmod(0o711)
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "local",
-                        "--work-dir", str(work / "w"), speed=1)
-        server.start()
-        try:
-            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
-            mine = suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()
-            theirs = suanli("token", "create", "--tenant", "hpc-lab", env=env).stdout.strip()
-            as_me = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": mine}
-            r = hello_ran(tmp_path, as_me, timeout=30)
-            assert r.returncode == 0 and "hello from " in r.stdout and "--- suanli: " in r.stdout
-            assert ran_as_a_tenant(r.stdout), r.stdout
-            r = suanli("logs", "hello/say/0", env={**as_me, "SUANLI_TOKEN": theirs})
-            assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr
-        finally:
-            server.stop()
-            shutil.rmtree(work, ignore_errors=True)
+    with executor_server(tmp_path, "local") as (server, admin, _):
+        as_me, theirs = as_tenant(admin, "acme-ai"), as_tenant(admin, "hpc-lab")
+        r = hello_ran(tmp_path, as_me, timeout=30)
+        assert r.returncode == 0 and "hello from " in r.stdout and "--- suanli: " in r.stdout
+        assert ran_as_a_tenant(r.stdout), r.stdout
+        r = suanli("logs", "hello/say/0", env=theirs)
+        assert r.returncode == 2 and "hello from" not in r.stdout + r.stderr
 
 
 def test_groups_left_by_executors_that_are_gone_are_swept(tmp_path):

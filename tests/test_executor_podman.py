@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from containers import image
-from live import events, log_text, one_site, runs_of, suanli
+from live import (as_tenant, events, executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of,
+                  suanli)
 
 from suanli.executors.confine import Confinement
 from suanli.executors.tasks import safe
@@ -194,45 +193,13 @@ def test_each_executor_refuses_what_it_cannot_run_before_it_starts(tmp_path):
 
 
 def test_serve_runs_a_tenants_container_as_its_tenant_and_serves_its_log(tmp_path):
-    from serving import ADMIN, Server, free_port
-
-    from suanli.server.store import sqlite_url
-
     img = image()
-    work = Path(tempfile.mkdtemp(prefix="suanli-serve-"))  # tenants' users must reach it: not under pytest's
-    work.chmod(0o711)
-    app = tmp_path / "hello.yaml"
-    app.write_text(f"""\
-apiVersion: suanli/v1
-kind: Application
-metadata: {{name: hello}}
-spec:
-  components:
-    - {{name: say, lifetime: job, duration: 1s, resources: {{cpu: 100m}},
-       run: {{image: "{img}",
-              command: [sh, -c, "echo hello as uid $(id -u), admin token ${{SUANLI_ADMIN_TOKEN:-unseen}}; ls /suanli"]}}}}
-""")
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "podman",
-                        "--work-dir", str(work / "w"), speed=1)
-        server.start()
-        try:
-            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
-            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()}
-            assert suanli("apply", "-f", app, env=mine).returncode == 0
-            deadline = time.monotonic() + 60
-            while '"finished"' not in suanli("get", "tasks", "-o", "json", env=mine).stdout:
-                assert time.monotonic() < deadline, "the task did not finish"
-                time.sleep(0.2)
-            r = suanli("logs", "hello/say/0", env=mine)
-            assert r.returncode == 0 and "admin token unseen" in r.stdout, r.stdout
-            uid = int(r.stdout.split("as uid ")[1].split(",")[0])
-            assert uid >= 2_000_000 if os.geteuid() == 0 else uid == os.geteuid()  # its tenant's own user
-            assert "state" in r.stdout.split() and "home" in r.stdout.split()
-        finally:
-            server.stop()
-            shutil.rmtree(work, ignore_errors=True)
-    assert left_behind(work / "w") == []
+    with executor_server(tmp_path, "podman") as (server, admin, base):
+        r = hello_ran(tmp_path, as_tenant(admin, "acme-ai"), timeout=60, image=img, then="; ls /suanli")
+        assert r.returncode == 0 and "hello from " in r.stdout and "--- suanli: " in r.stdout, r.stdout
+        assert ran_as_a_tenant(r.stdout), r.stdout  # its tenant's own user, and no admin token
+        assert "state" in r.stdout.split() and "home" in r.stdout.split()
+    assert left_behind(base / "w") == []
 
 
 def test_probes_run_in_the_container(tmp_path):

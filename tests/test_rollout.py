@@ -5,16 +5,13 @@ budget and shape of change) and under ``serve`` with real processes."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from live import one_site, suanli
+from live import as_tenant, executor_server, one_site, suanli
 
 from suanli.sim.rollout import unavailable_allowed
 from suanli.sim.simulation import Simulation
@@ -136,98 +133,82 @@ def ready_counts(events: list[dict], since: int) -> list[int]:
 
 
 def test_serve_rolls_out_a_change_readiness_gated_keeps_state_and_undoes_and_scales(tmp_path):
-    from serving import ADMIN, Server, free_port
+    with executor_server(tmp_path, "local") as (server, admin, folder):
+        (folder / "service.py").write_text(SERVICE)
+        (folder / "service.py").chmod(0o644)
+        mine = as_tenant(admin, "acme-ai")
+        http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {mine['SUANLI_TOKEN']}"},
+                            timeout=30)
 
-    from suanli.server.store import sqlite_url
+        def tasks() -> list[dict]:  # (looked at often: through the API, not a client process each time)
+            return http.get("/v1/tasks").json()
 
-    folder = Path(tempfile.mkdtemp(prefix="suanli-rollout-"))  # tenants' users must reach it
-    folder.chmod(0o755)
-    (folder / "service.py").write_text(SERVICE)
-    (folder / "service.py").chmod(0o644)
-    work = folder / "w"
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "local",
-                        "--work-dir", str(work), speed=1)
-        server.start()
-        try:
-            env = {"SUANLI_SERVER": server.url, "SUANLI_TOKEN": ADMIN}
-            mine = {**env, "SUANLI_TOKEN": suanli("token", "create", "--tenant", "acme-ai", env=env).stdout.strip()}
-
-            http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {mine['SUANLI_TOKEN']}"},
-                                timeout=30)
-
-            def tasks() -> list[dict]:  # (looked at often: through the API, not a client process each time)
-                return http.get("/v1/tasks").json()
-
-            def wait_ready(n: int) -> None:
-                deadline = time.monotonic() + 90
-                while sum(t["ready"] is True for t in tasks()) != n or len(tasks()) != n:
-                    assert time.monotonic() < deadline, tasks()
-                    time.sleep(0.2)
-
-            r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
-            assert r.returncode == 0 and "application/web created" in r.stdout, r.stderr
-            seen = set()
+        def wait_ready(n: int) -> None:
             deadline = time.monotonic() + 90
-            while (now := tasks()) and not (len(now) == 10 and all(t["ready"] is True for t in now)):
-                seen |= {(t["status"], t["ready"]) for t in now}
-                assert time.monotonic() < deadline, now
-                time.sleep(0.05)
-            assert ("running", False) in seen, seen  # running before ready, and the page said so
-            described = suanli("describe", "task", "web/server/0", env=mine).stdout
-            assert "ready:        True" in described and " ready " in described  # its history has the event
-            with httpx.Client(base_url=server.url, timeout=30) as browser:  # and the console's task page
-                signed = browser.post("/login", data={"token": mine["SUANLI_TOKEN"], "next": "/"},
-                                      headers={"origin": server.url}, follow_redirects=False)
-                assert signed.status_code == 303, signed.text
-                page = browser.get("/tasks/web/server/0").text
-                assert '<span class="state ready" id="readiness">ready</span>' in page, page[:2000]
-            r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
-            assert "application/web unchanged" in r.stdout
-            r = suanli("apply", "-f", app_doc(folder, 2), env=mine)
-            assert "application/web configured (revision 2: rolling out)" in r.stdout, r.stdout + r.stderr
-            polled = []
-            deadline = time.monotonic() + 120
-            while True:  # a steady stream of looks while it rolls
-                polled.append(sum(t["ready"] is True for t in tasks()))
-                rollout = http.get("/v1/applications/web/rollout").json()
-                if rollout["done"]:
-                    break
-                assert time.monotonic() < deadline, rollout
-                time.sleep(0.02)
-            r = suanli("rollout", "status", "web", env=mine)
-            assert "revision 2: rolled out (server: 10 of 10 updated, 10 ready)" in r.stdout, r.stdout
-            assert min(polled) >= 8, polled
-            events = every_event(server.url, mine["SUANLI_TOKEN"])
-            counts = ready_counts(events, first_of(events, "rollout"))
-            assert min(counts) >= 8 and counts[-1] == 10, counts  # never fewer than 10 - 20% ready
-            assert sum(e["kind"] == "updating" for e in events) == 10
-            for i in range(10):  # the new version took over where the old one left off
-                log_text = http.get(f"/v1/logs/web/server/{i}").text
-                saved = [int(line.split()[1].rstrip(",")) for line in log_text.splitlines()
-                         if line.startswith("saved ")]
-                resumed = [line for line in log_text.splitlines() if line.startswith("version ")]
-                assert resumed[0] == "version 1 resuming after 0" and resumed[-1].startswith("version 2 "), log_text
-                assert resumed[-1] == f"version 2 resuming after {saved[-1]}", log_text
+            while sum(t["ready"] is True for t in tasks()) != n or len(tasks()) != n:
+                assert time.monotonic() < deadline, tasks()
+                time.sleep(0.2)
 
-            r = suanli("rollout", "undo", "web", env=mine)
-            assert r.returncode == 0 and "revision 3" in r.stdout, r.stderr
-            r = suanli("rollout", "status", "web", "--watch", "--timeout", "120", env=mine)
-            assert r.returncode == 0 and "revision 3: rolled out" in r.stdout, r.stdout + r.stderr
-            last = suanli("logs", "web/server/0", env=mine).stdout.strip().splitlines()  # (as a user reads it)
-            assert [line for line in last if line.startswith("version ")][-1].startswith("version 1 ")
+        r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
+        assert r.returncode == 0 and "application/web created" in r.stdout, r.stderr
+        seen = set()
+        deadline = time.monotonic() + 90
+        while (now := tasks()) and not (len(now) == 10 and all(t["ready"] is True for t in now)):
+            seen |= {(t["status"], t["ready"]) for t in now}
+            assert time.monotonic() < deadline, now
+            time.sleep(0.05)
+        assert ("running", False) in seen, seen  # running before ready, and the page said so
+        described = suanli("describe", "task", "web/server/0", env=mine).stdout
+        assert "ready:        True" in described and " ready " in described  # its history has the event
+        with httpx.Client(base_url=server.url, timeout=30) as browser:  # and the console's task page
+            signed = browser.post("/login", data={"token": mine["SUANLI_TOKEN"], "next": "/"},
+                                  headers={"origin": server.url}, follow_redirects=False)
+            assert signed.status_code == 303, signed.text
+            page = browser.get("/tasks/web/server/0").text
+            assert '<span class="state ready" id="readiness">ready</span>' in page, page[:2000]
+        r = suanli("apply", "-f", app_doc(folder, 1), env=mine)
+        assert "application/web unchanged" in r.stdout
+        r = suanli("apply", "-f", app_doc(folder, 2), env=mine)
+        assert "application/web configured (revision 2: rolling out)" in r.stdout, r.stdout + r.stderr
+        polled = []
+        deadline = time.monotonic() + 120
+        while True:  # a steady stream of looks while it rolls
+            polled.append(sum(t["ready"] is True for t in tasks()))
+            rollout = http.get("/v1/applications/web/rollout").json()
+            if rollout["done"]:
+                break
+            assert time.monotonic() < deadline, rollout
+            time.sleep(0.02)
+        r = suanli("rollout", "status", "web", env=mine)
+        assert "revision 2: rolled out (server: 10 of 10 updated, 10 ready)" in r.stdout, r.stdout
+        assert min(polled) >= 8, polled
+        events = every_event(server.url, mine["SUANLI_TOKEN"])
+        counts = ready_counts(events, first_of(events, "rollout"))
+        assert min(counts) >= 8 and counts[-1] == 10, counts  # never fewer than 10 - 20% ready
+        assert sum(e["kind"] == "updating" for e in events) == 10
+        for i in range(10):  # the new version took over where the old one left off
+            log_text = http.get(f"/v1/logs/web/server/{i}").text
+            saved = [int(line.split()[1].rstrip(",")) for line in log_text.splitlines()
+                     if line.startswith("saved ")]
+            resumed = [line for line in log_text.splitlines() if line.startswith("version ")]
+            assert resumed[0] == "version 1 resuming after 0" and resumed[-1].startswith("version 2 "), log_text
+            assert resumed[-1] == f"version 2 resuming after {saved[-1]}", log_text
 
-            r = suanli("scale", "web", "--replicas", "12", env=mine)
-            assert r.returncode == 0 and "revision 4" in r.stdout, r.stderr
-            wait_ready(12)
-            assert suanli("scale", "web", "--replicas", "7", env=mine).returncode == 0
-            wait_ready(7)
-            assert sorted(t["task"] for t in tasks()) == sorted(f"web/server/{i}" for i in range(7))
-            bad = suanli("scale", "web", "--replicas", "3", "--component", "nope", env=mine)
-            assert bad.returncode == 2 and "no component 'nope'" in bad.stderr
-        finally:
-            server.stop()
-            shutil.rmtree(folder, ignore_errors=True)
+        r = suanli("rollout", "undo", "web", env=mine)
+        assert r.returncode == 0 and "revision 3" in r.stdout, r.stderr
+        r = suanli("rollout", "status", "web", "--watch", "--timeout", "120", env=mine)
+        assert r.returncode == 0 and "revision 3: rolled out" in r.stdout, r.stdout + r.stderr
+        last = suanli("logs", "web/server/0", env=mine).stdout.strip().splitlines()  # (as a user reads it)
+        assert [line for line in last if line.startswith("version ")][-1].startswith("version 1 ")
+
+        r = suanli("scale", "web", "--replicas", "12", env=mine)
+        assert r.returncode == 0 and "revision 4" in r.stdout, r.stderr
+        wait_ready(12)
+        assert suanli("scale", "web", "--replicas", "7", env=mine).returncode == 0
+        wait_ready(7)
+        assert sorted(t["task"] for t in tasks()) == sorted(f"web/server/{i}" for i in range(7))
+        bad = suanli("scale", "web", "--replicas", "3", "--component", "nope", env=mine)
+        assert bad.returncode == 2 and "no component 'nope'" in bad.stderr
 
 
 def every_event(url: str, token: str) -> list[dict]:
