@@ -48,8 +48,7 @@ from suanli.server.objects_api import Context, add_object_routes, refresher
 from suanli.server.bodies import BodyError, read_body
 from suanli.server.log_reads import RangeRefused, byte_range, chunks
 from suanli.model.work import World
-from suanli.server.controller import (PRIVATE, Controller, build_app, check_document, internal, shown,
-                                      update_policy)
+from suanli.server.controller import PRIVATE, Controller, build_app, check_document, internal, shown
 from suanli.server.remote import ControllerUnavailable, RemoteController
 from suanli.server.streams import EventHub, StreamsFull
 from suanli.server.store import ROLES, TENANT_ROLES, AgentScope, AppRow, Conflict, KeyReused, Principal, Store
@@ -1030,7 +1029,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             return JSONResponse({**_app_out(row, {"pending": len(tasks)}), "change": "created"}, status_code=201)
         row, changed = got
         if changed:
-            controller.update(app, row.id, row.revision, update_policy(doc))
+            controller.update(app, row.id, row.revision, spec_doc.spec.update.max_unavailable)
         return JSONResponse({**_app_out(row), "change": "configured" if changed else "unchanged"}, status_code=200)
 
     @api.get("/v1/applications/{name}/rollout", response_model=RolloutOut, responses=ERRORS)
