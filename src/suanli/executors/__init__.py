@@ -1,8 +1,9 @@
 """Executors: who runs the tasks the scheduler places.
 
 ``sim`` (the digital twin's), ``local`` (processes on this machine),
-``podman`` (containers on this machine) and ``ray`` (actors on a Ray
-cluster) share one interface (``base.Executor``).
+``podman`` (containers on this machine), ``ray`` (actors on a Ray
+cluster) and ``agents`` (processes or containers on the nodes that agents
+register, ``agents.py``) share one interface (``base.Executor``).
 ``make`` returns what ``Simulation(executor=...)`` takes.
 """
 
@@ -24,11 +25,12 @@ class ExecutorName(str, Enum):
     local = "local"
     podman = "podman"
     ray = "ray"
+    agents = "agents"
 
 
 def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None = None,
          cwd: Path | None = None, confine: bool = True, isolate_tenants: bool = False,
-         max_pids: int | None = None, log_max_bytes: int | None = None
+         max_pids: int | None = None, log_max_bytes: int | None = None, db: str | None = None
          ) -> Callable[["Attachment"], "Executor"] | None:
     """The executor factory for ``name`` (None: the simulated one). Raises
     ``SpecError`` naming the option at fault.
@@ -40,7 +42,9 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
     user, ``suanli run``), commands run in ``cwd`` (default: the scenario's
     folder) as the executor's user. ``max_pids``: processes one task may have
     at once (local executor; default ``tasks.MAX_PIDS``). ``log_max_bytes``:
-    a task's log rotates past it (default ``logs.DEFAULT_MAX_LOG``)."""
+    a task's log rotates past it (default ``logs.DEFAULT_MAX_LOG``). ``db``:
+    the control plane's store, through which the agents executor tells the
+    agents what to run (``agents.py``)."""
     if name is ExecutorName.sim:
         return None
     if work_dir is None:
@@ -52,6 +56,13 @@ def make(name: ExecutorName, *, work_dir: Path | None, ray_address: str | None =
     from suanli.executors.logs import DEFAULT_MAX_LOG
 
     cap = log_max_bytes or DEFAULT_MAX_LOG
+    if name is ExecutorName.agents:
+        if db is None:
+            raise SpecError([Problem("--executor", "the agents executor runs under a control plane (suanli serve)")])
+        from suanli.executors.agents import AgentsExecutor
+        from suanli.server.store import Store
+
+        return lambda given: AgentsExecutor(given, work_dir, Store(db, upgrade=False))
     if name in (ExecutorName.local, ExecutorName.podman):
         from suanli.executors.local import LocalExecutor
         from suanli.executors.tasks import MAX_PIDS

@@ -12,7 +12,7 @@ order, between instants.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, NamedTuple, Protocol
+from typing import Any, Callable, Collection, NamedTuple, Protocol
 
 
 @dataclass(slots=True)
@@ -79,6 +79,14 @@ class Note:
 
     kind: str
     fields: tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Work of an executor's own, done on the scheduler's thread between
+    instants (what agents reported, say)."""
+
+    fn: Callable[[], None]
 
 
 class Attachment(NamedTuple):

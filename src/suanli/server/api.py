@@ -44,6 +44,7 @@ from suanli.executors.tasks import safe
 from suanli.console import COOKIE
 from suanli.server.audit import AuditLog, Observer
 from suanli.server.metrics import Observed, gauge
+from suanli.server.agents_api import add_agent_work_routes
 from suanli.server.objects_api import Context, add_object_routes, refresher
 from suanli.server.bodies import BodyError, read_body
 from suanli.server.log_reads import RangeRefused, byte_range, chunks
@@ -477,9 +478,12 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        from suanli.server.agents_api import larger_body
+
+        limit = larger_body(scope.get("path", "")) or self.limit
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._too_large(scope, send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await self._too_large(scope, send, limit)
         seen = 0
 
         async def counted():
@@ -487,18 +491,18 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge()
             return message
 
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await self._too_large(scope, send)
+            await self._too_large(scope, send, limit)
 
-    async def _too_large(self, scope, send):
+    async def _too_large(self, scope, send, limit: int):
         body = json.dumps({"type": "about:blank", "title": "Content Too Large", "status": 413,
-                           "detail": f"request bodies are at most {self.limit} bytes",
+                           "detail": f"request bodies are at most {limit} bytes",
                            "instance": scope.get("path", "")}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", PROBLEM.encode()), (b"content-length", str(len(body)).encode())]})
@@ -553,7 +557,8 @@ FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "i
 
 def create_api(world: World, store: Store, controller: "Controller | RemoteController", limits: Limits | None = None,
                start_controller: bool = True, logs_dir: Path | None = None, docs: bool = True,
-               forward_verify: Any = True) -> FastAPI:
+               forward_verify: Any = True, agent_work: Path | None = None,
+               log_max_bytes: int | None = None) -> FastAPI:
     """``forward_verify``: how a standby server checks the active one's certificate
     when it sends it a question (httpx's ``verify``)."""
     limits = limits or Limits()
@@ -698,7 +703,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise ProblemError(403, "Forbidden", f"tenant {who.tenant!r} is no longer served: its Tenant "
                                "document was removed")
         if who.role == "agent" and not request.url.path.startswith("/v1/agents"):
-            raise ProblemError(403, "Forbidden", "an agent's token registers nodes and renews their leases only")
+            raise ProblemError(403, "Forbidden", "an agent's token registers nodes, renews their leases and runs "
+                               "their work only")
         # a bucket per tenant, one for the admins, one per agent token: none waits on another's requests
         wait = by_tenant.allow("admin" if who.admin else f"agent:{who.token_id}" if who.role == "agent"
                                else f"tenant:{who.tenant}")
@@ -718,7 +724,9 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             raise ProblemError(403, "Forbidden", f"a {who.role} token reads only")
         return who
 
-    add_object_routes(api, Context(world, store, controller, principal, admin, ProblemError, refresh))
+    context = Context(world, store, controller, principal, admin, ProblemError, refresh)
+    add_object_routes(api, context)
+    add_agent_work_routes(api, context, agent_work, *([log_max_bytes] if log_max_bytes else []))
 
     def tenant_of(who: Principal, tenant: str | None) -> str:
         """The tenant a request acts for: a tenant token's own; an admin names one."""

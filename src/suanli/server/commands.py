@@ -219,9 +219,10 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(8080, "--port"),
         executor: ExecutorName = typer.Option(ExecutorName.sim, "--executor", help="Who runs the tasks: sim "
                                               "(the digital twin's executor, on the wall clock), local "
-                                              "(processes on this machine), podman (containers on this machine) "
-                                              "or ray (a Ray cluster)."),
-        work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local, podman and ray "
+                                              "(processes on this machine), podman (containers on this machine), "
+                                              "ray (a Ray cluster) or agents (on the nodes that agents register: "
+                                              "suanli agent --runtime)."),
+        work_dir: Path = typer.Option(Path("suanli-work"), "--work-dir", help="local, podman, ray and agents "
                                       "executors: the tasks' logs, state and checkpoints."),
         max_pids: int = typer.Option(1024, "--max-pids", help="local and podman executors: processes (and "
                                      "threads) one task may have at once."),
@@ -266,7 +267,7 @@ def register(app: typer.Typer) -> None:
         problems = []
         running = {"name": executor, "work_dir": work_dir.resolve(), "ray_address": ray_address,
                    "isolate_tenants": True,  # tenants' tasks: each in its own folder, as its tenant's user
-                   "max_pids": max_pids}
+                   "max_pids": max_pids, **({"db": db} if executor is ExecutorName.agents else {})}
         if not 1 <= max_pids <= 1 << 22:
             problems.append(Problem("--max-pids", f"must be from 1 to {1 << 22}, got {max_pids}"))
         try:
@@ -359,7 +360,9 @@ def register(app: typer.Typer) -> None:
                                                           keep_ended_s=keep["--keep-ended"],
                                                           prune_every_s=keep["--prune-every"] or 60.0),
                          logs_dir=work_dir.resolve() / "logs" if executor is not ExecutorName.sim else None,
-                         forward_verify=_forward_verify())
+                         forward_verify=_forward_verify(),
+                         agent_work=work_dir.resolve() if executor is ExecutorName.agents else None,
+                         log_max_bytes=running.get("log_max_bytes"))
         err.print(f"suanli serving {world.fleet.n_nodes} nodes on {scheme}://{host}:{port} (docs at /docs, "
                   "the console at /)")
         # What start-up built (modules, the fleet) lives as long as the process: frozen,
@@ -604,6 +607,13 @@ def register(app: typer.Typer) -> None:
         label: List[str] = typer.Option([], "--label", help="KEY=VALUE (again for another)."),
         lease: str = typer.Option("10s", "--lease", help="The node is lost when no renewal comes for this long; "
                                   "renewed three times per lease."),
+        runtime: str = typer.Option("none", "--runtime", help="What runs the node's tasks: process, podman "
+                                    "(containers), or none (the node's lease is kept, and its work runs elsewhere: "
+                                    "the server's own executor)."),
+        work_dir: Path = typer.Option(Path("suanli-agent-work"), "--work-dir", help="--runtime process and podman: "
+                                      "the tasks' folders and logs here."),
+        max_pids: int = typer.Option(1024, "--max-pids", help="--runtime process and podman: processes (and "
+                                     "threads) one task may have at once."),
         server: Optional[str] = SERVER,
         ca: Optional[Path] = CA,
         token: Optional[str] = TOKEN,
@@ -616,6 +626,26 @@ def register(app: typer.Typer) -> None:
         import signal
         import threading
 
+        if runtime not in ("none", "process", "podman"):
+            _fail_problems([Problem("--runtime", f"{runtime!r} is not a runtime: process, podman or none")])
+        if not 1 <= max_pids <= 1 << 22:
+            _fail_problems([Problem("--max-pids", f"must be from 1 to {1 << 22}, got {max_pids}")])
+        if runtime == "podman":
+            from suanli.executors.podman import podman_problem
+
+            why = podman_problem()
+            if why is not None:
+                _fail_problems([Problem("--runtime", f"podman runs containers here, and {why}")])
+        if runtime != "none":
+            from suanli.executors import _reachable_by_tenants
+
+            try:
+                work_dir.mkdir(parents=True, exist_ok=True)
+                _reachable_by_tenants(work_dir.resolve())
+            except OSError as exc:
+                _fail_problems([Problem("--work-dir", f"cannot make {work_dir}: {exc.strerror or exc}")])
+            except SpecError as exc:
+                _fail_problems(exc.problems)
         body: dict[str, Any] = {"site": site, "lease": lease}
         if name is not None or cpu is not None or memory is not None:
             if name is None or cpu is None or memory is None:
@@ -633,6 +663,26 @@ def register(app: typer.Typer) -> None:
         got = client.request("POST", "/v1/agents", json=body, where="agent: ", patient=True).json()
         node, every = got["name"], max(0.2, got["lease_s"] / 3)
         err.print(f"agent {escape(node)} registered (was {got.get('was')}); lease {got['lease_s']:g}s", soft_wrap=True)
+        if runtime != "none":
+            from suanli.executors.agent import Agent
+
+            def again() -> None:
+                r = client.http.post("/v1/agents", json=body)
+                if r.status_code >= 400:
+                    raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
+
+            try:
+                worker = Agent(client.http, node, got["lease_s"], runtime, work_dir, say=lambda m: err.print(
+                    escape(m), soft_wrap=True), register=again, max_pids=max_pids)
+            except (OSError, RuntimeError) as exc:
+                client.request("DELETE", f"/v1/agents/{node}")
+                _fail_problems([Problem("--work-dir" if isinstance(exc, OSError) else "--runtime", str(exc))])
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: worker.stop.set())
+            err.print(f"agent {escape(node)} runs its tasks ({runtime}) in {work_dir}", soft_wrap=True)
+            worker.run(every)
+            err.print(f"agent {escape(node)} left", soft_wrap=True)
+            return
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

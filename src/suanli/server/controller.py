@@ -17,7 +17,9 @@ cordoned and drained nodes, then every application, with the tasks that had
 ended recorded as ended. A task the store holds as running is requeued (an event
 says why) and placed again: no executor's work outlives the control plane
 (the simulated executor's runs are in its memory; the local and ray
-executors' processes are killed when the process that started them ends).
+executors' processes are killed when the process that started them ends),
+but the agents': a task placed again on the agent's node it runs on is
+adopted there, running on (``executors/agents.py``).
 """
 
 from __future__ import annotations
@@ -330,6 +332,9 @@ class Controller:
             if a.state == "lost" or a.state == "left" and _is_device(self.world.fleet, a.site):
                 self._agent_news(a, None)
         self._turn()
+        settled = getattr(self.sim.executor, "settled", None)
+        if settled is not None:  # what ran before and was not placed again stops (agents' tasks outlive it)
+            settled()
         self._watch()
         self._thread = threading.Thread(target=self._run, name="suanli-controller", daemon=True)
         self._thread.start()

@@ -280,14 +280,7 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
             raise fail(403, "Forbidden", "this needs an agent or admin token")
 
     def owned(name: str, who: Principal) -> AgentRow:
-        """Node ``name``'s agent, when ``who`` may renew or end it: the token that
-        registered it, or an admin."""
-        row = store.agent(name)
-        if row is None:
-            raise fail(404, "Not Found", f"no agent {name!r}")
-        if not who.admin and row.token_id != who.token_id:
-            raise fail(403, "Forbidden", f"node {name!r} was registered by another agent token")
-        return row
+        return agent_owned(store, fail, name, who)
 
     def in_scope(who: Principal, site: str, name: str | None, node: str) -> None:
         """403 unless an agent token's scope lets it register ``node``. A token from
@@ -447,6 +440,17 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         """Every agent with its state (ready, lost, left), lease and the token that registered it."""
         return [{"name": a.name, "site": a.site, "state": a.state, "lease_s": a.lease_s, "expires_at": a.expires_at,
                  "token_id": a.token_id} for a in store.agents()]
+
+
+def agent_owned(store: Store, fail: Callable, name: str, who: Principal) -> AgentRow:
+    """Node ``name``'s agent, when ``who`` may act for it: the token that
+    registered it, or an admin."""
+    row = store.agent(name)
+    if row is None:
+        raise fail(404, "Not Found", f"no agent {name!r}")
+    if not who.admin and row.token_id != who.token_id:
+        raise fail(403, "Forbidden", f"node {name!r} was registered by another agent token")
+    return row
 
 
 @dataclass(frozen=True)

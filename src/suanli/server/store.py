@@ -166,6 +166,38 @@ class AgentRow(Base):
     __table_args__ = (Index("ix_agents_state_expires", "state", "expires_at"),)
 
 
+class AssignmentRow(Base):
+    """A task an agent's node is to run, or to stop, as the active controller
+    last said (``executors/agents.py``); an agent reads its node's whole set."""
+
+    __tablename__ = "assignments"
+    node: Mapped[str] = mapped_column(String(300), primary_key=True)
+    task: Mapped[str] = mapped_column(String(600), primary_key=True)  # the scheduler's name (TENANT:APP/C/I)
+    run_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)  # one more for each start again in place (a restart policy's)
+    want: Mapped[str] = mapped_column(String(8))  # run | stop (keep its state) | end (it is over)
+    held: Mapped[bool] = mapped_column(Boolean)  # run, once its last node has let it go
+    adopt: Mapped[bool] = mapped_column(Boolean)  # a restarted control plane placed it where it ran: keep it
+    launch: Mapped[dict] = mapped_column(JSON)  # how it starts (``tasks.Launch``)
+    state: Mapped[str] = mapped_column(String(8))  # none | server: its state folder is the server's to give
+    changed: Mapped[int] = mapped_column(Integer, index=True)
+
+
+class AgentReportRow(Base):
+    """What an agent said of its node's tasks (an exit, a stop, a note), for the
+    active controller to take in id order."""
+
+    __tablename__ = "agent_reports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    node: Mapped[str] = mapped_column(String(300))
+    task: Mapped[str] = mapped_column(String(600))
+    run_id: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))  # exited | stopped | ended | note
+    body: Mapped[dict] = mapped_column(JSON)
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
 class CommandRow(Base):
     """A change the API accepted, for the active controller to take (in id order)."""
 
@@ -1546,6 +1578,58 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(AgentRow.name).where(AgentRow.state == "ready", AgentRow.expires_at < now)
                                   .limit(limit)))
+
+    # ------------------------------------------------------------ agents' assignments
+
+    def assign(self, rows: Sequence[dict[str, Any]], gone: Sequence[tuple[str, str]] = ()) -> None:
+        """Assignments written whole (each a dict of ``AssignmentRow``'s columns
+        but ``changed``), and those of ``gone`` ((node, task)) removed, in one
+        transaction; each written row is newer than every row before."""
+        def write(conn: Connection) -> None:
+            change = int(conn.scalar(select(func.max(AssignmentRow.changed))) or 0) + 1
+            for node, task in gone:
+                conn.execute(delete(AssignmentRow).where(AssignmentRow.node == node, AssignmentRow.task == task))
+            for i, row in enumerate(rows):
+                conn.execute(delete(AssignmentRow).where(AssignmentRow.node == row["node"],
+                                                         AssignmentRow.task == row["task"]))
+                conn.execute(insert(AssignmentRow).values(**row, changed=change + i))
+
+        if rows or gone:
+            self._write(write)
+
+    def assignments(self, node: str | None = None) -> list[AssignmentRow]:
+        """A node's assignments (None: every node's)."""
+        with self.session() as s:
+            q = select(AssignmentRow)
+            if node is not None:
+                q = q.where(AssignmentRow.node == node)
+            return list(s.scalars(q.order_by(AssignmentRow.task)))
+
+    def assignments_changed(self) -> int:
+        """The newest assignment's mark (0: none)."""
+        with self.session() as s:
+            return int(s.scalar(select(func.max(AssignmentRow.changed))) or 0)
+
+    def report(self, node: str, items: Sequence[dict[str, Any]]) -> None:
+        """An agent's reports of its node's tasks (task, run_id, kind, body), for the controller."""
+        now = time.time()
+        if items:
+            self._write(lambda conn: conn.execute(insert(AgentReportRow), [
+                {"at": now, "node": node, "task": i["task"], "run_id": int(i["run_id"]), "kind": i["kind"],
+                 "body": i.get("body") or {}} for i in items]))
+
+    def reports(self, after: int, limit: int = 10_000) -> list[AgentReportRow]:
+        with self.session() as s:
+            return list(s.scalars(select(AgentReportRow).where(AgentReportRow.id > after)
+                                  .order_by(AgentReportRow.id).limit(limit)))
+
+    def last_report(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.max(AgentReportRow.id))) or 0)
+
+    def drop_reports(self, upto: int) -> None:
+        """Reports up to ``upto`` were taken: they go."""
+        self._write(lambda conn: conn.execute(delete(AgentReportRow).where(AgentReportRow.id <= upto)))
 
     def set_node_state(self, node: str, state: str | None, action: str | None = None) -> None:
         """A node's state kept (None: back in service), and ``action`` queued for the controller."""

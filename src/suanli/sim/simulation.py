@@ -31,7 +31,7 @@ import numpy as np
 
 from suanli.engine.clock import Clock, VirtualClock
 from suanli.engine.loop import EventLoop
-from suanli.executors.base import (Attachment, Executor, NodeFound, NodeLost, Note, Restart, RunFinished,
+from suanli.executors.base import (Attachment, Call, Executor, NodeFound, NodeLost, Note, Restart, RunFinished,
                                    TaskExited)
 from suanli.executors.sim import SimExecutor
 from suanli.model.work import Application, World
@@ -256,6 +256,8 @@ class Timeline:
                 self.globe.node_lost(t, ev)
             elif isinstance(ev, NodeFound):
                 self.globe.node_found(t, ev)
+            elif isinstance(ev, Call):
+                ev.fn()
             elif isinstance(ev, Note):
                 fields = dict(ev.fields)
                 if ev.kind in ("ready", "notReady") and \

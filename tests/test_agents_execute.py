@@ -1,0 +1,418 @@
+"""Agents that execute: a control plane (``serve --executor agents``) in one
+network namespace and three agents (``suanli agent --runtime process``), each
+in its own, joined by a bridge: machines of their own as far as the network
+goes. The tasks run on the agents; what is checked comes from the agents'
+own logs (each start, stop and fence with its wall time) and the tasks' logs
+as the server has them.
+
+- a stateful game moved between two agents (a drain) carries its counter:
+  no gap, no repeat;
+- a killed agent's tasks stop at once (its fence keeper sees it go) and the
+  work moves within the lease;
+- an agent whose link is cut fences itself before its lease runs out, and no
+  task runs in two places at once;
+- a restarted server finds its agents' tasks running, and they run on
+  (adopted: no task starts again).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from live import ROOT, runs_of
+from serving import ADMIN, wait
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                 reason="network namespaces need root and iproute2"),
+              pytest.mark.long(70)]
+
+LEASE = 8  # seconds: agents fence at 0.7 of it
+GAME = ROOT / "examples" / "live" / "game.py"
+FLEET = """\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {name: edge}
+spec:
+  sites:
+    - name: e1
+      tier: edge
+      agents: {nodes: 3, node: {cpu: 4, memory: 8Gi}}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {name: alpha}
+"""
+APP = f"""\
+apiVersion: suanli/v1
+kind: Application
+metadata: {{name: play}}
+spec:
+  components:
+    - name: game
+      lifetime: service
+      resources: {{cpu: 3, memory: 256Mi}}
+      state: {{kind: stateful, size: 1Mi, checkpointEvery: 1s}}
+      run: {{command: [python3, "{GAME}"], env: {{GAME_TICK_S: "0.05"}}, stopGrace: 5s}}
+    - name: idle
+      lifetime: service
+      replicas: 2
+      resources: {{cpu: 500m, memory: 64Mi}}
+      run: {{command: [sleep, infinity]}}
+"""
+
+
+class Net:
+    """A bridge in this namespace and a namespace per machine, each with an address."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.tag = f"sl{os.getpid() % 10000}"
+        self.bridge = f"{self.tag}br"
+        net = f"10.231.{os.getpid() % 250}"  # (a net of this process's: tests of other workers run beside)
+        self.addr: dict[str, str] = {}
+        self.made: list[str] = []
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", f"{net}.254/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for i, name in enumerate(names, start=1):
+            ns = f"{self.tag}{name}"
+            self._ip("netns", "add", ns)
+            self.made.append(ns)
+            host, inside = f"{ns}h", f"{ns}n"
+            self._ip("link", "add", host, "type", "veth", "peer", "name", inside)
+            self._ip("link", "set", inside, "netns", ns)
+            self._ip("link", "set", host, "master", self.bridge)
+            self._ip("link", "set", host, "up")
+            self._ip("-n", ns, "addr", "add", f"{net}.{i}/24", "dev", inside)
+            self._ip("-n", ns, "link", "set", inside, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+            self.addr[name] = f"{net}.{i}"
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def run(self, name: str, argv: list[str], log, env: dict | None = None) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", f"{self.tag}{name}", *argv], stdout=log, stderr=log,
+                                env={**os.environ, **(env or {})})
+
+    def cut(self, name: str, up: bool = False) -> None:
+        self._ip("link", "set", f"{self.tag}{name}h", "up" if up else "down")
+
+    def close(self) -> None:
+        for ns in self.made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from suanli.cli import main; main()", *args]
+
+
+class World:
+    """The server and three agents, each in its own namespace."""
+
+    def __init__(self, tmp: Path, base: Path) -> None:
+        self.tmp, self.base = tmp, base  # (the agents' work folders in ``base``, which tenants' users reach)
+        (tmp / "fleet.yaml").write_text(FLEET)
+        self.net = Net(["srv", "a1", "a2", "a3"])
+        self.url = f"http://{self.net.addr['srv']}:18080"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+        self.admin = {"Authorization": f"Bearer {ADMIN}"}
+        try:
+            self._begin()
+        except BaseException:
+            self.close()
+            raise
+
+    def _begin(self) -> None:
+        self.serve()
+        self.agent_token = self.mint(role="agent", sites=["e1"], nodes=3)
+        self.tenant = {"Authorization": f"Bearer {self.mint(tenant='alpha', role='tenant-admin')}"}
+        for a in ("a1", "a2", "a3"):
+            self.agent(a)
+        wait(lambda: len(self.ready_agents()) == 3, 60, "three agents")
+
+    def start(self, name: str, where: str, argv: list[str], env: dict | None = None) -> None:
+        self.logs[name] = self.tmp / f"{name}.log"
+        log = open(self.logs[name], "ab")
+        self.procs[name] = self.net.run(where, argv, log, env)
+
+    def serve(self) -> None:
+        self.start("server", "srv", cli("serve", str(self.tmp / "fleet.yaml"), "--db",
+                                        f"sqlite:///{self.tmp / 's.db'}", "--host", self.net.addr["srv"],
+                                        "--port", "18080", "--executor", "agents", "--work-dir",
+                                        str(self.tmp / "srv"), "--max-rate", "100000"),
+                   {"SUANLI_ADMIN_TOKEN": ADMIN})
+        wait(lambda: self._up(), 60, "the server")
+
+    def _up(self) -> bool:
+        try:
+            return self.http.get("/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def agent(self, name: str) -> None:
+        self.start(name, name, cli("agent", "--site", "e1", "--name", name, "--cpu", "4", "--memory", "8Gi",
+                                   "--runtime", "process", "--work-dir", str(self.base / name), "--lease", f"{LEASE}s",
+                                   "--server", self.url),
+                   {"SUANLI_TOKEN": self.agent_token, "SUANLI_PLAIN_HTTP": "1"})  # (a test network)
+
+    def mint(self, **body) -> str:
+        r = self.http.post("/v1/tokens", json=body, headers=self.admin)
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def ready_agents(self) -> list[str]:
+        return [a["name"] for a in self.http.get("/v1/agents", headers=self.admin).json() if a["state"] == "ready"]
+
+    def tasks(self) -> dict[str, dict]:
+        return {t["task"]: t for t in self.http.get("/v1/tasks", headers=self.tenant).json()}
+
+    def running(self) -> dict[str, str]:
+        return {name: t["node"] for name, t in self.tasks().items() if t["status"] == "running"}
+
+    def log(self, task: str) -> str:
+        r = self.http.get(f"/v1/logs/{task}", headers=self.tenant)
+        return r.text if r.status_code == 200 else ""
+
+    def said(self, name: str) -> str:
+        return self.logs[name].read_text(errors="replace")
+
+    def close(self) -> None:
+        for p in self.procs.values():  # (each agent's fence keeper ends with it)
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.http.close()
+        self.net.close()
+
+
+def intervals(world: World) -> dict[str, list[tuple[str, float, float]]]:
+    """Each task's runs as the agents' own logs have them: (agent, from, to;
+    infinite while it runs)."""
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    end = float("inf")
+    for a in ("a1", "a2", "a3"):
+        text = world.said(a)
+        open_: dict[str, float] = {}
+        for line in text.splitlines():
+            if m := re.search(r": started (\S+) run \d+ attempt \d+ at ([\d.]+)", line):
+                open_[m[1]] = float(m[2])
+            elif m := re.search(r": stopped (\S+) by ([\d.]+)", line):
+                if m[1] in open_:
+                    out.setdefault(m[1], []).append((a, open_.pop(m[1]), float(m[2])))
+            elif m := re.search(r": fenced: .* by ([\d.]+): (.*)$", line):
+                for task in m[2].split():
+                    if task in open_:
+                        out.setdefault(task, []).append((a, open_.pop(task), float(m[1])))
+            elif m := re.search(r"^suanli fence: .* killed \d+ by ([\d.]+)$", line):  # its keeper: all of it
+                for task in list(open_):
+                    out.setdefault(task, []).append((a, open_.pop(task), float(m[1])))
+        for task, began in open_.items():
+            out.setdefault(task, []).append((a, began, end))
+    return {task: sorted(spans, key=lambda s: s[1]) for task, spans in out.items()}
+
+
+def overlaps(runs: dict[str, list[tuple[str, float, float]]]) -> list[str]:
+    bad = []
+    for task, spans in runs.items():
+        spans = sorted(spans, key=lambda s: s[1])
+        for (a, _, end), (b, start, _) in zip(spans, spans[1:]):
+            if start < end:
+                bad.append(f"{task}: on {a} until {end:.3f} and on {b} from {start:.3f}")
+    return bad
+
+
+@pytest.fixture
+def world(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="suanli-agents-"))
+    base.chmod(0o711)
+    try:
+        w = World(tmp_path, base)
+        try:
+            yield w
+        finally:
+            w.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def apply(world: World) -> dict[str, str]:
+    import yaml
+
+    doc = yaml.safe_load(APP)
+    r = world.http.put("/v1/applications/play", json=doc, headers=world.tenant)
+    assert r.status_code in (200, 201), r.text
+    return wait(lambda: (lambda run: run if len(run) == 3 else None)(world.running()), 60, "three tasks running")
+
+
+def live_on(world: World) -> dict[str, str]:
+    """Each task that runs now by the agents' logs -> the node of the agent it runs on."""
+    return {task.split(":", 1)[1]: f"e1/{spans[-1][0]}" for task, spans in intervals(world).items()
+            if spans and spans[-1][2] == float("inf")}
+
+
+def settled(world: World, away_from: str | None = None) -> dict[str, str]:
+    """The tasks once all three run where the server says, as the agents say too."""
+    def now():
+        run = world.running()
+        ok = len(run) == 3 and away_from not in run.values() and live_on(world) == run
+        return run if ok else None
+    return wait(now, 90, "the tasks to run where they are placed")
+
+
+def test_a_game_moves_between_agents_with_its_state_and_a_restarted_server_adopts_what_runs(world):
+    placed = apply(world)
+    game_at = placed["play/game/0"]
+    wait(lambda: len(runs_of(world.log("play/game/0"))) == 1 and len(runs_of(world.log("play/game/0"))[0][1]) > 20,
+         60, "the game to tick on its first agent")
+    r = world.http.post(f"/v1/nodes/{game_at}/drain", headers=world.admin)
+    assert r.status_code in (200, 202, 204), r.text
+    moved = settled(world, away_from=game_at)
+    wait(lambda: len(runs_of(world.log("play/game/0"))) == 2 and len(runs_of(world.log("play/game/0"))[1][1]) > 20,
+         60, "the game to tick on its second agent")
+    (r0, first), (r1, second) = runs_of(world.log("play/game/0"))[:2]
+    assert r0 == 0 and first == list(range(1, len(first) + 1))
+    assert r1 == first[-1] and second[0] == first[-1] + 1, (first[-3:], second[:3])  # no gap, no repeat
+    assert overlaps(intervals(world)) == []
+
+    # the server restarts: every task runs on where it was, adopted, not started again
+    before = intervals(world)
+    world.procs["server"].send_signal(signal.SIGKILL)
+    world.procs["server"].wait()
+    world.serve()
+    wait(lambda: world.running() == moved and all(
+        f"adopted alpha:{t} " in world.said(node.split("/")[1]) for t, node in moved.items()), 60, "the tasks adopted")
+    time.sleep(2)
+    after = intervals(world)
+    assert {t: len(s) for t, s in after.items()} == {t: len(s) for t, s in before.items()}, (before, after)
+    log = world.log("play/game/0")
+    assert len(runs_of(log)) == 2 and runs_of(log)[1][1][-1] > second[-1]  # the same run ticks on
+
+
+def game_processes(folder: Path) -> int:
+    """Processes of the game whose state folder is under ``folder`` (an agent's work folder)."""
+    r = subprocess.run(["pgrep", "-f", str(GAME)], capture_output=True, text=True)
+    n = 0
+    for pid in r.stdout.split():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        n += any(e.startswith(b"SUANLI_STATE_DIR=" + str(folder).encode()) for e in env)
+    return n
+
+
+def test_a_killed_agents_tasks_stop_and_move_and_a_cut_off_agent_fences_itself_before_its_lease(world):
+    placed = apply(world)
+    first = placed["play/game/0"]
+    wait(lambda: sum(len(t) for _, t in runs_of(world.log("play/game/0"))) > 40, 60, "the game to tick and checkpoint")
+    # kill the agent: its keeper kills what it ran at once, and the work moves once its lease is out
+    killed = first.split("/")[1]
+    assert game_processes(world.base / killed) > 0  # (its process and the wrappers that start it)
+    began = time.time()
+    world.procs[killed].send_signal(signal.SIGKILL)
+    wait(lambda: "is gone: killed" in world.said(killed), 3 * LEASE, "the killed agent's keeper")
+    assert game_processes(world.base / killed) == 0  # before its lease ran out
+    gone_by = float(re.search(r"is gone: killed \d+ by ([\d.]+)", world.said(killed))[1])
+    assert gone_by - began < LEASE
+    second = settled(world, away_from=first)
+    assert set(second.values()) <= {f"e1/{a}" for a in ("a1", "a2", "a3") if a != killed}
+    wait(lambda: len(runs_of(world.log("play/game/0"))) == 2 and len(runs_of(world.log("play/game/0"))[1][1]) > 10,
+         60, "the game to tick again")
+    (_, ticks1), (resumed, ticks2) = runs_of(world.log("play/game/0"))[:2]
+    assert 0 < resumed <= ticks1[-1] and ticks2[0] == resumed + 1  # from its last checkpoint (killed: no last word)
+
+    # cut the game's agent off: it fences itself before its lease is out, and only then does the work move
+    cut = second["play/game/0"].split("/")[1]
+    world.net.cut(cut)
+    wait(lambda: ": fenced: " in world.said(cut), LEASE, "the cut-off agent to fence itself")
+    fenced_by = float(re.search(r": fenced: .* by ([\d.]+):", world.said(cut))[1])
+    third = settled(world, away_from=second["play/game/0"])
+    rest = ({"a1", "a2", "a3"} - {killed, cut}).pop()
+    assert set(third.values()) == {f"e1/{rest}"}
+    runs = intervals(world)
+    assert overlaps(runs) == [], runs  # no task ever ran in two places
+    moved_at = min(s[1] for spans in runs.values() for s in spans if s[0] == rest)
+    assert fenced_by < moved_at, (fenced_by, moved_at)
+    world.net.cut(cut, up=True)  # back: it finds itself lost, registers again, and runs nothing of before
+    wait(lambda: "registered again" in world.said(cut), 3 * LEASE, "the cut-off agent to come back")
+    time.sleep(1)
+    assert overlaps(intervals(world)) == []
+
+
+def test_an_agent_runs_containers_and_the_server_has_their_exit_and_log(tmp_path):
+    """``--runtime podman`` on this machine's own network: a job's container
+    ends with its status, its log is the server's, and a service runs on."""
+    from containers import image
+    from serving import Server, free_port
+
+    from suanli.server.store import sqlite_url
+
+    img = image()
+    base = Path(tempfile.mkdtemp(prefix="suanli-agents-"))
+    base.chmod(0o711)
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    http = None
+    agent = None
+    with open(tmp_path / "server.log", "ab") as log:
+        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "agents", "--work-dir",
+                        str(base / "srv"), speed=1, files=(tmp_path / "fleet.yaml",))
+        server.start()
+        try:
+            http = httpx.Client(base_url=server.url, timeout=30)
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            token = http.post("/v1/tokens", json={"role": "agent", "sites": ["e1"], "nodes": 1}, headers=admin)
+            agent_log = open(tmp_path / "agent.log", "ab")
+            agent = subprocess.Popen(cli("agent", "--site", "e1", "--name", "box", "--cpu", "4", "--memory", "8Gi",
+                                         "--runtime", "podman", "--work-dir", str(base / "box"), "--lease", "10s",
+                                         "--server", server.url), stdout=agent_log, stderr=agent_log,
+                                     env={**os.environ, "SUANLI_TOKEN": token.json()["token"]})
+            wait(lambda: any(a["state"] == "ready" for a in http.get("/v1/agents", headers=admin).json()), 60,
+                 "the agent")
+            doc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "box", "tenant": "alpha"},
+                   "spec": {"components": [
+                       {"name": "job", "lifetime": "job", "duration": "1s", "resources": {"cpu": "500m"},
+                        "run": {"image": img, "command": ["sh", "-c", "echo in a container as $(id -u); exit 3"]}},
+                       {"name": "web", "lifetime": "service", "resources": {"cpu": "500m"},
+                        "run": {"image": img, "command": ["sleep", "3600"]}}]}}
+            r = http.put("/v1/applications/box", json=doc, headers=admin, params={"tenant": "alpha"})
+            assert r.status_code in (200, 201), r.text
+            tasks = lambda: {t["task"]: t for t in http.get("/v1/tasks", headers=admin,  # noqa: E731
+                                                             params={"tenant": "alpha"}).json()}
+            job = wait(lambda: (lambda t: t if t["status"] == "failed" else None)(tasks()["box/job/0"]), 90,
+                       "the job to fail")
+            history = http.get("/v1/tasks/box/job/0", headers=admin, params={"tenant": "alpha"}).json()["history"]
+            assert [e.get("reason") for e in history if e["kind"] == "failed"] == ["exit status 3"], history
+            said = wait(lambda: re.search(r"in a container as (\d+)", http.get(
+                "/v1/logs/box/job/0", headers=admin, params={"tenant": "alpha"}).text), 30, "the job's log")
+            uid = int(said[1])
+            assert uid >= 2_000_000  # its tenant's user, not the agent's
+            assert tasks()["box/web/0"]["status"] == "running"
+        finally:
+            if agent is not None:
+                agent.terminate()
+                agent.wait(60)
+            if http is not None:
+                http.close()
+            server.stop()
+            shutil.rmtree(base, ignore_errors=True)
+    assert "left" in (tmp_path / "agent.log").read_text()
