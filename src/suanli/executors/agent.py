@@ -94,6 +94,7 @@ class Agent:
         self.fenced = False
         self.last_ok = time.monotonic()  # when the last renewal that went through was sent
         self.shipped: dict[str, tuple[int, int]] = {}  # task -> (inode, bytes of its log sent)
+        self._shipping = threading.Lock()
         self.fence = subprocess.Popen([sys.executable, "-m", "suanli.executors.fence", str(os.getpid()), runtime],
                                       stdin=subprocess.PIPE, text=True, start_new_session=True)
         self._deadline(self.last_ok + FENCE_AT * lease_s)
@@ -409,6 +410,10 @@ class Agent:
             self._ship_once()
 
     def _ship_once(self) -> None:
+        with self._shipping:  # (from its own thread, and from a task's stop: each byte sent once)
+            self._ship_logs()
+
+    def _ship_logs(self) -> None:
         folder = self.work / "logs"
         for path in folder.glob("*.log"):
             task = unquote(path.name[:-4])
