@@ -17,6 +17,7 @@ as the server has them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -53,7 +54,21 @@ apiVersion: suanli/v1
 kind: Tenant
 metadata: {name: alpha}
 """
-APP = f"""\
+
+
+def app(runtime: str) -> str:
+    """A stateful game (``examples/live``'s; in a container, a counter of the
+    same protocol) and two idle replicas, as processes or containers."""
+    if runtime == "podman":
+        from containers import COUNTER, image
+
+        img = image()
+        game = f'{{image: "{img}", command: [sh, -c, {json.dumps(COUNTER)}], stopGrace: 5s}}'
+        idle = f'{{image: "{img}", command: [sleep, "3600"]}}'
+    else:
+        game = f'{{command: [python3, "{GAME}"], env: {{GAME_TICK_S: "0.05"}}, stopGrace: 5s}}'
+        idle = "{command: [sleep, infinity]}"
+    return f"""\
 apiVersion: suanli/v1
 kind: Application
 metadata: {{name: play}}
@@ -63,12 +78,12 @@ spec:
       lifetime: service
       resources: {{cpu: 3, memory: 256Mi}}
       state: {{kind: stateful, size: 1Mi, checkpointEvery: 1s}}
-      run: {{command: [python3, "{GAME}"], env: {{GAME_TICK_S: "0.05"}}, stopGrace: 5s}}
+      run: {game}
     - name: idle
       lifetime: service
       replicas: 2
       resources: {{cpu: 500m, memory: 64Mi}}
-      run: {{command: [sleep, infinity]}}
+      run: {idle}
 """
 
 
@@ -103,7 +118,8 @@ class Net:
         subprocess.run(["ip", *args], check=True, capture_output=True)
 
     def run(self, name: str, argv: list[str], log, env: dict | None = None) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", f"{self.tag}{name}", *argv], stdout=log, stderr=log,
+        # (its network namespace alone: the machine's control groups stay in sight, for podman and limits)
+        return subprocess.Popen(["nsenter", f"--net=/run/netns/{self.tag}{name}", *argv], stdout=log, stderr=log,
                                 env={**os.environ, **(env or {})})
 
     def cut(self, name: str, up: bool = False) -> None:
@@ -122,8 +138,9 @@ def cli(*args: str) -> list[str]:
 class World:
     """The server and three agents, each in its own namespace."""
 
-    def __init__(self, tmp: Path, base: Path) -> None:
+    def __init__(self, tmp: Path, base: Path, runtime: str = "process") -> None:
         self.tmp, self.base = tmp, base  # (the agents' work folders in ``base``, which tenants' users reach)
+        self.runtime = runtime
         (tmp / "fleet.yaml").write_text(FLEET)
         self.net = Net(["srv", "a1", "a2", "a3"])
         self.url = f"http://{self.net.addr['srv']}:18080"
@@ -166,7 +183,7 @@ class World:
 
     def agent(self, name: str) -> None:
         self.start(name, name, cli("agent", "--site", "e1", "--name", name, "--cpu", "4", "--memory", "8Gi",
-                                   "--runtime", "process", "--work-dir", str(self.base / name), "--lease", f"{LEASE}s",
+                                   "--runtime", self.runtime, "--work-dir", str(self.base / name), "--lease", f"{LEASE}s",
                                    "--server", self.url),
                    {"SUANLI_TOKEN": self.agent_token, "SUANLI_PLAIN_HTTP": "1"})  # (a test network)
 
@@ -242,11 +259,11 @@ def overlaps(runs: dict[str, list[tuple[str, float, float]]]) -> list[str]:
 
 
 @pytest.fixture
-def world(tmp_path):
+def world(tmp_path, request):
     base = Path(tempfile.mkdtemp(prefix="suanli-agents-"))
     base.chmod(0o711)
     try:
-        w = World(tmp_path, base)
+        w = World(tmp_path, base, getattr(request, "param", "process"))
         try:
             yield w
         finally:
@@ -258,7 +275,7 @@ def world(tmp_path):
 def apply(world: World) -> dict[str, str]:
     import yaml
 
-    doc = yaml.safe_load(APP)
+    doc = yaml.safe_load(app(world.runtime))
     r = world.http.put("/v1/applications/play", json=doc, headers=world.tenant)
     assert r.status_code in (200, 201), r.text
     return wait(lambda: (lambda run: run if len(run) == 3 else None)(world.running()), 60, "three tasks running")
@@ -279,6 +296,15 @@ def settled(world: World, away_from: str | None = None) -> dict[str, str]:
     return wait(now, 90, "the tasks to run where they are placed")
 
 
+def containers_of(agent_pid: int) -> list[str]:
+    from suanli.executors.podman import LABEL, podman
+
+    r = subprocess.run([*podman(), "ps", "-q", "--filter", f"label={LABEL}={agent_pid}"], capture_output=True,
+                       text=True, timeout=60)
+    return r.stdout.split()
+
+
+@pytest.mark.parametrize("world", ["process", "podman"], indirect=True)
 def test_a_game_moves_between_agents_with_its_state_and_a_restarted_server_adopts_what_runs(world):
     placed = apply(world)
     game_at = placed["play/game/0"]
@@ -306,6 +332,16 @@ def test_a_game_moves_between_agents_with_its_state_and_a_restarted_server_adopt
     assert {t: len(s) for t, s in after.items()} == {t: len(s) for t, s in before.items()}, (before, after)
     log = world.log("play/game/0")
     assert len(runs_of(log)) == 2 and runs_of(log)[1][1][-1] > second[-1]  # the same run ticks on
+    if world.runtime != "podman":
+        return
+    # kill the agent of the containers: its keeper removes them, well within the lease
+    name = moved["play/game/0"].split("/")[1]
+    pid = world.procs[name].pid
+    assert len(containers_of(pid)) == 3
+    began = time.monotonic()
+    world.procs[name].send_signal(signal.SIGKILL)
+    wait(lambda: not containers_of(pid), LEASE, "the killed agent's containers to go")
+    assert time.monotonic() - began < LEASE
 
 
 def game_processes(folder: Path) -> int:

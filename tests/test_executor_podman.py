@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from containers import image
+from containers import COUNTER, image
 from live import (as_tenant, events, executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of,
                   suanli)
 
@@ -120,13 +120,6 @@ def test_a_container_is_held_to_its_slice_and_a_task_over_its_memory_is_told_so(
     assert out["a/roomy/0"] == ("finished", None)
     exited = [e for e in evs if e["kind"] == "exited" and e["task"] == "a/hog/0"]
     assert exited and exited[0]["reason"] == "killed over its memory limit (32 MiB)"
-
-
-COUNTER = ('n=$(cat "$SUANLI_STATE_DIR/count" 2>/dev/null || echo 0); echo "counter: resuming after $n"; '
-           'save() { echo $n > "$SUANLI_STATE_DIR/count"; }; '
-           'trap \'save; echo "counter: saved $n, leaving"; exit 0\' TERM; '
-           'trap \'save; touch "$SUANLI_STATE_DIR/.checkpointed"\' USR1; '
-           'while true; do n=$((n + 1)); echo "tick $n"; sleep 0.1; done')
 
 
 def test_a_stateful_container_moves_with_its_state(tmp_path):
