@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from containers import COUNTER, image
-from live import (as_tenant, events, executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of,
+from live import (ONE_SITE, as_tenant, events, executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of,
                   suanli)
 
 from suanli.executors.confine import Confinement
@@ -213,3 +214,37 @@ def test_probes_run_in_the_container(tmp_path):
     # ready once the file is made; once it is gone, not ready and (each probe in its own time) killed
     assert kinds[0] == "ready" and kinds[-1] == "failed" and {"notReady", "livenessFailed"} <= set(kinds), kinds
     assert ended(evs)["a/box/0"][1].startswith("liveness probe failed 2 times in a row (exit status 1)")
+
+
+def test_a_container_is_given_the_devices_it_holds_by_their_cdi_names(tmp_path):
+    """A node group's devices with a CDI kind: each container is given the
+    devices its task holds (VENDOR/CLASS=INDEX) and no other; here CDI devices
+    whose edits set an environment variable, from a spec of the test's own."""
+    img = image()
+    kind = f"example.com/gpu{os.getpid()}"
+    spec = Path("/etc/cdi") / f"suanli-test-{os.getpid()}.yaml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(f'cdiVersion: "0.5.0"\nkind: "{kind}"\ndevices:\n' + "".join(
+        f'  - name: "{i}"\n    containerEdits:\n      env: ["FAKE_GPU_{i}=here"]\n' for i in range(2)))
+    path = tmp_path / "s.yaml"
+    path.write_text(ONE_SITE.replace("cpu: 8, memory: 16Gi}]", "cpu: 8, memory: 16Gi, accelerators: "
+                                     f"[{{kind: gpu, model: T4, count: 2, cdi: {kind}}}]}}]")
+                    % (1, "x86_64", textwrap.indent(textwrap.dedent(f"""\
+                        - name: see
+                          lifetime: job
+                          duration: 1s
+                          replicas: 2
+                          resources: {{cpu: 100m, accelerators: [{{kind: gpu, count: 1}}]}}
+                          run: {{image: "{img}", command: [sh, -c, 'echo holds $SUANLI_DEVICES sees $(env | grep -o "^FAKE_GPU_[0-9]" | sort | tr "\\n" " ")']}}
+                        """), "    "), "4s", ""))
+    try:
+        evs, work = run(tmp_path, path)
+    finally:
+        spec.unlink(missing_ok=True)
+    seen = sorted(log_of(work, f"a/see/{i}").splitlines()[-1] for i in range(2))
+    assert seen == ["holds gpu:0 sees FAKE_GPU_0", "holds gpu:1 sees FAKE_GPU_1"], seen
+    assert ended(evs) == {"a/see/0": ("finished", None), "a/see/1": ("finished", None)}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace(f"cdi: {kind}", "cdi: not a kind"))
+    r = suanli("schedule", bad)
+    assert r.returncode == 2 and "accelerators[0].cdi" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -253,6 +253,19 @@ def agents(live):
     assert live.client.get("/v1/agents", headers=live.b).status_code == 403
 
 
+def agents_work(live):
+    """A tenant's token reads no node's assignments nor any task's state, and
+    writes no report, log or state: the routes of agents that execute are an
+    agent's (of the node it registered) or an admin's."""
+    c, b, task = live.client, live.b, {"task": f"a:{A_APP}/c/0"}
+    assert c.get("/v1/agents/edge-1/n1/assignments", headers=b).status_code == 403
+    assert c.post("/v1/agents/edge-1/n1/reports", headers=b, json={"reports": [
+        {"task": f"a:{A_APP}/c/0", "run_id": 1, "kind": "exited", "body": {"code": 1}}]}).status_code == 403
+    assert c.post("/v1/agents/edge-1/n1/logs", headers=b, params=task, content=b"forged").status_code == 403
+    assert c.put("/v1/agents/edge-1/n1/state", headers=b, params=task, content=b"forged").status_code == 403
+    assert c.get("/v1/agents/edge-1/n1/state", headers=b, params=task).status_code == 403
+
+
 CASES = {
     ("GET", "/v1/applications"): apps_list,
     ("POST", "/v1/applications"): app_create,
@@ -290,6 +303,11 @@ CASES = {
     ("GET", "/v1/agents"): agents,
     ("PUT", "/v1/agents/{name:path}/lease"): agents,
     ("DELETE", "/v1/agents/{name:path}"): agents,
+    ("GET", "/v1/agents/{name:path}/assignments"): agents_work,
+    ("POST", "/v1/agents/{name:path}/reports"): agents_work,
+    ("POST", "/v1/agents/{name:path}/logs"): agents_work,
+    ("PUT", "/v1/agents/{name:path}/state"): agents_work,
+    ("GET", "/v1/agents/{name:path}/state"): agents_work,
 }
 
 

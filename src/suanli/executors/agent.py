@@ -42,6 +42,7 @@ FENCE_AT = 0.7  # of the lease: no renewal through for this long, and the node's
 SHIP_EVERY_S = 0.3  # how often logs are sent
 WAIT_S = 10.0  # a read of the assignments waits this long for a change
 LOG_CHUNK = 256 << 10
+RETRY_S = 0.5  # a renewal that did not go through is tried again this soon
 
 
 class AgentLoop:
@@ -116,16 +117,17 @@ class Agent:
     def _renewing(self, every: float) -> None:
         while not self.stop.is_set():
             began = time.monotonic()
-            self._renew()
-            self.stop.wait(max(0.0, every - (time.monotonic() - began)))
+            ok = self._renew()
+            self.stop.wait(max(0.0, (every if ok else RETRY_S) - (time.monotonic() - began)))
 
-    def _renew(self) -> None:
+    def _renew(self) -> bool:
+        """One renewal; False when it did not go through (tried again soon)."""
         sent = time.monotonic()
-        try:
-            r = self.http.put(f"{self.base}/lease", timeout=max(0.5, self.lease_s / 6))
+        try:  # (a slow answer still counts from when it was sent; the fence is the main loop's to keep)
+            r = self.http.put(f"{self.base}/lease", timeout=self.lease_s / 2)
         except Exception as exc:  # the server is away, or the link is cut: the lease may still hold
             self.say(f"agent {self.node}: cannot renew: {type(exc).__name__}: {exc}")
-            return
+            return False
         if r.status_code in (404, 409):  # lost meanwhile: whatever ran here runs elsewhere now
             if not self.fenced:
                 self._fence(f"the server took it for lost ({r.status_code})")
@@ -133,16 +135,17 @@ class Agent:
                 self.register()
             except Exception as exc:
                 self.say(f"agent {self.node}: cannot register again: {exc}")
-                return
+                return False
             self.say(f"agent {self.node} registered again")
         elif r.status_code >= 400:
             self.say(f"agent {self.node}: renewal refused ({r.status_code}): {r.text[:300]}")
-            return
+            return False
         self.last_ok = sent
         self._deadline(sent + FENCE_AT * self.lease_s)
         if self.fenced:
             self.fenced = False
             self._wake_read.set()
+        return True
 
     def _deadline(self, at: float) -> None:
         self._tell(f"deadline {at!r}")

@@ -136,6 +136,8 @@ class PodmanExecutor(LocalExecutor):
                 "--volume", f"{state}:{STATE_MOUNT}", "--volume", f"{home}:{HOME_MOUNT}"]
         if ln.cpu_milli:
             argv += ["--cpus", f"{ln.cpu_milli / 1000:g}"]
+        for device in ln.devices:  # by CDI name: the runtime adds the device's nodes, mounts and env
+            argv += ["--device", device]
         if procs:  # the task's groups hold it (and tell when it went over its memory)
             argv += ["--cgroup-parent", self.confinement.group_path(key)]
             self._delegate(key)

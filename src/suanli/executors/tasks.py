@@ -73,6 +73,7 @@ class Launch:
     containerized: bool = False  # its component runs an image (even where no variant is for this arch)
     readiness: "Probe | None" = None
     liveness: "Probe | None" = None
+    devices: tuple[str, ...] = ()  # the CDI names of the devices it holds whose node names them so
 
 
 def safe(task: str) -> str:
@@ -96,7 +97,12 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
         env, grace = {}, 10.0
     name = fleet.node_name(node)
     site = fleet.site_of(node).name
-    arch = fleet.groups[int(fleet.node_group[node])].arch
+    group = fleet.groups[int(fleet.node_group[node])]
+    arch = group.arch
+    held = view.devices_of(task) if comp.resources.accelerators else []
+    cdi = {d.kind: d.cdi for d in group.devices if d.cdi}
+    if held:
+        env["SUANLI_DEVICES"] = ",".join(f"{kind}:{index}" for kind, _, index in held)
     env.update({
         "SUANLI_TASK": task.split(":", 1)[-1],  # as its tenant knows it (a control plane prefixes the tenant)
         "SUANLI_TENANT": rec.tenant,
@@ -111,7 +117,8 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
     return Launch(run.run_id, task, rec.tenant, name, site, tuple(command), env, comp.resources.cpu_milli,
                   comp.resources.mem_mib, comp.stateful, every, grace, spec is None,
                   spec.image_for(arch) if contained else None, arch, contained,
-                  spec.readiness if spec is not None else None, spec.liveness if spec is not None else None)
+                  spec.readiness if spec is not None else None, spec.liveness if spec is not None else None,
+                  tuple(f"{cdi[kind]}={index}" for kind, _, index in held if kind in cdi))
 
 
 def speed_of(loop: "EventLoop") -> float:

@@ -30,6 +30,7 @@ class DeviceType:
     count: int
     memory_mib: int | None = None
     shareable: bool = False
+    cdi: str | None = None  # their CDI kind (VENDOR/CLASS): device i is VENDOR/CLASS=i to a container runtime
 
 
 @dataclass(frozen=True, slots=True)

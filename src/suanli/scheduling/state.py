@@ -836,6 +836,14 @@ class Placements(Mapping):
         a = Allocation(row, vec, dev[0], dev[1]) if dev is not None else Allocation(row, vec)
         return Placement(task, state.tenant_names[self._tenant[i]], vc.name, host, a)
 
+    def devices(self, task: str) -> list[tuple[str, str, int]]:
+        """The devices a placed task holds: (kind, model, index on its node), by index."""
+        p = self[task]
+        fleet, table, a = self._state.fleet, self._state.vcs[p.vc].table, p.alloc
+        return sorted((fleet.kinds.names[int(table.dev_kind[slot, a.row])],
+                       fleet.models.names[int(table.dev_model[slot, a.row])], int(table.dev_index[slot, a.row]))
+                      for slot in a.slots)
+
     def __getitem__(self, task: str) -> Placement:
         i = self._id(task)
         if i < 0:

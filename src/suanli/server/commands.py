@@ -601,9 +601,10 @@ def register(app: typer.Typer) -> None:
         cpu: Optional[str] = typer.Option(None, "--cpu", help="Cores it offers: 8, 500m."),
         memory: Optional[str] = typer.Option(None, "--memory", help="Memory it offers: 16Gi."),
         arch: str = typer.Option("x86_64", "--arch", help="x86_64, aarch64, ... (as fleets name them)"),
-        accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT[:shareable], e.g. "
-                                              "gpu:A100:8, npu:Orin:2:shareable (tasks may take a share of one "
-                                              "device); again for another kind."),
+        accelerator: List[str] = typer.Option([], "--accelerator", help="KIND:MODEL:COUNT[:shareable][:cdi=V/C], "
+                                              "e.g. gpu:A100:8, npu:Orin:2:shareable (tasks may take a share of one "
+                                              "device), gpu:A100:8:cdi=nvidia.com/gpu (containers get device i as "
+                                              "nvidia.com/gpu=i); again for another kind."),
         label: List[str] = typer.Option([], "--label", help="KEY=VALUE (again for another)."),
         lease: str = typer.Option("10s", "--lease", help="The node is lost when no renewal comes for this long; "
                                   "renewed three times per lease."),
@@ -952,14 +953,21 @@ def _apply_one(client: "Client", out: Console, file: Path, i: int, doc: dict) ->
 
 
 def accelerator_spec(text: str) -> dict[str, Any]:
-    """``--accelerator KIND:MODEL:COUNT[:shareable]`` as a node group's
-    accelerator entry; exits 2 saying what is expected."""
+    """``--accelerator KIND:MODEL:COUNT[:shareable][:cdi=VENDOR/CLASS]`` as a
+    node group's accelerator entry; exits 2 saying what is expected."""
     parts = text.split(":")
-    shareable = len(parts) == 4 and parts[3] == "shareable"
-    if len(parts) not in (3, 4) or (len(parts) == 4 and not shareable) or not parts[0] or not parts[1] \
-            or not parts[2].isdigit():
-        _fail(f"--accelerator {text!r}: expected KIND:MODEL:COUNT[:shareable], e.g. gpu:A100:8 or npu:Orin:2:shareable")
-    return {"kind": parts[0], "model": parts[1], "count": int(parts[2]), **({"shareable": True} if shareable else {})}
+    extra = {}
+    for part in parts[3:]:
+        if part == "shareable" and "shareable" not in extra:
+            extra["shareable"] = True
+        elif part.startswith("cdi=") and "cdi" not in extra:
+            extra["cdi"] = part[4:]
+        else:
+            extra["bad"] = True
+    if len(parts) < 3 or "bad" in extra or not parts[0] or not parts[1] or not parts[2].isdigit():
+        _fail(f"--accelerator {text!r}: expected KIND:MODEL:COUNT[:shareable][:cdi=VENDOR/CLASS], e.g. gpu:A100:8, "
+              "npu:Orin:2:shareable or gpu:A100:8:cdi=nvidia.com/gpu")
+    return {"kind": parts[0], "model": parts[1], "count": int(parts[2]), **extra}
 
 
 def natural_key(text: str) -> tuple:

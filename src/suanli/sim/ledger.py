@@ -929,6 +929,10 @@ class LedgerView:
         """The node a placed task is on."""
         return self._placements.node_of(task)
 
+    def devices_of(self, task: str) -> list[tuple[str, str, int]]:
+        """The devices a placed task holds: (kind, model, index on its node)."""
+        return self._placements.devices(task)
+
     def running(self) -> Iterator[int]:
         """The running units, in the order they started."""
         return iter(self._ledger.running)

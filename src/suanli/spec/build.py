@@ -73,7 +73,7 @@ def build_fleet(docs: Documents) -> Fleet:
 
 
 def _group(index: int, site: int, g: schema.NodeGroupSpec, site_count: int = 1) -> NodeGroup:
-    devices = tuple(DeviceType(d.kind, d.model, d.count, d.memory, d.shareable) for d in g.accelerators)
+    devices = tuple(DeviceType(d.kind, d.model, d.count, d.memory, d.shareable, d.cdi) for d in g.accelerators)
     fabrics = {k: v for k, v in g.fabrics.model_dump().items() if v is not None}
     return NodeGroup(index, site, g.name, g.count, g.arch, g.cpu, g.memory, devices, fabrics, dict(g.labels),
                      g.cost_per_hour, site_count)

@@ -105,6 +105,10 @@ def _not_reserved(kind: str) -> str:
 AcceleratorKind = Annotated[Name, AfterValidator(_not_reserved)]
 
 
+# a Container Device Interface kind: a vendor's domain, then the class of its devices
+CDI_KIND = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.[a-z]+/[a-zA-Z0-9]([a-zA-Z0-9_.-]*[a-zA-Z0-9])?$"
+
+
 class DeviceSpec(Base):
     """Accelerators on every node of a node group."""
 
@@ -113,6 +117,9 @@ class DeviceSpec(Base):
     count: Annotated[int, Field(ge=1, le=64)]
     memory: MemMiB | None = None
     shareable: bool = False
+    cdi: Annotated[str, Field(pattern=CDI_KIND, max_length=253)] | None = Field(
+        None, description="the devices' CDI kind (VENDOR/CLASS, e.g. nvidia.com/gpu): a container given device i "
+        "of these is given VENDOR/CLASS=i by its runtime")
 
 
 class FabricsSpec(Base):
