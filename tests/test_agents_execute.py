@@ -1,18 +1,20 @@
 """Agents that execute: a control plane (``serve --executor agents``) in one
-network namespace and three agents (``suanli agent --runtime process``), each
-in its own, joined by a bridge: machines of their own as far as the network
-goes. The tasks run on the agents; what is checked comes from the agents'
-own logs (each start, stop and fence with its wall time) and the tasks' logs
-as the server has them.
+network namespace and three agents (``suanli agent --runtime podman`` or
+``process``), each in its own, joined by a bridge: machines of their own as
+far as the network goes. The tasks run on the agents; what is checked comes
+from the agents' own logs (each start, stop and fence with its wall time)
+and the tasks' logs as the server has them.
 
-- a stateful game moved between two agents (a drain) carries its counter:
-  no gap, no repeat;
-- a killed agent's tasks stop at once (its fence keeper sees it go) and the
-  work moves within the lease;
-- an agent whose link is cut fences itself before its lease runs out, and no
-  task runs in two places at once;
+- a job's container on an agent ends with its exit status, and its log is
+  the server's;
+- a stateful container moved between two agents (a drain) carries its
+  counter: no gap, no repeat;
 - a restarted server finds its agents' tasks running, and they run on
-  (adopted: no task starts again).
+  (adopted: no task starts again);
+- a killed agent's containers (processes) are removed by its fence keeper
+  at once, and the work moves once its lease is out;
+- an agent whose link is cut fences itself before its lease runs out, and no
+  task runs in two places at once.
 """
 
 from __future__ import annotations
@@ -203,7 +205,9 @@ class World:
         return {t["task"]: t for t in self.http.get("/v1/tasks", headers=self.tenant).json()}
 
     def running(self) -> dict[str, str]:
-        return {name: t["node"] for name, t in self.tasks().items() if t["status"] == "running"}
+        """The application ``play``'s running tasks -> their nodes."""
+        return {name: t["node"] for name, t in self.tasks().items() if t["status"] == "running"
+                and name.startswith("play/")}
 
     def log(self, task: str) -> str:
         r = self.http.get(f"/v1/logs/{task}", headers=self.tenant)
@@ -213,9 +217,9 @@ class World:
         return self.logs[name].read_text(errors="replace")
 
     def close(self) -> None:
-        for p in self.procs.values():  # (each agent's fence keeper ends with it)
+        for name, p in self.procs.items():  # agents killed: each one's fence keeper kills its tasks at once
             if p.poll() is None:
-                p.terminate()
+                p.send_signal(signal.SIGKILL if name != "server" else signal.SIGTERM)
         for p in self.procs.values():
             try:
                 p.wait(20)
@@ -289,7 +293,7 @@ def apply(world: World) -> dict[str, str]:
 def live_on(world: World) -> dict[str, str]:
     """Each task that runs now by the agents' logs -> the node of the agent it runs on."""
     return {task.split(":", 1)[1]: f"e1/{spans[-1][0]}" for task, spans in intervals(world).items()
-            if spans and spans[-1][2] == float("inf")}
+            if spans and spans[-1][2] == float("inf") and task.startswith("alpha:play/")}
 
 
 def settled(world: World, away_from: str | None = None) -> dict[str, str]:
@@ -309,9 +313,26 @@ def containers_of(agent_pid: int) -> list[str]:
     return r.stdout.split()
 
 
-@pytest.mark.parametrize("world", [("process", RESTART_LEASE), ("podman", RESTART_LEASE)], indirect=True,
-                         ids=["process", "podman"])
-def test_a_game_moves_between_agents_with_its_state_and_a_restarted_server_adopts_what_runs(world):
+def a_job_fails_with_its_status_and_log(world: World) -> None:
+    """A job in a container on an agent: its exit status ends it, its log is the server's, it ran as its tenant."""
+    from containers import image
+
+    doc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "box"},
+           "spec": {"components": [{"name": "job", "lifetime": "job", "duration": "1s", "resources": {"cpu": "100m"},
+                                    "run": {"image": image(), "command": [
+                                        "sh", "-c", "echo in a container as $(id -u); exit 3"]}}]}}
+    r = world.http.put("/v1/applications/box", json=doc, headers=world.tenant)
+    assert r.status_code in (200, 201), r.text
+    wait(lambda: world.tasks()["box/job/0"]["status"] == "failed", 90, "the job to fail")
+    history = world.http.get("/v1/tasks/box/job/0", headers=world.tenant).json()["history"]
+    assert [e.get("reason") for e in history if e["kind"] == "failed"] == ["exit status 3"], history
+    said = wait(lambda: re.search(r"in a container as (\d+)", world.log("box/job/0")), 30, "the job's log")
+    assert int(said[1]) >= 2_000_000  # its tenant's user, not the agent's
+
+
+@pytest.mark.parametrize("world", [("podman", RESTART_LEASE)], indirect=True, ids=["podman"])
+def test_a_container_moves_between_agents_with_its_state_and_a_restarted_server_adopts_what_runs(world):
+    a_job_fails_with_its_status_and_log(world)
     placed = apply(world)
     game_at = placed["play/game/0"]
     wait(lambda: len(runs_of(world.log("play/game/0"))) == 1 and len(runs_of(world.log("play/game/0"))[0][1]) > 20,
@@ -399,62 +420,3 @@ def test_a_killed_agents_tasks_stop_and_move_and_a_cut_off_agent_fences_itself_b
     wait(lambda: "registered again" in world.said(cut), 3 * LEASE, "the cut-off agent to come back")
     time.sleep(1)
     assert overlaps(intervals(world)) == []
-
-
-def test_an_agent_runs_containers_and_the_server_has_their_exit_and_log(tmp_path):
-    """``--runtime podman`` on this machine's own network: a job's container
-    ends with its status, its log is the server's, and a service runs on."""
-    from containers import image
-    from serving import Server, free_port
-
-    from suanli.server.store import sqlite_url
-
-    img = image()
-    base = Path(tempfile.mkdtemp(prefix="suanli-agents-"))
-    base.chmod(0o711)
-    (tmp_path / "fleet.yaml").write_text(FLEET)
-    http = None
-    agent = None
-    with open(tmp_path / "server.log", "ab") as log:
-        server = Server(sqlite_url(tmp_path / "s.db"), free_port(), log, "--executor", "agents", "--work-dir",
-                        str(base / "srv"), speed=1, files=(tmp_path / "fleet.yaml",))
-        server.start()
-        try:
-            http = httpx.Client(base_url=server.url, timeout=30)
-            admin = {"Authorization": f"Bearer {ADMIN}"}
-            token = http.post("/v1/tokens", json={"role": "agent", "sites": ["e1"], "nodes": 1}, headers=admin)
-            agent_log = open(tmp_path / "agent.log", "ab")
-            agent = subprocess.Popen(cli("agent", "--site", "e1", "--name", "box", "--cpu", "4", "--memory", "8Gi",
-                                         "--runtime", "podman", "--work-dir", str(base / "box"), "--lease", "10s",
-                                         "--server", server.url), stdout=agent_log, stderr=agent_log,
-                                     env={**os.environ, "SUANLI_TOKEN": token.json()["token"]})
-            wait(lambda: any(a["state"] == "ready" for a in http.get("/v1/agents", headers=admin).json()), 60,
-                 "the agent")
-            doc = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "box", "tenant": "alpha"},
-                   "spec": {"components": [
-                       {"name": "job", "lifetime": "job", "duration": "1s", "resources": {"cpu": "500m"},
-                        "run": {"image": img, "command": ["sh", "-c", "echo in a container as $(id -u); exit 3"]}},
-                       {"name": "web", "lifetime": "service", "resources": {"cpu": "500m"},
-                        "run": {"image": img, "command": ["sleep", "3600"]}}]}}
-            r = http.put("/v1/applications/box", json=doc, headers=admin, params={"tenant": "alpha"})
-            assert r.status_code in (200, 201), r.text
-            tasks = lambda: {t["task"]: t for t in http.get("/v1/tasks", headers=admin,  # noqa: E731
-                                                             params={"tenant": "alpha"}).json()}
-            job = wait(lambda: (lambda t: t if t["status"] == "failed" else None)(tasks()["box/job/0"]), 90,
-                       "the job to fail")
-            history = http.get("/v1/tasks/box/job/0", headers=admin, params={"tenant": "alpha"}).json()["history"]
-            assert [e.get("reason") for e in history if e["kind"] == "failed"] == ["exit status 3"], history
-            said = wait(lambda: re.search(r"in a container as (\d+)", http.get(
-                "/v1/logs/box/job/0", headers=admin, params={"tenant": "alpha"}).text), 30, "the job's log")
-            uid = int(said[1])
-            assert uid >= 2_000_000  # its tenant's user, not the agent's
-            assert tasks()["box/web/0"]["status"] == "running"
-        finally:
-            if agent is not None:
-                agent.terminate()
-                agent.wait(60)
-            if http is not None:
-                http.close()
-            server.stop()
-            shutil.rmtree(base, ignore_errors=True)
-    assert "left" in (tmp_path / "agent.log").read_text()

@@ -1,5 +1,5 @@
 """Crash test: ``suanli serve`` killed with SIGKILL at random moments while 8
-clients submit 240 applications, and started again each time (at least
+clients submit 160 applications, and started again each time (at least
 four times; ``bench/bench_serve.py`` measures the server under steady load),
 on a machine kept busy by two other processes (``busy``).
 
@@ -25,7 +25,7 @@ from test_server_api import postgres  # noqa: F401  (the session's PostgreSQL, f
 
 from suanli.server.store import Store, sqlite_url
 
-CLIENTS, APPS = 8, 240
+CLIENTS, APPS = 8, 160
 pytestmark = [pytest.mark.usefixtures("busy"), pytest.mark.long(140)]  # a loaded machine
 
 
@@ -81,7 +81,7 @@ def test_kill_9_loses_no_acknowledged_submission_and_no_task(backend, tmp_path, 
         while any(t.is_alive() for t in threads):
             # the next kill after some more acknowledgements (so that a fast run is killed as often
             # as a slow one), at a random moment in between
-            due, deadline = len(acked) + rng.randint(40, 60), time.monotonic() + 5.0
+            due, deadline = len(acked) + rng.randint(25, 40), time.monotonic() + 5.0
             while len(acked) < due and time.monotonic() < deadline and any(t.is_alive() for t in threads):
                 time.sleep(0.01)
             if not any(t.is_alive() for t in threads):

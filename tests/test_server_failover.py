@@ -1,6 +1,6 @@
 """Failover: two ``suanli serve`` processes on one PostgreSQL database. Both
 answer the API; one controller is active under the store's lease. Eight
-clients submit 240 applications to either server (the other one when a
+clients submit 160 applications to either server (the other one when a
 request fails) while the active server is killed with SIGKILL, again and
 again, and started again (it then stands by). A standby server answers what needs the
 scheduler by asking the active one. Each time, the other server's
@@ -26,7 +26,7 @@ from test_server_crash import doc
 
 from suanli.server.store import Store
 
-CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 240, 4, 5.0
+CLIENTS, APPS, KILLS, TAKEOVER_S = 8, 160, 4, 5.0
 pytestmark = [pytest.mark.usefixtures("busy"), pytest.mark.long(65)]  # a loaded machine
 STOPS = {"requeued", "lost", "preempted", "finished", "failed", "omitted", "withdrawn", "migrated", "evicted"}
 

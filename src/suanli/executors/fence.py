@@ -51,14 +51,19 @@ def kill_all(agent: int, runtime: str, groups: set[int]) -> int:
     if runtime == "podman":
         from suanli.executors.podman import LABEL, podman
 
-        try:
-            names = subprocess.run([*podman(), "ps", "-aq", "--filter", f"label={LABEL}={agent}"],
-                                   capture_output=True, text=True, timeout=30).stdout.split()
-            if names:
+        gone: set[str] = set()
+        for _ in range(5):  # (one that was stopping as it was asked may need asking again)
+            try:
+                names = subprocess.run([*podman(), "ps", "-aq", "--filter", f"label={LABEL}={agent}"],
+                                       capture_output=True, text=True, timeout=30).stdout.split()
+                if not names:
+                    break
+                gone.update(names)
                 subprocess.run([*podman(), "rm", "-f", "-t", "0", *names], capture_output=True, timeout=60)
-                killed += len(names)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(0.2)
+        killed += len(gone)
     return killed
 
 
