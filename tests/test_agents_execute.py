@@ -67,7 +67,8 @@ def app(runtime: str, game_py: Path) -> str:
 
         img = image()
         game = f'{{image: "{img}", command: [sh, -c, {json.dumps(COUNTER)}], stopGrace: 5s}}'
-        idle = f'{{image: "{img}", command: [sleep, "3600"]}}'
+        idle = (f'{{image: "{img}", command: [sh, -c, "sleep 1; touch $HOME/up; exec sleep 3600"], '
+                'readiness: {exec: [test, -e, /suanli/home/up], period: 0.5s}}')
     else:
         game = f'{{command: [python3, "{game_py}"], env: {{GAME_TICK_S: "0.05"}}, stopGrace: 5s}}'
         idle = "{command: [sleep, infinity]}"
@@ -93,10 +94,13 @@ spec:
 class Net:
     """A bridge in this namespace and a namespace per machine, each with an address."""
 
+    made_here = 0
+
     def __init__(self, names: list[str]) -> None:
-        self.tag = f"sl{os.getpid() % 10000}"
+        Net.made_here += 1  # (a namespace is gone only once its last process is: a next one has names of its own)
+        self.tag = f"sl{os.getpid() % 1000}x{Net.made_here % 100}"
         self.bridge = f"{self.tag}br"
-        net = f"10.231.{os.getpid() % 250}"  # (a net of this process's: tests of other workers run beside)
+        net = f"10.{231 + Net.made_here % 20}.{os.getpid() % 250}"  # (tests of other workers run beside)
         self.addr: dict[str, str] = {}
         self.made: list[str] = []
         self._ip("link", "add", self.bridge, "type", "bridge")
@@ -130,6 +134,7 @@ class Net:
 
     def close(self) -> None:
         for ns in self.made:
+            subprocess.run(["ip", "link", "del", f"{ns}h"], capture_output=True)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
@@ -217,9 +222,9 @@ class World:
         return self.logs[name].read_text(errors="replace")
 
     def close(self) -> None:
-        for name, p in self.procs.items():  # agents killed: each one's fence keeper kills its tasks at once
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL if name != "server" else signal.SIGTERM)
+        for p in self.procs.values():  # agents killed: each one's fence keeper kills its tasks at once; the
+            if p.poll() is None:       # server's controller process dies with it (a waiting read holds no stop)
+                p.send_signal(signal.SIGKILL)
         for p in self.procs.values():
             try:
                 p.wait(20)
@@ -334,6 +339,8 @@ def a_job_fails_with_its_status_and_log(world: World) -> None:
 def test_a_container_moves_between_agents_with_its_state_and_a_restarted_server_adopts_what_runs(world):
     a_job_fails_with_its_status_and_log(world)
     placed = apply(world)
+    ready = lambda: sorted(n for n, t in world.tasks().items() if t.get("ready"))  # noqa: E731
+    wait(lambda: ready() == ["play/idle/0", "play/idle/1"], 60, "the idle replicas' readiness (probed in them)")
     game_at = placed["play/game/0"]
     wait(lambda: len(runs_of(world.log("play/game/0"))) == 1 and len(runs_of(world.log("play/game/0"))[0][1]) > 20,
          60, "the game to tick on its first agent")
@@ -357,6 +364,7 @@ def test_a_container_moves_between_agents_with_its_state_and_a_restarted_server_
     time.sleep(2)
     after = intervals(world)
     assert {t: len(s) for t, s in after.items()} == {t: len(s) for t, s in before.items()}, (before, after)
+    wait(lambda: ready() == ["play/idle/0", "play/idle/1"], 30, "the adopted replicas to be ready again")
     log = world.log("play/game/0")
     assert len(runs_of(log)) == 2 and runs_of(log)[1][1][-1] > second[-1]  # the same run ticks on
     if world.runtime != "podman":

@@ -13,7 +13,7 @@ import pytest
 
 from live import as_tenant, executor_server, one_site, suanli
 
-from suanli.sim.rollout import unavailable_allowed
+from suanli.sim.rollout import surge_allowed, unavailable_allowed
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
@@ -65,6 +65,50 @@ def test_the_twin_replaces_within_the_budget_and_keeps_the_names(tmp_path, repli
     assert sim.rollouts.status(app.name) == {"revision": 2, "done": True, "components": {
         "web": {"replicas": replicas + grow, "updated": replicas + grow, "ready": replicas + grow},
         "gang": {"replicas": 2, "updated": 2, "ready": 2}}}
+
+
+@pytest.mark.parametrize("replicas, budget, surge", [(8, 1, "25%"), (4, "25%", 1), (5, 1, 0), (3, 1, "100%")])
+def test_a_stateless_service_surges_extra_replicas_of_the_new_version_then_withdraws_them(
+        tmp_path, replicas, budget, surge):
+    world = load_world([one_site(tmp_path, COMPONENTS % replicas, "100s", nodes=4)])
+    sim = Simulation(world)
+    sim.start()
+    sim.step(1.0)
+    app = world.apps[0]
+    web, gang = app.components
+    changed = dataclasses.replace(web, resources=dataclasses.replace(web.resources, cpu_milli=2000))
+    sim.update(dataclasses.replace(app, components=(changed, gang)), 2, budget, surge)
+    extra = surge_allowed(surge, replicas)
+    names = {f"{app.name}/web/{i}" for i in range(replicas)}
+    seen = {"most": replicas, "lowest": replicas}
+
+    def sample(t: float) -> None:  # after every instant's pass
+        webs = {task for task, rec in sim.view.tasks.items() if rec.status == "running" and "/web/" in task}
+        seen["most"] = max(seen["most"], len(webs))
+        seen["lowest"] = min(seen["lowest"], sim.rollouts._ready(app.name, changed) + len(webs - names))
+
+    sim.on_instant = sample
+    for k in range(1, 300):
+        sim.step(1.0 + k * 0.001)
+        if not sim.rollouts.active:
+            break
+    most, lowest = seen["most"], seen["lowest"]
+    events = sim.events.take()
+    assert not sim.rollouts.active
+    started = [e for e in events if e["kind"] == "rollout"]
+    assert started[0]["surge"] == min(extra, replicas)
+    assert most == replicas + min(extra, replicas)  # the extra replicas ran beside the old ones (not vacuous)
+    assert lowest >= replicas - unavailable_allowed(budget, replicas)
+    ended = [e for e in events if e["kind"] == "surgeEnded"]
+    assert [len(e["surge_tasks"]) for e in ended] == ([min(extra, replicas)] if extra else [])
+    running = {task for task, rec in sim.view.tasks.items() if rec.status == "running" and "/web/" in task}
+    assert running == names  # the extra ones withdrawn: the replicas are the document's
+    if extra:  # the extra ones let more old replicas go at once than maxUnavailable alone
+        per_instant: dict[float, int] = {}
+        for e in events:
+            if e["kind"] == "updating":
+                per_instant[e["t"]] = per_instant.get(e["t"], 0) + 1
+        assert max(per_instant.values()) > unavailable_allowed(budget, replicas)
 
 
 SERVICE = """\

@@ -86,6 +86,7 @@ class Agent:
         self.running: dict[str, dict[str, Any]] = {}  # task -> the assignment it runs under here
         self.busy: set[str] = set()  # tasks with an action under way
         self.rows: dict[str, dict[str, Any]] = {}  # the newest assignments read
+        self.readiness: dict[str, dict[str, Any]] = {}  # task -> its last readiness note (of its run here)
         self.reports: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -93,6 +94,8 @@ class Agent:
         self._wake_read = threading.Event()  # the node is back after a fence: read its assignments now
         self.stop = threading.Event()
         self.fenced = False
+        self._fencing = threading.Lock()  # a fence and a task's start, one at a time
+        self._failed = 0  # renewals in a row that did not go through
         self.last_ok = time.monotonic()  # when the last renewal that went through was sent
         self.shipped: dict[str, tuple[int, int]] = {}  # task -> (inode, bytes of its log sent)
         self._shipping = threading.Lock()
@@ -126,7 +129,9 @@ class Agent:
         try:  # (a slow answer still counts from when it was sent; the fence is the main loop's to keep)
             r = self.http.put(f"{self.base}/lease", timeout=self.lease_s / 2)
         except Exception as exc:  # the server is away, or the link is cut: the lease may still hold
-            self.say(f"agent {self.node}: cannot renew: {type(exc).__name__}: {exc}")
+            self._failed += 1
+            if self._failed in (1, 10) or self._failed % 100 == 0:  # (said once in a while, not at every try)
+                self.say(f"agent {self.node}: cannot renew ({self._failed} tries): {type(exc).__name__}: {exc}")
             return False
         if r.status_code in (404, 409):  # lost meanwhile: whatever ran here runs elsewhere now
             if not self.fenced:
@@ -140,8 +145,9 @@ class Agent:
         elif r.status_code >= 400:
             self.say(f"agent {self.node}: renewal refused ({r.status_code}): {r.text[:300]}")
             return False
-        self.last_ok = sent
-        self._deadline(sent + FENCE_AT * self.lease_s)
+        self._failed = 0
+        self.last_ok = max(self.last_ok, sent)
+        self._deadline(self.last_ok + FENCE_AT * self.lease_s)
         if self.fenced:
             self.fenced = False
             self._wake_read.set()
@@ -159,11 +165,12 @@ class Agent:
 
     def _fence(self, why: str) -> None:
         """Every task here killed, their folders dropped: the server will run them elsewhere."""
-        with self._lock:
-            tasks = list(self.running)
-            self.running.clear()
-            self.fenced = True
-        self._kill_all()
+        with self._fencing:
+            with self._lock:
+                tasks = list(self.running)
+                self.running.clear()
+                self.fenced = True
+            self._kill_all()
         self.say(f"agent {self.node}: fenced: {why}; killed {len(tasks)} tasks by {time.time():.3f}: "
                  f"{' '.join(sorted(tasks))}")
         self.rows = {}
@@ -278,29 +285,33 @@ class Agent:
                 self.say(f"agent {self.node}: adopted {task} (run {have['run_id']} is run {a['run_id']} now)")
                 self._queue(task, a["run_id"], "note", {"kind": "adopted", "task": task, "node": self.node,
                                                          "run": a["run_id"], "was_run": have["run_id"]})
+                said = self.readiness.get(task)
+                if said is not None:  # (its new run starts not ready at the server: said again)
+                    self._queue(task, a["run_id"], "note", {**said, "run": a["run_id"]})
                 return
             ex._end([task], keep_state=True)
-        ln = launch_of(a["launch"])
-        if ex.state_home.get(task) != self.node or not ex.state_dir(self.node, task).exists():
+        ln = launch_of(a["launch"])  # (its node is the fleet's: a device's agent runs each node of the device)
+        if ex.state_home.get(task) != ln.node or not ex.state_dir(ln.node, task).exists():
             self._fetch_state(task, a, ln)
-        with self._lock:
-            if self.fenced or self.rows.get(task, {}).get("run_id") != a["run_id"]:
-                return
-            self.running[task] = a
-        # from one thread that lives as long as the agent: a task's process dies with the thread that
-        # started it (its parent-death signal)
-        self._spawner.submit(ex._spawn, ln).result()
-        p = ex.procs.get(task)
-        if p is not None:
-            self._tell(f"pid {p.popen.pid}")
+        with self._fencing:  # (not fenced between the look and the start)
+            with self._lock:
+                if self.fenced or self.rows.get(task, {}).get("run_id") != a["run_id"]:
+                    return
+                self.running[task] = a
+            # from one thread that lives as long as the agent: a task's process dies with the thread that
+            # started it (its parent-death signal)
+            self._spawner.submit(ex._spawn, ln).result()
+            p = ex.procs.get(task)
+            if p is not None:
+                self._tell(f"pid {p.popen.pid}")
         self.say(f"agent {self.node}: started {task} run {a['run_id']} attempt {a['attempt']} at {time.time():.3f}")
 
     def _fetch_state(self, task: str, a: dict[str, Any], ln) -> None:
         """Its state folder here: fetched from the server when it has one, else empty."""
         ex = self.executor
-        dest = ex.state_dir(self.node, task)
+        dest = ex.state_dir(ln.node, task)
         shutil.rmtree(dest, ignore_errors=True)
-        ex._node_dir(self.node, "state")
+        ex._node_dir(ln.node, "state")
         uid = ex.uid(ln)
         began = time.monotonic()
         # (the server answers 404 when it keeps none)
@@ -313,26 +324,28 @@ class Agent:
             if uid is not None:
                 give(tmp, uid)
             tmp.rename(dest)
-            ex.state_home[task] = self.node
+            ex.state_home[task] = ln.node
             self._queue(task, a["run_id"], "note", {
                 "kind": "stateFetched", "task": task, "node": self.node, "bytes": folder_size(dest),
                 "took_s": round(time.monotonic() - began, 6)})
             return
         ex._dir(dest, 0o700, uid)
-        ex.state_home[task] = self.node
+        ex.state_home[task] = ln.node
 
     def _stop_task(self, task: str, keep: bool, report: tuple[str, dict] | None) -> None:
         ex = self.executor
         with self._lock:
             self.running.pop(task, None)
+        self.readiness.pop(task, None)
         p = ex.procs.get(task)
         if p is not None:
             ex._end([task], keep_state=True)
             self._tell(f"-pid {p.popen.pid}")
             self.say(f"agent {self.node}: stopped {task} by {time.time():.3f}")
-        state = ex.state_dir(self.node, task)
+        home = ex.state_home.get(task)  # (the node of this agent's where its state is)
         stateful = bool((report[1] if report else self.rows.get(task) or {}).get("launch", {}).get("stateful"))
-        if keep and stateful and ex.state_home.get(task) == self.node and state.exists():
+        state = ex.state_dir(home, task) if home is not None else None
+        if keep and stateful and state is not None and state.exists():
             self._send_state(task, state, report[1]["run_id"] if report else 0, "stateSaved")
         ex._end([task], keep_state=False)  # (its folders here go: the server keeps what it needs)
         if report is not None:
@@ -376,6 +389,8 @@ class Agent:
         if "run" in fields:
             fields["run"] = run_id
         self._queue(task, run_id, "note", {"kind": ev.kind, **fields})
+        if ev.kind in ("ready", "notReady"):
+            self.readiness[task] = {"kind": ev.kind, **fields}
         if ev.kind == "checkpointed" and a is not None:  # the server keeps the newest, for a lost node's task
             keep = self.executor.checkpoint_dir(task)
             threading.Thread(target=self._send_state, args=(task, keep, run_id, "checkpointSent"),

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+
+import numpy as np
 import shutil
 import threading
 import time
@@ -119,13 +121,25 @@ class AgentsExecutor:
     def post(self, kind: str, **fields: object) -> None:
         self.loop.post(Note(kind, tuple(fields.items())))
 
+    def _agent_of(self, node: int) -> str | None:
+        """The agent that runs ``node``'s work: the node's own (it registered
+        itself), a device's (its population's site; every node of the device is
+        its agent's); None: a node of the Fleet document's, which no agent runs."""
+        fleet = self.view.world.fleet
+        g = fleet.groups[int(fleet.node_group[node])]
+        if g.single:
+            return fleet.node_name(node)
+        if g.site_count > 1:
+            return fleet.site_table.names.name(int(fleet.node_site[node]))
+        return None
+
     def _lost_unagented(self) -> None:
-        """The fleet's own nodes have no agent to run their work: lost from the start."""
+        """The Fleet document's own nodes have no agent to run their work: lost from the start."""
         fleet = self.world.fleet
-        for n in range(fleet.n_nodes):
-            if not fleet.groups[int(fleet.node_group[n])].single:
-                self.loop.post(NodeLost(fleet.node_name(n), "no agent runs it: under the agents executor, work "
-                                        "runs on the nodes agents register"))
+        listed = np.fromiter((not g.single and g.site_count == 1 for g in fleet.groups), bool, len(fleet.groups))
+        for n in np.flatnonzero(listed[fleet.node_group[:fleet.n_nodes]]).tolist():
+            self.loop.post(NodeLost(fleet.node_name(n), "no agent runs it: under the agents executor, work runs "
+                                    "on the nodes agents register"))
 
     # ------------------------------------------------------------ the executor interface
 
@@ -135,8 +149,9 @@ class AgentsExecutor:
         rows, unagented = [], set()
         for task in run.tasks:
             node = self.view.node_of(task)
-            if fleet.groups[int(fleet.node_group[node])].single:
-                rows.append(self._run_row(run, task))
+            agent = self._agent_of(node)
+            if agent is not None:
+                rows.append(self._run_row(run, task, agent))
             else:
                 unagented.add(fleet.node_name(node))
         self._write(rows)
@@ -151,7 +166,12 @@ class AgentsExecutor:
             self._write([{**row, "attempt": row["attempt"] + 1, "adopt": False}])
 
     def move(self, run: Run, task: str, now: float) -> None:
-        self._write(self._stops([task], "stop") + [self._run_row(run, task)])
+        agent = self._agent_of(self.view.node_of(task))
+        if agent is None:
+            self._write(self._stops([task], "stop"))
+            self.loop.post(NodeLost(self.view.world.fleet.node_name(self.view.node_of(task)), "no agent runs it"))
+            return
+        self._write(self._stops([task], "stop") + [self._run_row(run, task, agent)])
 
     def stop(self, run: Run, now: float) -> None:
         keep_progress(run, now)
@@ -165,7 +185,7 @@ class AgentsExecutor:
     def node_down(self, node: int, now: float) -> None:
         """Its agent is gone (or fenced itself): what was assigned there is dropped,
         and the tasks that were leaving it may start where they go next."""
-        name = self.view.world.fleet.node_name(node)
+        name = self._agent_of(node)
         gone = [key for key in self.rows if key[0] == name]
         freed = []
         for _, task in gone:
@@ -208,9 +228,9 @@ class AgentsExecutor:
 
     # ------------------------------------------------------------ assignments
 
-    def _run_row(self, run: Run, task: str) -> dict[str, Any]:
+    def _run_row(self, run: Run, task: str, node: str) -> dict[str, Any]:
+        """``task``'s row for the agent ``node`` (its launch names the fleet's node)."""
         ln = launch(self.view, run, task, speed_of(self.loop))
-        node = ln.node
         before = self.inherited.pop(task, None)
         adopt = before is not None and before["node"] == node and same_work(before["launch"], launch_json(ln))
         held = self.leaving.get(task) not in (None, node)

@@ -24,30 +24,30 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 
 
+def _signal(kill, ids) -> int:
+    """SIGKILL by ``kill`` (``os.kill``, ``os.killpg``) to each of ``ids``; how many were there."""
+    n = 0
+    for i in ids:
+        try:
+            kill(i, signal.SIGKILL)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
 def kill_all(agent: int, runtime: str, groups: set[int]) -> int:
     """Kill what the agent ``agent`` runs (``groups``: its tasks' process
     groups, as it said); the processes and containers killed."""
-    killed = 0
-    for pgid in groups:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-            killed += 1
-        except (ProcessLookupError, PermissionError):
-            pass
+    killed = _signal(os.killpg, groups)
     groups.clear()
     mine = [ROOT / f"suanli.{agent}", *(c / f"suanli.{agent}" for c in ROOT.iterdir() if c.is_dir())] \
         if ROOT.is_dir() else []
     for procs in (p for g in mine if g.is_dir() for p in g.rglob("cgroup.procs")):
         try:
-            pids = [int(x) for x in procs.read_text().split()]
+            killed += _signal(os.kill, [int(x) for x in procs.read_text().split()])
         except OSError:
             continue
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
     if runtime == "podman":
         from suanli.executors.podman import LABEL, podman
 

@@ -1037,7 +1037,8 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
             return JSONResponse({**_app_out(row, {"pending": len(tasks)}), "change": "created"}, status_code=201)
         row, changed = got
         if changed:
-            controller.update(app, row.id, row.revision, spec_doc.spec.update.max_unavailable)
+            policy = spec_doc.spec.update
+            controller.update(app, row.id, row.revision, policy.max_unavailable, policy.max_surge)
         return JSONResponse({**_app_out(row), "change": "configured" if changed else "unchanged"}, status_code=200)
 
     @api.get("/v1/applications/{name}/rollout", response_model=RolloutOut, responses=ERRORS)

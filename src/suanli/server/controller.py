@@ -32,7 +32,7 @@ from collections import deque
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -116,9 +116,9 @@ def check_document(display: str, document: dict, world: World) -> tuple[Any, lis
     return (found[0] if found and not isinstance(found[0], Problem) else None), problems
 
 
-def update_policy(document: dict) -> int | str:
-    """An application document's ``spec.update.maxUnavailable`` (the schema's default when it has none)."""
-    return schema.UpdateSpec.model_validate((document.get("spec") or {}).get("update") or {}).max_unavailable
+def update_policy(document: dict) -> schema.UpdateSpec:
+    """An application document's ``spec.update`` (the schema's defaults where it has none)."""
+    return schema.UpdateSpec.model_validate((document.get("spec") or {}).get("update") or {})
 
 
 def build_app(tenant: str, name: str, document: dict | schema.ApplicationDoc,
@@ -440,14 +440,15 @@ class Controller:
             self.sim.submit(app)
         self.inbox.put(command)
 
-    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str) -> None:
+    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str,
+               max_surge: int | str = 0) -> None:
         """``revision`` of the running application ``app_id`` is rolled out
         (once: a revision it rolled out already, or a later one, changes nothing)."""
         def command(now: float) -> None:
             if app_id not in self.app_ids or self._revision.get(app_id, 1) >= revision:
                 return
             self._revision[app_id] = revision
-            self.sim.update(app, revision, max_unavailable)
+            self.sim.update(app, revision, max_unavailable, max_surge)
         self.inbox.put(command)
 
     def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
@@ -590,7 +591,8 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - the API accepted it; one bad one must not stop the others
                 log.warning("application %s of tenant %s not updated: %s", app.name, app.tenant, exc)
                 return
-            self.update(built, app.id, app.revision, update_policy(app.document))
+            policy = update_policy(app.document)
+            self.update(built, app.id, app.revision, policy.max_unavailable, policy.max_surge)
         elif row.kind == "delete":
             if row.app_id in self.app_ids:
                 self.delete(row.tenant, row.name, row.app_id)
@@ -800,12 +802,27 @@ class Controller:
         changes = self._changes(events) + self._reasons_changed()
         if not events and not changes:
             return
+        extra = [(e, "tasks" if e["kind"] == "rollout" else "withdrawn") for e in events
+                 if e["kind"] in ("rollout", "surgeEnded") and e.get("surge")]
+        for e, key in extra:  # a rollout's extra replicas: listed as tasks while they run
+            if key == "tasks":
+                self._extra_tasks(e, add=e["surge_tasks"])
         rows = [self._row(e) for e in events]
         for i in range(0, max(len(changes), len(rows)), WRITE_ROWS):
             self.store.record(changes[i:i + WRITE_ROWS], rows[i:i + WRITE_ROWS])
             self.last_ok = time.monotonic()  # a long turn that makes progress is not a stalled one
+        for e, key in extra:
+            if key == "withdrawn":
+                self._extra_tasks(e, drop=e["surge_tasks"])
         self.instants += 1
         self.published += len(rows)
+
+    def _extra_tasks(self, e: dict[str, Any], add: Sequence[str] = (), drop: Sequence[str] = ()) -> None:
+        app_id = self._app_of.get(e["app"])
+        if app_id is None:
+            return
+        tenant = split(e["app"])[0]
+        self.store.extra_tasks(app_id, tenant, [split(t)[1] for t in add], [split(t)[1] for t in drop])
 
     # ------------------------------------------------------------ what an instant changed
 
@@ -828,6 +845,8 @@ class Controller:
             body["task"], body["tenant"] = task, tenant
         elif "app" in body:
             tenant, body["app"] = split(body["app"])
+        if "surge_tasks" in body:  # (as the tenant names them)
+            body["surge_tasks"] = [split(t)[1] for t in body["surge_tasks"]]
             body["tenant"] = tenant
         elif "vc" in body:
             tenant = self._vc_tenant.get(body["vc"])

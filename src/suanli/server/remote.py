@@ -227,8 +227,9 @@ class RemoteController:
     def submit(self, app: Application, app_id: int | None = None) -> None:
         self._send(("submit", app, app_id))
 
-    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str) -> None:
-        self._send(("update", app, app_id, revision, max_unavailable))
+    def update(self, app: Application, app_id: int, revision: int, max_unavailable: int | str,
+               max_surge: int | str = 0) -> None:
+        self._send(("update", app, app_id, revision, max_unavailable, max_surge))
 
     def delete(self, tenant: str, name: str, app_id: int | None = None) -> None:
         self._send(("delete", tenant, name, app_id))

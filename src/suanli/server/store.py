@@ -1023,6 +1023,25 @@ class Store:
             s.expunge(row)
         return row, True
 
+    def extra_tasks(self, app_id: int, tenant: str, add: Sequence[str] = (), drop: Sequence[str] = ()) -> None:
+        """Tasks of an application beyond its document's (a rollout's extra
+        replicas): ``add`` made pending, ``drop`` removed (fenced as ``record``)."""
+        now, fence = time.time(), self.fence
+
+        def write(conn: Connection) -> None:
+            self._fenced(conn, fence)
+            if drop:
+                conn.execute(delete(TaskRow).where(TaskRow.app_id == app_id, TaskRow.name.in_(list(drop))))
+            have = set(conn.scalars(select(TaskRow.name).where(TaskRow.app_id == app_id,
+                                                                TaskRow.name.in_(list(add))))) if add else set()
+            new = [t for t in add if t not in have]
+            if new:
+                conn.execute(INSERT_TASKS, [dict(tenant=tenant, name=t, app_id=app_id, status="pending", placements=0,
+                                                 submitted_at=now, updated_at=now) for t in new])
+
+        if add or drop:
+            self._write(write)
+
     def delete_app(self, tenant: str, name: str) -> int | None:
         """Delete an application and its tasks; its id, or None if there was none."""
         with self._writing() as s:

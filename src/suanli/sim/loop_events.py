@@ -67,3 +67,4 @@ class Update:
     app: Application
     revision: int
     max_unavailable: int | str
+    max_surge: int | str = 0

@@ -18,7 +18,12 @@ unit by unit (a replica, or a gang), by its tasks' names:
 
 A replica keeps its name and its state across the update, so the new
 version of a replica starts only once the old one has stopped (as a
-StatefulSet rolls): there is no surge of extra replicas.
+StatefulSet rolls). A service without state may **surge**: up to
+``maxSurge`` extra replicas of the new version (named after the last
+replica: ``web/10``, ``web/11`` for 10) start at once, count as ready
+replicas once they are, and so let more old ones be replaced at a time; they
+are withdrawn when the rollout is done. A stateful replica never surges
+(its name is its state), nor does a gang or an affinity group.
 
 Events: ``rollout`` (the update begins: revision, and how many units are
 replaced, added and withdrawn), ``updating`` (a task stopped to be replaced),
@@ -27,7 +32,7 @@ replaced, added and withdrawn), ``updating`` (a task stopped to be replaced),
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from suanli.scheduling.business_layer import Unit, build_units
@@ -47,12 +52,26 @@ def unavailable_allowed(spec: int | str, replicas: int) -> int:
     return max(1, min(count, replicas))
 
 
+def surge_allowed(spec: int | str, replicas: int) -> int:
+    """``maxSurge`` as a count for ``replicas``: a percentage rounds up (as Kubernetes'); 0: none."""
+    if isinstance(spec, str):
+        return -(-replicas * int(spec.rstrip("%")) // 100)
+    return max(0, spec)
+
+
+def surges(comp: "Component") -> bool:
+    """Whether a component may run extra replicas while it is rolled out: a service
+    of one task a replica, without state to carry."""
+    return comp.lifetime == "service" and not comp.stateful and not comp.gang and comp.affinity is None
+
+
 @dataclass
 class Rollout:
     app: "Application"
     revision: int
     max_unavailable: int | str
     queue: dict[str, list[tuple[int, Unit]]] = field(default_factory=dict)  # component -> (old unit, new unit)
+    surge: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # component -> its extra (unit, task)
 
 
 class Rollouts:
@@ -64,7 +83,8 @@ class Rollouts:
         self.revisions: dict[str, int] = {}  # application -> the revision last asked for
         self.apps: dict[str, "Application"] = {}  # application -> that revision
 
-    def update(self, t: float, app: "Application", revision: int, max_unavailable: int | str) -> None:
+    def update(self, t: float, app: "Application", revision: int, max_unavailable: int | str,
+               max_surge: int | str = 0) -> None:
         """Roll ``app`` (its ``revision``) out over the units of the application of its name."""
         shard = self.shard
         units = shard._units
@@ -87,14 +107,46 @@ class Rollouts:
         for uid in old.values():
             shard.withdraw_unit(t, uid, f"not in revision {revision} of {app.name}")
             withdrawn += 1
+        before = self.active.get(app.name)
+        if before is not None:  # a rollout overtaken: its extra replicas go (this one makes its own)
+            self._end_surge(t, before, f"revision {revision} of {app.name} replaces revision {before.revision}")
+        surged = 0
+        for comp in app.components:
+            queued = len(ro.queue.get(comp.name, ()))
+            extra = min(surge_allowed(max_surge, comp.size), queued) if queued and surges(comp) else 0
+            if extra:
+                ro.surge[comp.name] = self._surge(t, app, comp, extra)
+                surged += extra
         self.revisions[app.name] = revision
         self.apps[app.name] = app
         self.active[app.name] = ro
         self.log(t, "rollout", app=app.name, revision=revision, replace=replaced, add=added, withdraw=withdrawn,
-                 max_unavailable=max_unavailable)
+                 surge=surged, max_unavailable=max_unavailable, max_surge=max_surge,
+                 **({"surge_tasks": [task for extra in ro.surge.values() for _, task in extra]} if surged else {}))
+
+    def _surge(self, t: float, app: "Application", comp: "Component", extra: int) -> list[tuple[int, str]]:
+        """``extra`` replicas of ``comp`` beyond its last, of the new version; (unit, task) each."""
+        bigger = replace(comp, size=comp.size + extra)
+        grown = replace(app, components=tuple(bigger if c.name == comp.name else c for c in app.components))
+        out = []
+        for unit in build_units((grown,)):
+            if unit.components[0].name == comp.name and unit.tasks[0] not in \
+                    {comp.task_name(i) for i in range(comp.size)}:
+                out.append((self.shard.add_unit(t, unit), unit.tasks[0]))
+        return out
+
+    def _end_surge(self, t: float, ro: Rollout, why: str) -> None:
+        tasks = []
+        for extra in ro.surge.values():
+            for uid, task in extra:
+                self.shard.withdraw_unit(t, uid, why)
+                tasks.append(task)
+        ro.surge.clear()
+        if tasks:
+            self.log(t, "surgeEnded", app=ro.app.name, revision=ro.revision, surge=len(tasks), surge_tasks=tasks)
 
     def forget(self, app: str) -> None:
-        """A deleted application's rollout goes with it."""
+        """A deleted application's rollout goes with it (its extra replicas with the application)."""
         self.active.pop(app, None)
         self.revisions.pop(app, None)
         self.apps.pop(app, None)
@@ -108,7 +160,7 @@ class Rollouts:
                 if not queue:
                     continue
                 allowed = unavailable_allowed(ro.max_unavailable, comp.size)
-                ready = self._ready(name, comp)
+                ready = self._ready(name, comp) + sum(self._is_ready(task) for _, task in ro.surge.get(comp.name, ()))
                 unavailable = comp.size - ready
                 while queue and unavailable < allowed:
                     uid, unit = queue.pop(0)
@@ -119,6 +171,7 @@ class Rollouts:
                         unavailable += 1
             if not any(ro.queue.values()) and all(self._ready(name, c) == c.size for c in ro.app.components
                                                    if c.lifetime == "service"):
+                self._end_surge(t, ro, f"an extra replica of revision {ro.revision} of {name}: it is rolled out")
                 del self.active[name]
                 self.log(t, "rolledOut", app=name, revision=ro.revision)
             else:

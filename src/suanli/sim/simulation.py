@@ -135,9 +135,9 @@ class Timeline:
         """A scenario event (one of the schema's event specs) happens now."""
         self.loop.schedule(self.loop.now(), ScenarioEvent(spec))
 
-    def update(self, app: Application, revision: int, max_unavailable: int | str) -> None:
+    def update(self, app: Application, revision: int, max_unavailable: int | str, max_surge: int | str = 0) -> None:
         """Roll ``revision`` of the running application ``app.name`` out now (``rollout.py``)."""
-        self.loop.schedule(self.loop.now(), Update(app, revision, max_unavailable))
+        self.loop.schedule(self.loop.now(), Update(app, revision, max_unavailable, max_surge))
 
     def start(self) -> None:
         """Place the VCs' first hosts and queue the world's work (``run`` does this first)."""
@@ -226,7 +226,7 @@ class Timeline:
             if isinstance(ev, Submit):
                 self.shard.submit(t, ev.app, ev.ended)
             elif isinstance(ev, Update):
-                self.rollouts.update(t, ev.app, ev.revision, ev.max_unavailable)
+                self.rollouts.update(t, ev.app, ev.revision, ev.max_unavailable, ev.max_surge)
             elif isinstance(ev, Restore):
                 for app, ended in ev.apps:
                     self.shard.submit(t, app, ended, restored=True)
@@ -392,8 +392,8 @@ class Simulation:
     def wake_at(self, when: float) -> None:
         self.timeline.wake_at(when)
 
-    def update(self, app: Application, revision: int, max_unavailable: int | str) -> None:
-        self.timeline.update(app, revision, max_unavailable)
+    def update(self, app: Application, revision: int, max_unavailable: int | str, max_surge: int | str = 0) -> None:
+        self.timeline.update(app, revision, max_unavailable, max_surge)
 
     @property
     def rollouts(self) -> Rollouts:

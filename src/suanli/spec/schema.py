@@ -651,9 +651,13 @@ class UpdateSpec(Base):
     """How a changed application is rolled out to its running replicas (under
     ``serve``): a replica is replaced in place (its name and state kept),
     and at most ``maxUnavailable`` of a component's replicas are not ready at
-    once (a percentage rounds down, and is at least one)."""
+    once (a percentage rounds down, and is at least one). A service without
+    state may run up to ``maxSurge`` extra replicas of the new version
+    meanwhile (a percentage rounds up; 0: none), withdrawn once it is rolled
+    out: they count as ready replicas, so the old ones are replaced sooner."""
 
     max_unavailable: ShareOrCount = "25%"
+    max_surge: ShareOrCount = "25%"
 
 
 class ApplicationSpec(Base):
