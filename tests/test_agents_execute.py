@@ -428,3 +428,22 @@ def test_a_killed_agents_tasks_stop_and_move_and_a_cut_off_agent_fences_itself_b
     wait(lambda: "registered again" in world.said(cut), 3 * LEASE, "the cut-off agent to come back")
     time.sleep(1)
     assert overlaps(intervals(world)) == []
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--runtime", "docker"], "--runtime"),
+    (["--runtime", "process", "--max-pids", "0"], "--max-pids"),
+])
+def test_an_agents_bad_options_are_one_clear_problem_before_it_calls_the_server(args, field):
+    r = subprocess.run(cli("agent", "--site", "e1", "--name", "n", "--cpu", "1", "--memory", "1Gi",
+                           "--server", "http://127.0.0.1:9", *args), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_agents_work_folder_its_tenants_cannot_reach_is_refused(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o700)
+    r = subprocess.run(cli("agent", "--site", "e1", "--name", "n", "--cpu", "1", "--memory", "1Gi", "--runtime",
+                           "process", "--work-dir", str(hidden / "w"), "--server", "http://127.0.0.1:9"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--work-dir" in r.stderr and "cannot reach" in r.stderr, r.stderr

@@ -173,7 +173,7 @@ def test_a_split_pass_places_what_one_process_places():
     TALLY.clear()
 
     def shown() -> bool:
-        return (TALLY["split"] >= TALLY["cases"] // 10 and TALLY["both"] > 0 and TALLY["several tenants"] > 0
+        return (TALLY["split"] >= TALLY["cases"] // 20 and TALLY["both"] > 0 and TALLY["several tenants"] > 0
                 and TALLY["order-free units"] > TALLY["cases"] and TALLY["homed"] > 0
                 and TALLY["sent whole"] > 0 and TALLY["sent per site"] > 0 and TALLY["on two edges"] > 0)
 

@@ -26,7 +26,7 @@ from suanli.server.objects_api import Context, agent_owned
 from suanli.server.store import Principal
 
 WAIT_MAX_S = 60.0  # the longest an assignments read waits for a change
-LOOK_EVERY_S = 0.2  # how often a waiting read looks at the store
+LOOK_EVERY_S = 0.2  # how often the store is looked at for the waiting reads (one look for them all)
 STATE_MAX_BYTES = 1 << 30  # a task's state folder, packed, as an agent sends it
 LOG_CHUNK_MAX = 1 << 20  # what one log write may carry (the body limit's)
 OPEN_LOGS = 1000  # tasks' logs kept open for agents' writes
@@ -35,6 +35,48 @@ OPEN_LOGS = 1000  # tasks' logs kept open for agents' writes
 def larger_body(path: str) -> int | None:
     """The body limit of an agents' route that takes more than others (a task's state)."""
     return STATE_MAX_BYTES if path.startswith("/v1/agents/") and path.endswith("/state") else None
+
+
+class Watcher:
+    """One look at the store for every waiting read: every ``LOOK_EVERY_S``,
+    the nodes whose assignments were written since the last look, and the
+    reads waiting on those nodes woken (a waiting agent costs no query of
+    its own while nothing changes for it)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.waiting: dict[str, set[asyncio.Event]] = {}
+        self.mark: int | None = None
+        self.task: asyncio.Task | None = None
+
+    async def wait(self, node: str, seconds: float) -> None:
+        """Until ``node``'s assignments may have changed, or ``seconds`` passed."""
+        if self.task is None or self.task.done():
+            self.mark = await asyncio.to_thread(self.store.assignments_changed)
+            self.task = asyncio.get_running_loop().create_task(self._look())
+        ev = asyncio.Event()
+        self.waiting.setdefault(node, set()).add(ev)
+        try:
+            await asyncio.wait_for(ev.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            mine = self.waiting.get(node)
+            if mine is not None:
+                mine.discard(ev)
+                if not mine:
+                    del self.waiting[node]
+
+    async def _look(self) -> None:
+        while True:  # (for the API's life: a mark read again later could miss a change made meanwhile)
+            await asyncio.sleep(LOOK_EVERY_S)
+            try:
+                nodes, self.mark = await asyncio.to_thread(self.store.assigned_after, self.mark or 0)
+            except Exception:  # the store away for now: the reads wait out their time, or the next look
+                continue
+            for node in nodes:
+                for ev in self.waiting.get(node, ()):
+                    ev.set()
 
 
 class Report(BaseModel):
@@ -56,6 +98,7 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
 
     store, fail = ctx.store, ctx.problem
     logs: dict[str, RotatingLog] = {}  # task -> its open log
+    watcher = Watcher(store)
 
     def node_of(name: str, who: Principal) -> str:
         if who.role not in ("admin", "agent"):
@@ -86,9 +129,10 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
         deadline = time.monotonic() + wait
         while True:
             rows = await asyncio.to_thread(store.assignments, node)
-            if mark(rows) != after or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if mark(rows) != after or left <= 0:
                 break
-            await asyncio.sleep(LOOK_EVERY_S)
+            await watcher.wait(node, left)
         return {"node": node, "mark": mark(rows), "assignments": [
             {"task": r.task, "run_id": r.run_id, "attempt": r.attempt, "want": r.want, "held": r.held,
              "adopt": r.adopt, "state": r.state, "launch": r.launch} for r in rows]}

@@ -1629,6 +1629,13 @@ class Store:
         with self.session() as s:
             return int(s.scalar(select(func.max(AssignmentRow.changed))) or 0)
 
+    def assigned_after(self, mark: int, limit: int = 100_000) -> tuple[set[str], int]:
+        """The nodes whose assignments were written after ``mark``, and the newest mark among them."""
+        with self.session() as s:
+            rows = s.execute(select(AssignmentRow.node, AssignmentRow.changed).where(AssignmentRow.changed > mark)
+                             .order_by(AssignmentRow.changed).limit(limit)).all()
+        return {r[0] for r in rows}, (rows[-1][1] if rows else mark)
+
     def report(self, node: str, items: Sequence[dict[str, Any]]) -> None:
         """An agent's reports of its node's tasks (task, run_id, kind, body), for the controller."""
         now = time.time()
