@@ -10,7 +10,8 @@ agent`` keeps one), for each count of ``--agents``:
   and nothing changes, in CPU seconds per second, against the same with no
   read waiting;
 - the time from an assignment written to the store (for ``--writes`` nodes
-  drawn at random, one at a time) to its waiting read's answer: p50, p99.
+  drawn at random, one at a time, each at a random moment) to its waiting
+  read's answer: p50, p99.
 
 Prints one JSON object per count.
 
@@ -113,6 +114,7 @@ async def measure(url: str, db: str, pid: int, n: int, writes: int, idle_s: floa
         rng = random.Random(1)
         for k in range(writes):
             i = rng.randrange(n)
+            await asyncio.sleep(rng.uniform(0, 0.3))  # (at any moment of the looks' period, not just after one)
             answered.pop(i, None)
             row = {"node": f"e1/n{i}", "task": f"t:bench/c/{k}", "run_id": k + 1, "attempt": 0, "want": "run",
                    "held": False, "adopt": False, "launch": {}, "state": "none"}

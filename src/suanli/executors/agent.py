@@ -85,6 +85,7 @@ class Agent:
         self.runtime = runtime
         self.running: dict[str, dict[str, Any]] = {}  # task -> the assignment it runs under here
         self.busy: set[str] = set()  # tasks with an action under way
+        self.acted: dict[str, tuple] = {}  # task -> (what its row asked, done well, when) of its last action
         self.rows: dict[str, dict[str, Any]] = {}  # the newest assignments read
         self.readiness: dict[str, dict[str, Any]] = {}  # task -> its last readiness note (of its run here)
         self.reports: list[dict[str, Any]] = []
@@ -111,10 +112,14 @@ class Agent:
         for f, n in ((self._read, "suanli-agent-read"), (self._ship, "suanli-agent-logs"),
                      (self._send, "suanli-agent-send"), (lambda: self._renewing(renew_every), "suanli-agent-lease")):
             threading.Thread(target=f, name=n, daemon=True).start()
+        looked = time.monotonic()
         while not self.stop.wait(0.05):
             late = time.monotonic() - self.last_ok
             if not self.fenced and late > FENCE_AT * self.lease_s:
                 self._fence(f"no renewal went through for {late:.1f}s of its {self.lease_s:g}s lease")
+            if time.monotonic() - looked > 1.0:  # (what failed is tried again; nothing else changes here)
+                looked = time.monotonic()
+                self._reconcile()
         self._leave()
 
     def _renewing(self, every: float) -> None:
@@ -169,6 +174,7 @@ class Agent:
             with self._lock:
                 tasks = list(self.running)
                 self.running.clear()
+                self.acted.clear()  # (what was done before the fence is undone: it is done again when asked)
                 self.fenced = True
             self._kill_all()
         self.say(f"agent {self.node}: fenced: {why}; killed {len(tasks)} tasks by {time.time():.3f}: "
@@ -240,13 +246,18 @@ class Agent:
         """Start an action for each task whose assignment differs from what runs here."""
         if self.fenced:
             return
-        rows = self.rows
+        rows, now = self.rows, time.monotonic()
         with self._lock:
             todo = []
+            for task in set(self.acted) - set(rows) - set(self.running):
+                del self.acted[task]
             for task in set(rows) | set(self.running):
                 if task in self.busy:
                     continue
                 a, have = rows.get(task), self.running.get(task)
+                done = self.acted.get(task)
+                if done is not None and done[0] == _key(a) and (done[1] or now - done[2] < RETRY_S * 4):
+                    continue  # done already (a stop said, its row not yet gone), or failed just now
                 if a is None or a["want"] == "end" or a["want"] == "stop" or a["held"]:
                     if have is not None or a is not None and a["want"] != "run":
                         todo.append((task, a))
@@ -257,6 +268,7 @@ class Agent:
             threading.Thread(target=self._act, args=(task, a), name="suanli-agent-task", daemon=True).start()
 
     def _act(self, task: str, a: dict[str, Any] | None) -> None:
+        ok = False
         try:
             if a is None:  # no longer assigned here (its node was taken for lost meanwhile)
                 self._stop_task(task, keep=False, report=None)
@@ -268,11 +280,13 @@ class Agent:
                 self._stop_task(task, keep=True, report=None)
             else:
                 self._start(task, a)
-        except Exception as exc:  # one task's trouble must not stop the agent
+            ok = True
+        except Exception as exc:  # one task's trouble must not stop the agent: tried again in a while
             self.say(f"agent {self.node}: {task}: {type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self.busy.discard(task)
+                self.acted[task] = (_key(a), ok, time.monotonic())
             self._reconcile()
 
     def _start(self, task: str, a: dict[str, Any]) -> None:
@@ -462,6 +476,11 @@ class Agent:
             if task not in self.running and task not in self.rows and sent >= st.st_size:
                 path.unlink(missing_ok=True)
                 self.shipped.pop(task, None)
+
+
+def _key(a: dict[str, Any] | None) -> tuple | None:
+    """What an assignment asks of its task, for telling whether that was done."""
+    return None if a is None else (a["want"], a["run_id"], a["attempt"], a["held"])
 
 
 def _plain(body: dict) -> dict:

@@ -97,6 +97,7 @@ class AgentsExecutor:
         self.logs = LogFolder(self.work / "logs")
         self.store = store
         self.rows: dict[tuple[str, str], dict[str, Any]] = {}  # (node, task) -> its assignment, as written
+        self.at: dict[str, set[str]] = {}  # node -> the tasks it has rows of (``rows`` by node)
         self.node_of: dict[str, str] = {}  # task -> the node it is to run on
         self.leaving: dict[str, str] = {}  # task -> the node it is stopping on (its state still there)
         # what a control plane before this one had assigned: kept where the task is placed again
@@ -104,13 +105,12 @@ class AgentsExecutor:
         for r in store.assignments():
             row = {c: getattr(r, c) for c in ("node", "task", "run_id", "attempt", "want", "held", "adopt", "launch",
                                               "state")}
-            self.rows[(r.node, r.task)] = row
+            self._put(row)
             if r.want == "run":
                 self.inherited[r.task] = row
             elif r.want == "stop":
                 self.leaving[r.task] = r.node
         self.seen = store.last_report()  # reports before this control plane were of runs it does not have
-        self._lock = threading.Lock()
         self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read_reports, name="suanli-agent-reports", daemon=True)
         self._reader.start()
@@ -186,10 +186,10 @@ class AgentsExecutor:
         """Its agent is gone (or fenced itself): what was assigned there is dropped,
         and the tasks that were leaving it may start where they go next."""
         name = self._agent_of(node)
-        gone = [key for key in self.rows if key[0] == name]
+        gone = [(name, task) for task in self.at.get(name, ())]
         freed = []
         for _, task in gone:
-            self.rows.pop((name, task))
+            self._pop(name, task)
             if self.node_of.get(task) == name:
                 del self.node_of[task]
             if (self.inherited.get(task) or {}).get("node") == name:
@@ -207,7 +207,7 @@ class AgentsExecutor:
         self.logs.sweep(tasks)
         gone = [key for key in self.rows if key[1] not in keep]
         for key in gone:
-            self.rows.pop(key)
+            self._pop(*key)
             self.inherited.pop(key[1], None)
         self.store.assign([], gone)
         for f in (self.work / STATES).glob("*.tgz"):
@@ -217,9 +217,18 @@ class AgentsExecutor:
     def settled(self) -> None:
         """A restarted control plane placed what it could: a task it had assigned
         and did not place again stops (keeping its state)."""
-        left = [t for t, row in self.inherited.items() if self.node_of.get(t) != row["node"]]
+        rows = [self._stop_inherited(task, row) for task, row in self.inherited.items()]
         self.inherited.clear()
-        self._write(self._stops(left, "stop", inherited=True))
+        self._write([r for r in rows if r is not None])
+
+    def _stop_inherited(self, task: str, before: dict[str, Any]) -> dict[str, Any] | None:
+        """The row that stops ``task`` where a control plane before this one ran it
+        (its state kept); it is leaving there until its agent says it stopped."""
+        row = self.rows.get((before["node"], task))
+        if row is None or row["want"] != "run":
+            return None
+        self.leaving[task] = before["node"]
+        return {**row, "want": "stop", "adopt": False}
 
     def close(self) -> None:
         """The agents' tasks outlive the control plane: they run on, and the next
@@ -233,6 +242,8 @@ class AgentsExecutor:
         ln = launch(self.view, run, task, speed_of(self.loop))
         before = self.inherited.pop(task, None)
         adopt = before is not None and before["node"] == node and same_work(before["launch"], launch_json(ln))
+        if before is not None and before["node"] != node:  # it runs there still: it stops there first
+            self._write([r for r in (self._stop_inherited(task, before),) if r is not None])
         held = self.leaving.get(task) not in (None, node)
         self.node_of[task] = node
         if self.leaving.get(task) == node:  # stopping there, and placed there again: it runs on
@@ -243,17 +254,15 @@ class AgentsExecutor:
     def _state(self, task: str) -> str:
         return "server" if state_file(self.work, task).exists() else "none"
 
-    def _stops(self, tasks, want: str, inherited: bool = False) -> list[dict[str, Any]]:
+    def _stops(self, tasks, want: str) -> list[dict[str, Any]]:
         rows = []
         for task in tasks:
             node = self.node_of.pop(task, None)
-            if node is None and inherited:
-                node = next((n for (n, t) in self.rows if t == task), None)
             row = self.rows.get((node, task)) if node is not None else None
             if row is None or row["want"] != "run":
                 continue
             if row["held"]:  # it never started there: nothing to stop
-                self.rows.pop((node, task))
+                self._pop(node, task)
                 self.store.assign([], [(node, task)])
                 continue
             rows.append({**row, "want": want, "adopt": False})
@@ -270,8 +279,20 @@ class AgentsExecutor:
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:
-            self.rows[(row["node"], row["task"])] = row
+            self._put(row)
         self.store.assign(rows)
+
+    def _put(self, row: dict[str, Any]) -> None:
+        self.rows[(row["node"], row["task"])] = row
+        self.at.setdefault(row["node"], set()).add(row["task"])
+
+    def _pop(self, node: str, task: str) -> None:
+        self.rows.pop((node, task), None)
+        tasks = self.at.get(node)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self.at[node]
 
     # ------------------------------------------------------------ reports
 
@@ -302,7 +323,7 @@ class AgentsExecutor:
                     self.loop.post(TaskExited(r.run_id, r.task, int(r.body.get("code", 1)), r.body.get("reason")))
             elif r.kind in ("stopped", "ended"):
                 if row is not None and row["want"] != "run" and row["run_id"] == r.run_id:
-                    self.rows.pop(key)
+                    self._pop(*key)
                     gone.append(key)
                     if self.leaving.get(r.task) == r.node:
                         del self.leaving[r.task]

@@ -183,6 +183,15 @@ class AssignmentRow(Base):
     changed: Mapped[int] = mapped_column(Integer, index=True)
 
 
+class AssignmentMarkRow(Base):
+    """The last mark given to an assignment written (one row): marks only rise,
+    whatever rows are removed meanwhile."""
+
+    __tablename__ = "assignment_marks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+
+
 class AgentReportRow(Base):
     """What an agent said of its node's tasks (an exit, a stop, a note), for the
     active controller to take in id order."""
@@ -1603,9 +1612,17 @@ class Store:
     def assign(self, rows: Sequence[dict[str, Any]], gone: Sequence[tuple[str, str]] = ()) -> None:
         """Assignments written whole (each a dict of ``AssignmentRow``'s columns
         but ``changed``), and those of ``gone`` ((node, task)) removed, in one
-        transaction; each written row is newer than every row before."""
+        transaction; each written row is marked after every row written
+        before (removed ones too)."""
         def write(conn: Connection) -> None:
-            change = int(conn.scalar(select(func.max(AssignmentRow.changed))) or 0) + 1
+            last = conn.scalar(select(AssignmentMarkRow.value).where(AssignmentMarkRow.id == 1).with_for_update())
+            change = int(last or 0) + 1
+            if rows:
+                if last is None:
+                    conn.execute(insert(AssignmentMarkRow).values(id=1, value=change + len(rows) - 1))
+                else:
+                    conn.execute(update(AssignmentMarkRow).where(AssignmentMarkRow.id == 1)
+                                 .values(value=change + len(rows) - 1))
             for node, task in gone:
                 conn.execute(delete(AssignmentRow).where(AssignmentRow.node == node, AssignmentRow.task == task))
             for i, row in enumerate(rows):
@@ -1625,9 +1642,9 @@ class Store:
             return list(s.scalars(q.order_by(AssignmentRow.task)))
 
     def assignments_changed(self) -> int:
-        """The newest assignment's mark (0: none)."""
+        """The last mark given to an assignment written (0: none yet)."""
         with self.session() as s:
-            return int(s.scalar(select(func.max(AssignmentRow.changed))) or 0)
+            return int(s.scalar(select(AssignmentMarkRow.value).where(AssignmentMarkRow.id == 1)) or 0)
 
     def assigned_after(self, mark: int, limit: int = 100_000) -> tuple[set[str], int]:
         """The nodes whose assignments were written after ``mark``, and the newest mark among them."""

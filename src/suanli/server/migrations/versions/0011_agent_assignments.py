@@ -2,7 +2,8 @@
 
 - ``assignments``: per (node, task), what the active controller wants of
   the task there (run, stop keeping its state, end), with how it starts;
-  ``changed`` rises with each write, so an agent waits for a newer one.
+  ``changed`` rises with each write (``assignment_marks`` keeps the last,
+  so marks rise whatever is removed), so an agent waits for a newer one.
 - ``agent_reports``: an agent's exits, stops and notes of its node's tasks,
   taken by the controller in id order, then removed.
 
@@ -37,6 +38,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_assignments_changed", "assignments", ["changed"])
     op.create_table(
+        "assignment_marks",
+        sa.Column("id", sa.Integer(), primary_key=True),
+        sa.Column("value", sa.Integer(), nullable=False),
+    )
+    op.create_table(
         "agent_reports",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
         sa.Column("at", sa.Float(), nullable=False),
@@ -51,5 +57,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("agent_reports")
+    op.drop_table("assignment_marks")
     op.drop_index("ix_assignments_changed", "assignments")
     op.drop_table("assignments")
