@@ -25,14 +25,19 @@ COMPONENTS = """\
 """
 
 
-@pytest.mark.parametrize("replicas, budget, grow", [(10, "25%", 0), (10, 1, 2), (4, "50%", -1), (7, "10%", 0),
-                                                     (3, 5, 1)])
-def test_the_twin_replaces_within_the_budget_and_keeps_the_names(tmp_path, replicas, budget, grow):
-    world = load_world([one_site(tmp_path, COMPONENTS % replicas, "100s", nodes=4)])
+def running_twin(folder: Path, replicas: int):
+    """The twin with ``replicas`` of a web service and a gang of two running; (simulation, application)."""
+    world = load_world([one_site(folder, COMPONENTS % replicas, "100s", nodes=4)])
     sim = Simulation(world)
     sim.start()
     sim.step(1.0)
-    app = world.apps[0]
+    return sim, world.apps[0]
+
+
+@pytest.mark.parametrize("replicas, budget, grow", [(10, "25%", 0), (10, 1, 2), (4, "50%", -1), (7, "10%", 0),
+                                                     (3, 5, 1)])
+def test_the_twin_replaces_within_the_budget_and_keeps_the_names(tmp_path, replicas, budget, grow):
+    sim, app = running_twin(tmp_path, replicas)
     web, gang = app.components
     bigger = dataclasses.replace(web, size=replicas + grow, resources=dataclasses.replace(web.resources,
                                                                                          cpu_milli=2000))
@@ -70,11 +75,7 @@ def test_the_twin_replaces_within_the_budget_and_keeps_the_names(tmp_path, repli
 @pytest.mark.parametrize("replicas, budget, surge", [(8, 1, "25%"), (4, "25%", 1), (5, 1, 0), (3, 1, "100%")])
 def test_a_stateless_service_surges_extra_replicas_of_the_new_version_then_withdraws_them(
         tmp_path, replicas, budget, surge):
-    world = load_world([one_site(tmp_path, COMPONENTS % replicas, "100s", nodes=4)])
-    sim = Simulation(world)
-    sim.start()
-    sim.step(1.0)
-    app = world.apps[0]
+    sim, app = running_twin(tmp_path, replicas)
     web, gang = app.components
     changed = dataclasses.replace(web, resources=dataclasses.replace(web.resources, cpu_milli=2000))
     sim.update(dataclasses.replace(app, components=(changed, gang)), 2, budget, surge)
