@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 STATES = "agent-states"  # in the server's work directory: TASK.tgz, a task's newest state from its agents
 REPORTS_EVERY_S = 0.1  # how often the store is read for agents' reports
+# what an agent's note may say of a task (the event log's kinds that an executor writes; never a status)
+AGENT_NOTES = frozenset(("ready", "notReady", "livenessFailed", "checkpointed", "checkpointMissed", "checkpointSent",
+                         "stateSaved", "stateFetched", "adopted", "logRotated"))
 
 
 def state_file(work: Path, task: str) -> Path:
@@ -331,8 +334,11 @@ class AgentsExecutor:
             elif r.kind == "note":
                 body = dict(r.body)
                 kind = str(body.pop("kind", "note"))
-                if row is not None and row["run_id"] == r.run_id or kind in ("stateSaved", "checkpointed"):
-                    self.loop.post(Note(kind, tuple(body.items())))
+                if kind not in AGENT_NOTES or row is None or row["run_id"] != r.run_id:
+                    continue  # (an agent says what happened to its node's tasks, nothing else)
+                # its own task, node and run, whatever the body says
+                body.update(task=r.task, run=r.run_id, node=r.node)
+                self.loop.post(Note(kind, tuple(body.items())))
         if gone:
             self.store.assign([], gone)
         self._write(writes)

@@ -109,7 +109,7 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
         return name
 
     def assigned(node: str, task: str) -> Any:
-        row = next((r for r in store.assignments(node) if r.task == task), None)
+        row = store.assignment(node, task)
         if row is None:
             raise fail(404, "Not Found", f"task {task!r} is not assigned to node {node!r}")
         return row

@@ -1641,6 +1641,10 @@ class Store:
                 q = q.where(AssignmentRow.node == node)
             return list(s.scalars(q.order_by(AssignmentRow.task)))
 
+    def assignment(self, node: str, task: str) -> AssignmentRow | None:
+        with self.session() as s:
+            return s.get(AssignmentRow, (node, task))
+
     def assignments_changed(self) -> int:
         """The last mark given to an assignment written (0: none yet)."""
         with self.session() as s:
