@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -182,19 +181,14 @@ class Agent:
         self.rows = {}
 
     def _kill_all(self) -> None:
+        """Each node's tasks here lost, as a lost node's are (a device's agent runs several
+        nodes), and the checkpoints they left here with them."""
         ex = self.executor
-        doomed = list(ex.procs.values())
-        for p in doomed:
-            p.stopping = True
-            ex._signal(p, signal.SIGKILL)
-        for p in doomed:
-            p.ended.wait(10)
+        for node in {p.launch.node for p in ex.procs.values()} | set(ex.state_home.values()) | set(ex.home_at.values()):
+            ex.lose_node(node)
         ex.state_home.clear()
-        ex.home_at.clear()
-        shutil.rmtree(self.work / "nodes", ignore_errors=True)
         shutil.rmtree(self.work / "checkpoints", ignore_errors=True)
-        for sub in ("nodes", "checkpoints"):
-            ex._dir(self.work / sub, 0o711 if sub == "nodes" else 0o700)
+        ex._dir(self.work / "checkpoints", 0o700)
 
     def _leave(self) -> None:
         """Stopped: each task saves its state and sends it, then the node leaves."""

@@ -141,8 +141,11 @@ class AgentsExecutor:
         fleet = self.world.fleet
         listed = np.fromiter((not g.single and g.site_count == 1 for g in fleet.groups), bool, len(fleet.groups))
         for n in np.flatnonzero(listed[fleet.node_group[:fleet.n_nodes]]).tolist():
-            self.loop.post(NodeLost(fleet.node_name(n), "no agent runs it: under the agents executor, work runs "
-                                    "on the nodes agents register"))
+            self._unagented(fleet.node_name(n))
+
+    def _unagented(self, node: str) -> None:
+        self.loop.post(NodeLost(node, "no agent runs it: under the agents executor, work runs on the nodes agents "
+                                "register"))
 
     # ------------------------------------------------------------ the executor interface
 
@@ -159,8 +162,7 @@ class AgentsExecutor:
                 unagented.add(fleet.node_name(node))
         self._write(rows)
         for node in unagented:  # (a Fleet document's node, applied while the server runs)
-            self.loop.post(NodeLost(node, "no agent runs it: under the agents executor, work runs on the nodes "
-                                    "agents register"))
+            self._unagented(node)
 
     def restart(self, run: Run, task: str, now: float) -> None:
         node = self.node_of.get(task)
@@ -172,7 +174,7 @@ class AgentsExecutor:
         agent = self._agent_of(self.view.node_of(task))
         if agent is None:
             self._write(self._stops([task], "stop"))
-            self.loop.post(NodeLost(self.view.world.fleet.node_name(self.view.node_of(task)), "no agent runs it"))
+            self._unagented(self.view.world.fleet.node_name(self.view.node_of(task)))
             return
         self._write(self._stops([task], "stop") + [self._run_row(run, task, agent)])
 

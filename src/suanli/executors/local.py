@@ -175,8 +175,10 @@ class LocalExecutor:
         self._end(run.tasks, keep_state=False)
 
     def node_down(self, node: int, now: float) -> None:
+        self.lose_node(self.view.world.fleet.node_name(node))
+
+    def lose_node(self, name: str) -> None:
         """The node's processes are killed without warning and its folder is lost."""
-        name = self.view.world.fleet.node_name(node)
         self.lost_nodes.add(name)
         doomed = [p for p in self.procs.values() if p.launch.node == name]
         for p in doomed:

@@ -101,11 +101,9 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
     watcher = Watcher(store)
 
     def node_of(name: str, who: Principal) -> str:
-        if who.role not in ("admin", "agent"):
-            raise fail(403, "Forbidden", "this needs an agent or admin token")
+        agent_owned(store, fail, name, who)
         if work is None:
             raise fail(409, "Conflict", "this server runs no agents' work (serve --executor agents)")
-        agent_owned(store, fail, name, who)
         return name
 
     def assigned(node: str, task: str) -> Any:

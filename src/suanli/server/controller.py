@@ -802,17 +802,15 @@ class Controller:
         changes = self._changes(events) + self._reasons_changed()
         if not events and not changes:
             return
-        extra = [(e, "tasks" if e["kind"] == "rollout" else "withdrawn") for e in events
-                 if e["kind"] in ("rollout", "surgeEnded") and e.get("surge")]
-        for e, key in extra:  # a rollout's extra replicas: listed as tasks while they run
-            if key == "tasks":
+        for e in events:  # a rollout's extra replicas: listed as tasks while they run
+            if e["kind"] == "rollout" and e.get("surge"):
                 self._extra_tasks(e, add=e["surge_tasks"])
         rows = [self._row(e) for e in events]
         for i in range(0, max(len(changes), len(rows)), WRITE_ROWS):
             self.store.record(changes[i:i + WRITE_ROWS], rows[i:i + WRITE_ROWS])
             self.last_ok = time.monotonic()  # a long turn that makes progress is not a stalled one
-        for e, key in extra:
-            if key == "withdrawn":
+        for e in events:
+            if e["kind"] == "surgeEnded":
                 self._extra_tasks(e, drop=e["surge_tasks"])
         self.instants += 1
         self.published += len(rows)

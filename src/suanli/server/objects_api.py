@@ -410,7 +410,6 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         """A heartbeat: the lease runs again from now. A lost or departed agent
         answers 409 and registers again. Only the token that registered the node
         (or an admin) renews it."""
-        agent_only(who)
         row = owned(name, who)
         wait = renewals.allow(name, rate=RENEWALS_PER_LEASE / row.lease_s)
         if wait:
@@ -429,7 +428,6 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
         """The agent leaves: its node is removed from the fleet (its work moves, as
         off a failed node); a device goes offline. Only the token that registered
         the node (or an admin) ends it."""
-        agent_only(who)
         owned(name, who)
         store.end_agents([name], "left")
         controller.poke()
@@ -445,6 +443,8 @@ def add_object_routes(api: FastAPI, ctx: Context) -> None:
 def agent_owned(store: Store, fail: Callable, name: str, who: Principal) -> AgentRow:
     """Node ``name``'s agent, when ``who`` may act for it: the token that
     registered it, or an admin."""
+    if who.role not in ("admin", "agent"):
+        raise fail(403, "Forbidden", "this needs an agent or admin token")
     row = store.agent(name)
     if row is None:
         raise fail(404, "Not Found", f"no agent {name!r}")
