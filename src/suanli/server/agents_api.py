@@ -135,7 +135,7 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
             {"task": r.task, "run_id": r.run_id, "attempt": r.attempt, "want": r.want, "held": r.held,
              "adopt": r.adopt, "state": r.state, "launch": r.launch} for r in rows]}
 
-    @api.post("/v1/agents/{name:path}/reports", status_code=204, responses={**ERRORS, **problems(403, 409)})
+    @api.post("/v1/agents/{name:path}/reports", status_code=204, responses={**ERRORS, **problems(400, 403, 409)})
     def reports(name: str, body: Reports, who: Principal = Depends(ctx.principal)):
         """What the node's agent did: a task exited (``code``, ``reason``),
         stopped (its state sent), ended, or a note for the event log."""

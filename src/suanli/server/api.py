@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -630,8 +631,12 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return problem_response(request, exc.status_code, title, str(exc.detail), headers=headers)
 
     def _allowed(scope) -> list[str]:
-        first = next(r for r in api.router.routes if r.matches(scope)[0] is not Match.NONE)
-        return sorted({m for r in api.router.routes if getattr(r, "path", None) == first.path
+        """The methods of the path's own route: of the routes the path matches
+        (``/v1/agents/{name:path}`` matches ``/v1/agents/N/assignments`` too),
+        the one whose template spells most of it."""
+        matching = [r for r in api.router.routes if r.matches(scope)[0] is not Match.NONE]
+        own = max(matching, key=lambda r: len(re.sub(r"\{[^}]*\}", "", getattr(r, "path", ""))))
+        return sorted({m for r in api.router.routes if getattr(r, "path", None) == own.path
                        for m in getattr(r, "methods", None) or ()})
 
     @api.exception_handler(ControllerUnavailable)
@@ -1051,7 +1056,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
         return {"name": name, "revision": row.revision or 1, "rolling": got["revision"] if got else None,
                 "done": taken and got["done"], "components": got["components"] if got else {}}
 
-    @api.post("/v1/applications/{name}/rollout/undo", response_model=AppOut, responses=ERRORS)
+    @api.post("/v1/applications/{name}/rollout/undo", response_model=AppOut, responses={**ERRORS, **problems(403, 409)})
     def undo_rollout(name: str, who: Principal = Depends(writer), tenant: str | None = None):
         """Apply the document before the last change again (a new revision, rolled out as any change)."""
         owner, row = _own_app(who, tenant, name)
@@ -1063,7 +1068,7 @@ def create_api(world: World, store: Store, controller: "Controller | RemoteContr
                                [{"path": p.path, "message": p.message} for p in problems])
         return _update(owner, name, found.doc, row.previous)
 
-    @api.post("/v1/applications/{name}/scale", response_model=AppOut, responses=ERRORS)
+    @api.post("/v1/applications/{name}/scale", response_model=AppOut, responses={**ERRORS, **problems(400, 403, 409)})
     def scale_application(name: str, body: ScaleIn, who: Principal = Depends(writer), tenant: str | None = None):
         """Set a component's replicas (a new revision: replicas added or withdrawn at once)."""
         owner, row = _own_app(who, tenant, name)
