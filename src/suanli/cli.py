@@ -509,6 +509,74 @@ def experiment_fgd(
     out_console.print(f"  allocation {out / 'allocation.csv'}\n  chart      {out / 'unallocated.png'}")
 
 
+@experiment_app.command("pollux")
+def experiment_pollux(
+    workload: Path = typer.Option(..., "--workload", help="A Pollux workload CSV (name,time,application,"
+                                  "num_replicas,batch_size), e.g. workloads/workload-1.csv."),
+    traces: Path = typer.Option(..., "--traces", help="The folder of application profiles (traces/<app>/), or the "
+                                "data set's folder that holds it."),
+    policy: str = typer.Option("none,goodput", "--policy", help="Elastic policies, comma-separated: none, greedy, "
+                               "goodput."),
+    load: Optional[float] = typer.Option(None, "--load", help="The workload's relative load, for the artifact's "
+                                         "figures beside (default: from its folder, workloads-1.5, else 1.0)."),
+    out: Path = typer.Option(..., "--out", help="Directory for result.json, jcts.csv and widths.csv."),
+    output: str = typer.Option("table", "-o", "--output", help="table or json."),
+) -> None:
+    """Pollux's deep-learning workloads (OSDI'21) on its 64-GPU cluster, with
+    suanli's elastic policies: JCT, makespan and GPU utilisation per policy,
+    beside the artifact's Pollux, Optimus and Tiresias (docs/scheduling.md)."""
+    from suanli.experiments.pollux import POLICIES, WorkloadError, artifact, experiment, hours, load_load, write_outputs
+    from suanli.spec.problems import Problem
+
+    problems = []
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICIES]
+    if bad or not names or len(set(names)) != len(names):
+        problems.append(Problem("--policy", f"unknown or repeated policy {', '.join(map(repr, bad)) or repr(policy)}; "
+                                            f"expected some of {', '.join(POLICIES)}"))
+    if output not in ("table", "json"):
+        problems.append(Problem("--output", f"expected table or json, got {output!r}"))
+    if not workload.is_file():
+        problems.append(Problem("--workload", f"file {str(workload)!r} does not exist"))
+    if not traces.is_dir():
+        problems.append(Problem("--traces", f"folder {str(traces)!r} does not exist"))
+    if load is not None and not load > 0:
+        problems.append(Problem("--load", f"a relative load is above 0, got {load}"))
+    if problems:
+        _fail(SpecError(problems), "nothing was run")
+    console = Console(highlight=False, stderr=True)
+
+    def on_run(run) -> None:
+        s = run.summary()
+        console.print(f"{run.policy}: average JCT {hours(s['avg_jct_s'])} h over {s['jobs']} jobs, "
+                      f"{s['resizes']} resizes, {run.seconds:.2f}s")
+    try:
+        name, runs = experiment(workload, traces, names, on_run)
+    except (WorkloadError, ValueError) as exc:
+        _fail(SpecError([Problem("--workload", str(exc))]), "nothing was run")
+    root = traces.parent if traces.name == "traces" else traces
+    ref = artifact(root, name, load if load is not None else load_load(workload))
+    write_outputs(out, runs, ref)
+    result = {r.policy: r.summary() for r in runs}
+    if output == "json":
+        print(json.dumps({**result, "artifact": ref}, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{name}: {len(runs[0].jct_s)} jobs on 16 nodes x 4 GPUs (hours)", title_justify="left")
+    for col in ("policy", "avg JCT", "p50 JCT", "p99 JCT", "makespan", "GPU util", "resizes"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for pol, s in result.items():
+        table.add_row(pol, hours(s["avg_jct_s"]), hours(s["p50_jct_s"]), hours(s["p99_jct_s"]), hours(s["makespan_s"]),
+                      f"{100 * s['gpu_utilisation']:.1f}%", str(s["resizes"]))
+    for pol, s in ref.items():
+        table.add_row(f"{pol} (artifact)", hours(s["avg_jct_s"]), hours(s["p50_jct_s"]), hours(s["p99_jct_s"]),
+                      "", "", "")
+    out_console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    out_console.print(table)
+    out_console.print(f"  result  {out / 'result.json'}\n  jobs    {out / 'jcts.csv'}\n  widths  {out / 'widths.csv'}")
+
+
 def _register_server_commands() -> None:
     from suanli.server.commands import register
 

@@ -27,6 +27,9 @@ class Run:
     remaining_s: float | None  # jobs with a fixed duration: seconds still to run
     efficiency: float = 1.0
     checkpoint_every_s: float | None = None
+    scaling: Any = None  # the lead component's speed-up model (None: the formula with ``efficiency``)
+    placement: tuple[int, ...] | None = None  # members per node, where a model reads it
+    fabric: str | None = None  # what its members share between nodes (its coupling)
     finish_at: float | None = None  # set by the executor for jobs
     restarts: dict[str, int] | None = None  # task -> times a real executor restarted it in this run
     exited: set[str] | None = None  # job tasks whose process ended well

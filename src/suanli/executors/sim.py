@@ -2,7 +2,8 @@
 
 A job with ``duration`` runs that long. A job with ``work`` (task-time at
 parallelism 1) runs ``work / (p * efficiency ** log2(p))`` for parallelism p:
-in series on little hardware, in parallel on much. When a run stops early,
+in series on little hardware, in parallel on much; a component's speed-up
+model (``model/speedup.py``) says otherwise where it is given. When a run stops early,
 the progress kept is what the last checkpoint saved (stateful jobs with
 ``checkpointEvery``), else nothing.
 """
@@ -13,6 +14,7 @@ import math
 
 from suanli.engine.loop import EventLoop
 from suanli.executors.base import Run, RunFinished
+from suanli.model.speedup import advance, time_to_finish
 
 
 def speed(parallelism: int, efficiency: float) -> float:
@@ -26,8 +28,15 @@ def runtime(run: Run) -> float | None:
     if run.remaining_s is not None:
         return max(run.remaining_s, 0.0)
     if run.remaining_work_s is not None:
+        if run.scaling is not None:
+            return time_to_finish(run.scaling, run.remaining_work_s, run.parallelism, nodes_of(run), run.fabric,
+                                  run.placement)
         return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
     return None
+
+
+def nodes_of(run: Run) -> int:
+    return len(run.placement) if run.placement else 1
 
 
 class SimExecutor:
@@ -79,6 +88,10 @@ def keep_progress(run: Run, now: float) -> None:
     if run.remaining_s is not None:
         run.remaining_s = max(run.remaining_s - saved, 0.0)
     if run.remaining_work_s is not None:
-        done = saved * speed(run.parallelism, run.efficiency)
-        run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
+        if run.scaling is not None:
+            run.remaining_work_s = advance(run.scaling, run.remaining_work_s, saved, run.parallelism, nodes_of(run),
+                                           run.fabric, run.placement)
+        else:
+            done = saved * speed(run.parallelism, run.efficiency)
+            run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
     run.finish_at = None

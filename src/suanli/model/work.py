@@ -8,7 +8,7 @@ seconds, ms). A task is one replica or one gang member, named
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from suanli.model.fleet import Fleet
 
@@ -170,6 +170,9 @@ class Component:
     duration_s: float | None = None
     time_limit_s: float | None = None  # the expected run its user states (backfill plans with it)
     efficiency: float = 1.0
+    scaling: Any = None  # a speed-up model (``speedup.py``); None: the formula with ``efficiency``
+    max_size: int | None = None  # an elastic policy may grow a running gang to this (default: size)
+    resize_cost_s: float = 0.0
     stateful: bool = False
     state_mib: int = 0
     checkpoint_every_s: float | None = None

@@ -28,6 +28,7 @@ import numpy as np
 from suanli.engine.loop import EventLoop
 from suanli.executors.base import Executor, Restart, Run, TaskExited
 from suanli.executors.sim import speed
+from suanli.model.speedup import members_per_node, time_to_finish
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
 from suanli.phrases import why_json
 from suanli.scheduling import nearby
@@ -636,6 +637,9 @@ class Shard:
         tasks = unit.tasks if len(placed) == len(unit.tasks) else tuple(placed)  # (all: shared)
         run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
+        if lead.scaling is not None:  # a model that reads how the members spread
+            run.scaling, run.fabric = lead.scaling, lead.coupling
+            run.placement = members_per_node(self.state.placements[task].host.node for task in placed)
         if ledger.start(uid, run, compact=not getattr(self.executor, "holds_runs", True), unit=unit):
             self.count_running(unit, +1)
         tab = self._tasks
@@ -697,7 +701,10 @@ class Shard:
         if us.remaining_s is not None:
             return us.remaining_s
         if us.remaining_work_s is not None:
-            return us.remaining_work_s / speed(len(unit.tasks), unit.components[0].efficiency)
+            lead = unit.components[0]
+            if lead.scaling is not None:
+                return time_to_finish(lead.scaling, us.remaining_work_s, len(unit.tasks))
+            return us.remaining_work_s / speed(len(unit.tasks), lead.efficiency)
         return float("inf")
 
     def _cohort_use(self, uids) -> dict[int, np.ndarray]:

@@ -200,10 +200,13 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
                 gang=c.gang is not None,
                 min_size=c.gang.min_size if c.gang is not None else None,
                 coupling=c.coupling,
-                work_s=c.work,
+                work_s=c.work if c.scaling.profile is None else _speedup(c).work(),
                 duration_s=c.duration,
                 time_limit_s=c.time_limit,
                 efficiency=c.scaling.efficiency,
+                scaling=_speedup(c),
+                max_size=c.gang.max_size if c.gang is not None else None,
+                resize_cost_s=c.gang.resize_cost if c.gang is not None else 0.0,
                 stateful=c.state.kind == "stateful",
                 state_mib=c.state.size,
                 checkpoint_every_s=c.state.checkpoint_every,
@@ -219,6 +222,22 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
         )
     vc = spec.virtual_cluster or default_vc_name(tenant)
     return Application(name, tenant, vc, spec.priority, spec.preemptible, tuple(comps), template)
+
+
+def _speedup(c: schema.ComponentSpec):
+    """The component's speed-up model (None: the formula with its efficiency)."""
+    from suanli.model import speedup
+
+    sc = c.scaling
+    if sc.model == "table":
+        return speedup.Table(tuple(sc.table.items()))
+    if sc.model == "amdahl":
+        comm = sc.communication
+        return speedup.Amdahl(sc.serial_fraction or 0.0, comm.step if comm else 1.0,
+                              tuple(sorted(comm.per_step.items())) if comm else ())
+    if sc.model == "profile":
+        return speedup.Measured(sc.profile, sc.batch_size)
+    return None
 
 
 def _run(c: schema.ComponentSpec) -> RunCommand | None:

@@ -341,7 +341,8 @@ def _validate(src: Source) -> list[Loaded | Problem]:
         guess = f"did you mean {hint[0]!r}? " if hint else ""
         return [problem_at(src, ("kind",), f"unknown kind {_short(kind)}; {guess}expected one of {known}")]
     try:
-        return [Loaded(cls.model_validate(data), src)]
+        here = os.path.dirname(os.path.abspath(src.file)) if src.file and os.path.isfile(src.file) else None
+        return [Loaded(cls.model_validate(data, context={"dir": here} if here else None), src)]
     except ValidationError as exc:
         found = [_problem_from_error(src, cls, err) for err in _relevant(src.data, exc.errors())]
         # in the order of the file, so the messages read top to bottom

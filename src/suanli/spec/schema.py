@@ -8,6 +8,7 @@ fields are errors. Cross-document references are checked in ``refs.py``.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -464,16 +465,102 @@ class VirtualClusterSpec(Base):
 class GangSpec(Base):
     size: bounded(int, q.MEMBERS, Field(ge=1))
     min_size: bounded(int, q.MEMBERS, Field(ge=1)) | None = None
+    # an elastic policy (policy.elastic) may resize a running gang between minSize and maxSize
+    # (default: size); each resize checkpoints the gang and restarts it at the new width
+    max_size: bounded(int, q.MEMBERS, Field(ge=1)) | None = None
+    resize_cost: DurationS = 0.0  # seconds a resize stops progress, besides moving the state
 
     @model_validator(mode="after")
     def _min_le_size(self) -> "GangSpec":
         if self.min_size is not None and self.min_size > self.size:
             raise FieldError(("minSize",), f"minSize {self.min_size} is above size {self.size}")
+        if self.max_size is not None and self.max_size < self.size:
+            raise FieldError(("maxSize",), f"maxSize {self.max_size} is below size {self.size}")
+        if self.resize_cost < 0:
+            raise FieldError(("resizeCost",), f"a resize cannot cost less than nothing, got {self.resize_cost}")
         return self
 
 
+class CommunicationSpec(Base):
+    step: DurationS  # one step's compute on one member
+    per_step: dict[Literal["coherent", "ib", "roce", "ethernet"], DurationS]  # synchronisation a step, by fabric
+
+    @model_validator(mode="after")
+    def _positive(self) -> "CommunicationSpec":
+        if self.step <= 0:
+            raise FieldError(("step",), f"a step takes some time, got {self.step}")
+        if not self.per_step:
+            raise FieldError(("perStep",), "give the time a step's synchronisation takes on at least one fabric")
+        for fabric, s in self.per_step.items():
+            if s < 0:
+                raise FieldError(("perStep", fabric), f"a synchronisation cannot take less than nothing, got {s}")
+        return self
+
+
+def _speedup_table(value: Any) -> Any:
+    if not isinstance(value, dict) or not value:
+        raise ValueError("expected speed-ups by members, like {1: 1.0, 2: 1.9, 4: 3.5}")
+    out = {}
+    for k, v in value.items():
+        try:
+            members = int(k)
+        except (TypeError, ValueError):
+            raise ValueError(f"a key is a number of members, got {k!r}") from None
+        if members < 1 or str(members) != str(k).strip():
+            raise ValueError(f"a key is a number of members (1 or more), got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"the speed-up at {members} members is a number above 0, got {v!r}")
+        out[members] = float(v)
+    return dict(sorted(out.items()))
+
+
+def _profile_dir(value: Any, info: ValidationInfo) -> Any:
+    """A profile's directory, relative to the document's file."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected the path of a profile's directory")
+    base = (info.context or {}).get("dir") if info.context else None
+    path = os.path.normpath(os.path.join(base, value)) if base and not os.path.isabs(value) else value
+    if not os.path.isfile(os.path.join(path, "placements.csv")):
+        raise ValueError(f"no profile at {value!r}: a directory with placements.csv, scalability.csv and "
+                         "validation-BATCH.csv files (paths are relative to the document's file)")
+    return path
+
+
 class ScalingSpec(Base):
+    """How fast a job's work goes on an allocation (``model/speedup.py``): the
+    formula with ``efficiency`` (the default), a measured ``table``, Amdahl's
+    ``serialFraction`` with an optional ``communication`` cost, or a measured
+    deep-learning ``profile`` (with an optional fixed ``batchSize``)."""
+
     efficiency: bounded(float, q.EFFICIENCY, Field(gt=0, le=1)) = 1.0
+    table: Annotated[dict[int, float], BeforeValidator(_speedup_table)] | None = None
+    serial_fraction: Annotated[float, Field(ge=0, lt=1)] | None = None
+    communication: CommunicationSpec | None = None
+    profile: Annotated[str, BeforeValidator(_profile_dir)] | None = None
+    batch_size: bounded(int, q.MEMBERS, Field(ge=1)) | None = None
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "ScalingSpec":
+        given = [k for k, v in (("efficiency", self.efficiency if "efficiency" in self.model_fields_set else None),
+                                ("table", self.table), ("serialFraction", self.serial_fraction),
+                                ("profile", self.profile)) if v is not None]
+        if self.communication is not None and self.serial_fraction is None and "serialFraction" not in given:
+            given.append("communication")
+        if len(given) > 1:
+            raise FieldError((given[1],), f"one speed-up model a component: {given[0]} or {given[1]}, not both")
+        if self.batch_size is not None and self.profile is None:
+            raise FieldError(("batchSize",), "batchSize is the batch a measured profile runs at: give profile too")
+        return self
+
+    @property
+    def model(self) -> str:
+        if self.table is not None:
+            return "table"
+        if self.profile is not None:
+            return "profile"
+        if self.serial_fraction is not None or self.communication is not None:
+            return "amdahl"
+        return "formula"
 
 
 class StateSpec(Base):
@@ -625,8 +712,17 @@ class ComponentSpec(Base):
         if self.lifetime == "service" and (self.work is not None or self.duration is not None
                                            or self.time_limit is not None):
             raise ValueError("a service runs until deleted; work, duration and timeLimit apply to jobs")
-        if self.lifetime == "job" and self.work is None and self.duration is None:
+        if self.scaling.profile is not None:
+            if self.lifetime != "job":
+                raise FieldError(("scaling", "profile"), "a measured profile's work ends: it applies to jobs")
+            if self.work is not None or self.duration is not None:
+                raise FieldError(("work" if self.work is not None else "duration",),
+                                 "a job with a measured profile does the profile's work (its epochs): "
+                                 "give no work or duration")
+        elif self.lifetime == "job" and self.work is None and self.duration is None:
             raise ValueError("a job needs duration (fixed length) or work (total task-time)")
+        if self.gang is None and self.scaling.model != "formula":
+            raise FieldError(("scaling",), "a speed-up is over a gang's members: add gang (replicas run alone)")
         return self
 
     @property
@@ -913,8 +1009,33 @@ class ReschedulingPolicy(Base):
 PlacementPolicy = Literal["default", "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "suanli"]
 
 
+class ElasticPolicy(Base):
+    """How running elastic gangs are resized (``scheduling/elastic.py``):
+    ``none`` (a gang keeps the size it started at), ``greedy`` (grow into
+    free room, shrink to start waiting gangs) or ``goodput`` (the widths and
+    batch sizes of most goodput, weighted toward the work nearest its end,
+    within tenants' fair shares and a bound on each job's slowdown)."""
+
+    policy: Literal["none", "greedy", "goodput"] = "none"
+    every: DurationS = 60.0  # how often the widths are decided again
+    max_slowdown: Annotated[float, Field(gt=1)] = 4.0  # a job past this (time so far / time alone) is served first
+    hysteresis: Annotated[float, Field(ge=0, lt=1)] = 0.05  # a resize must gain this share beyond its cost
+
+    @model_validator(mode="before")
+    @classmethod
+    def _word(cls, value: Any) -> Any:
+        return {"policy": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _positive(self) -> "ElasticPolicy":
+        if self.every <= 0:
+            raise FieldError(("every",), f"widths are decided again after some time, got {self.every}")
+        return self
+
+
 class PolicySpec(Base):
     rescheduling: ReschedulingPolicy = ReschedulingPolicy()
+    elastic: ElasticPolicy = ElasticPolicy()
     placement: PlacementPolicy = "default"  # how the business layer picks rows and devices (docs/fgd.md)
     # what may pass a unit that does not fit: everything that fits (off), nothing (fcfs), what delays
     # no reservation of the first (easy) or of each, up to ``reservations`` of them (conservative)
