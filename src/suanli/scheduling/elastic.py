@@ -36,10 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 POLICIES = ("none", "greedy", "goodput")
 STARVED_WEIGHT = 1e3
-BISECTIONS = 40
+BISECTIONS = 30
 PREEMPT_COST = 1.0
 DWELL = 0  # a width is kept for this many times its restart's cost (0: none)
 
@@ -191,25 +192,58 @@ def _goodput(jobs: Jobs, room: float, shares: np.ndarray | None, quotas: np.ndar
 
 def _fill(value: np.ndarray, cost: np.ndarray, tenant: np.ndarray, width: np.ndarray, used: np.ndarray,
           cap: np.ndarray, room: float) -> np.ndarray:
-    """Widen the job of most value a unit of room while room and its tenant's cap allow."""
-    n = len(width)
-    free = room - used.sum()
-    rows = np.arange(n)
-    jobs_tenant = tenant
-    while free > 0:
-        now = value[rows, width]
-        gain = (value - now[:, None]) / np.maximum(cost - cost[rows, width][:, None], 1e-12)
-        extra = cost - cost[rows, width][:, None]
-        ok = (extra > 0) & (extra <= free + 1e-9) & np.isfinite(value) & \
-             (used[jobs_tenant][:, None] + extra <= cap[jobs_tenant][:, None] + 1e-9) & (gain > 0)
-        if not ok.any():
-            break
-        gain = np.where(ok, gain, -np.inf)
-        j, w = np.unravel_index(int(np.argmax(gain)), gain.shape)
-        free -= extra[j, w]
-        used[jobs_tenant[j]] += extra[j, w]
-        width[j] = w
+    """Widen the job of most value a unit of room while room and its
+    tenant's cap allow (``_fill_kernel``)."""
+    free = room - float(used.sum())
+    if free <= 0 or len(width) == 0:
+        return width
+    width = width.astype(np.int64)
+    _fill_kernel(np.ascontiguousarray(value, dtype=np.float64), np.ascontiguousarray(cost, dtype=np.float64),
+                 tenant.astype(np.int64), width, used, np.asarray(cap, dtype=np.float64), free)
     return width
+
+
+@njit(cache=True, nogil=True)
+def _best_step(value, cost, tenant, width, used, cap, free, j):
+    """Job ``j``'s best step up: (gain a unit, width), or (-inf, -1)."""
+    at = width[j]
+    best, to = -np.inf, -1
+    for w in range(value.shape[1]):
+        extra = cost[j, w] - cost[j, at]
+        if extra <= 0 or extra > free + 1e-9 or not np.isfinite(value[j, w]):
+            continue
+        if used[tenant[j]] + extra > cap[tenant[j]] + 1e-9:
+            continue
+        gain = (value[j, w] - value[j, at]) / extra
+        if gain > 0 and gain > best:
+            best, to = gain, w
+    return best, to
+
+
+@njit(cache=True, nogil=True)
+def _fill_kernel(value, cost, tenant, width, used, cap, free):
+    """A lazy greedy: each job's best step is kept and found again only for
+    the job that moved, or when a kept step no longer fits (room and caps
+    only shrink, so a kept step overstates what its job can gain): the same
+    choices as finding every step each time."""
+    n = width.shape[0]
+    best = np.empty(n)
+    to = np.empty(n, np.int64)
+    for j in range(n):
+        best[j], to[j] = _best_step(value, cost, tenant, width, used, cap, free, j)
+    while free > 0:
+        j = np.argmax(best)
+        if not best[j] > -np.inf:
+            break
+        w = to[j]
+        extra = cost[j, w] - cost[j, width[j]]
+        if extra > free + 1e-9 or used[tenant[j]] + extra > cap[tenant[j]] + 1e-9:
+            best[j], to[j] = _best_step(value, cost, tenant, width, used, cap, free, j)
+            continue
+        free -= extra
+        used[tenant[j]] += extra
+        width[j] = w
+        best[j], to[j] = _best_step(value, cost, tenant, width, used, cap, free, j)
 
 
 def _priced(value: np.ndarray, cost: np.ndarray, tenant: np.ndarray, budget: np.ndarray) -> np.ndarray:

@@ -1,0 +1,109 @@
+"""What a resize decision costs, and Pollux's workloads under each elastic policy.
+
+1. ``decide``: one pass of ``scheduling/elastic.py`` over ``--gangs``
+   running elastic gangs (widths 1..64 of one-GPU members, measured-like
+   concave speed-ups with noise, random work left and restart costs),
+   several tenants with weights and quotas, room for about half of what
+   they would take: the median and the worst of ``--repeat`` passes, per
+   policy, and how many gangs changed width (the pass is not vacuous);
+   the first call apart (it loads the compiled loop).
+2. ``pollux``: ``suanli experiment pollux``'s replay of every workload in
+   ``--workloads`` under none, greedy and goodput: average JCT beside the
+   artifact's Pollux, Optimus and Tiresias at ``--load``.
+
+Prints one JSON object.
+
+    .venv/bin/python bench/bench_elastic.py [--gangs 1000] [--repeat 20]
+        [--workloads ../shared/data/pollux-osdi21/workloads] [--load 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from suanli.experiments import pollux
+from suanli.model.profiles import Profile
+from suanli.scheduling.elastic import Jobs, decide
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux-osdi21"
+
+
+def gangs(n: int, rng: np.random.Generator, tenants: int = 20) -> tuple[Jobs, float, np.ndarray, np.ndarray]:
+    top = 64
+    w = np.arange(top + 1)
+    alpha = rng.uniform(0.4, 0.95, n)
+    noise = 1 + 0.03 * rng.standard_normal((n, top + 1))
+    speed = np.where(w[None, :] > 0, (w[None, :] ** alpha[:, None]) * noise, 0.0)
+    most = rng.integers(1, top + 1, n)
+    current = np.minimum(rng.integers(0, top + 1, n), most)
+    room = float((most * 0.5).sum())
+    while current.sum() > 0.9 * room:  # what runs fits
+        current[rng.integers(0, n)] = 0
+    jobs = Jobs(current=current, least=np.ones(n, dtype=np.int64), most=most, units=np.ones(n), speed=speed,
+                left=rng.uniform(60, 1e6, n), waited=rng.uniform(0, 1e5, n), alone=rng.uniform(60, 1e5, n),
+                restart=rng.uniform(10, 60, n), order=np.arange(n, dtype=float),
+                tenant=rng.integers(0, tenants, n), preemptible=rng.random(n) < 0.9)
+    return jobs, room, rng.uniform(1, 4, tenants), rng.uniform(room / tenants, 3 * room / tenants, tenants)
+
+
+def bench_decide(n: int, repeat: int) -> dict:
+    rng = np.random.default_rng(7)
+    out = {}
+    jobs, room, shares, quotas = gangs(n, rng)
+    t0 = time.perf_counter()
+    decide("goodput", jobs, room, shares=shares, quotas=quotas)  # the compiled loop's first call
+    out["first_call_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+    for policy in ("none", "greedy", "goodput"):
+        times, changed = [], []
+        for _ in range(repeat):
+            jobs, room, shares, quotas = gangs(n, rng)
+            t0 = time.perf_counter()
+            width = decide(policy, jobs, room, shares=shares, quotas=quotas)
+            times.append(time.perf_counter() - t0)
+            assert (width * jobs.units).sum() <= room + 1e-9
+            changed.append(int((width != jobs.current).sum()))
+        out[policy] = {"median_ms": round(1e3 * float(np.median(times)), 2), "max_ms": round(1e3 * max(times), 2),
+                       "changed_median": int(np.median(changed))}
+    assert out["goodput"]["changed_median"] > 0
+    return out
+
+
+def bench_pollux(workloads: Path, load: float) -> dict:
+    profiles = {d.name: Profile.load(d) for d in sorted((DATA / "traces").iterdir()) if d.is_dir()}
+    out = {}
+    for path in sorted(workloads.glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[1])):
+        jobs = pollux.load_workload(path)
+        row = {}
+        for policy in ("none", "greedy", "goodput"):
+            run = pollux.replay(jobs, profiles, policy, path.stem)
+            s = run.summary()
+            assert s["jobs"] == len(jobs)
+            row[policy] = s["avg_jct_s"]
+            row[f"{policy}_replay_s"] = s["replay_s"]
+        for name, ref in pollux.artifact(DATA, path.stem, load).items():
+            row[f"artifact_{name}"] = ref["avg_jct_s"]
+        if "artifact_pollux" in row:
+            row["goodput_vs_pollux"] = round(row["goodput"] / row["artifact_pollux"], 3)
+        row["goodput_vs_none"] = round(row["goodput"] / row["none"], 3)
+        out[path.stem] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gangs", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--workloads", type=Path, default=DATA / "workloads")
+    ap.add_argument("--load", type=float, default=1.0)
+    args = ap.parse_args()
+    print(json.dumps({"decide": {"gangs": args.gangs, **bench_decide(args.gangs, args.repeat)},
+                      "pollux": bench_pollux(args.workloads, args.load)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
