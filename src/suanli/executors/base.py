@@ -30,6 +30,8 @@ class Run:
     scaling: Any = None  # the lead component's speed-up model (None: the formula with ``efficiency``)
     placement: tuple[int, ...] | None = None  # members per node, where a model reads it
     fabric: str | None = None  # what its members share between nodes (its coupling)
+    paused_s: float = 0.0  # seconds from its start with no progress (a resize's restart)
+    checkpointed_at: float | None = None  # a checkpoint taken then (a resize): the progress kept to it
     finish_at: float | None = None  # set by the executor for jobs
     restarts: dict[str, int] | None = None  # task -> times a real executor restarted it in this run
     exited: set[str] | None = None  # job tasks whose process ended well

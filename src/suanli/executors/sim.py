@@ -28,11 +28,19 @@ def runtime(run: Run) -> float | None:
     if run.remaining_s is not None:
         return max(run.remaining_s, 0.0)
     if run.remaining_work_s is not None:
+        if run.paused_s:
+            return run.paused_s + (runtime(_unpaused(run)) or 0.0)
         if run.scaling is not None:
             return time_to_finish(run.scaling, run.remaining_work_s, run.parallelism, nodes_of(run), run.fabric,
                                   run.placement)
         return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
     return None
+
+
+def _unpaused(run: Run) -> Run:
+    from dataclasses import replace
+
+    return replace(run, paused_s=0.0)
 
 
 def nodes_of(run: Run) -> int:
@@ -82,9 +90,12 @@ def keep_progress(run: Run, now: float) -> None:
     """What a run stopped at ``now`` keeps: the work its last checkpoint
     (``checkpointEvery``) saved, else nothing. Real executors keep the same
     account, so the twin's estimates of a moved job stay comparable."""
-    elapsed = max(now - run.started_at, 0.0)
+    elapsed = max(now - run.started_at - run.paused_s, 0.0)  # (a restart's pause does nothing)
     every = run.checkpoint_every_s
-    saved = math.floor(elapsed / every) * every if every else 0.0
+    if run.checkpointed_at is not None:  # a checkpoint taken as it stopped (a resize): all of it kept
+        saved = max(run.checkpointed_at - run.started_at - run.paused_s, 0.0)
+    else:
+        saved = math.floor(elapsed / every) * every if every else 0.0
     if run.remaining_s is not None:
         run.remaining_s = max(run.remaining_s - saved, 0.0)
     if run.remaining_work_s is not None:

@@ -172,6 +172,7 @@ class Component:
     efficiency: float = 1.0
     scaling: Any = None  # a speed-up model (``speedup.py``); None: the formula with ``efficiency``
     max_size: int | None = None  # an elastic policy may grow a running gang to this (default: size)
+    start_size: int | None = None  # a gang named up to maxSize starts at most this wide (its size)
     resize_cost_s: float = 0.0
     stateful: bool = False
     state_mib: int = 0

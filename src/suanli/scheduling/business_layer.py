@@ -299,6 +299,7 @@ class BusinessLayer:
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
     # units placed below their size, not recorded (a simulation's): unit seq -> why the rest was left out
     left_out: dict[int, Counter] = field(default_factory=dict)
+    widths: dict[int, int] = field(default_factory=dict)  # unit seq -> the most members it is placed with (elastic)
     backfill: Backfill | None = None  # a simulation's passes with reservations (backfill.py); None: first fit
     held: list = field(default_factory=list)  # the reservations the unit being placed must not delay
     pinned: object = None  # the rows reserved for the unit being placed (backfill.Pinned), when it has some
@@ -617,6 +618,11 @@ class BusinessLayer:
         vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
         reqs = self.unit_requests(unit)
+        cap = self.widths.get(unit.seq) if self.widths else None
+        if cap is None:
+            cap = unit.components[0].start_size  # a gang named up to its maxSize starts at its size
+        if cap is not None:  # an elastic gang placed at most this wide (its start, or a resize)
+            reqs = reqs[:cap]
         result = self.attempt(unit, vcs, reqs, allow_fewer=vcs.default)
         if not result.ok and not vcs.default:
             growth = Statement()  # hosts grown for the unit stand only if it is then placed on them

@@ -124,6 +124,8 @@ class Shard:
         self.now = 0.0  # the instant being handled (set by the event engine)
         self.executor: Executor | None = None  # set with the simulation's
         self.resched: Any = None  # the rescheduler (set once it is made)
+        self.resizer: Any = None  # resizes elastic gangs (``elastic.py``), where policy.elastic asks
+        self.pause: dict[int, float] = {}  # unit -> seconds its next run makes no progress (a resize's restart)
 
     def submit(self, t: float, app: Application, ended: Mapping[str, str] | None = None,
                restored: bool = False) -> None:
@@ -147,6 +149,8 @@ class Shard:
                 for task in unit.tasks:
                     self.log(t, "submitted", task=task, tenant=app.tenant)
             self.pending.add(uid)
+            if self.resizer is not None:
+                self.resizer.submitted(t, uid, unit)
 
     def current(self, run_id: int) -> int | None:
         """The unit whose run ``run_id`` is; None when that run has stopped (an
@@ -287,15 +291,15 @@ class Shard:
         if not own:
             del self._own[tenant]
 
-    def stop_unit(self, t: float, uid: int, lost_node: int | None) -> None:
-        """Stop a unit's run (a member was lost) and queue it again, whole."""
+    def stop_unit(self, t: float, uid: int, lost_node: int | None, kind: str | None = None) -> None:
+        """Stop a unit's run (a member was lost, or it is resized: ``kind``) and queue it again, whole."""
         if self._units[uid].run is None:
             return
         run = self.close_run(uid, stop_at=t)
         for task in run.tasks:
             p = self.state.placements.get(task)
-            kind = "lost" if p is not None and p.host.node == lost_node else "requeued"
-            self.end_task(t, task, PENDING, kind)
+            said = kind or ("lost" if p is not None and p.host.node == lost_node else "requeued")
+            self.end_task(t, task, PENDING, said)
         self.pending.add(uid)
 
     def exited(self, t: float, ev: TaskExited) -> None:
@@ -637,6 +641,8 @@ class Shard:
         tasks = unit.tasks if len(placed) == len(unit.tasks) else tuple(placed)  # (all: shared)
         run = Run(ledger.next_run_id(), tasks, len(placed), t, us.remaining_work_s, us.remaining_s,
                   lead.efficiency, lead.checkpoint_every_s if lead.stateful else None)
+        if self.pause:
+            run.paused_s = self.pause.pop(uid, 0.0)  # a resized gang's restart
         if lead.scaling is not None:  # a model that reads how the members spread
             run.scaling, run.fabric = lead.scaling, lead.coupling
             run.placement = members_per_node(self.state.placements[task].host.node for task in placed)

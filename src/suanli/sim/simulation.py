@@ -49,6 +49,7 @@ from suanli.sim.loop_events import (ClaimEnded, Leave, MoveDone, NextArrival, Ne
                                     Submit, Update, Wake)
 from suanli.sim.metrics import Recorder
 from suanli.sim.mobility import mobility_events
+from suanli.sim.elastic import Resize, Resizer
 from suanli.sim.rescheduling import Rescheduler
 from suanli.sim.rollout import Rollouts
 from suanli.sim.shard import Shard
@@ -248,6 +249,8 @@ class Timeline:
                 self.resched.move_done(t, ev)
             elif isinstance(ev, Wake):
                 pass  # the instant's pass is the point
+            elif isinstance(ev, Resize):
+                self.shard.resizer.turn(t)
             elif isinstance(ev, TaskExited):
                 self.shard.exited(t, ev)
             elif isinstance(ev, Restart):
@@ -345,6 +348,8 @@ class Simulation:
             self.shard.use_backfill(scenario.policy.backfill, scenario.policy.reservations)
         self.resched = Rescheduler(self, self.shard, world, self.state, self.business, self.loop, self.book,
                                    self.policy)
+        self.shard.resizer = Resizer(self.shard, self.loop, self.book.log,
+                                     scenario.policy.elastic if scenario is not None else None)
         self.recorder = Recorder(self.state, self.shard.near_violations)
         self.hosts = HostKeeper(self)
         self.timeline = Timeline(world, scenario, self.seed, until, self.loop, self.book, self.shard, self.globe,

@@ -1,0 +1,214 @@
+"""Elastic gangs resized while they run (``policy.elastic``).
+
+Every ``policy.elastic.every`` seconds the widths of the running and
+waiting elastic gangs (jobs of one gang component with ``minSize`` below
+their most: ``maxSize``, else ``size``) are decided again by the policy
+(``scheduling/elastic.py``), per virtual cluster and per the resource their
+members ask most of (its share of the cluster: GPUs for GPU gangs):
+
+- a running gang whose width changes is **resized**: a checkpoint keeps
+  all its progress, its members stop, and it is placed again at the new
+  width at once (shrinks before growths), through the business layer (its
+  coupling domain, its tenant's quota, its virtual cluster and its
+  ``minSize`` hold as for any placement); its next run makes no progress
+  for its ``resizeCost``. Event ``resized`` (``from``, ``to``, ``why``);
+- a waiting gang is placed at most the width it was given.
+
+The policy never takes a running gang to nothing: stopping work is the
+rescheduler's (preemption, with its rules); a gang the pass cannot place
+again at least at its ``minSize`` waits, as any preempted job does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from suanli.model import speedup
+from suanli.scheduling.elastic import Jobs, decide
+from suanli.sim.ledger import PENDING, RUNNING, STATUSES
+
+WHY = {"greedy": "greedy: room for waiting gangs first, then growth into free room",
+       "goodput": "goodput: the widths of most weighted goodput"}
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """The elastic policy's turn."""
+
+
+def resizable(unit) -> bool:
+    comps = unit.components
+    lead = comps[0]
+    if not lead.gang or lead.lifetime != "job" or any(c is not lead and c != lead for c in comps):
+        return False
+    return (lead.min_size or lead.size) < len(unit.tasks)
+
+
+class Resizer:
+    def __init__(self, shard, loop, log, spec: Any) -> None:
+        self.shard, self.loop, self.log, self.spec = shard, loop, log, spec
+        self.on = spec is not None and spec.policy != "none"
+        self.units: dict[int, int] = {}  # resizable unit -> its first task's id
+        self.due: float | None = None  # when the next turn is queued
+        self.resizes = 0
+        self.asked: dict[int, int] = {}  # unit -> the width its last resize asked for
+
+    def submitted(self, t: float, uid: int, unit) -> None:
+        if not self.on or not resizable(unit):
+            return
+        self.units[uid] = self.shard._tasks.ids[unit.tasks[0]]
+        if self.due is None:
+            self.due = t + self.spec.every
+            self.loop.schedule(self.due, Resize())
+
+    def turn(self, t: float) -> None:
+        """Decide the widths again and resize what changed."""
+        self.due = None
+        shard = self.shard
+        live: list[int] = []
+        for uid, first in list(self.units.items()):
+            us = shard._units[uid]
+            if us.run is None and STATUSES[shard._tasks.status[first]] not in (PENDING, RUNNING):
+                del self.units[uid]  # ended
+                shard.business.widths.pop(uid, None)
+                continue
+            live.append(uid)
+        if not live:
+            return
+        groups: dict[tuple, list] = {}
+        for uid in live:
+            unit = shard._units[uid].unit
+            lead = unit.components[0]
+            req = shard.business.request(lead, unit.tenant, -1)
+            vcs = shard.state.vcs[unit.app.vc]
+            table = vcs.table
+            cap = table.cap[:, : table.n].sum(axis=1).astype(np.float64)
+            share = np.where(cap > 0, req.vec / np.maximum(cap, 1), 0.0)
+            r = int(np.argmax(share))
+            groups.setdefault((unit.app.vc, r), []).append((uid, unit, lead, float(req.vec[r])))
+        for (vc, r), members in groups.items():
+            self._decide(t, vc, r, members)
+        self.due = t + self.spec.every
+        self.loop.schedule(self.due, Resize())
+
+    def _decide(self, t: float, vc: str, r: int, members: list) -> None:
+        shard = self.shard
+        n = len(members)
+        top = max(len(unit.tasks) for _, unit, _, _ in members)
+        current = np.zeros(n, np.int64)
+        least = np.zeros(n, np.int64)
+        most = np.zeros(n, np.int64)
+        units = np.zeros(n)
+        speed = np.zeros((n, top + 1))
+        left = np.zeros(n)
+        waited = np.zeros(n)
+        alone = np.zeros(n)
+        restart = np.zeros(n)
+        order = np.zeros(n)
+        tenants: dict[str, int] = {}
+        tenant = np.zeros(n, np.int64)
+        held = 0.0
+        per_node = self._per_node(vc, r)
+        table = shard.state.vcs[vc].table
+        free = table.free[r, : table.n]
+        for k, (uid, unit, lead, u) in enumerate(members):
+            us = shard._units[uid]
+            run = us.run
+            current[k] = run.parallelism if run is not None else 0
+            least[k] = lead.min_size or len(unit.tasks)
+            # no wider than its largest coupling domain holds
+            codes = self._domains(unit, table)
+            cap = table.cap[r, : table.n]
+            widest = cap.sum() if codes is None else \
+                (np.bincount(codes[codes >= 0], weights=cap[codes >= 0]).max() if (codes >= 0).any() else 0.0)
+            most[k] = max(min(len(unit.tasks), int(widest // max(u, 1e-9))), least[k])
+            asked = self.asked.pop(uid, None)
+            if asked is not None and run is not None and run.parallelism < asked:
+                most[k] = max(min(most[k], run.parallelism), least[k])  # its last growth fell short: not again now
+            units[k] = max(u, 1e-9)
+            model = lead.scaling if lead.scaling is not None else speedup.Formula(lead.efficiency)
+            for w in range(1, most[k] + 1):
+                nodes = -(-w // per_node) if per_node else 1
+                speed[k, w] = model.speed(w, nodes, lead.coupling)
+            left[k] = self._left(t, us)
+            first = shard._tasks[unit.tasks[0]]
+            waited[k] = t - first.submitted_at
+            total = lead.work_s or 0.0
+            best = speed[k, 1: most[k] + 1].max() if most[k] else 0.0
+            alone[k] = total / best if best > 0 else np.inf
+            restart[k] = lead.resize_cost_s
+            order[k] = uid
+            tenant[k] = tenants.setdefault(unit.tenant, len(tenants))
+            held += current[k] * u
+        room = float(free.sum()) + held
+        jobs = Jobs(current=current, least=least, most=most, units=units, speed=speed, left=left, waited=waited,
+                    alone=alone, restart=restart, order=order, tenant=tenant,
+                    preemptible=np.zeros(n, dtype=bool))
+        world = shard.state.world
+        weights = np.array([world.tenants[name].weight if name in world.tenants else 1.0 for name in tenants])
+        # what each tenant may hold in this resource: what its quota leaves, and what its gangs here hold
+        own = np.bincount(tenant, weights=current * units, minlength=len(tenants))
+        quotas = np.array([float(shard.state.quota_left(name)[r]) for name in tenants]) + own
+        width = decide(self.spec.policy, jobs, room, shares=weights, quotas=quotas,
+                       max_slowdown=self.spec.max_slowdown, hysteresis=self.spec.hysteresis)
+        # shrinks first (their room is then free), then growths, each placed again at once
+        for k in sorted(range(n), key=lambda k: int(width[k]) - int(current[k])):
+            uid, unit, lead, u = members[k]
+            w = int(width[k])
+            if current[k] > 0 and w > current[k]:  # a growth: no wider than its own domain has room for
+                w = min(w, self._fits_here(uid, unit, table, r, table.free[r, : table.n].astype(np.float64), u))
+            if current[k] > 0 and w > 0 and w != current[k]:
+                self._resize(t, uid, unit, lead, int(current[k]), w)
+            elif current[k] == 0 and w > 0:
+                shard.business.widths[uid] = w
+
+    def _domains(self, unit, table) -> np.ndarray | None:
+        domain, _ = self.shard.business._domain(unit, table)
+        return None if domain is None else domain[: table.n]
+
+    def _fits_here(self, uid: int, unit, table, r: int, free: np.ndarray, u: float) -> int:
+        """The most members the gang could run with in the domain it runs in:
+        its own and what is free there."""
+        shard = self.shard
+        run = shard._units[uid].run
+        rows = [shard.state.placements[task].host.row for task in run.tasks if task in shard.state.placements]
+        codes = self._domains(unit, table)
+        if codes is None or not rows:
+            room = free.sum()
+        else:
+            room = free[codes == codes[rows[0]]].sum()
+        return run.parallelism + int(room // max(u, 1e-9))
+
+    def _per_node(self, vc: str, r: int) -> int:
+        """How many one-unit members a node of the VC holds at most (for the nodes a width spans)."""
+        table = self.shard.state.vcs[vc].table
+        col = table.cap[r, : table.n]
+        return int(col.max()) if len(col) and col.max() > 0 else 0
+
+    def _left(self, t: float, us) -> float:
+        """The work a unit has left now (a running one's, integrated to ``t``)."""
+        run = us.run
+        if run is None:
+            return max(us.remaining_work_s or 0.0, 0.0)
+        from suanli.executors.sim import nodes_of
+
+        ran = max(t - run.started_at - run.paused_s, 0.0)
+        model = run.scaling if run.scaling is not None else speedup.Formula(run.efficiency)
+        return speedup.advance(model, run.remaining_work_s or 0.0, ran, run.parallelism, nodes_of(run), run.fabric,
+                               run.placement)
+
+    def _resize(self, t: float, uid: int, unit, lead, old: int, new: int) -> None:
+        shard = self.shard
+        self.resizes += 1
+        self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": new}, why=WHY[self.spec.policy])
+        run = shard._units[uid].run
+        run.checkpointed_at = t
+        shard.stop_unit(t, uid, None, kind="resizing")
+        shard.business.widths[uid] = self.asked[uid] = new
+        shard.pause[uid] = lead.resize_cost_s
+        if shard.business.place(unit, record=False) is None:  # at once: no other work takes its room first
+            shard.pending.discard(uid)
+            shard.started(t, uid)

@@ -1,0 +1,196 @@
+"""Elastic gangs resized while they run in a simulation (``policy.elastic``):
+the widths keep every bound, the work is conserved across resizes, and a
+job never ends later than at the slowest width it ran at."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suanli.model.speedup import Table
+from suanli.sim.ledger import RUNNING
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
+
+SPEEDS = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.5, 16: 11.0}
+
+
+def _docs(jobs, tenants, nodes, domains, policy, quota=None):
+    groups = [{"name": f"g{d}", "count": nodes, "arch": "x86_64", "cpu": 64, "memory": "512Gi",
+               "fabrics": {"ib": f"ib-{d}"}, "accelerators": [{"kind": "gpu", "model": "A100", "count": 4}]}
+              for d in range(domains)]
+    fleet = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": [{"name": "dc", "tier": "cloud", "nodeGroups": groups}]}}
+    docs = [fleet]
+    for k in range(tenants):
+        spec = {"weight": 1 + k}
+        if quota is not None and k == 0:
+            spec["quota"] = {"gpu": quota}
+        docs.append({"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": f"t{k}"}, "spec": spec})
+    arrivals = []
+    for i, (tenant, least, size, most, work_h, at, cost) in enumerate(jobs):
+        gang = {"size": size, "minSize": least, "resizeCost": f"{cost}s"}
+        if most > size:
+            gang["maxSize"] = most
+        docs.append({"apiVersion": "suanli/v1", "kind": "Application",
+                     "metadata": {"name": f"j{i}", "tenant": f"t{tenant % tenants}"},
+                     "spec": {"components": [{"name": "train", "lifetime": "job", "gang": gang, "coupling": "ib",
+                                              "resources": {"cpu": 4, "memory": "16Gi",
+                                                            "accelerators": [{"kind": "gpu", "count": 1}]},
+                                              "work": f"{work_h}h", "scaling": {"table": SPEEDS}}]}})
+        arrivals.append({"app": f"j{i}", "at": f"{at}s"})
+    docs.append({"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "s"},
+                 "spec": {"policy": {"elastic": {"policy": policy, "every": "60s"}}, "arrivals": arrivals}})
+    return docs
+
+
+@st.composite
+def worlds(draw):
+    tenants = draw(st.integers(1, 3))
+    jobs = []
+    for _ in range(draw(st.integers(2, 9))):
+        least = draw(st.integers(1, 4))
+        size = draw(st.integers(least, 8))
+        most = draw(st.sampled_from([size, size, 12, 16]))
+        jobs.append((draw(st.integers(0, 5)), least, size, max(most, size), draw(st.sampled_from([1, 2, 5, 12])),
+                     draw(st.integers(0, 4)) * 300, draw(st.sampled_from([0, 30]))))
+    return (jobs, tenants, draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.sampled_from(["goodput",
+            "greedy"])), draw(st.sampled_from([None, None, 6, 10])))
+
+
+seen: Counter = Counter()
+
+
+def _check(sim, quota) -> None:
+    """At an instant: each running elastic gang within its bounds, in one ib
+    domain, the first tenant within its quota."""
+    shard = sim.shard
+    fleet = sim.world.fleet
+    gpus = Counter()
+    for uid in shard.resizer.units:
+        us = shard._units[uid]
+        run = us.run
+        if run is None:
+            continue
+        lead = us.unit.components[0]
+        assert (lead.min_size or 1) <= run.parallelism <= len(us.unit.tasks)
+        nodes = {shard.state.placements[task].host.node for task in run.tasks}
+        domains = {fleet.node_name(n).split("/")[1].split("-")[0] for n in nodes}
+        assert len(domains) == 1, domains  # one ib domain (a node group each)
+        gpus[us.unit.tenant] += run.parallelism
+        seen["running"] += 1
+        if run.parallelism < len(us.unit.tasks):
+            seen["below its most"] += 1
+    if quota is not None:
+        assert gpus["t0"] <= quota
+        seen["quota binds"] += gpus["t0"] > quota - 2
+
+
+def _runs(events):
+    """Per job: its runs as (start, end, width, paused) from the events."""
+    runs = defaultdict(list)
+    open_at: dict[str, tuple[float, int, float]] = {}
+    width: dict[str, int] = defaultdict(int)
+    resized = set()
+    for e in events:
+        kind, task = e["kind"], e.get("task", "")
+        job = task.split("/")[0]
+        if kind == "resized":
+            resized.add(job)
+        if kind == "started" and task.endswith("/train/0"):
+            open_at[job] = (e["t"], 0, 0.0)
+        if kind == "started":
+            width[job] += 1
+        if kind in ("resizing", "finished", "preempted", "requeued") and task.endswith("/train/0"):
+            start, _, _ = open_at.pop(job)
+            runs[job].append((start, e["t"], width[job], job in resized, kind))
+            width[job] = 0
+    return runs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_resizes_keep_bounds_domains_and_quotas_and_conserve_work(tmp_path_factory, world):
+    jobs, tenants, nodes, domains, policy, quota = world
+    path = tmp_path_factory.mktemp("w") / "w.yaml"
+    path.write_text(yaml.safe_dump_all(_docs(jobs, tenants, nodes, domains, policy, quota), sort_keys=False))
+    sim = Simulation(load_world([path]), seed=1, on_instant=lambda t: _check(sim, quota))
+    sim.run()
+    events = sim.events.take()
+    seen["resized"] += sum(1 for e in events if e["kind"] == "resized")
+    seen["shrunk"] += sum(1 for e in events if e["kind"] == "resized" and e["to"] < e["from"])
+    table = Table(tuple(SPEEDS.items()))
+    costs = {f"j{i}": job[6] for i, job in enumerate(jobs)}
+    works = {f"j{i}": job[4] * 3600.0 for i, job in enumerate(jobs)}
+    for job, runs in _runs(events).items():
+        if runs[-1][4] != "finished":
+            continue
+        done, saved, pauses, slowest = 0.0, 0.0, 0.0, math.inf
+        for k, (start, end, w, _, how) in enumerate(runs):
+            pause = costs[job] if k > 0 and runs[k - 1][4] == "resizing" else 0.0
+            done += max(end - start - pause, 0.0) * table.speed(w)
+            if how == "resizing":  # a resize checkpoints the gang
+                saved = done
+            elif how in ("preempted", "requeued"):  # no checkpoint of its own: back to the last resize's
+                done = saved
+            pauses += pause
+            slowest = min(slowest, table.speed(w))
+        # work done plus work left (none: it finished) equals the work declared
+        assert done == pytest.approx(works[job], rel=1e-6), (job, runs)
+        seen["finished"] += 1
+        if all(r[4] in ("resizing", "finished") for r in runs):  # ran from its start to its end
+            first, last = runs[0][0], runs[-1][1]
+            assert last - first <= works[job] / slowest + pauses + 1e-6 * works[job], (job, runs)
+            seen["never later"] += len(runs) > 1
+
+
+def test_the_resize_cases_are_not_vacuous():
+    assert seen["resized"] > 20 and seen["shrunk"] > 3 and seen["finished"] > 20 and seen["never later"] > 5, seen
+    assert seen["below its most"] > 10 and seen["quota binds"] > 0, seen
+
+
+def test_a_gang_grows_into_free_room_shrinks_for_arrivals_and_its_work_adds_up(tmp_path):
+    """One 40-hour gang (8 of up to 16 GPUs) and a 4-hour one arriving at 600 s,
+    on 16 GPUs: the first grows at the first turn, shrinks to 8 when the second
+    arrives and grows back when it ends. Its end is its work over the widths it
+    ran at, each run after a resize 30 s late."""
+    path = tmp_path / "w.yaml"
+    docs = _docs([(0, 2, 8, 16, 40, 0, 30), (0, 1, 8, 8, 4, 600, 0)], 1, 4, 1, "goodput")
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "simulate", str(path), "--out",
+                        str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    resized = [(e["t"], e["from"], e["to"]) for e in events if e["kind"] == "resized"]
+    assert resized == [(60.0, 8, 16), (600.0, 16, 8), (2820.0, 8, 16)]
+    small_end = 600 + 4 * 3600 / 6.5
+    ends = {e["t"] for e in events if e["kind"] == "finished" and e["task"].startswith("j1/")}
+    assert len(ends) == 1 and ends.pop() == pytest.approx(small_end)
+    left = 40 * 3600 - 60 * 6.5 - (540 - 30) * 11 - (2220 - 30) * 6.5
+    end = {e["t"] for e in events if e["kind"] == "finished" and e["task"].startswith("j0/")}
+    assert len(end) == 1 and end.pop() == pytest.approx(2820 + 30 + left / 11)
+    result = json.loads((out / "result.json").read_text())
+    assert result["metrics"]["tasks"]["finished"] == 24  # 16 members of the first, 8 of the second
+
+
+def test_with_elastic_none_a_gang_keeps_the_width_it_started_at(tmp_path):
+    path = tmp_path / "w.yaml"
+    docs = _docs([(0, 2, 8, 16, 40, 0, 30), (0, 1, 8, 8, 4, 600, 0)], 1, 4, 1, "none")
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim = Simulation(load_world([path]), seed=1)
+    sim.run()
+    events = sim.events.take()
+    assert not [e for e in events if e["kind"] == "resized"]
+    assert sum(1 for e in events if e["kind"] == "started" and e["task"].startswith("j0/")) == 8  # its size
+    assert sum(1 for e in events if e["kind"] == "omitted" and e["task"].startswith("j0/")) == 8  # up to maxSize
