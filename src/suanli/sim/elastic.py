@@ -55,6 +55,7 @@ class Resizer:
         self.due: float | None = None  # when the next turn is queued
         self.resizes = 0
         self.asked: dict[int, int] = {}  # unit -> the width its last resize asked for
+        self._speed_rows: dict[tuple, np.ndarray] = {}
 
     def submitted(self, t: float, uid: int, unit) -> None:
         if not self.on or not resizable(unit):
@@ -113,27 +114,30 @@ class Resizer:
         held = 0.0
         per_node = self._per_node(vc, r)
         table = shard.state.vcs[vc].table
-        free = table.free[r, : table.n]
+        domain_room: dict[tuple, float] = {}  # a coupling's shape -> the room of its largest domain
         for k, (uid, unit, lead, u) in enumerate(members):
             us = shard._units[uid]
             run = us.run
             current[k] = run.parallelism if run is not None else 0
             least[k] = lead.min_size or len(unit.tasks)
             # no wider than its largest coupling domain holds
-            codes = self._domains(unit, table)
-            cap = table.cap[r, : table.n]
-            widest = cap.sum() if codes is None else \
-                (np.bincount(codes[codes >= 0], weights=cap[codes >= 0]).max() if (codes >= 0).any() else 0.0)
+            shape = (unit.couplings, unit.affinity_scope)
+            widest = domain_room.get(shape)
+            if widest is None:
+                codes = self._domains(unit, table)
+                cap = table.cap[r, : table.n]
+                widest = domain_room[shape] = float(cap.sum()) if codes is None else \
+                    (float(np.bincount(codes[codes >= 0], weights=cap[codes >= 0]).max()) if (codes >= 0).any()
+                     else 0.0)
             most[k] = max(min(len(unit.tasks), int(widest // max(u, 1e-9))), least[k])
             asked = self.asked.pop(uid, None)
             if asked is not None and run is not None and run.parallelism < asked:
                 most[k] = max(min(most[k], run.parallelism), least[k])  # its last growth fell short: not again now
             units[k] = max(u, 1e-9)
-            model = lead.scaling if lead.scaling is not None else speedup.Formula(lead.efficiency)
-            for w in range(1, most[k] + 1):
-                nodes = -(-w // per_node) if per_node else 1
-                speed[k, w] = model.speed(w, nodes, lead.coupling)
             left[k] = self._left(t, us)
+            model = lead.scaling if lead.scaling is not None else speedup.Formula(lead.efficiency)
+            speed[k, 1: most[k] + 1] = self._speeds(model, int(most[k]), per_node, lead.coupling,
+                                                    total=lead.work_s or 0.0, left=left[k])
             first = shard._tasks[unit.tasks[0]]
             waited[k] = t - first.submitted_at
             total = lead.work_s or 0.0
@@ -143,7 +147,7 @@ class Resizer:
             order[k] = uid
             tenant[k] = tenants.setdefault(unit.tenant, len(tenants))
             held += current[k] * u
-        room = float(free.sum()) + held
+        room = float(table.free[r, : table.n].sum()) + held
         jobs = Jobs(current=current, least=least, most=most, units=units, speed=speed, left=left, waited=waited,
                     alone=alone, restart=restart, order=order, tenant=tenant,
                     preemptible=np.zeros(n, dtype=bool))
@@ -174,13 +178,27 @@ class Resizer:
         its own and what is free there."""
         shard = self.shard
         run = shard._units[uid].run
-        rows = [shard.state.placements[task].host.row for task in run.tasks if task in shard.state.placements]
+        p = shard.state.placements.get(run.tasks[0])  # (its members share one domain)
         codes = self._domains(unit, table)
-        if codes is None or not rows:
-            room = free.sum()
-        else:
-            room = free[codes == codes[rows[0]]].sum()
+        room = free.sum() if codes is None or p is None else free[codes == codes[p.host.row]].sum()
         return run.parallelism + int(room // max(u, 1e-9))
+
+    def _speeds(self, model, most: int, per_node: int, fabric: str | None, total: float, left: float) -> np.ndarray:
+        """Speeds at widths 1..most, members packed ``per_node`` a node (a
+        model that does not change as the work goes: kept per shape)."""
+        measured = isinstance(model, speedup.Measured)
+        key = (model, most, per_node, fabric)
+        hit = None if measured else self._speed_rows.get(key)
+        if hit is not None:
+            return hit
+        done = total - left
+        row = np.array([model.speed(w, -(-w // per_node) if per_node else 1, fabric, done=done)
+                        for w in range(1, most + 1)])
+        if not measured:
+            if len(self._speed_rows) > 4096:
+                self._speed_rows.clear()
+            self._speed_rows[key] = row
+        return row
 
     def _per_node(self, vc: str, r: int) -> int:
         """How many one-unit members a node of the VC holds at most (for the nodes a width spans)."""
