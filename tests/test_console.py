@@ -316,3 +316,24 @@ def test_a_task_run_for_real_links_its_log(tmp_path):
         assert 'href="/v1/logs/web/c/0"' in page
         assert "Its log" not in client.get("/tasks/web/huge/0").text  # never placed: no log
     store.close()
+
+
+def test_a_resized_gangs_page_shows_its_width_over_time(tmp_path):
+    """An elastic gang (8 of up to 16 GPUs) that grows into free room, shrinks
+    when a second gang arrives and grows back: every member's page lists the
+    widths it ran at, from when, and why."""
+    import yaml
+
+    from test_elastic_sim import _docs
+
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump_all(_docs([(0, 2, 8, 16, 40, 0, 30), (0, 1, 8, 8, 4, 600, 0)], 1, 4, 1,
+                                             "goodput"), sort_keys=False))
+    run = simulated(path, tmp_path / "out")
+    for task in ("j0/train/0", "j0/train/12"):
+        page = viewer(run).get(f"/tasks/{task}").text
+        assert "Gang width" in page, task
+        rows = re.findall(r'<tr><td>[^<]*</td><td class="num">(\d+)</td><td>([^<]*)</td></tr>',
+                          page.split('id="widths"')[1].split("</table>")[0])
+        assert [int(w) for w, _ in rows] == [8, 16, 8, 16] and rows[0][1] == "started" and "goodput" in rows[1][1]
+    assert "Gang width" not in viewer(run).get("/tasks/j1/train/0").text  # never resized

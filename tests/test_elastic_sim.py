@@ -194,3 +194,30 @@ def test_with_elastic_none_a_gang_keeps_the_width_it_started_at(tmp_path):
     assert not [e for e in events if e["kind"] == "resized"]
     assert sum(1 for e in events if e["kind"] == "started" and e["task"].startswith("j0/")) == 8  # its size
     assert sum(1 for e in events if e["kind"] == "omitted" and e["task"].startswith("j0/")) == 8  # up to maxSize
+
+
+def test_the_elastic_example_grows_gives_back_and_shortens_the_average_job(tmp_path):
+    """examples/elastic.yaml: under goodput the long job grows at the first turn,
+    gives its GPUs back when the short jobs arrive and grows when they end;
+    the average job time is shorter than with elastic: none."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "elastic.yaml"
+    docs = list(yaml.safe_load_all(example.read_text()))
+    jct = {}
+    for policy in ("goodput", "none"):
+        docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
+        path = tmp_path / f"{policy}.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        sim = Simulation(load_world([path]), seed=1)
+        sim.run()
+        events = sim.events.take()
+        sizes = [(e["from"], e["to"]) for e in events if e["kind"] == "resized"]
+        if policy == "goodput":
+            assert sizes[0] == (8, 16) and any(b < a for a, b in sizes) and sizes[-1][1] == 16, sizes
+        else:
+            assert not sizes
+        at = {e["app"]: e["at"] for e in docs[-1]["spec"]["arrivals"]}
+        arrive = {"pretrain": 0.0, "finetune": 600.0, "eval": 1800.0}
+        assert set(at) == set(arrive)
+        ends = {e["task"].split("/")[0]: e["t"] for e in events if e["kind"] == "finished"}
+        jct[policy] = sum(ends[a] - arrive[a] for a in arrive) / len(arrive)
+    assert jct["goodput"] < 0.8 * jct["none"], jct

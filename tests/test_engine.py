@@ -65,3 +65,17 @@ def test_wall_clock_runs_a_tiny_scenario_in_real_time():
     assert [t for t, _ in stamps] == [0.02, 0.05, 0.08]
     assert all(now >= t for t, now in stamps)  # an event is never delivered early
     assert time.monotonic() - start >= 0.08
+
+
+def test_a_cancelled_event_is_never_delivered_and_makes_no_instant():
+    loop = EventLoop()
+    seen = []
+    loop.schedule(1.0, "a")
+    loop.schedule(5.0, "stale")
+    loop.schedule(3.0, "b")
+    loop.schedule(3.0, "also stale")
+    loop.cancel(5.0, "stale")
+    loop.cancel(3.0, "also stale")
+    end = loop.run(lambda t, evs: seen.append((t, evs)))
+    assert seen == [(1.0, ["a"]), (3.0, ["b"])]
+    assert end == 3.0  # the run ends with its last event, not at the taken-back one

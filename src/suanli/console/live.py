@@ -89,6 +89,12 @@ class LiveRun(model.RunData):
             return None
         _, events = self.store.recent_events(owner, task=name, limit=1000, count=False, app_id=row.app_id)
         history = [self._event(e) for e in reversed(events)]
+        lead = model.gang_of(name)
+        lead_history = history
+        if lead != name and (lead_row := self.store.task(owner, lead)) is not None:
+            _, lead_events = self.store.recent_events(owner, task=lead, limit=1000, count=False,
+                                                      app_id=lead_row.app_id)
+            lead_history = [self._event(e) for e in reversed(lead_events)]
         now = time.time()
         return {"task": row.name, "tenant": row.tenant, "app": row.name.split("/", 1)[0], "status": row.status,
                 "site": row.site, "tier": self.tiers.tier(row.site), "node": row.node, "reason": row.reason,
@@ -96,7 +102,8 @@ class LiveRun(model.RunData):
                 "why": row.why, "history": history, "now": now,
                 "segments": model.segments(history, now, self.tiers),
                 "logs_url": _logs_url(name, row.tenant, self.who.admin) if self.logs and row.placements else None,
-                "moves": [e for e in history if e["kind"] in model.MOVE_KINDS]}
+                "moves": [e for e in history if e["kind"] in model.MOVE_KINDS],
+                "widths": model.widths(lead_history)}
 
     def events(self, kinds: Iterable[str] = (), before: float | None = None, limit: int = 100) -> dict[str, Any]:
         total, rows = self.store.recent_events(self.tenant, tuple(kinds), limit=limit)

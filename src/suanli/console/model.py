@@ -105,6 +105,23 @@ def cohort_of(tenant: dict[str, Any], now: dict[str, Any] | None) -> dict[str, A
             "lent": (now or {}).get("lent", {}) if now_known else None}
 
 
+def gang_of(task: str) -> str:
+    """The gang's first member, which a resize's event names."""
+    return task.rsplit("/", 1)[0] + "/0"
+
+
+def widths(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An elastic gang's width over time, from its first member's events: the
+    width it started at, then each resize (empty when it was never resized)."""
+    resized = [e for e in history if e["kind"] == "resized"]
+    if not resized:
+        return []
+    start = next((e["t"] for e in history if e["kind"] == "started"), resized[0]["t"])
+    out = [{"t": start, "width": resized[0]["from"], "why": "started"}]
+    out += [{"t": e["t"], "width": e["to"], "why": e.get("why", "")} for e in resized]
+    return out
+
+
 def segments(history: list[dict[str, Any]], end: float, tiers: SiteTiers) -> list[dict[str, Any]]:
     """Where a task was over time, from its events: one segment per stay on a
     node (from its placement to when it left, or the end), with the site and

@@ -289,8 +289,12 @@ class RecordedRun(model.RunData):
                 why = e["why"]
         if out["status"] == "pending":
             why = self._pending_why.get(name) or why
+        lead = model.gang_of(name)
+        j = self.task_index.get(lead) if lead != name else i
+        lead_history = history if j == i else \
+            self.lines(self._by_task[self._task_start[j]:self._task_start[j + 1]]) if j is not None else []
         out.update(history=history, segments=model.segments(history, self.end, self._tiers), why=why,
-                   moves=[e for e in history if e["kind"] in model.MOVE_KINDS])
+                   moves=[e for e in history if e["kind"] in model.MOVE_KINDS], widths=model.widths(lead_history))
         return out
 
     def events(self, kinds: Iterable[str] = (), before: float | None = None, limit: int = 100) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class EventLoop:
         self._posted: deque[Any] = deque()  # appended by other threads
         self.on_post: Callable[[], None] | None = None  # called after each post (a driver's wake-up)
         self._wakeable = hasattr(self.clock, "wake")
+        self._cancelled: set[tuple[float, Any]] = set()  # (time, event) taken back: never delivered
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -38,6 +39,17 @@ class EventLoop:
     def schedule(self, at: float, event: Any) -> None:
         """Queue ``event`` at time ``at`` (never before now)."""
         heapq.heappush(self._queue, (max(at, self.now()), next(self._seq), event))
+
+    def cancel(self, at: float, event: Any) -> None:
+        """Take back ``event`` queued at ``at`` (equal events there go too): it
+        is never delivered, and makes no instant of its own."""
+        self._cancelled.add((at, event))
+
+    def _drop_cancelled(self) -> None:
+        q = self._queue
+        while q and (q[0][0], q[0][2]) in self._cancelled:
+            self._cancelled.discard((q[0][0], q[0][2]))
+            heapq.heappop(q)
 
     def post(self, event: Any) -> None:
         """Hand ``event`` in from any thread; it happens when the loop next looks."""
@@ -55,17 +67,23 @@ class EventLoop:
     def peek_time(self) -> float | None:
         if self._posted:
             self._take_posted()
+        if self._cancelled:
+            self._drop_cancelled()
         return self._queue[0][0] if self._queue else None
 
     def run_due(self, handle: Callable[[float, list[Any]], None], until: float) -> None:
         """Deliver, as ``run`` does, every event due by ``until``, without waiting."""
         if self._posted:
             self._take_posted()
+        if self._cancelled:
+            self._drop_cancelled()
         while self._queue and self._queue[0][0] <= until:
             t = self._queue[0][0]
             handle(t, self._instant(t))
             if self._posted:
                 self._take_posted()
+            if self._cancelled:
+                self._drop_cancelled()
 
     def run(self, handle: Callable[[float, list[Any]], None], until: float | None = None) -> float:
         """Deliver events in order, all those of one instant together, until ``until``.
@@ -76,6 +94,8 @@ class EventLoop:
         while True:
             if self._posted:
                 self._take_posted()
+            if self._cancelled:
+                self._drop_cancelled()
             if not self._queue or (until is not None and self._queue[0][0] > until):
                 if until is None or not self._wakeable or self.clock.wait_until(until):
                     break
@@ -93,5 +113,9 @@ class EventLoop:
         """Take every event queued at ``t`` off the queue, in sequence order."""
         batch = []
         while self._queue and self._queue[0][0] == t:
-            batch.append(heapq.heappop(self._queue)[2])
+            event = heapq.heappop(self._queue)[2]
+            if not self._cancelled or (t, event) not in self._cancelled:
+                batch.append(event)
+            else:
+                self._cancelled.discard((t, event))
         return batch

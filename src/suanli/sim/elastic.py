@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from suanli.executors.base import RunFinished
 from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
@@ -64,6 +65,17 @@ class Resizer:
         if self.due is None:
             self.due = t + self.spec.every
             self.loop.schedule(self.due, Resize())
+
+    def ended(self, uid: int) -> None:
+        """A unit's run finished: it is done (a job's gang ends whole); with no
+        gang left, no turn is due."""
+        if self.units.pop(uid, None) is None:
+            return
+        self.shard.business.widths.pop(uid, None)
+        self.asked.pop(uid, None)
+        if not self.units and self.due is not None:
+            self.loop.cancel(self.due, Resize())
+            self.due = None
 
     def turn(self, t: float) -> None:
         """Decide the widths again and resize what changed."""
@@ -224,6 +236,8 @@ class Resizer:
         self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": new}, why=WHY[self.spec.policy])
         run = shard._units[uid].run
         run.checkpointed_at = t
+        if run.finish_at is not None:  # its finish will not come: no instant for it
+            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
         shard.stop_unit(t, uid, None, kind="resizing")
         shard.business.widths[uid] = self.asked[uid] = new
         shard.pause[uid] = lead.resize_cost_s

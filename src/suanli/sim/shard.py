@@ -236,6 +236,8 @@ class Shard:
             self.end_task(t, task, FINISHED, "finished")
         if len(jobs) == len(us.run.tasks):
             self.close_run(uid)
+            if self.resizer is not None and self.resizer.units:
+                self.resizer.ended(uid)
         else:
             us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
 
