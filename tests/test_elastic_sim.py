@@ -97,24 +97,28 @@ def _check(sim, quota) -> None:
 
 
 def _runs(events):
-    """Per job: its runs as (start, end, width, paused) from the events."""
+    """Per job: its runs as (start, end, width, after a resize, how it ended)
+    from the events: a run opens when its first member starts (its width the
+    members started then) or at a resize (its width the resize's ``to``), and
+    ends at the next resize, or when its first member finishes or stops."""
     runs = defaultdict(list)
-    open_at: dict[str, tuple[float, int, float]] = {}
-    width: dict[str, int] = defaultdict(int)
-    resized = set()
+    open_at: dict[str, list] = {}
     for e in events:
         kind, task = e["kind"], e.get("task", "")
         job = task.split("/")[0]
         if kind == "resized":
-            resized.add(job)
-        if kind == "started" and task.endswith("/train/0"):
-            open_at[job] = (e["t"], 0, 0.0)
-        if kind == "started":
-            width[job] += 1
-        if kind in ("resizing", "finished", "preempted", "requeued") and task.endswith("/train/0"):
-            start, _, _ = open_at.pop(job)
-            runs[job].append((start, e["t"], width[job], job in resized, kind))
-            width[job] = 0
+            start, width, resized, _ = open_at.pop(job)
+            assert width == e["from"], (job, width, e)
+            runs[job].append((start, e["t"], width, resized, "resizing"))
+            open_at[job] = [e["t"], e["to"], True, True]
+        elif kind == "started":
+            if job not in open_at:
+                open_at[job] = [e["t"], 1, False, False]
+            elif not open_at[job][3] and open_at[job][0] == e["t"]:
+                open_at[job][1] += 1  # a member of the run that started now
+        elif kind in ("finished", "preempted", "requeued", "lost") and task.endswith("/train/0") and job in open_at:
+            start, width, resized, _ = open_at.pop(job)
+            runs[job].append((start, e["t"], width, resized, kind))
     return runs
 
 

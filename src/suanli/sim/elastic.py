@@ -7,16 +7,17 @@ their most: ``maxSize``, else ``size``) are decided again by the policy
 members ask most of (its share of the cluster: GPUs for GPU gangs):
 
 - a running gang whose width changes is **resized**: a checkpoint keeps
-  all its progress, its members stop, and it is placed again at the new
-  width at once (shrinks before growths), through the business layer (its
+  all its progress; a shrink stops its last members and its others go on
+  where they are; a growth stops its members and places it again at the new
+  width at once (after the turn's shrinks), through the business layer (its
   coupling domain, its tenant's quota, its virtual cluster and its
   ``minSize`` hold as for any placement); its next run makes no progress
   for its ``resizeCost``. Event ``resized`` (``from``, ``to``, ``why``);
 - a waiting gang is placed at most the width it was given.
 
 The policy never takes a running gang to nothing: stopping work is the
-rescheduler's (preemption, with its rules); a gang the pass cannot place
-again at least at its ``minSize`` waits, as any preempted job does.
+rescheduler's (preemption, with its rules), and a preemption shrinks an
+elastic gang before it stops one whole (``moves.preempt_plan``).
 """
 
 from __future__ import annotations
@@ -230,10 +231,32 @@ class Resizer:
         return speedup.advance(model, run.remaining_work_s or 0.0, ran, run.parallelism, nodes_of(run), run.fabric,
                                run.placement)
 
+    def shrink(self, t: float, uid: int, drop, why: str) -> None:
+        """Shrink a running gang in place by the members ``drop`` (its others
+        go on where they are, after its restart)."""
+        shard = self.shard
+        run = shard._units[uid].run
+        unit = shard._units[uid].unit
+        self.resizes += 1
+        self.log(t, "resized", task=unit.tasks[0], **{"from": run.parallelism, "to": run.parallelism - len(drop)},
+                 why=why)
+        shard.shrink(t, uid, drop, unit.components[0].resize_cost_s)
+
+    def shrinkable(self, uid: int) -> tuple[str, ...]:
+        """The members a running gang could go on without (those above its least, the last first)."""
+        if uid not in self.units:
+            return ()
+        us = self.shard._units[uid]
+        run = us.run
+        least = us.unit.components[0].min_size or len(us.unit.tasks)
+        return tuple(run.tasks[least:]) if run is not None and run.parallelism > least else ()
+
     def _resize(self, t: float, uid: int, unit, lead, old: int, new: int) -> None:
         shard = self.shard
+        if new < old:  # in place: its first members go on where they are
+            self.shrink(t, uid, shard._units[uid].run.tasks[new:], WHY[self.spec.policy])
+            return
         self.resizes += 1
-        self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": new}, why=WHY[self.spec.policy])
         run = shard._units[uid].run
         run.checkpointed_at = t
         if run.finish_at is not None:  # its finish will not come: no instant for it
@@ -241,6 +264,10 @@ class Resizer:
         shard.stop_unit(t, uid, None, kind="resizing")
         shard.business.widths[uid] = self.asked[uid] = new
         shard.pause[uid] = lead.resize_cost_s
+        got = 0
         if shard.business.place(unit, record=False) is None:  # at once: no other work takes its room first
             shard.pending.discard(uid)
             shard.started(t, uid)
+            got = shard._units[uid].run.parallelism
+        why = WHY[self.spec.policy] if got == new else f"{WHY[self.spec.policy]} (asked {new}, {got} fit)"
+        self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": got}, why=why)  # (what it runs at now)

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from suanli.phrases import text
 from suanli.scheduling.business_layer import Unit
 from suanli.scheduling.filters import fits_row
-from suanli.scheduling.preempt import plan_preemption
+from suanli.scheduling.preempt import Victim, plan_preemption
 from suanli.scheduling.reasons import Why
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.table import Allocation
@@ -74,6 +74,7 @@ class Plan:
     reason: str | None = None  # what its events say
     gain: float | None = None  # in points of the placement scores, where the mechanism weighs one
     held: Held | None = None
+    shrink: tuple[tuple[int, tuple[str, ...]], ...] = ()  # running elastic gangs that go on without these members
 
 
 # ------------------------------------------------------------ held back
@@ -126,9 +127,47 @@ def _budget_held(sim, key: tuple[str, str], planned: bool) -> Held:
 # ------------------------------------------------------------ the mechanisms
 
 def preempt_plan(sim, unit: Unit) -> Plan | None:
-    """Evict the cheapest running work ``unit`` outranks that makes it fit."""
-    plan = plan_preemption(sim.business, unit, victims(sim, unit))
+    """Evict the cheapest running work ``unit`` outranks that makes it fit;
+    an elastic gang it outranks is shrunk (members above its least) before
+    any gang is stopped whole."""
+    found = victims(sim, unit)
+    shrunk = _shrink_plan(sim, unit, found)
+    if shrunk is not None:
+        return shrunk
+    plan = plan_preemption(sim.business, unit, found)
     return Plan("preempt", "priority", tuple(v.key for v in plan), unit=unit) if plan else None
+
+
+def _shrink_plan(sim, unit: Unit, found: list) -> Plan | None:
+    """A plan that shrinks elastic gangs (each member above a gang's least a
+    victim of its own, cheaper than any whole unit of its level) and evicts
+    what else it must; None when no shrink is in the cheapest set."""
+    resizer = sim.shard.resizer
+    if resizer is None or not resizer.units:
+        return None
+    members, whole, of = [], [], {}
+    for v in found:
+        drop = resizer.shrinkable(v.key)
+        if not drop:
+            whole.append(v)
+            continue
+        held = dict((task, pair) for task, pair in zip(sim.view.units[v.key].run.tasks, v.held))
+        for task in drop:
+            key = -1 - len(of)  # (a member's key: negative, apart from units' ids)
+            of[key] = (v.key, task)
+            members.append(Victim(key, v.tenant, v.priority, 0, [held[task]], -float("inf"), v.level, False))
+    if not members:
+        return None
+    plan = plan_preemption(sim.business, unit, members + whole)
+    if not plan or not any(v.key < 0 for v in plan):
+        return None
+    shrink: dict[int, list[str]] = {}
+    for v in plan:
+        if v.key < 0:
+            uid, task = of[v.key]
+            shrink.setdefault(uid, []).append(task)
+    return Plan("preempt", "priority", tuple(v.key for v in plan if v.key >= 0), unit=unit,
+                shrink=tuple((uid, tuple(tasks)) for uid, tasks in shrink.items()))
 
 
 def reclaim_plan(sim, unit: Unit) -> Plan | None:
@@ -250,6 +289,9 @@ def apply_plan(sim, t: float, plan: Plan) -> bool:
     """Make ``plan``: its evictions, its relocations, then the unit it made
     room for. True if that unit was placed."""
     why = {"reason": plan.reason} if plan.reason is not None else {}
+    for uid, drop in plan.shrink:
+        sim.shard.resizer.shrink(t, uid, drop, f"{plan.cause}: room for {plan.unit.tasks[0]}" if plan.unit else
+                                 plan.cause)
     for uid in plan.evict:
         sim.evict(t, uid, plan.cause, by=plan.unit, **why)
     for task, a in plan.relocate:
@@ -269,7 +311,8 @@ def cost(sim, plan: Plan) -> dict[str, Any]:
     placed again), the highest priority it evicts."""
     view, state = sim.view, sim.state
     evicted = [view.units[uid] for uid in plan.evict]
-    tasks = [task for us in evicted for task in us.run.tasks] + [task for task, _ in plan.relocate]
+    tasks = [task for us in evicted for task in us.run.tasks] + [task for task, _ in plan.relocate] + \
+        [task for _, drop in plan.shrink for task in drop]
     comps = [view.tasks[task].component for task in tasks]
     state_bytes = sum(c.state_mib * 2**20 for c in comps if c.stateful and c.lifetime == "service")
     downtime = sum(serves_again_s(sim, view.tasks[task].component, state.placements[task].host.node,
@@ -299,6 +342,8 @@ def plan_json(sim, plan: Plan) -> dict[str, Any]:
         out["priority"] = plan.unit.priority
     if plan.evict:
         out["evict"] = [task for uid in plan.evict for task in view.units[uid].run.tasks]
+    if plan.shrink:
+        out["shrink"] = [{"gang": view.units[uid].unit.tasks[0], "without": list(drop)} for uid, drop in plan.shrink]
     if plan.relocate:
         out["move"] = []
         for task, a in plan.relocate:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from suanli.engine.loop import EventLoop
-from suanli.executors.base import Executor, Restart, Run, TaskExited
+from suanli.executors.base import Executor, Restart, Run, RunFinished, TaskExited
 from suanli.executors.sim import speed
 from suanli.model.speedup import members_per_node, time_to_finish
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
@@ -292,6 +292,22 @@ class Shard:
                 counts.pop(key, None)
         if not own:
             del self._own[tenant]
+
+    def shrink(self, t: float, uid: int, drop, pause: float) -> None:
+        """A running gang goes on without the members ``drop`` (a resize in
+        place): its run stops at a checkpoint, the dropped members' room is
+        given back, and a new run of the others starts where they are, making
+        no progress for ``pause``."""
+        run = self._units[uid].run
+        run.checkpointed_at = t
+        if run.finish_at is not None:  # its finish will not come: no instant for it
+            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
+        self.close_run(uid, stop_at=t)
+        for task in drop:
+            self.end_task(t, task, PENDING, "resizing")
+        self.pause[uid] = pause
+        self.business.widths[uid] = len(run.tasks) - len(drop)
+        self.started(t, uid)
 
     def stop_unit(self, t: float, uid: int, lost_node: int | None, kind: str | None = None) -> None:
         """Stop a unit's run (a member was lost, or it is resized: ``kind``) and queue it again, whole."""
@@ -636,7 +652,9 @@ class Shard:
             if left_out is None:
                 left_out = Counter({Why("elastic", placed=len(placed), members=len(unit.tasks)): 1})
             why = why_json(left_out)
-            for task in unit.tasks[len(placed):]:
+            on = set(placed)  # (a gang shrunk in place keeps the members it chose, not a prefix)
+            for task in (unit.tasks[len(placed):] if on.issuperset(unit.tasks[:len(placed)]) else
+                         [task for task in unit.tasks if task not in on]):
                 self.end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
         lead = unit.components[0]
         ledger = self.ledger
