@@ -225,3 +225,35 @@ def test_the_elastic_example_grows_gives_back_and_shortens_the_average_job(tmp_p
         ends = {e["task"].split("/")[0]: e["t"] for e in events if e["kind"] == "finished"}
         jct[policy] = sum(ends[a] - arrive[a] for a in arrive) / len(arrive)
     assert jct["goodput"] < 0.8 * jct["none"], jct
+
+
+def test_a_preemption_shrinks_an_elastic_gang_before_it_stops_one_whole(tmp_path):
+    """A 16-GPU gang (down to 4) fills the pod; a higher-priority 6-GPU job
+    arrives: the gang goes on with 10 members where they are (its last six
+    give their room back), nothing is preempted, and it grows back to 16 when
+    the job ends. With elastic: none the gang is stopped whole instead."""
+    docs = _docs([(0, 4, 16, 16, 40, 0, 30), (0, 6, 6, 6, 6, 300, 0)], 1, 4, 1, "goodput")
+    docs[2]["spec"]["priority"], docs[3]["spec"]["priority"] = 0, 100
+    docs[3]["spec"]["components"][0].pop("scaling")
+    docs[3]["spec"]["components"][0]["gang"] = {"size": 6}
+    for policy in ("goodput", "none"):
+        docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
+        path = tmp_path / f"{policy}.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        sim = Simulation(load_world([path]), seed=1)
+        sim.run()
+        events = sim.events.take()
+        kinds = Counter(e["kind"] for e in events)
+        if policy == "none":
+            assert kinds["preempted"] == 16 and not kinds["resized"], kinds
+            continue
+        resized = [(e["t"], e["from"], e["to"], e["why"]) for e in events if e["kind"] == "resized"]
+        assert resized[0] == (300.0, 16, 10, "priority: room for j1/train/0"), resized
+        assert resized[1][1:3] == (10, 16) and kinds["preempted"] == 0, (resized, kinds)
+        stopped = [e["task"] for e in events if e["kind"] == "resizing" and e["t"] == 300.0]
+        assert stopped == [f"j0/train/{i}" for i in range(10, 16)]  # the last six; the others did not move
+        moved = [e for e in events if e["kind"] == "placed" and e["t"] == 300.0 and e["task"].startswith("j0/")]
+        first = {e["task"]: e["node"] for e in events if e["kind"] == "placed" and e["t"] == 0.0}
+        assert all(first[e["task"]] == e["node"] for e in moved) and len(moved) == 10
+        ends = {e["task"].split("/")[0]: e["t"] for e in events if e["kind"] == "finished"}
+        assert ends["j1"] == pytest.approx(300 + 6 * 3600 / 6)
