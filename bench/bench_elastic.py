@@ -7,13 +7,15 @@
    they would take: the median and the worst of ``--repeat`` passes, per
    policy, and how many gangs changed width (the pass is not vacuous);
    the first call apart (it loads the compiled loop).
-2. ``pollux``: ``suanli experiment pollux``'s replay of every workload in
+2. ``simulation``: a simulation's turns over ``--sim-gangs`` elastic gangs
+   (``bench_simulation``).
+3. ``pollux``: ``suanli experiment pollux``'s replay of every workload in
    ``--workloads`` under none, greedy and goodput: average JCT beside the
    artifact's Pollux, Optimus and Tiresias at ``--load``.
 
 Prints one JSON object.
 
-    .venv/bin/python bench/bench_elastic.py [--gangs 1000] [--repeat 20]
+    .venv/bin/python bench/bench_elastic.py [--gangs 1000] [--repeat 20] [--sim-gangs 1000,3000]
         [--workloads ../shared/data/pollux-osdi21/workloads] [--load 1.0]
 """
 
@@ -73,6 +75,67 @@ def bench_decide(n: int, repeat: int) -> dict:
     return out
 
 
+def bench_simulation(n: int, policy: str = "goodput") -> dict:
+    """A simulation's turns over ``n`` elastic gangs (4-32 one-GPU members,
+    up to twice that, a measured table each; ten tenants) arriving over two
+    hours on ib domains of 32 nodes x 8 GPUs (one domain per 16 gangs): the
+    median and the worst turn (the decision and the resizes' placements)."""
+    import random
+    import tempfile
+
+    import yaml
+
+    from suanli.sim import elastic
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    rnd = random.Random(3)
+    groups = [{"name": f"g{d}", "count": 32, "arch": "x86_64", "cpu": 128, "memory": "1Ti",
+               "fabrics": {"ib": f"ib-{d}"}, "accelerators": [{"kind": "gpu", "model": "A100", "count": 8}]}
+              for d in range(max(1, n // 16))]
+    docs = [{"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": [{"name": "dc", "tier": "cloud", "nodeGroups": groups}]}}]
+    docs += [{"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": f"t{k}"}, "spec": {"weight": 1 + k % 3}}
+             for k in range(10)]
+    arrivals = []
+    for i in range(n):
+        size = rnd.choice([4, 8, 16, 32])
+        docs.append({"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": f"j{i}", "tenant": f"t{i % 10}"},
+                     "spec": {"components": [{"name": "train", "lifetime": "job", "coupling": "ib",
+                                              "gang": {"size": size, "minSize": max(1, size // 4), "maxSize": size * 2,
+                                                       "resizeCost": "30s"},
+                                              "resources": {"cpu": 4, "memory": "16Gi",
+                                                            "accelerators": [{"kind": "gpu", "count": 1}]},
+                                              "work": f"{rnd.choice([10, 50, 200])}h",
+                                              "scaling": {"table": {1: 1, 2: 1.9, 4: 3.6, 8: 6.5, 16: 11, 32: 18,
+                                                                    64: 26}}}]}})
+        arrivals.append({"app": f"j{i}", "at": f"{rnd.randint(0, 7200)}s"})
+    docs.append({"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "s"},
+                 "spec": {"until": "4h", "policy": {"elastic": policy}, "arrivals": arrivals}})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        sim = Simulation(load_world([path]), seed=1)
+    turns = []
+    turn = elastic.Resizer.turn
+
+    def timed(self, t):
+        t0 = time.perf_counter()
+        turn(self, t)
+        turns.append(time.perf_counter() - t0)
+    elastic.Resizer.turn = timed
+    try:
+        t0 = time.perf_counter()
+        sim.run()
+        wall = time.perf_counter() - t0
+    finally:
+        elastic.Resizer.turn = turn
+    assert sim.shard.resizer.resizes > 0 and turns
+    return {"gangs": n, "turns": len(turns), "resizes": sim.shard.resizer.resizes,
+            "turn_median_ms": round(1e3 * float(np.median(turns)), 1), "turn_max_ms": round(1e3 * max(turns), 1),
+            "wall_s": round(wall, 1)}
+
+
 def bench_pollux(workloads: Path, load: float) -> dict:
     profiles = {d.name: Profile.load(d) for d in sorted((DATA / "traces").iterdir()) if d.is_dir()}
     out = {}
@@ -100,9 +163,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--workloads", type=Path, default=DATA / "workloads")
     ap.add_argument("--load", type=float, default=1.0)
+    ap.add_argument("--sim-gangs", default="1000", help="gangs of the simulations, comma-separated (0: none)")
     args = ap.parse_args()
+    sims = [bench_simulation(int(n)) for n in args.sim_gangs.split(",") if int(n) > 0]
     print(json.dumps({"decide": {"gangs": args.gangs, **bench_decide(args.gangs, args.repeat)},
-                      "pollux": bench_pollux(args.workloads, args.load)}, indent=1))
+                      "simulation": sims, "pollux": bench_pollux(args.workloads, args.load)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -200,6 +200,16 @@ def test_with_elastic_none_a_gang_keeps_the_width_it_started_at(tmp_path):
     assert sum(1 for e in events if e["kind"] == "omitted" and e["task"].startswith("j0/")) == 8  # up to maxSize
 
 
+def _simulated(tmp_path: Path, docs: list, policy: str) -> list[dict]:
+    """The events of a simulation of ``docs`` under elastic ``policy``."""
+    docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
+    path = tmp_path / f"{policy}.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    sim = Simulation(load_world([path]), seed=1)
+    sim.run()
+    return sim.events.take()
+
+
 def test_the_elastic_example_grows_gives_back_and_shortens_the_average_job(tmp_path):
     """examples/elastic.yaml: under goodput the long job grows at the first turn,
     gives its GPUs back when the short jobs arrive and grows when they end;
@@ -208,12 +218,7 @@ def test_the_elastic_example_grows_gives_back_and_shortens_the_average_job(tmp_p
     docs = list(yaml.safe_load_all(example.read_text()))
     jct = {}
     for policy in ("goodput", "none"):
-        docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
-        path = tmp_path / f"{policy}.yaml"
-        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-        sim = Simulation(load_world([path]), seed=1)
-        sim.run()
-        events = sim.events.take()
+        events = _simulated(tmp_path, docs, policy)
         sizes = [(e["from"], e["to"]) for e in events if e["kind"] == "resized"]
         if policy == "goodput":
             assert sizes[0] == (8, 16) and any(b < a for a, b in sizes) and sizes[-1][1] == 16, sizes
@@ -237,12 +242,7 @@ def test_a_preemption_shrinks_an_elastic_gang_before_it_stops_one_whole(tmp_path
     docs[3]["spec"]["components"][0].pop("scaling")
     docs[3]["spec"]["components"][0]["gang"] = {"size": 6}
     for policy in ("goodput", "none"):
-        docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
-        path = tmp_path / f"{policy}.yaml"
-        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-        sim = Simulation(load_world([path]), seed=1)
-        sim.run()
-        events = sim.events.take()
+        events = _simulated(tmp_path, docs, policy)
         kinds = Counter(e["kind"] for e in events)
         if policy == "none":
             assert kinds["preempted"] == 16 and not kinds["resized"], kinds
