@@ -525,7 +525,8 @@ def experiment_pollux(
     """Pollux's deep-learning workloads (OSDI'21) on its 64-GPU cluster, with
     suanli's elastic policies: JCT, makespan and GPU utilisation per policy,
     beside the artifact's Pollux, Optimus and Tiresias (docs/scheduling.md)."""
-    from suanli.experiments.pollux import POLICIES, WorkloadError, artifact, experiment, hours, load_load, write_outputs
+    from suanli.experiments.pollux import (POLICIES, WorkloadError, artifact, experiment, hours, load_load, results,
+                                           write_outputs)
     from suanli.spec.problems import Problem
 
     problems = []
@@ -557,9 +558,9 @@ def experiment_pollux(
     root = traces.parent if traces.name == "traces" else traces
     ref = artifact(root, name, load if load is not None else load_load(workload))
     write_outputs(out, runs, ref)
-    result = {r.policy: r.summary() for r in runs}
+    result = results(runs, ref)
     if output == "json":
-        print(json.dumps({**result, "artifact": ref}, indent=2))
+        print(json.dumps(result, indent=2))
         return
     from rich.table import Table
 

@@ -283,6 +283,14 @@ def experiment(workload: Path, traces: Path, policies: list[str],
     return name, runs
 
 
+def results(runs: list[Outcome], ref: dict) -> dict[str, Any]:
+    """An object keyed by policy, each with its figures (``avg_jct_s``, ...)
+    and the artifact's average JCT for the workload beside (``artifact``:
+    pollux, optimus, tiresias, where it ran that load)."""
+    beside = {name: r["avg_jct_s"] for name, r in ref.items()}
+    return {r.policy: {**r.summary(), "artifact": beside} for r in runs}
+
+
 def write_outputs(out: Path, runs: list[Outcome], ref: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "jcts.csv", "w", newline="") as f:
@@ -290,9 +298,7 @@ def write_outputs(out: Path, runs: list[Outcome], ref: dict) -> None:
         w.writerow(["job", *[r.policy for r in runs]])
         for name in runs[0].jct_s:
             w.writerow([name, *[round(r.jct_s[name], 1) for r in runs]])
-    result = {r.policy: r.summary() for r in runs}
-    result["artifact"] = ref
-    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "result.json").write_text(json.dumps(results(runs, ref), indent=2) + "\n")
     with open(out / "widths.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["policy", "job", "t", "width"])
@@ -307,4 +313,4 @@ def hours(s: float) -> str:
 
 
 __all__ = ["POLICIES", "Job", "Outcome", "WorkloadError", "artifact", "experiment", "load_load", "load_workload",
-           "replay", "write_outputs"]
+           "replay", "results", "write_outputs"]
