@@ -257,3 +257,16 @@ def test_a_preemption_shrinks_an_elastic_gang_before_it_stops_one_whole(tmp_path
         assert all(first[e["task"]] == e["node"] for e in moved) and len(moved) == 10
         ends = {e["task"].split("/")[0]: e["t"] for e in events if e["kind"] == "finished"}
         assert ends["j1"] == pytest.approx(300 + 6 * 3600 / 6)
+
+
+def test_on_a_real_executor_gangs_keep_their_width_and_the_user_is_told(tmp_path, caplog):
+    from suanli.executors.local import LocalExecutor
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "elastic.yaml"
+    with caplog.at_level("WARNING"):
+        sim = Simulation(load_world([example]), executor=lambda a: LocalExecutor(a, tmp_path))
+    try:
+        assert not sim.shard.resizer.on
+        assert "resized in simulations only" in caplog.text
+    finally:
+        sim.executor.close()

@@ -22,6 +22,7 @@ only (``executors.base.Attachment``): the ledger's view, the loop, the world.
 from __future__ import annotations
 
 import gc
+import logging
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,6 +68,7 @@ GC_THRESHOLDS = (20_000, 20, 10)
 # (``gc.freeze``) when the run starts and after each instant that added this
 # many task records; unreachable cycles among it wait for the run's end.
 FREEZE_EVERY = 100_000
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -361,6 +363,10 @@ class Simulation:
         self.executor = SimExecutor(self.loop)
         if executor is not None:  # a real one: made last, given what it may look at
             self.executor = executor(self.attachment)
+            if self.shard.resizer.on:  # resizes are simulated; real gangs keep the width they start at
+                log.warning("policy.elastic %s: running gangs are resized in simulations only; on a real "
+                            "executor they keep the width they start at", scenario.policy.elastic.policy)
+                self.shard.resizer.on = False
 
     @property
     def executor(self) -> Executor:
