@@ -32,6 +32,8 @@ from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
 
+SHORT_FOR = 10  # turns a gang whose growth fell short is not asked to grow past what it got
+
 WHY = {"greedy": "greedy: room for waiting gangs first, then growth into free room",
        "goodput": "goodput: the widths of most weighted goodput"}
 
@@ -56,7 +58,7 @@ class Resizer:
         self.units: dict[int, int] = {}  # resizable unit -> its first task's id
         self.due: float | None = None  # when the next turn is queued
         self.resizes = 0
-        self.asked: dict[int, int] = {}  # unit -> the width its last resize asked for
+        self.short: dict[int, tuple[int, float]] = {}  # unit -> the width a growth got short of its ask, and when
         self._speed_rows: dict[tuple, np.ndarray] = {}
 
     def submitted(self, t: float, uid: int, unit) -> None:
@@ -73,7 +75,7 @@ class Resizer:
         if self.units.pop(uid, None) is None:
             return
         self.shard.business.widths.pop(uid, None)
-        self.asked.pop(uid, None)
+        self.short.pop(uid, None)
         if not self.units and self.due is not None:
             self.loop.cancel(self.due, Resize())
             self.due = None
@@ -143,9 +145,12 @@ class Resizer:
                     (float(np.bincount(codes[codes >= 0], weights=cap[codes >= 0]).max()) if (codes >= 0).any()
                      else 0.0)
             most[k] = max(min(len(unit.tasks), int(widest // max(u, 1e-9))), least[k])
-            asked = self.asked.pop(uid, None)
-            if asked is not None and run is not None and run.parallelism < asked:
-                most[k] = max(min(most[k], run.parallelism), least[k])  # its last growth fell short: not again now
+            short = self.short.get(uid)
+            if short is not None:  # a growth of it fell short lately: no wider than it got, for a while
+                if t - short[1] < SHORT_FOR * self.spec.every:
+                    most[k] = max(min(most[k], short[0]), least[k])
+                else:
+                    del self.short[uid]
             units[k] = max(u, 1e-9)
             left[k] = self._left(t, us)
             model = lead.scaling if lead.scaling is not None else speedup.Formula(lead.efficiency)
@@ -262,12 +267,14 @@ class Resizer:
         if run.finish_at is not None:  # its finish will not come: no instant for it
             self.loop.cancel(run.finish_at, RunFinished(run.run_id))
         shard.stop_unit(t, uid, None, kind="resizing")
-        shard.business.widths[uid] = self.asked[uid] = new
+        shard.business.widths[uid] = new
         shard.pause[uid] = lead.resize_cost_s
         got = 0
         if shard.business.place(unit, record=False) is None:  # at once: no other work takes its room first
             shard.pending.discard(uid)
             shard.started(t, uid)
             got = shard._units[uid].run.parallelism
+        if got < new:
+            self.short[uid] = (got, t)
         why = WHY[self.spec.policy] if got == new else f"{WHY[self.spec.policy]} (asked {new}, {got} fit)"
         self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": got}, why=why)  # (what it runs at now)
