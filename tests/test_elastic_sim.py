@@ -270,3 +270,108 @@ def test_on_a_real_executor_gangs_keep_their_width_and_the_user_is_told(tmp_path
         assert "resized in simulations only" in caplog.text
     finally:
         sim.executor.close()
+
+
+def _render(tmp_path: Path, nodes: int, decompose: str, extra: str = "", policy: str = "none") -> list[dict]:
+    path = tmp_path / "render.yaml"
+    path.write_text(f"""\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {{name: f}}
+spec:
+  sites:
+    - {{name: dc, tier: cloud, nodeGroups: [{{name: g, count: {nodes}, arch: x86_64, cpu: 16, memory: 64Gi}}]}}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {{name: t}}
+spec: {{}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {{name: render, tenant: t}}
+spec:
+  components:
+    - {{name: frames, lifetime: job, resources: {{cpu: 4, memory: 8Gi}}, work: 16h, decompose: {decompose}}}
+{extra}---
+apiVersion: suanli/v1
+kind: Scenario
+metadata: {{name: s}}
+spec:
+  policy: {{elastic: {policy}}}
+  arrivals: [{{app: other, at: 0}}, {{app: render, at: 0}}]
+""")
+    sim = Simulation(load_world([path]), seed=1)
+    sim.run()
+    return sim.events.take()
+
+
+OTHER = """---
+apiVersion: suanli/v1
+kind: Application
+metadata: {name: other, tenant: t}
+spec:
+  priority: 10
+  components: [{name: c, lifetime: job, resources: {cpu: 4, memory: 8Gi}, work: 30m}]
+"""
+
+
+@pytest.mark.parametrize("nodes, slots", [(2, 7), (1, 3), (5, 16)])
+def test_a_job_in_parts_runs_as_many_at_a_time_as_fit_and_takes_waves(tmp_path, nodes, slots):
+    """Sixteen one-hour parts of a 16-hour job, nodes of four slots, one slot
+    held by another job first: on 2 nodes 7 at a time, three waves; on one
+    node 3 at a time (the least is 2), six waves; on 5 nodes all at once."""
+    events = _render(tmp_path, nodes, "{parts: 16, minParallel: 2}", OTHER)
+    started = [e for e in events if e["kind"] == "started" and e["task"].startswith("render/")]
+    assert len(started) == slots
+    waves = -(-16 // slots)
+    ends = {e["t"] for e in events if e["kind"] == "finished" and e["task"].startswith("render/")}
+    assert len(ends) == 1 and ends.pop() == pytest.approx(waves * 3600.0)
+    assert sum(1 for e in events if e["kind"] == "finished" and e["task"].startswith("render/")) == 16
+    if slots < 16:
+        omitted = [e for e in events if e["kind"] == "omitted"]
+        assert omitted and omitted[0]["reason"] == f"running {slots} of 16 parts at a time", omitted[0]
+
+
+def test_parts_grow_into_room_that_frees_under_an_elastic_policy(tmp_path):
+    """One node: another job holds it for half an hour, so the parts start at 3
+    (of 4 slots); under goodput they go to 4 at a turn after it ends."""
+    events = _render(tmp_path, 1, "{parts: 16, minParallel: 2}", OTHER, policy="goodput")
+    resized = [(e["from"], e["to"]) for e in events if e["kind"] == "resized"]
+    assert resized and resized[-1][1] == 4, resized
+
+
+@pytest.mark.parametrize("component, field, words", [
+    ("{name: frames, lifetime: service, resources: {cpu: 1}, decompose: {parts: 4}}", "decompose", "service"),
+    ("{name: frames, lifetime: job, gang: {size: 2}, resources: {cpu: 1}, work: 1h, decompose: {parts: 4}}",
+     "decompose", "no gang"),
+    ("{name: frames, lifetime: job, resources: {cpu: 1}, duration: 1h, decompose: {parts: 4}}", "decompose",
+     "not a duration"),
+    ("{name: frames, lifetime: job, resources: {cpu: 1}, work: 1h, decompose: {parts: 4, minParallel: 5}}",
+     "decompose.minParallel", "above parts 4"),
+    ("{name: frames, lifetime: job, resources: {cpu: 1}, work: 1h, decompose: {parts: 1}}",
+     "decompose.parts", ""),
+])
+def test_a_bad_decompose_is_one_clear_problem(tmp_path, component, field, words):
+    path = tmp_path / "w.yaml"
+    path.write_text(f"""\
+apiVersion: suanli/v1
+kind: Fleet
+metadata: {{name: f}}
+spec: {{sites: [{{name: dc, tier: cloud, nodeGroups: [{{name: g, count: 1, arch: x86_64, cpu: 16, memory: 64Gi}}]}}]}}
+---
+apiVersion: suanli/v1
+kind: Tenant
+metadata: {{name: t}}
+spec: {{}}
+---
+apiVersion: suanli/v1
+kind: Application
+metadata: {{name: a, tenant: t}}
+spec:
+  components: [{component}]
+""")
+    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "validate", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"spec.components[0].{field}" in r.stderr and words in r.stderr, r.stderr

@@ -58,6 +58,7 @@ TEXTS: dict[tuple[str, str | None], str] = {
     ("domain", "split"): "members do not all fit in one {domain}",
     ("domain", "held"): "outside the {domain} the group holds",
     ("elastic", None): "elastic gang placed with {placed} of {members} members",
+    ("elastic", "parts"): "running {placed} of {members} parts at a time",
     ("hosts", None): "virtual cluster {vc} has no hosts",
     ("growth", None): "no elastic host group",
     ("growth", "too-little"): "host group {group}: hosts have too little {resource}",

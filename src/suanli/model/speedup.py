@@ -16,6 +16,8 @@ is resized runs each stretch at the speed of that stretch's allocation.
   takes ``step * (s + (1 - s) / p) + sync`` on ``p``, where ``sync`` is the
   fabric's time per step (``coherent`` within one node; between nodes the
   gang's fabric, growing with ``log2`` of the nodes spanned) and zero alone.
+- ``Parts``: a job split into equal parts (``decompose``), ``p`` at a
+  time: in waves.
 - ``Measured``: a deep-learning job's measured profile (``profiles.py``):
   throughput by GPUs, nodes and batch size, and statistical efficiency by
   batch size, as Pollux models them. Its work is the profile's progress to
@@ -153,7 +155,26 @@ class Measured:
                 **({"batchSize": self.batch} if self.batch else {})}
 
 
-Speedup = Formula | Table | Amdahl | Measured
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A job of ``parts`` equal parts run ``p`` at a time (``decompose``): in
+    ``ceil(parts / p)`` waves of one part's time each, so ``p`` slots do
+    ``parts / ceil(parts / p)`` times one's work a second."""
+
+    parts: int
+    kind = "parts"
+
+    def speed(self, members: int, nodes: int = 1, fabric: str | None = None, done: float = 0.0,
+              placement: tuple[int, ...] | None = None) -> float:
+        if members <= 0:
+            return 0.0
+        return self.parts / math.ceil(self.parts / min(members, self.parts))
+
+    def json(self) -> dict[str, Any]:
+        return {"model": "parts", "parts": self.parts}
+
+
+Speedup = Formula | Table | Amdahl | Measured | Parts
 DEFAULT = Formula(1.0)
 
 

@@ -174,6 +174,7 @@ class Component:
     max_size: int | None = None  # an elastic policy may grow a running gang to this (default: size)
     start_size: int | None = None  # a gang named up to maxSize starts at most this wide (its size)
     resize_cost_s: float = 0.0
+    parts: bool = False  # a job split into parts (``decompose``): its members are its parts, some run at a time
     stateful: bool = False
     state_mib: int = 0
     checkpoint_every_s: float | None = None

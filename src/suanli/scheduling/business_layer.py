@@ -649,7 +649,8 @@ class BusinessLayer:
             self.state.add_placement(task, unit.tenant, vcs, a)
         placed = len(result.allocations)
         if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
-            size = Counter({Why("elastic", placed=placed, members=len(unit.tasks)): 1})
+            size = Counter({Why("elastic", "parts" if unit.components[0].parts else None, placed=placed,
+                                members=len(unit.tasks)): 1})
             why = bound(result.short, size) if result.short else size  # the bound that stopped it
             if record:
                 self._record(unit, unit.tasks[placed:], why)

@@ -234,6 +234,11 @@ class Shard:
         jobs = [task for task in us.run.tasks if self._tasks[task].component.lifetime == "job"]
         for task in jobs:
             self.end_task(t, task, FINISHED, "finished")
+        if us.unit.components[0].parts and len(us.run.tasks) < len(us.unit.tasks):  # the parts run in series
+            ran = set(us.run.tasks)
+            for task in us.unit.tasks:
+                if task not in ran:
+                    self.end_task(t, task, FINISHED, "finished", reason="run in series by its other parts")
         if len(jobs) == len(us.run.tasks):
             self.close_run(uid)
             if self.resizer is not None and self.resizer.units:
@@ -650,7 +655,8 @@ class Shard:
         left_out = self.business.left_out.pop(uid, None)
         if len(placed) < len(unit.tasks):  # an elastic gang placed below its size: why, the binding bound first
             if left_out is None:
-                left_out = Counter({Why("elastic", placed=len(placed), members=len(unit.tasks)): 1})
+                left_out = Counter({Why("elastic", "parts" if unit.components[0].parts else None, placed=len(placed),
+                                        members=len(unit.tasks)): 1})
             why = why_json(left_out)
             on = set(placed)  # (a gang shrunk in place keeps the members it chose, not a prefix)
             for task in (unit.tasks[len(placed):] if on.issuperset(unit.tasks[:len(placed)]) else

@@ -197,8 +197,10 @@ def build_application(name: str, tenant: str, spec: schema.ApplicationSpec, site
                 resources=resources_of(c.resources),
                 priority=spec.priority if c.priority is None else c.priority,
                 preemptible=spec.preemptible if c.preemptible is None else c.preemptible,
-                gang=c.gang is not None,
-                min_size=c.gang.min_size if c.gang is not None else None,
+                gang=c.gang is not None or c.decompose is not None,
+                min_size=c.gang.min_size if c.gang is not None else
+                (c.decompose.min_parallel if c.decompose is not None else None),
+                parts=c.decompose is not None,
                 coupling=c.coupling,
                 work_s=c.work if c.scaling.profile is None else _speedup(c).work(),
                 duration_s=c.duration,
@@ -230,6 +232,8 @@ def _speedup(c: schema.ComponentSpec):
     from suanli.model import speedup
 
     sc = c.scaling
+    if c.decompose is not None:
+        return speedup.Parts(c.decompose.parts)
     if sc.model == "table":
         return speedup.Table(tuple(sc.table.items()))
     if sc.model == "amdahl":

@@ -481,6 +481,20 @@ class GangSpec(Base):
         return self
 
 
+class DecomposeSpec(Base):
+    """A job split into ``parts`` equal parts, of which ``minParallel`` up to
+    all run at a time: in parallel on much hardware, in series on little."""
+
+    parts: bounded(int, q.MEMBERS, Field(ge=2))
+    min_parallel: bounded(int, q.MEMBERS, Field(ge=1)) = 1
+
+    @model_validator(mode="after")
+    def _min_le_parts(self) -> "DecomposeSpec":
+        if self.min_parallel > self.parts:
+            raise FieldError(("minParallel",), f"minParallel {self.min_parallel} is above parts {self.parts}")
+        return self
+
+
 class CommunicationSpec(Base):
     step: DurationS  # one step's compute on one member
     per_step: dict[Literal["coherent", "ib", "roce", "ethernet"], DurationS]  # synchronisation a step, by fabric
@@ -688,6 +702,7 @@ class ComponentSpec(Base):
     duration: DurationS | None = None
     time_limit: DurationS | None = None  # a job's expected run as its user states it (backfill plans with it)
     scaling: ScalingSpec = ScalingSpec()
+    decompose: DecomposeSpec | None = None  # a job run as parts, some at a time (time for space)
     state: StateSpec = StateSpec()
     platform: PlatformSpec | None = None
     data: DataSpec | None = None
@@ -721,12 +736,25 @@ class ComponentSpec(Base):
                                  "give no work or duration")
         elif self.lifetime == "job" and self.work is None and self.duration is None:
             raise ValueError("a job needs duration (fixed length) or work (total task-time)")
-        if self.gang is None and self.scaling.model != "formula":
+        if self.decompose is not None:
+            if self.lifetime != "job":
+                raise FieldError(("decompose",), "a service does not end: only a job's work splits into parts")
+            if self.gang is not None or self.replicas is not None:
+                raise FieldError(("decompose",), "a job split into parts is one job: give no gang or replicas")
+            if self.work is None:
+                raise FieldError(("decompose",), "a job split into parts gives its work (the task-time of all "
+                                                 "its parts), not a duration")
+            if self.scaling.model != "formula" or "efficiency" in self.scaling.model_fields_set:
+                raise FieldError(("scaling",), "parts run alone, each at its own speed: give no speed-up with "
+                                               "decompose")
+        if self.gang is None and self.decompose is None and self.scaling.model != "formula":
             raise FieldError(("scaling",), "a speed-up is over a gang's members: add gang (replicas run alone)")
         return self
 
     @property
     def size(self) -> int:
+        if self.decompose is not None:
+            return self.decompose.parts
         if self.gang is not None:
             return self.gang.size
         return 1 if self.replicas is None else self.replicas
