@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from suanli.executors.base import RunFinished
+from suanli.executors.sim import nodes_of
 from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
@@ -95,13 +96,15 @@ class Resizer:
         if not live:
             return
         groups: dict[tuple, list] = {}
+        capacity: dict[str, np.ndarray] = {}  # per VC, once a turn: what its table holds of each resource
         for uid in live:
             unit = shard._units[uid].unit
             lead = unit.components[0]
             req = shard.business.request(lead, unit.tenant, -1)
-            vcs = shard.state.vcs[unit.app.vc]
-            table = vcs.table
-            cap = table.cap[:, : table.n].sum(axis=1).astype(np.float64)
+            cap = capacity.get(unit.app.vc)
+            if cap is None:
+                table = shard.state.vcs[unit.app.vc].table
+                cap = capacity[unit.app.vc] = table.cap[:, : table.n].sum(axis=1).astype(np.float64)
             share = np.where(cap > 0, req.vec / np.maximum(cap, 1), 0.0)
             r = int(np.argmax(share))
             groups.setdefault((unit.app.vc, r), []).append((uid, unit, lead, float(req.vec[r])))
@@ -229,8 +232,6 @@ class Resizer:
         run = us.run
         if run is None:
             return max(us.remaining_work_s or 0.0, 0.0)
-        from suanli.executors.sim import nodes_of
-
         ran = max(t - run.started_at - run.paused_s, 0.0)
         model = run.scaling if run.scaling is not None else speedup.Formula(run.efficiency)
         return speedup.advance(model, run.remaining_work_s or 0.0, ran, run.parallelism, nodes_of(run), run.fabric,
