@@ -11,14 +11,12 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suanli.model.speedup import Table
-from suanli.sim.ledger import RUNNING
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
