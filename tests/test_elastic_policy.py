@@ -44,7 +44,7 @@ def worlds(draw):
                 restart=np.full(n, 30.0), order=np.arange(n, dtype=float),
                 tenant=np.array(draw(st.lists(st.integers(0, tenants - 1), min_size=n, max_size=n))),
                 preemptible=np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))))
-    quotas = np.array(draw(st.lists(st.floats(2.0, 40.0), min_size=tenants, max_size=tenants)))
+    quotas = np.array(draw(st.lists(st.floats(2.0, 20.0), min_size=tenants, max_size=tenants)))
     return jobs, room, quotas
 
 
@@ -68,18 +68,32 @@ def test_widths_keep_the_bounds_the_room_and_the_quotas(world, policy, with_quot
         running = jobs.current > 0
         assert (width[running] == jobs.current[running]).all()
     if q is not None:
-        used = np.bincount(jobs.tenant, weights=width * jobs.units, minlength=len(q))
-        floor = np.bincount(jobs.tenant, weights=np.where(stuck, jobs.least * jobs.units, 0), minlength=len(q))
-        assert (used <= np.maximum(q, floor) + 1e-9).all()
-        seen["quota"] += bool((used > q - 4.0).any())  # within a member of its quota: it binds
+        _within_quotas(jobs, width, q)
     want = (jobs.most * jobs.units).sum()
     seen["bound"] += want > room and (width * jobs.units).sum() > room - 4.0
     seen["shrunk"] += bool(((width > 0) & (width < jobs.current)).any())
     seen["grown"] += bool((width > jobs.current).any())
 
 
+def _within_quotas(jobs: Jobs, width: np.ndarray, q: np.ndarray) -> None:
+    """No tenant holds more than its quota (or what its running jobs that may
+    not stop hold at their least); counts the cases where a quota binds."""
+    stuck = (jobs.current > 0) & ~jobs.preemptible
+    used = np.bincount(jobs.tenant, weights=width * jobs.units, minlength=len(q))
+    floor = np.bincount(jobs.tenant, weights=np.where(stuck, jobs.least * jobs.units, 0), minlength=len(q))
+    assert (used <= np.maximum(q, floor) + 1e-9).all()
+    seen["quota"] += bool((used > q - 4.0).any())  # within a member of its quota: it binds
+
+
+@settings(max_examples=60, deadline=None)
+@given(worlds())
+def test_goodput_keeps_each_tenant_within_its_quota(world):
+    jobs, room, quotas = world
+    _within_quotas(jobs, decide("goodput", jobs, room, quotas=quotas), quotas)
+
+
 def test_the_width_cases_are_not_vacuous():
-    assert seen["bound"] > 20 and seen["shrunk"] > 5 and seen["grown"] > 20 and seen["quota"] > 5, seen
+    assert seen["bound"] > 20 and seen["shrunk"] > 5 and seen["grown"] > 20 and seen["quota"] > 10, seen
 
 
 def test_goodput_gives_the_room_to_the_work_nearest_its_end():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from suanli.model.speedup import Table
@@ -122,6 +122,8 @@ def _runs(events):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
+@example(([(0, 1, 4, 16, 5, 0, 30), (0, 2, 4, 8, 2, 300, 0), (1, 1, 2, 12, 1, 600, 0)], 2, 2, 1, "goodput", 6))
+@example(([(0, 2, 8, 16, 2, 0, 0), (0, 1, 2, 4, 1, 0, 30)], 1, 3, 1, "greedy", 10))
 def test_resizes_keep_bounds_domains_and_quotas_and_conserve_work(tmp_path_factory, world):
     jobs, tenants, nodes, domains, policy, quota = world
     path = tmp_path_factory.mktemp("w") / "w.yaml"
