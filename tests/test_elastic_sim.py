@@ -272,9 +272,9 @@ def test_on_a_real_executor_gangs_keep_their_width_and_the_user_is_told(tmp_path
         sim.executor.close()
 
 
-def _render(tmp_path: Path, nodes: int, decompose: str, extra: str = "", policy: str = "none") -> list[dict]:
-    path = tmp_path / "render.yaml"
-    path.write_text(f"""\
+def _cpu_pod(nodes: int) -> str:
+    """A fleet of ``nodes`` nodes of 16 cores and tenant ``t``, as YAML."""
+    return f"""\
 apiVersion: suanli/v1
 kind: Fleet
 metadata: {{name: f}}
@@ -286,7 +286,13 @@ apiVersion: suanli/v1
 kind: Tenant
 metadata: {{name: t}}
 spec: {{}}
----
+"""
+
+
+def _render(tmp_path: Path, nodes: int, decompose: str, extra: str = "", policy: str = "none") -> list[dict]:
+    path = tmp_path / "render.yaml"
+    path.write_text(f"""\
+{_cpu_pod(nodes)}---
 apiVersion: suanli/v1
 kind: Application
 metadata: {{name: render, tenant: t}}
@@ -355,16 +361,7 @@ def test_parts_grow_into_room_that_frees_under_an_elastic_policy(tmp_path):
 def test_a_bad_decompose_is_one_clear_problem(tmp_path, component, field, words):
     path = tmp_path / "w.yaml"
     path.write_text(f"""\
-apiVersion: suanli/v1
-kind: Fleet
-metadata: {{name: f}}
-spec: {{sites: [{{name: dc, tier: cloud, nodeGroups: [{{name: g, count: 1, arch: x86_64, cpu: 16, memory: 64Gi}}]}}]}}
----
-apiVersion: suanli/v1
-kind: Tenant
-metadata: {{name: t}}
-spec: {{}}
----
+{_cpu_pod(1)}---
 apiVersion: suanli/v1
 kind: Application
 metadata: {{name: a, tenant: t}}

@@ -27,24 +27,24 @@ def runtime(run: Run) -> float | None:
     """Seconds until the run's jobs finish; None for services."""
     if run.remaining_s is not None:
         return max(run.remaining_s, 0.0)
-    if run.remaining_work_s is not None:
-        if run.paused_s:
-            return run.paused_s + (runtime(_unpaused(run)) or 0.0)
+    if run.remaining_work_s is not None:  # (after a resize's restart, when it made no progress)
         if run.scaling is not None:
-            return time_to_finish(run.scaling, run.remaining_work_s, run.parallelism, nodes_of(run), run.fabric,
-                                  run.placement)
-        return max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
+            return run.paused_s + time_to_finish(run.scaling, run.remaining_work_s, run.parallelism, nodes_of(run),
+                                                 run.fabric, run.placement)
+        return run.paused_s + max(run.remaining_work_s, 0.0) / speed(run.parallelism, run.efficiency)
     return None
-
-
-def _unpaused(run: Run) -> Run:
-    from dataclasses import replace
-
-    return replace(run, paused_s=0.0)
 
 
 def nodes_of(run: Run) -> int:
     return len(run.placement) if run.placement else 1
+
+
+def work_after(run: Run, seconds: float) -> float:
+    """The work a run's jobs have left after ``seconds`` of progress at its allocation."""
+    if run.scaling is not None:
+        return advance(run.scaling, run.remaining_work_s, seconds, run.parallelism, nodes_of(run), run.fabric,
+                       run.placement)
+    return max(run.remaining_work_s - seconds * speed(run.parallelism, run.efficiency), 0.0)
 
 
 class SimExecutor:
@@ -99,10 +99,5 @@ def keep_progress(run: Run, now: float) -> None:
     if run.remaining_s is not None:
         run.remaining_s = max(run.remaining_s - saved, 0.0)
     if run.remaining_work_s is not None:
-        if run.scaling is not None:
-            run.remaining_work_s = advance(run.scaling, run.remaining_work_s, saved, run.parallelism, nodes_of(run),
-                                           run.fabric, run.placement)
-        else:
-            done = saved * speed(run.parallelism, run.efficiency)
-            run.remaining_work_s = max(run.remaining_work_s - done, 0.0)
+        run.remaining_work_s = work_after(run, saved)
     run.finish_at = None

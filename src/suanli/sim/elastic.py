@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from suanli.executors.base import RunFinished
-from suanli.executors.sim import nodes_of
+from suanli.executors.sim import work_after
 from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
@@ -232,10 +231,9 @@ class Resizer:
         run = us.run
         if run is None:
             return max(us.remaining_work_s or 0.0, 0.0)
-        ran = max(t - run.started_at - run.paused_s, 0.0)
-        model = run.scaling if run.scaling is not None else speedup.Formula(run.efficiency)
-        return speedup.advance(model, run.remaining_work_s or 0.0, ran, run.parallelism, nodes_of(run), run.fabric,
-                               run.placement)
+        if run.remaining_work_s is None:
+            return 0.0
+        return work_after(run, max(t - run.started_at - run.paused_s, 0.0))
 
     def shrink(self, t: float, uid: int, drop, why: str) -> None:
         """Shrink a running gang in place by the members ``drop`` (its others
@@ -263,10 +261,7 @@ class Resizer:
             self.shrink(t, uid, shard._units[uid].run.tasks[new:], WHY[self.spec.policy])
             return
         self.resizes += 1
-        run = shard._units[uid].run
-        run.checkpointed_at = t
-        if run.finish_at is not None:  # its finish will not come: no instant for it
-            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
+        shard.checkpoint(t, uid)
         shard.stop_unit(t, uid, None, kind="resizing")
         shard.business.widths[uid] = new
         shard.pause[uid] = lead.resize_cost_s

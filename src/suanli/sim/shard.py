@@ -298,15 +298,22 @@ class Shard:
         if not own:
             del self._own[tenant]
 
+    def checkpoint(self, t: float, uid: int) -> Run:
+        """A checkpoint of a running unit at ``t``, before a resize stops it: its
+        run keeps all its progress to ``t``, and its finish will not come (no
+        instant is made for it)."""
+        run = self._units[uid].run
+        run.checkpointed_at = t
+        if run.finish_at is not None:
+            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
+        return run
+
     def shrink(self, t: float, uid: int, drop, pause: float) -> None:
         """A running gang goes on without the members ``drop`` (a resize in
         place): its run stops at a checkpoint, the dropped members' room is
         given back, and a new run of the others starts where they are, making
         no progress for ``pause``."""
-        run = self._units[uid].run
-        run.checkpointed_at = t
-        if run.finish_at is not None:  # its finish will not come: no instant for it
-            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
+        run = self.checkpoint(t, uid)
         self.close_run(uid, stop_at=t)
         for task in drop:
             self.end_task(t, task, PENDING, "resizing")
@@ -659,8 +666,7 @@ class Shard:
                                         members=len(unit.tasks)): 1})
             why = why_json(left_out)
             on = set(placed)  # (a gang shrunk in place keeps the members it chose, not a prefix)
-            for task in (unit.tasks[len(placed):] if on.issuperset(unit.tasks[:len(placed)]) else
-                         [task for task in unit.tasks if task not in on]):
+            for task in (task for task in unit.tasks if task not in on):
                 self.end_task(t, task, OMITTED, "omitted", reason="; ".join(w["reason"] for w in why), why=why)
         lead = unit.components[0]
         ledger = self.ledger
