@@ -4,14 +4,13 @@ workloads replayed with them (``suanli experiment pollux``)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from incli import cli
 
 from suanli.scheduling.elastic import Jobs, decide
 
@@ -122,10 +121,8 @@ def test_tenants_share_the_room_by_weight_before_their_jobs_do():
 @pytest.mark.skipif(not DATA.is_dir(), reason="no Pollux data")
 @pytest.mark.parametrize("k", [2, 6])
 def test_pollux_workloads_under_goodput_beat_the_artifacts_pollux_and_none(tmp_path, k):
-    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "experiment", "pollux",
-                        "--workload", str(DATA / "workloads" / f"workload-{k}.csv"), "--traces", str(DATA / "traces"),
-                        "--policy", "none,goodput", "--out", str(tmp_path), "-o", "json"],
-                       capture_output=True, text=True)
+    r = cli("experiment", "pollux", "--workload", DATA / "workloads" / f"workload-{k}.csv", "--traces",
+            DATA / "traces", "--policy", "none,goodput", "--out", tmp_path, "-o", "json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert set(out) == {"none", "goodput"}  # keyed by policy, each with its figures
@@ -138,14 +135,11 @@ def test_pollux_workloads_under_goodput_beat_the_artifacts_pollux_and_none(tmp_p
 
 
 def test_a_bad_experiment_is_one_clear_message(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "experiment", "pollux",
-                        "--workload", str(tmp_path / "none.csv"), "--traces", str(tmp_path), "--policy", "fast",
-                        "--out", str(tmp_path)], capture_output=True, text=True)
+    r = cli("experiment", "pollux", "--workload", tmp_path / "none.csv", "--traces", tmp_path, "--policy", "fast",
+            "--out", tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--policy: unknown" in r.stderr and "--workload: file" in r.stderr
     bad = tmp_path / "w.csv"
     bad.write_text("name,time,application,num_replicas,batch_size\nx-0,zero,cifar10,1,128\n")
-    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "experiment", "pollux",
-                        "--workload", str(bad), "--traces", str(tmp_path), "--out", str(tmp_path)],
-                       capture_output=True, text=True)
+    r = cli("experiment", "pollux", "--workload", bad, "--traces", tmp_path, "--out", tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "w.csv:2" in r.stderr, r.stderr

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from incli import cli
 
 from suanli.model import speedup
 from suanli.model.speedup import Amdahl, Formula, Measured, Table
@@ -57,11 +57,6 @@ metadata: {{name: s}}
 spec:
   arrivals: [{{app: a, at: 0}}]
 """
-
-
-def _suanli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", *args], capture_output=True,
-                          text=True, cwd=cwd)
 
 
 def test_a_table_is_read_linearly_proportionally_below_and_flat_beyond():
@@ -133,7 +128,7 @@ def test_a_simulated_job_runs_at_its_tables_speed(tmp_path):
     f = tmp_path / "w.yaml"
     f.write_text(FLEET + _job("{table: {1: 1, 2: 1.8, 4: 3.2, 8: 5.0}}"))
     out = tmp_path / "out"
-    r = _suanli("simulate", str(f), "--out", str(out))
+    r = cli("simulate", str(f), "--out", str(out))
     assert r.returncode == 0, r.stderr
     ends = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     finished = {e["t"] for e in ends if e["kind"] == "finished"}
@@ -145,7 +140,7 @@ def test_amdahl_in_a_simulation_reads_how_many_nodes_the_gang_spans(tmp_path):
     f.write_text(FLEET + _job("{serialFraction: 0.0, communication: {step: 100ms, perStep: {coherent: 0ms, "
                               "ib: 10ms}}}"))
     out = tmp_path / "out"
-    r = _suanli("simulate", str(f), "--out", str(out))
+    r = cli("simulate", str(f), "--out", str(out))
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     nodes = {e["node"] for e in events if e["kind"] == "placed"}
@@ -162,7 +157,7 @@ def test_a_profiled_job_does_its_profiles_epochs(tmp_path):
     f.write_text(FLEET + _job(f"{{profile: {rel / 'traces' / 'cifar10'}, batchSize: 512}}", gang="{size: 4}",
                               work=""))
     out = tmp_path / "out"
-    r = _suanli("simulate", str(f), "--out", str(out))
+    r = cli("simulate", str(f), "--out", str(out))
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     ends = {e["t"] for e in events if e["kind"] == "finished"}
@@ -184,7 +179,7 @@ def test_a_profiled_job_does_its_profiles_epochs(tmp_path):
 def test_a_bad_speed_up_is_one_clear_problem(tmp_path, scaling, gang, work, field, words):
     f = tmp_path / "w.yaml"
     f.write_text(FLEET + _job(scaling, gang=gang, work=work))
-    r = _suanli("validate", str(f))
+    r = cli("validate", str(f))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert field in r.stderr and words in r.stderr, r.stderr
@@ -197,8 +192,8 @@ def test_a_profile_is_found_beside_its_document_and_gives_the_work(tmp_path):
     (traces / "cifar10").symlink_to(DATA / "traces" / "cifar10")
     f = tmp_path / "w.yaml"
     f.write_text(FLEET + _job("{profile: profiles/cifar10}", gang="{size: 4}", work="work: 2h"))
-    r = _suanli("validate", str(f), cwd=Path("/"))
+    r = cli("validate", str(f), cwd=Path("/"))
     assert r.returncode == 2 and "spec.components[0].work" in r.stderr and "profile's work" in r.stderr, r.stderr
     f.write_text(FLEET + _job("{profile: profiles/cifar10}", gang="{size: 4}", work=""))
-    r = _suanli("validate", str(f), cwd=Path("/"))
+    r = cli("validate", str(f), cwd=Path("/"))
     assert r.returncode == 0, r.stderr
