@@ -612,9 +612,11 @@ class BusinessLayer:
 
     # ------------------------------------------------------------ one unit
 
-    def place(self, unit: Unit, record: bool = True) -> Counter | None:
+    def place(self, unit: Unit, record: bool = True, top_up: bool = False) -> Counter | None:
         """Place one unit whole (an elastic gang: as large as fits); None on
-        success, else the reasons."""
+        success, else the reasons. ``top_up``: an explicit VC's elastic
+        groups grow by hosts for the members its hosts cannot hold, not for
+        all of them (a running gang placed again wider)."""
         vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
         reqs = self.unit_requests(unit)
@@ -627,9 +629,13 @@ class BusinessLayer:
         if not result.ok and not vcs.default:
             growth = Statement()  # hosts grown for the unit stand only if it is then placed on them
             try:
-                grow_reasons = self._grow(unit, vc_model, reqs, growth)
-                if not grow_reasons:  # grown
-                    result = self.attempt(unit, vcs, reqs, allow_fewer=False)
+                if top_up:  # as many as its hosts and the hosts grown for it hold
+                    grow_reasons = self._top_up(unit, vc_model, vcs, reqs, growth)
+                    result = self.attempt(unit, vcs, reqs, allow_fewer=True)
+                else:
+                    grow_reasons = self._grow(unit, vc_model, reqs, growth)
+                    if not grow_reasons:  # grown
+                        result = self.attempt(unit, vcs, reqs, allow_fewer=False)
             finally:
                 if result.ok:
                     growth.commit()
@@ -677,6 +683,31 @@ class BusinessLayer:
         return place_group(table, reqs, self.network, self.rng, domain=domain, kind=kind,
                            min_members=unit.min_members if allow_fewer else None,
                            extras=TaskExtras(self, vcs), policy=self.policy, stmt=stmt)
+
+    def _fitting(self, unit: Unit, vcs: VCState, reqs: list[Request]) -> int:
+        """How many of the unit's members its VC's hosts hold now (tried, then undone)."""
+        probe = Statement()
+        try:
+            result = self.attempt(unit, vcs, reqs, allow_fewer=True, stmt=probe)
+            return len(result.allocations) if result.ok else 0
+        finally:
+            probe.discard()
+
+    def _top_up(self, unit: Unit, vc_model, vcs: VCState, reqs: list[Request], stmt: Statement) -> Counter:
+        """Grow the VC's elastic groups by a host at a time, each for the first
+        member its hosts cannot hold, until all fit: a host holds as many
+        members as its shape (or its node, for a whole-node host) does. The
+        reasons the last growth did not come (none: all fit)."""
+        fit = self._fitting(unit, vcs, reqs)
+        while fit < len(reqs):
+            why = self._grow(unit, vc_model, reqs[fit:fit + 1], stmt)
+            if why:
+                return why
+            now = self._fitting(unit, vcs, reqs)
+            if now <= fit:  # the host holds none of them where the others are
+                return Counter({Why("growth"): 1})
+            fit = now
+        return Counter()
 
     def _grow(self, unit: Unit, vc_model, reqs: list[Request], stmt: Statement) -> Counter:
         """Grow elastic groups for each distinct request of the unit, all or

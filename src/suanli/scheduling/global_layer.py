@@ -194,7 +194,7 @@ class GlobalLayer:
             if not group.elastic:
                 continue
             host_req = self.host_request(vc, group)
-            per_host, why = _copies_per_host(host_req, task, group.name)
+            per_host, why = copies_per_host(host_req, task, group.name)
             if per_host == 0:
                 reasons[why] += 1
                 continue
@@ -218,7 +218,7 @@ class GlobalLayer:
                 vcs.group_domain.pop(group, None)
 
 
-def _copies_per_host(host: Request, task: Request, group: str) -> tuple[int, Why | None]:
+def copies_per_host(host: Request, task: Request, group: str) -> tuple[int, Why | None]:
     """How many copies of ``task`` one host of ``group``'s shape holds (a
     whole-node host: at least one), and why none when none."""
     if host.whole_node:

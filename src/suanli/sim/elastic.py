@@ -22,6 +22,7 @@ elastic gang before it stops one whole (``moves.preempt_plan``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,9 @@ import numpy as np
 from suanli.executors.sim import work_after
 from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
+from suanli.scheduling.global_layer import copies_per_host
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
+from suanli.sim.rescheduler import transfer_s
 
 SHORT_FOR = 10  # turns a gang whose growth fell short is not asked to grow past what it got
 
@@ -132,6 +135,7 @@ class Resizer:
         per_node = self._per_node(vc, r)
         table = shard.state.vcs[vc].table
         domain_room: dict[tuple, float] = {}  # a coupling's shape -> the room of its largest domain
+        grows = self._growable(vc, members)  # members new hosts could hold
         for k, (uid, unit, lead, u) in enumerate(members):
             us = shard._units[uid]
             run = us.run
@@ -146,7 +150,7 @@ class Resizer:
                 widest = domain_room[shape] = float(cap.sum()) if codes is None else \
                     (float(np.bincount(codes[codes >= 0], weights=cap[codes >= 0]).max()) if (codes >= 0).any()
                      else 0.0)
-            most[k] = max(min(len(unit.tasks), int(widest // max(u, 1e-9))), least[k])
+            most[k] = max(min(len(unit.tasks), int(widest // max(u, 1e-9)) + grows[uid]), least[k])
             short = self.short.get(uid)
             if short is not None:  # a growth of it fell short lately: no wider than it got, for a while
                 if t - short[1] < SHORT_FOR * self.spec.every:
@@ -167,7 +171,7 @@ class Resizer:
             order[k] = uid
             tenant[k] = tenants.setdefault(unit.tenant, len(tenants))
             held += current[k] * u
-        room = float(table.free[r, : table.n].sum()) + held
+        room = float(table.free[r, : table.n].sum()) + held + max(grows[uid] * u for uid, _, _, u in members)
         jobs = Jobs(current=current, least=least, most=most, units=units, speed=speed, left=left, waited=waited,
                     alone=alone, restart=restart, order=order, tenant=tenant,
                     preemptible=np.zeros(n, dtype=bool))
@@ -182,12 +186,51 @@ class Resizer:
         for k in sorted(range(n), key=lambda k: int(width[k]) - int(current[k])):
             uid, unit, lead, u = members[k]
             w = int(width[k])
-            if current[k] > 0 and w > current[k]:  # a growth: no wider than its own domain has room for
-                w = min(w, self._fits_here(uid, unit, table, r, table.free[r, : table.n].astype(np.float64), u))
+            if current[k] > 0 and w > current[k]:  # a growth: no wider than its domain (and new hosts) hold
+                w = min(w, self._fits_here(uid, unit, table, r, table.free[r, : table.n].astype(np.float64), u)
+                        + grows[uid])
             if current[k] > 0 and w > 0 and w != current[k]:
                 self._resize(t, uid, unit, lead, int(current[k]), w)
             elif current[k] == 0 and w > 0:
                 shard.business.widths[uid] = w
+
+    def _growable(self, vc: str, members: list) -> dict[int, int]:
+        """Per gang: how many more members the VC's elastic host groups could
+        add hosts for, up to their ``max`` (none for a tenant's default VC,
+        whose hosts are fitted to its tasks anyway): a width the policy may
+        give, and the business layer grows the hosts for (``place(top_up)``)."""
+        model = self.shard.state.world.vcs[vc]
+        groups = [g for g in model.host_groups if g.elastic]
+        if model.default or not groups:
+            return dict.fromkeys((uid for uid, *_ in members), 0)
+        layer = self.shard.business
+        vcs = self.shard.state.vcs[vc]
+        sizes = Counter(h.group for h in vcs.hosts)
+        hosts = [(layer.global_layer.host_request(model, g), g.name, max(g.limit - sizes[g.name], 0)) for g in groups]
+        out: dict[int, int] = {}
+        made: dict[tuple, int] = {}  # per shape (component, tenant): the members
+        for uid, unit, _, _ in members:
+            key = (unit.components[0], unit.tenant)
+            n = made.get(key)
+            if n is None:
+                req = layer.request(unit.components[0], unit.tenant, -1)
+                n = made[key] = sum(self._per_host(vcs, h, name, req) * room for h, name, room in hosts if room)
+            out[uid] = n
+        return out
+
+    @staticmethod
+    def _per_host(vcs, host, group: str, req) -> int:
+        """Members of ``req`` one new host of ``group`` holds: its shape's
+        copies; a whole-node host's, as many as its largest host now holds."""
+        per_host, _ = copies_per_host(host, req, group)
+        if not host.whole_node or not per_host:
+            return per_host
+        rows = [h.row for h in vcs.hosts if h.group == group]
+        if not rows:
+            return per_host
+        cap = vcs.table.cap[:, rows].astype(np.float64)
+        asks = req.vec > 0
+        return max(per_host, int((cap[asks] // req.vec[asks, None]).min(axis=0).max()))
 
     def _domains(self, unit, table) -> np.ndarray | None:
         domain, _ = self.shard.business._domain(unit, table)
@@ -262,15 +305,29 @@ class Resizer:
             return
         self.resizes += 1
         shard.checkpoint(t, uid)
+        lead_at = shard.state.placements[unit.tasks[0]].host.node  # where the gang's state is (rank 0's)
         shard.stop_unit(t, uid, None, kind="resizing")
         shard.business.widths[uid] = new
         shard.pause[uid] = lead.resize_cost_s
-        got = 0
-        if shard.business.place(unit, record=False) is None:  # at once: no other work takes its room first
+        got, moved = 0, 0.0
+        if shard.business.place(unit, record=False, top_up=True) is None:  # at once: nothing takes its room first
+            moved = self._state_path_s(lead, lead_at, unit)
+            shard.pause[uid] += moved
             shard.pending.discard(uid)
             shard.started(t, uid)
             got = shard._units[uid].run.parallelism
         if got < new:
             self.short[uid] = (got, t)
         why = WHY[self.spec.policy] if got == new else f"{WHY[self.spec.policy]} (asked {new}, {got} fit)"
-        self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": got}, why=why)  # (what it runs at now)
+        said = {"state_s": round(moved, 6)} if moved else {}
+        self.log(t, "resized", task=unit.tasks[0], **{"from": old, "to": got}, why=why, **said)  # (its width now)
+
+    def _state_path_s(self, lead, lead_at: int, unit) -> float:
+        """Seconds until the last member of a regrouped gang's new run has the
+        gang's state (``state.size``, from where rank 0 was, over each path:
+        ``rescheduler.transfer_s``); 0 for a gang without state."""
+        if not lead.stateful or not lead.state_mib:
+            return 0.0
+        placements, fleet = self.shard.state.placements, self.shard.state.world.fleet
+        nodes = {placements[task].host.node for task in unit.tasks if task in placements}
+        return max((transfer_s(fleet, lead_at, node, lead.state_mib * 2**20) for node in nodes), default=0.0)
