@@ -165,3 +165,86 @@ def one_site(folder: Path, components: str, until: str = "4s", extra: str = "", 
     path = folder / "s.yaml"
     path.write_text(ONE_SITE % (nodes, arch, textwrap.indent(textwrap.dedent(components), "    "), until, extra))
     return path
+
+
+ELASTIC = ROOT / "examples" / "live" / "elastic.yaml"
+TRAINER = "train/worker"
+
+
+def trainer_runs(log: str) -> list[tuple[int, int, int | None, bool]]:
+    """Each run in a trainer member's log (examples/live/train.py): (the sample
+    it resumed at, its world size, the sample it saved at leaving (None: it
+    did not leave), whether it was done)."""
+    out: list[list] = []
+    for line in log.splitlines():
+        m = re.match(r"rank \d+ on \S+: resuming at sample (\d+) with (\d+) members", line)
+        if m:
+            out.append([int(m[1]), int(m[2]), None, False])
+        elif (m := re.match(r"rank \d+: saved (\d+), leaving", line)):
+            out[-1][2] = int(m[1])
+        elif re.match(r"rank \d+: done at sample", line):
+            out[-1][3] = True
+    return [tuple(r) for r in out]
+
+
+def task_log(work: Path, task: str) -> str:
+    """A task's log in an executor's work directory, as shipped there."""
+    path = work / "logs" / (task.replace("/", "%2F") + ".log")
+    return path.read_text() if path.exists() else ""
+
+
+def check_elastic_run(evs: list[dict], read_log) -> None:
+    """The live elastic example ran as its twin says (2 -> 4 -> 2 -> 4) and
+    every member of every width went on from the gang's progress."""
+    resized = [(e["from"], e["to"]) for e in evs if e["kind"] == "resized"]
+    assert resized == [(2, 4), (4, 2), (2, 4)], resized
+    assert {e["task"] for e in evs if e["kind"] == "finished" and e["task"].startswith(TRAINER)} == \
+        {f"{TRAINER}/{i}" for i in range(4)}
+    saved = [e for e in evs if e["kind"] == "gangStateSaved"]
+    shared = [e for e in evs if e["kind"] == "gangStateShared"]
+    assert [e["members"] for e in saved] == [2, 4, 2] and [e["members"] for e in shared] == [4, 2, 4]
+    lead = trainer_runs(read_log(f"{TRAINER}/0"))
+    assert [w for _, w, _, _ in lead] == [2, 4, 2, 4]
+    assert lead[0][0] == 0 and lead[-1][3]
+    for before, after in zip(lead, lead[1:]):  # each width goes on from where the last one stopped
+        assert before[2] is not None and 0 < before[2] == after[0], lead
+    assert lead[1][0] < lead[2][0] < lead[3][0]
+    for rank in (1, 2, 3):  # every member starts with the gang's progress, new ones too
+        runs = trainer_runs(read_log(f"{TRAINER}/{rank}"))
+        starts = {s for s, _, _, _ in runs}
+        assert starts <= {s for s, _, _, _ in lead} and runs[-1][0] == lead[-1][0], (rank, runs, lead)
+
+
+# A gang member that counts on from the gang's state (``tasks.regrouped``): it
+# adds its gang's width every tenth of a second, rank 0 saves at a checkpoint,
+# every member at a stop; a shell script, for processes and containers alike.
+GANG_COUNTER = ('n=$(cat "$SUANLI_STATE_DIR/count" 2>/dev/null || echo 0); '
+                'echo "rank $SUANLI_RANK of $SUANLI_WORLD_SIZE in $SUANLI_GANG: resuming after $n"; '
+                'save() { echo $n > "$SUANLI_STATE_DIR/count"; }; '
+                'trap \'save; echo "saved $n, leaving"; exit 0\' TERM; '
+                'trap \'[ "$SUANLI_RANK" = 0 ] && save; touch "$SUANLI_STATE_DIR/.checkpointed"\' USR1; '
+                'while true; do n=$((n + SUANLI_WORLD_SIZE)); sleep 0.1; done')
+# one_site's components: a stateful gang of 1 that may grow to 2 (``%s``: its run)
+GANG_GROWS = """\
+    - name: w
+      lifetime: job
+      gang: {size: 1, minSize: 1, maxSize: 2}
+      resources: {cpu: 4}
+      work: 1h
+      state: {kind: stateful, size: 1Mi}
+      run: %s
+    """
+GANG_POLICY = "  policy: {elastic: {policy: greedy, every: 2s}}"
+
+
+def check_gang_grew(evs: list[dict], read_log) -> None:
+    """GANG_GROWS ran: grown from 1 to 2 at a turn, and its new member started
+    with the count its first run saved."""
+    assert [(e["from"], e["to"]) for e in evs if e["kind"] == "resized"] == [(1, 2)]
+    assert [e["members"] for e in evs if e["kind"] == "gangStateShared"] == [2]
+    first, second = read_log("a/w/0"), read_log("a/w/1")
+    assert "rank 0 of 1 in a/w: resuming after 0" in first
+    saved = int(first.split("saved ", 1)[1].split(",")[0])
+    assert saved > 0
+    assert f"rank 0 of 2 in a/w: resuming after {saved}" in first
+    assert f"rank 1 of 2 in a/w: resuming after {saved}" in second  # the new member

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from incli import cli
 
 from suanli.model.speedup import Table
 from suanli.sim.simulation import Simulation
@@ -172,8 +171,7 @@ def test_a_gang_grows_into_free_room_shrinks_for_arrivals_and_its_work_adds_up(t
     docs = _docs([(0, 2, 8, 16, 40, 0, 30), (0, 1, 8, 8, 4, 600, 0)], 1, 4, 1, "goodput")
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "simulate", str(path), "--out",
-                        str(out)], capture_output=True, text=True)
+    r = cli("simulate", str(path), "--out", str(out))
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     resized = [(e["t"], e["from"], e["to"]) for e in events if e["kind"] == "resized"]
@@ -203,7 +201,10 @@ def test_with_elastic_none_a_gang_keeps_the_width_it_started_at(tmp_path):
 def _simulated(tmp_path: Path, docs: list, policy: str) -> list[dict]:
     """The events of a simulation of ``docs`` under elastic ``policy``."""
     docs[-1]["spec"]["policy"]["elastic"]["policy"] = policy
-    path = tmp_path / f"{policy}.yaml"
+    return _simulated_docs(docs, tmp_path / f"{policy}.yaml")
+
+
+def _simulated_docs(docs: list, path: Path) -> list[dict]:
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     sim = Simulation(load_world([path]), seed=1)
     sim.run()
@@ -259,17 +260,63 @@ def test_a_preemption_shrinks_an_elastic_gang_before_it_stops_one_whole(tmp_path
         assert ends["j1"] == pytest.approx(300 + 6 * 3600 / 6)
 
 
-def test_on_a_real_executor_gangs_keep_their_width_and_the_user_is_told(tmp_path, caplog):
+def test_a_real_executor_that_cannot_regroup_a_gang_keeps_its_width_and_the_user_is_told(tmp_path, caplog):
     from suanli.executors.local import LocalExecutor
 
+    class Fixed(LocalExecutor):  # (as the agents' executor: no gang state shared between members)
+        regroups = False
+
     example = Path(__file__).resolve().parents[1] / "examples" / "elastic.yaml"
-    with caplog.at_level("WARNING"):
-        sim = Simulation(load_world([example]), executor=lambda a: LocalExecutor(a, tmp_path))
-    try:
-        assert not sim.shard.resizer.on
-        assert "resized in simulations only" in caplog.text
-    finally:
-        sim.executor.close()
+    for kind, on in ((LocalExecutor, True), (Fixed, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            sim = Simulation(load_world([example]), executor=lambda a: kind(a, tmp_path / kind.__name__))
+        try:
+            assert sim.shard.resizer.on is on
+            assert ("does not restart a gang at another width" in caplog.text) is not on
+        finally:
+            sim.executor.close()
+
+
+def test_a_growth_that_places_members_on_other_nodes_waits_for_the_gangs_state_over_the_path(tmp_path):
+    """The grow-shrink-grow case with a 40 GiB state: each growth's restart is
+    its resizeCost and the state's time from rank 0's node to the farthest
+    new member (within the site: its fabric's bandwidth); a shrink moves none."""
+    from suanli.scheduling.scores import INTRA_SITE_MBPS
+
+    docs = _docs([(0, 2, 8, 16, 40, 0, 30), (0, 1, 8, 8, 4, 600, 0)], 1, 4, 1, "goodput")
+    docs[2]["spec"]["components"][0]["state"] = {"kind": "stateful", "size": "40Gi"}
+    events = _simulated_docs(docs, tmp_path / "w.yaml")
+    moved = 40 * 2**30 * 8 / (INTRA_SITE_MBPS * 1e6)
+    resized = [(e["t"], e["from"], e["to"], e.get("state_s")) for e in events if e["kind"] == "resized"]
+    assert [(t, a, b) for t, a, b, _ in resized] == [(60.0, 8, 16), (600.0, 16, 8), (2820.0, 8, 16)]
+    assert [s for *_, s in resized] == [pytest.approx(moved, rel=1e-3), None, pytest.approx(moved, rel=1e-3)]
+    left = 40 * 3600 - 60 * 6.5 - (540 - 30 - resized[0][3]) * 11 - (2220 - 30) * 6.5
+    end = {e["t"] for e in events if e["kind"] == "finished" and e["task"].startswith("j0/")}
+    assert len(end) == 1 and end.pop() == pytest.approx(2820 + 30 + resized[2][3] + left / 11)
+
+
+def test_an_explicit_vcs_elastic_hosts_follow_its_gangs_width(tmp_path):
+    """A VC of whole-node hosts (1 to 4, InfiniBand) and a gang of 4 that may
+    run with 16: under goodput its hosts grow by three at the first turn and
+    the gang runs at 16 on them; when it ends they go after scaleDownAfter,
+    down to the group's min. With elastic: none neither happens."""
+    docs = _docs([(0, 2, 4, 16, 40, 0, 30)], 1, 4, 1, "goodput")
+    docs.insert(2, {"apiVersion": "suanli/v1", "kind": "VirtualCluster", "metadata": {"name": "pool", "tenant": "t0"},
+                    "spec": {"autoscale": {"scaleDownAfter": "120s"},
+                             "hostGroups": [{"name": "gpus", "min": 1, "max": 4, "resources": "whole",
+                                             "coupling": "ib"}]}})
+    docs[3]["spec"]["virtualCluster"] = "pool"
+    for policy, grown in (("goodput", 3), ("none", 0)):
+        events = _simulated(tmp_path, docs, policy)
+        added = [e["t"] for e in events if e["kind"] == "hostAdded"]
+        assert added == [0.0] + [60.0] * grown
+        resized = [(e["t"], e["from"], e["to"]) for e in events if e["kind"] == "resized"]
+        assert resized == ([(60.0, 4, 16)] if grown else [])
+        end = max(e["t"] for e in events if e["kind"] == "finished")
+        removed = [e for e in events if e["kind"] == "hostRemoved"]
+        assert [e["t"] for e in removed] == [end + 120] * grown and all("idle" in e["reason"] for e in removed)
+        assert sum(1 for e in events if e["kind"] == "finished") == 4 + 12 * (grown > 0)
 
 
 def _cpu_pod(nodes: int) -> str:
@@ -368,7 +415,6 @@ metadata: {{name: a, tenant: t}}
 spec:
   components: [{component}]
 """)
-    r = subprocess.run([sys.executable, "-c", "from suanli.cli import app; app()", "validate", str(path)],
-                       capture_output=True, text=True)
+    r = cli("validate", str(path))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"spec.components[0].{field}" in r.stderr and words in r.stderr, r.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from live import (GAME, LIVE, as_tenant, events, executor_server, hello_ran, log_text, one_site, placements,
-                  ran_as_a_tenant, runs_of, simulated, suanli, ticks)
+from live import (ELASTIC, GAME, LIVE, as_tenant, check_elastic_run, events, executor_server, hello_ran, log_text,
+                  one_site, placements, ran_as_a_tenant, runs_of, simulated, suanli, task_log, ticks)
 
 from suanli.executors.confine import Confinement
 
@@ -37,6 +37,13 @@ def test_the_game_counts_on_across_car_edge_car_with_real_processes(tmp_path):
     assert starts[1] > 0 and starts[2] > starts[1]  # each run went on from where the last one stopped
     assert any(e["kind"] == "checkpointed" and e["task"] == GAME for e in live)
     assert "autopilot/control/0 on car-1/soc-0: beat 1" in log_text(work, "autopilot/control/0")
+
+
+def test_an_elastic_gang_is_resized_with_real_processes_and_keeps_its_progress(tmp_path):
+    work = tmp_path / "w"
+    r = suanli("run", ELASTIC, "--executor", "local", "--work-dir", work, "--until", "22s")
+    assert r.returncode == 0, r.stderr
+    check_elastic_run(events(work / "out"), lambda task: task_log(work, task))
 
 
 def scenario(tmp_path: Path, components: str, until: str = "4s", extra: str = "") -> Path:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from containers import COUNTER, image
-from live import (ONE_SITE, as_tenant, events, executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of,
-                  suanli)
+from live import (GANG_COUNTER, GANG_GROWS, GANG_POLICY, ONE_SITE, as_tenant, check_gang_grew, events,
+                  executor_server, hello_ran, log_text, one_site, ran_as_a_tenant, runs_of, suanli)
 
 from suanli.executors.confine import Confinement
 from suanli.executors.tasks import safe
@@ -142,6 +142,15 @@ def test_a_stateful_container_moves_with_its_state(tmp_path):
     assert f"counter: saved {first[-1]}, leaving" in log  # asked to leave (SIGTERM), not killed
     assert resumed_second == first[-1] and second[0] == first[-1] + 1  # no gap, no repeat
     assert second == list(range(second[0], second[0] + len(second)))
+    assert left_behind(work) == []
+
+
+def test_an_elastic_gang_of_containers_grows_and_its_new_member_starts_with_the_gangs_state(tmp_path):
+    img = image()
+    path = scenario(tmp_path, GANG_GROWS % f'{{image: "{img}", command: [sh, -c, {json.dumps(GANG_COUNTER)}]}}',
+                    until="4s", extra=GANG_POLICY)
+    evs, work = run(tmp_path, path)
+    check_gang_grew(evs, lambda task: log_of(work, task))
     assert left_behind(work) == []
 
 

@@ -6,6 +6,7 @@ and a new Ray node with the edge's label makes the edge usable again."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from live import GAME, LIVE, events, hello_ran, ran_as_a_tenant, log_text, placements, runs_of, simulated, suanli
+from live import (GAME, GANG_COUNTER, GANG_GROWS, GANG_POLICY, LIVE, check_gang_grew, events, hello_ran, log_text,
+                  one_site, placements, ran_as_a_tenant, runs_of, simulated, suanli)
 
 from raycluster import LocalRayCluster
 
@@ -141,6 +143,22 @@ def test_tasks_land_on_the_labelled_nodes_and_a_lost_edge_is_replaced(cluster, t
             assert runs[i][0] == before[-1]
     assert any(e["kind"] == "checkpointed" and e["node"] == "edge-1/cpu-0" for e in live)
     assert any(e["kind"] == "stateRestored" and e["node"] == "cloud-north/cpu-0" for e in live)
+
+
+def test_an_elastic_gang_grows_on_ray_and_its_new_member_starts_with_the_gangs_state(cluster, tmp_path):
+    """A gang of 1 grown to 2 on the head's Ray node (its site named so): its
+    members' actors are stopped, what they saved is merged in the object
+    store, and both members of the new width start with it."""
+    path = one_site(tmp_path, GANG_GROWS % f"{{command: [sh, -c, {json.dumps(GANG_COUNTER)}]}}", until="6s",
+                    extra=GANG_POLICY)
+    path.write_text(path.read_text().replace("- name: here\n", f"- name: {NODES[0]}\n"))
+    work = tmp_path / "w"
+    r = suanli("run", path, "--executor", "ray", "--ray-address", cluster.address, "--work-dir", work)
+    assert r.returncode == 0, r.stderr
+    evs = events(work / "out")
+    assert {e["site"] for e in evs if e["kind"] == "placed"} == {NODES[0]}
+    assert [e["to"] for e in evs if e["kind"] == "gangStateSaved"] == ["object store"]
+    check_gang_grew(evs, lambda task: read_log(work, task))
 
 
 def test_serve_runs_tasks_on_the_ray_executor_and_ray_nodes_that_join_register(cluster, tmp_path):

@@ -21,7 +21,8 @@ import pytest
 from live import events, suanli
 
 from suanli.executors.confine import Confinement
-from suanli.executors.tasks import USERS_FILE, copy_tree, pack, safe, task_command, unpack, user_switch
+from suanli.executors.tasks import (USERS_FILE, copy_tree, merge_trees, pack, safe, task_command, unpack,
+                                    user_switch)
 
 needs_root = pytest.mark.skipif(user_switch() is not None, reason="tasks keep the executor's user here")
 SECRET = "sl_fake-admin-Zq8Wm3Kd7Rt5Yp2Lx9Nb"  # the server's admin token in this test
@@ -195,6 +196,37 @@ def test_state_copies_keep_links_as_links_and_leave_out_others_files(tmp_path):
     back = tmp_path / "back"
     assert (back / "sub" / "f").read_text() == "data" and (back / "x").is_symlink()
     assert not (back / ".checkpointed").exists() and not (back / "theirs").exists()
+
+
+def test_a_gangs_states_merge_in_rank_order_and_leave_out_others_files(tmp_path):
+    """``merge_trees``: a path several members hold is rank 0's (the first
+    source's), what one alone holds is kept, nothing goes under a path the
+    first made a file or a link, and the checkpoint mark stays out."""
+    ranks = []
+    for rank, files in enumerate([{"progress.json": "0", "shard-0": "a", "d": "file of 0", "link": None},
+                                  {"progress.json": "1", "shard-1": "b", "d/under": "x", "link/under": "y",
+                                   "both/deep": "1"},
+                                  {"progress.json": "2", "both/deep": "2", "both/only-2": "z"}]):
+        src = tmp_path / f"r{rank}"
+        src.mkdir()
+        (src / ".checkpointed").touch()
+        for name, text in files.items():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            if text is None:
+                (src / name).symlink_to(tmp_path / "secret")
+            else:
+                (src / name).write_text(text)
+        ranks.append((src, os.getuid()))
+    if os.getuid() == 0:
+        (ranks[1][0] / "theirs").write_text("not the task's")
+        os.chown(ranks[1][0] / "theirs", 2_999_998, 2_999_998)
+    merge_trees([*ranks, (tmp_path / "gone", None)], tmp_path / "gang")
+    gang = tmp_path / "gang"
+    found = {str(p.relative_to(gang)): (p.read_text() if p.is_file() and not p.is_symlink() else None)
+             for p in gang.rglob("*")}
+    assert found == {"progress.json": "0", "shard-0": "a", "shard-1": "b", "d": "file of 0", "link": None,
+                     "both": None, "both/deep": "1", "both/only-2": "z"}
+    assert (gang / "link").is_symlink() and stat.S_IMODE(gang.stat().st_mode) == 0o700
 
 
 RUN = """\

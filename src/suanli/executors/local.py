@@ -46,9 +46,9 @@ from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump
 from suanli.executors.probes import Prober, command_check, network_check
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch,
-                                    Orphans, Users, ask_until, await_checkpoint, copy_tree, folder_size, give, launch,
-                                    make_dir, origin_wall, pid_namespace, process_env, safe, signal_task, speed_of,
-                                    task_command, tenant_nproc, user_switch)
+                                    Orphans, Users, ask_until, await_checkpoint, copy_tree, folder_size, gang_of, give,
+                                    launch, make_dir, merge_trees, origin_wall, pid_namespace, process_env, regrouped,
+                                    safe, signal_task, speed_of, task_command, tenant_nproc, user_switch)
 
 if TYPE_CHECKING:
     from suanli.executors.base import Attachment
@@ -71,6 +71,7 @@ class Proc:
 class LocalExecutor:
     name = "local"
     runs_probes = True  # a component's readiness and liveness probes (``probes.py``)
+    regroups = True  # restarts a gang at another width, its state shared (``tasks.regrouped``)
 
     def __init__(self, given: "Attachment", work_dir: Path, *, cwd: Path | None = None,
                  confine: bool = True, isolate_tenants: bool = False, max_pids: int = MAX_PIDS,
@@ -87,7 +88,7 @@ class LocalExecutor:
         why_not = user_switch() if isolate_tenants else "one user (run)"
         self.users = Users(self.work / USERS_FILE) if why_not is None else None
         self._dir(self.work, SHARED)
-        for sub, mode in (("nodes", SHARED), ("logs", PRIVATE), ("checkpoints", PRIVATE)):
+        for sub, mode in (("nodes", SHARED), ("logs", PRIVATE), ("checkpoints", PRIVATE), ("gangs", PRIVATE)):
             self._dir(self.work / sub, mode)
         self.logs = LogFolder(self.work / "logs")
         self.pump = LogPump(log_max_bytes, private=isolate_tenants, on_rotate=lambda task, written, cap: self.post(
@@ -134,6 +135,10 @@ class LocalExecutor:
     def checkpoint_dir(self, task: str) -> Path:
         return self.work / "checkpoints" / safe(task)
 
+    def gang_dir(self, gang: str) -> Path:
+        """What a regrouped gang's members left when it last stopped (``tasks.regrouped``)."""
+        return self.work / "gangs" / safe(gang)
+
     def home_dir(self, node: str, task: str) -> Path:
         return self.work / "nodes" / safe(node) / "home" / safe(task)
 
@@ -156,8 +161,12 @@ class LocalExecutor:
 
     def start(self, run: Run, now: float) -> None:
         run.started_at = now
-        for task in run.tasks:
-            self._spawn(launch(self.view, run, task, speed_of(self.loop)))
+        launches = [launch(self.view, run, task, speed_of(self.loop)) for task in run.tasks]
+        gang = regrouped(self.view, run)
+        if gang is not None and self.gang_dir(gang).exists():
+            self._share_state(gang, launches)
+        for ln in launches:
+            self._spawn(ln)
 
     def restart(self, run: Run, task: str, now: float) -> None:
         if task not in self.procs:  # not started again meanwhile (by a move)
@@ -166,6 +175,9 @@ class LocalExecutor:
     def stop(self, run: Run, now: float) -> None:
         keep_progress(run, now)
         self._end(run.tasks, keep_state=True)
+        gang = regrouped(self.view, run)
+        if gang is not None:
+            self._gather_state(gang, run)
 
     def move(self, run: Run, task: str, now: float) -> None:
         self._end([task], keep_state=True)
@@ -173,6 +185,10 @@ class LocalExecutor:
 
     def release(self, run: Run, now: float) -> None:
         self._end(run.tasks, keep_state=False)
+        gang = regrouped(self.view, run)
+        if gang is not None:  # its members it ended without, too
+            self._end([task for task in self.state_home if gang_of(task) == gang], keep_state=False)
+            shutil.rmtree(self.gang_dir(gang), ignore_errors=True)
 
     def node_down(self, node: int, now: float) -> None:
         self.lose_node(self.view.world.fleet.node_name(node))
@@ -371,6 +387,42 @@ class LocalExecutor:
             self._dir(dest, PRIVATE, uid)
         self.state_home[ln.task] = ln.node
         return dest
+
+    def _gather_state(self, gang: str, run: Run) -> None:
+        """A regrouped gang stopped: what its members left (each its state
+        folder, or its last checkpoint where its node was lost), merged in
+        rank order into the gang's folder, which its next run starts from."""
+        sources = []
+        for task in run.tasks:
+            node = self.state_home.get(task)
+            here = self.state_dir(node, task) if node is not None else None
+            if here is not None and here.exists():
+                sources.append((here, self.users.of(self.view.tasks[task].tenant) if self.users else None))
+            elif self.checkpoint_dir(task).exists():
+                sources.append((self.checkpoint_dir(task), None))
+        keep = self.gang_dir(gang)
+        tmp = keep.with_name(keep.name + ".new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        merge_trees(sources, tmp)
+        shutil.rmtree(keep, ignore_errors=True)
+        tmp.rename(keep)
+        self.post("gangStateSaved", gang=gang, run=run.run_id, members=len(run.tasks), bytes=folder_size(keep))
+
+    def _share_state(self, gang: str, launches: list[Launch]) -> None:
+        """Each member of a regrouped gang's new run starts with the gang's state
+        (its own folder of before, wherever it was, replaced by a copy)."""
+        keep = self.gang_dir(gang)
+        for ln in launches:
+            home = self.state_home.pop(ln.task, None)
+            if home is not None:
+                shutil.rmtree(self.state_dir(home, ln.task), ignore_errors=True)
+            self._node_dir(ln.node, "state")
+            dest = self.state_dir(ln.node, ln.task)
+            shutil.rmtree(dest, ignore_errors=True)
+            self._copy_in(keep, dest, self.uid(ln))
+            self.state_home[ln.task] = ln.node
+        self.post("gangStateShared", gang=gang, run=launches[0].run_id, members=len(launches),
+                  bytes=folder_size(keep))
 
     def _copy_in(self, source: Path, dest: Path, uid: int | None, owner: int | None = None) -> None:
         """Copy ``source`` to the state folder ``dest``, given to ``uid``

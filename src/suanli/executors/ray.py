@@ -48,9 +48,9 @@ from suanli.executors.base import NodeFound, NodeLost, Note, Run, TaskExited
 from suanli.executors.logs import DEFAULT_MAX_LOG, LogFolder, LogPump, RotatingLog, TaskPipe
 from suanli.executors.sim import keep_progress
 from suanli.executors.tasks import (CHECKPOINT_MARK, FIRST_UID, MAX_PIDS, PRIVATE, SHARED, USERS_FILE, Launch, Users,
-                                    ask_task, await_checkpoint, give, launch, make_dir, origin_wall, pack, speed_of,
-                                    pid_namespace, process_env, safe, signal_task, task_command, tenant_nproc, unpack,
-                                    user_switch)
+                                    ask_task, await_checkpoint, gang_of, give, launch, make_dir, merge_trees,
+                                    origin_wall, pack, pid_namespace, process_env, regrouped, safe, signal_task,
+                                    speed_of, task_command, tenant_nproc, unpack, user_switch)
 from suanli.spec.problems import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -422,6 +422,8 @@ class Handle:
 
 
 class RayExecutor:
+    regroups = True  # restarts a gang at another width, its state shared (``tasks.regrouped``)
+
     def __init__(self, given: "Attachment", cluster: RayCluster, work_dir: Path, cwd: Path | None = None,
                  isolate_tenants: bool = False, log_max_bytes: int = DEFAULT_MAX_LOG) -> None:
         """``cwd``: where commands run on the Ray nodes (default: the
@@ -442,6 +444,7 @@ class RayExecutor:
         self.users = Users(self.work / USERS_FILE) if isolate_tenants else None
         self.handles: dict[str, Handle] = {}  # task -> its actor now
         self.state_refs: dict[str, Any] = {}  # task -> ObjectRef of its last saved state
+        self.gang_refs: dict[str, tuple[Any, int]] = {}  # regrouped gang -> its members' state merged: ref, bytes
         self.agents: dict[str, Any] = {}  # Ray node id -> its agent, for stateless tasks
         # The controller's: registers a node (name SITE/NAME, site, node spec, lease) that a Ray
         # node labelled with a name the fleet does not have stands for; renews it (name). None: none.
@@ -537,6 +540,13 @@ class RayExecutor:
 
     def start(self, run: Run, now: float) -> None:
         run.started_at = now
+        gang = regrouped(self.view, run)
+        shared = self.gang_refs.get(gang) if gang is not None else None
+        if shared is not None:  # each member starts with the gang's state
+            for task in run.tasks:
+                self.state_refs[task] = shared[0]
+            self.post("gangStateShared", gang=gang, run=run.run_id, members=len(run.tasks), bytes=shared[1],
+                      through="object store")
         for task in run.tasks:
             self._launch(launch(self.view, run, task, speed_of(self.loop)))
 
@@ -554,6 +564,28 @@ class RayExecutor:
     def stop(self, run: Run, now: float) -> None:
         keep_progress(run, now)
         self._end(run.tasks, save=True)
+        gang = regrouped(self.view, run)
+        if gang is not None:
+            self._gather_state(gang, run)
+
+    def _gather_state(self, gang: str, run: Run) -> None:
+        """A regrouped gang stopped: what its members saved, merged in rank
+        order (``merge_trees``) into one state its next run's members start
+        with, in the object store."""
+        with tempfile.TemporaryDirectory(prefix="suanli-gang-") as tmp:
+            sources = []
+            for i, task in enumerate(run.tasks):
+                ref = self.state_refs.get(task)
+                if ref is None:
+                    continue
+                folder = Path(tmp) / str(i)
+                unpack(self.ray.get(ref), folder)
+                sources.append((folder, None))
+            merge_trees(sources, Path(tmp) / "gang")
+            data = pack(Path(tmp) / "gang")
+        self.gang_refs[gang] = (self.ray.put(data), len(data))
+        self.post("gangStateSaved", gang=gang, run=run.run_id, members=len(run.tasks), bytes=len(data),
+                  to="object store")
 
     def move(self, run: Run, task: str, now: float) -> None:
         self._end([task], save=True)
@@ -563,6 +595,10 @@ class RayExecutor:
         self._end(run.tasks, save=False)
         for task in run.tasks:
             self.state_refs.pop(task, None)
+        gang = regrouped(self.view, run)
+        if gang is not None and self.gang_refs.pop(gang, None) is not None:  # its members it ended without, too
+            for task in [task for task in self.state_refs if gang_of(task) == gang]:
+                del self.state_refs[task]
 
     def node_down(self, node: int, now: float) -> None:
         """What runs on the node is gone: its actors are killed (the node may

@@ -103,6 +103,10 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
     cdi = {d.kind: d.cdi for d in group.devices if d.cdi}
     if held:
         env["SUANLI_DEVICES"] = ",".join(f"{kind}:{index}" for kind, _, index in held)
+    if comp.gang:
+        rank, width = rank_of(run, task)
+        env.update(SUANLI_GANG=gang_of(task).split(":", 1)[-1], SUANLI_WORLD_SIZE=str(width),
+                   SUANLI_RANK=str(rank))
     env.update({
         "SUANLI_TASK": task.split(":", 1)[-1],  # as its tenant knows it (a control plane prefixes the tenant)
         "SUANLI_TENANT": rec.tenant,
@@ -119,6 +123,41 @@ def launch(view: "LedgerView", run: Run, task: str, speed: float = 1.0) -> Launc
                   spec.image_for(arch) if contained else None, arch, contained,
                   spec.readiness if spec is not None else None, spec.liveness if spec is not None else None,
                   tuple(f"{cdi[kind]}={index}" for kind, _, index in held if kind in cdi))
+
+
+def gang_of(task: str) -> str:
+    """The gang (component) a member belongs to: its name without the index."""
+    return task.rsplit("/", 1)[0]
+
+
+_ranks: dict[int, dict[str, tuple[int, int]]] = {}  # the last run asked of: member -> (rank, width)
+
+
+def rank_of(run: Run, task: str) -> tuple[int, int]:
+    """A gang member's rank in ``run`` (its place among the run's members of
+    its gang, the first 0) and the gang's width in it."""
+    got = _ranks.get(run.run_id)
+    if got is None or task not in got:
+        _ranks.clear()
+        members: dict[str, list[str]] = {}
+        for t in run.tasks:
+            members.setdefault(gang_of(t), []).append(t)
+        got = _ranks[run.run_id] = {t: (i, len(ts)) for ts in members.values() for i, t in enumerate(ts)}
+    return got[task]
+
+
+def regrouped(view: "LedgerView", run: Run) -> str | None:
+    """The gang of ``run`` whose members share one state (None: each keeps its
+    own): a stateful gang job whose width can change (``minSize`` below its
+    most), so that a member may start at another rank or after other members
+    did its share. Its state when it stops is what all its members left,
+    merged (``merge_trees``), and each member of its next run starts with it."""
+    comp = view.tasks[run.tasks[0]].component
+    if not comp.gang or not comp.stateful or comp.lifetime != "job":
+        return None
+    if (comp.min_size or comp.size) >= max(comp.size, comp.max_size or 0):
+        return None
+    return gang_of(run.tasks[0])
 
 
 def speed_of(loop: "EventLoop") -> float:
@@ -563,11 +602,39 @@ def copy_tree(src: Path, dst: Path, owner: int | None = None, skip: tuple[str, .
         elif isinstance(what, str):
             os.symlink(what, target)
         else:
-            with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out, \
-                    os.fdopen(os.dup(what), "rb") as f:
-                shutil.copyfileobj(f, out, 1 << 20)
-            os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
-            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+            _copy_file(what, target, st)
+
+
+def merge_trees(sources: list[tuple[Path, int | None]], dst: Path) -> None:
+    """The folders ``sources`` (each with the user whose files alone are
+    read, as ``copy_tree``), merged into ``dst`` (new): a path that several
+    hold is taken from the first that holds it, and nothing under a path the
+    first made a file or a link. A gang's members in rank order: rank 0's
+    word is the gang's."""
+    os.mkdir(dst, PRIVATE)
+    for src, owner in sources:
+        if not src.is_dir():
+            continue
+        for rel, st, what in _tree(src, owner, (CHECKPOINT_MARK,)):
+            target = dst / rel
+            parent = dst / os.path.dirname(rel)
+            if os.path.lexists(target) or parent.is_symlink() or not parent.is_dir():
+                continue  # the first holder's; or a folder of its where the first put a file
+            if what is None:
+                os.mkdir(target, PRIVATE)
+                os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
+            elif isinstance(what, str):
+                os.symlink(what, target)
+            else:
+                _copy_file(what, target, st)
+
+
+def _copy_file(fd: int, target: Path, st: os.stat_result) -> None:
+    with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out, \
+            os.fdopen(os.dup(fd), "rb") as f:
+        shutil.copyfileobj(f, out, 1 << 20)
+    os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def give(folder: Path, uid: int) -> None:

@@ -363,9 +363,9 @@ class Simulation:
         self.executor = SimExecutor(self.loop)
         if executor is not None:  # a real one: made last, given what it may look at
             self.executor = executor(self.attachment)
-            if self.shard.resizer.on:  # resizes are simulated; real gangs keep the width they start at
-                log.warning("policy.elastic %s: running gangs are resized in simulations only; on a real "
-                            "executor they keep the width they start at", scenario.policy.elastic.policy)
+            if self.shard.resizer.on and not getattr(self.executor, "regroups", False):
+                log.warning("policy.elastic %s: the %s executor does not restart a gang at another width; "
+                            "gangs keep the width they start at", scenario.policy.elastic.policy, self.executor.name)
                 self.shard.resizer.on = False
 
     @property
