@@ -9,14 +9,18 @@
    the first call apart (it loads the compiled loop).
 2. ``simulation``: a simulation's turns over ``--sim-gangs`` elastic gangs
    (``bench_simulation``).
-3. ``pollux``: ``suanli experiment pollux``'s replay of every workload in
+3. ``hosts``: hosts that follow (``bench_hosts``): one gang in an explicit
+   VC of whole 8-GPU hosts (1 to ``--vc-hosts`` of them) grown from 8
+   members to all the hosts can hold at the first turn: the turn's time,
+   the hosts grown and the width reached.
+4. ``pollux``: ``suanli experiment pollux``'s replay of every workload in
    ``--workloads`` under none, greedy and goodput: average JCT beside the
    artifact's Pollux, Optimus and Tiresias at ``--load``.
 
 Prints one JSON object.
 
     .venv/bin/python bench/bench_elastic.py [--gangs 1000] [--repeat 20] [--sim-gangs 1000,3000]
-        [--workloads ../shared/data/pollux-osdi21/workloads] [--load 1.0]
+        [--vc-hosts 32,320] [--workloads ../shared/data/pollux-osdi21/workloads] [--load 1.0]
 """
 
 from __future__ import annotations
@@ -136,6 +140,56 @@ def bench_simulation(n: int, policy: str = "goodput") -> dict:
             "wall_s": round(wall, 1)}
 
 
+def bench_hosts(hosts: int) -> dict:
+    """One gang (8 one-GPU members, up to 8 per host) in a VC of whole-node
+    hosts, 1 to ``hosts`` of them, on ``hosts`` nodes of 8 GPUs in one ib
+    domain: the first turn grows it to every GPU, its hosts with it."""
+    import tempfile
+
+    import yaml
+
+    from suanli.sim import elastic
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    docs = [{"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"},
+             "spec": {"sites": [{"name": "dc", "tier": "cloud", "nodeGroups": [
+                 {"name": "g", "count": hosts, "arch": "x86_64", "cpu": 128, "memory": "1Ti", "fabrics": {"ib": "ib-0"},
+                  "accelerators": [{"kind": "gpu", "model": "A100", "count": 8}]}]}]}},
+            {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": "t"}, "spec": {}},
+            {"apiVersion": "suanli/v1", "kind": "VirtualCluster", "metadata": {"name": "pool", "tenant": "t"},
+             "spec": {"hostGroups": [{"name": "gpus", "min": 1, "max": hosts, "resources": "whole", "coupling": "ib"}]}},
+            {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "j", "tenant": "t"},
+             "spec": {"virtualCluster": "pool", "components": [
+                 {"name": "train", "lifetime": "job", "coupling": "ib",
+                  "gang": {"size": 8, "minSize": 1, "maxSize": 8 * hosts, "resizeCost": "30s"},
+                  "resources": {"cpu": 4, "memory": "16Gi", "accelerators": [{"kind": "gpu", "count": 1}]},
+                  "work": f"{100 * hosts}h", "scaling": {"efficiency": 0.95}}]}},
+            {"apiVersion": "suanli/v1", "kind": "Scenario", "metadata": {"name": "s"},
+             "spec": {"until": "61s", "policy": {"elastic": "goodput"}, "arrivals": [{"app": "j", "at": "0s"}]}}]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        sim = Simulation(load_world([path]), seed=1)
+    turns = []
+    turn = elastic.Resizer.turn
+
+    def timed(self, t):
+        t0 = time.perf_counter()
+        turn(self, t)
+        turns.append(time.perf_counter() - t0)
+    elastic.Resizer.turn = timed
+    try:
+        sim.run()
+    finally:
+        elastic.Resizer.turn = turn
+    events = sim.events.take()
+    resized = [e for e in events if e["kind"] == "resized"]
+    assert resized and turns
+    return {"vc_hosts_max": hosts, "hosts": sum(1 for e in events if e["kind"] == "hostAdded"),
+            "width": resized[-1]["to"], "turn_ms": round(1e3 * max(turns), 1)}
+
+
 def bench_pollux(workloads: Path, load: float) -> dict:
     profiles = {d.name: Profile.load(d) for d in sorted((DATA / "traces").iterdir()) if d.is_dir()}
     out = {}
@@ -164,10 +218,12 @@ def main() -> None:
     ap.add_argument("--workloads", type=Path, default=DATA / "workloads")
     ap.add_argument("--load", type=float, default=1.0)
     ap.add_argument("--sim-gangs", default="1000", help="gangs of the simulations, comma-separated (0: none)")
+    ap.add_argument("--vc-hosts", default="32,320", help="the most hosts of the VC whose hosts follow (0: none)")
     args = ap.parse_args()
     sims = [bench_simulation(int(n)) for n in args.sim_gangs.split(",") if int(n) > 0]
+    hosts = [bench_hosts(int(n)) for n in args.vc_hosts.split(",") if int(n) > 0]
     print(json.dumps({"decide": {"gangs": args.gangs, **bench_decide(args.gangs, args.repeat)},
-                      "simulation": sims, "pollux": bench_pollux(args.workloads, args.load)}, indent=1))
+                      "simulation": sims, "hosts": hosts, "pollux": bench_pollux(args.workloads, args.load)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -684,28 +684,35 @@ class BusinessLayer:
                            min_members=unit.min_members if allow_fewer else None,
                            extras=TaskExtras(self, vcs), policy=self.policy, stmt=stmt)
 
-    def _fitting(self, unit: Unit, vcs: VCState, reqs: list[Request]) -> int:
-        """How many of the unit's members its VC's hosts hold now (tried, then undone)."""
-        probe = Statement()
+    def fitting(self, unit: Unit, vcs: VCState, reqs: list[Request]) -> int:
+        """How many of the unit's members its VC's hosts hold now: tried, then
+        undone, the random draws of its ties too (a probe changes nothing)."""
+        probe, drawn = Statement(), self.rng.bit_generator.state
         try:
             result = self.attempt(unit, vcs, reqs, allow_fewer=True, stmt=probe)
             return len(result.allocations) if result.ok else 0
         finally:
             probe.discard()
+            self.rng.bit_generator.state = drawn
 
     def _top_up(self, unit: Unit, vc_model, vcs: VCState, reqs: list[Request], stmt: Statement) -> Counter:
-        """Grow the VC's elastic groups by a host at a time, each for the first
-        member its hosts cannot hold, until all fit: a host holds as many
-        members as its shape (or its node, for a whole-node host) does. The
-        reasons the last growth did not come (none: all fit)."""
-        fit = self._fitting(unit, vcs, reqs)
+        """Grow the VC's elastic groups for the members its hosts cannot hold
+        until all fit: shaped hosts by their copies; whole-node hosts one
+        first, then as many more as the members the first held say (a node
+        holds as many as fit on it). The reasons the last growth did not come
+        (none: all fit)."""
+        whole = any(self.global_layer.host_request(vc_model, g).whole_node for g in vc_model.host_groups if g.elastic)
+        fit = self.fitting(unit, vcs, reqs)
+        ask = 1 if whole else len(reqs) - fit  # members asked for: a whole host each, else shaped hosts' copies
         while fit < len(reqs):
-            why = self._grow(unit, vc_model, reqs[fit:fit + 1], stmt)
+            why = self._grow(unit, vc_model, reqs[fit:fit + ask], stmt)
             if why:
                 return why
-            now = self._fitting(unit, vcs, reqs)
-            if now <= fit:  # the host holds none of them where the others are
+            now = self.fitting(unit, vcs, reqs)
+            if now <= fit:  # the hosts hold none of them where the others are
                 return Counter({Why("growth"): 1})
+            if whole:  # as many more whole hosts as the ones grown held members
+                ask = max(1, -(-(len(reqs) - now) * ask // (now - fit)))
             fit = now
         return Counter()
 

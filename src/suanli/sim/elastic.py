@@ -32,6 +32,7 @@ from suanli.executors.sim import work_after
 from suanli.model import speedup
 from suanli.scheduling.elastic import Jobs, decide
 from suanli.scheduling.global_layer import copies_per_host
+from suanli.scheduling.statement import Statement
 from suanli.sim.ledger import PENDING, RUNNING, STATUSES
 from suanli.sim.rescheduler import transfer_s
 
@@ -190,7 +191,7 @@ class Resizer:
                 w = min(w, self._fits_here(uid, unit, table, r, table.free[r, : table.n].astype(np.float64), u)
                         + grows[uid])
             if current[k] > 0 and w > 0 and w != current[k]:
-                self._resize(t, uid, unit, lead, int(current[k]), w)
+                self._resize(t, uid, unit, lead, int(current[k]), w, grows[uid])
             elif current[k] == 0 and w > 0:
                 shard.business.widths[uid] = w
 
@@ -298,10 +299,27 @@ class Resizer:
         least = us.unit.components[0].min_size or len(us.unit.tasks)
         return tuple(run.tasks[least:]) if run is not None and run.parallelism > least else ()
 
-    def _resize(self, t: float, uid: int, unit, lead, old: int, new: int) -> None:
+    def _fits_wider(self, uid: int, unit, new: int) -> int:
+        """How many members a running gang would run with if placed again at
+        ``new`` on its VC's hosts now, its own room counted (a probe, undone)."""
+        shard = self.shard
+        state = shard.state
+        vcs = state.vcs[unit.app.vc]
+        allocs = [state.placements[task].alloc for task in shard._units[uid].run.tasks]
+        with Statement() as probe:
+            probe.give(vcs.table, allocs)
+            if vcs.default:  # its members count against its tenant's quota: not twice
+                for a in allocs:
+                    state.charge(unit.tenant, -a.vec, probe)
+            return shard.business.fitting(unit, vcs, shard.business.unit_requests(unit)[:new])
+
+    def _resize(self, t: float, uid: int, unit, lead, old: int, new: int, grows: int = 0) -> None:
         shard = self.shard
         if new < old:  # in place: its first members go on where they are
             self.shrink(t, uid, shard._units[uid].run.tasks[new:], WHY[self.spec.policy])
+            return
+        if not grows and self._fits_wider(uid, unit, new) <= old:  # its growth would give it nothing
+            self.short[uid] = (old, t)
             return
         self.resizes += 1
         shard.checkpoint(t, uid)
