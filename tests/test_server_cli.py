@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from incli import cli
 from serving import ADMIN, FLEET, Server, free_port
 
 from suanli.server.store import sqlite_url
@@ -176,16 +177,17 @@ def test_auth_and_missing_objects_exit_2_and_an_unreachable_server_exits_1(serve
 
 
 def test_serve_refuses_bad_input_with_exit_2(tmp_path):
+    """(In this process: each refusal comes before anything is started.)"""
     app = tmp_path / "app.yaml"
     app.write_text(APPS.replace("{name: web}", "{name: web, tenant: acme-ai}").replace(
         "{name: batch}", "{name: batch, tenant: acme-ai}"))
-    r = suanli("serve", *map(str, FLEET), str(app), "--db", sqlite_url(tmp_path / "s.db"))
+    r = cli("serve", *map(str, FLEET), str(app), "--db", sqlite_url(tmp_path / "s.db"))
     assert r.returncode == 2 and "serve takes Fleet, Tenant and VirtualCluster documents" in r.stderr
-    r = suanli("serve", str(FLEET[1]), "--db", sqlite_url(tmp_path / "s.db"))
+    r = cli("serve", str(FLEET[1]), "--db", sqlite_url(tmp_path / "s.db"))
     assert r.returncode == 2 and "no Fleet document" in r.stderr
-    r = suanli("serve", *map(str, FLEET), "--executor", "ray", "--ray-address", "127.0.0.1:1")
+    r = cli("serve", *map(str, FLEET), "--executor", "ray", "--ray-address", "127.0.0.1:1")
     assert r.returncode == 2 and "--ray-address: no Ray cluster at 127.0.0.1:1" in r.stderr
-    r = suanli("serve", *map(str, FLEET), "--executor", "local", "--work-dir", "/dev/null/w")
+    r = cli("serve", *map(str, FLEET), "--executor", "local", "--work-dir", "/dev/null/w")
     assert r.returncode == 2 and "--work-dir: cannot make /dev/null/w" in r.stderr
-    r = suanli("serve", *map(str, FLEET), "--db", "nosuchdb://x")
+    r = cli("serve", *map(str, FLEET), "--db", "nosuchdb://x")
     assert r.returncode == 2 and "--db: cannot open the database" in r.stderr and "Traceback" not in r.stderr
