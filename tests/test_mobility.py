@@ -365,3 +365,55 @@ def test_phones_on_two_edges_are_no_road_between_them_unless_they_relay(tmp_path
     assert net.rtt(index["edge-0"], index["edge-1"]) == edge_to_edge
     assert net.rtt(index["car-0000"], index["edge-0"]) == 2.0 and net.rtt(index["car-0000"], index["cloud"]) == 32.0
     assert world.fleet.site_table.transit[index["relay"]] and world.fleet.site_table.transit[index["cloud"]]
+
+
+def test_a_multi_homed_devices_handover_rechecks_only_its_own_work_and_decides_as_a_full_recheck(tmp_path,
+                                                                                                 monkeypatch):
+    """Phones with two or three homes among edges hand over and go offline:
+    a phone relays nothing, so a change of its links changes no other path,
+    and only the work on it or bound near it is looked at again. The events
+    are those of a simulation that looks at everything again after each
+    change (the rule before: only single-link devices were narrowed). Not
+    vacuous: narrowed changes of multi-homed phones happen, and games move
+    for them; with ``transit: true`` the phones relay and nothing narrows."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from suanli.sim import global_state
+    from suanli.sim.simulation import Simulation
+
+    own_paths = global_state.GlobalState._own_paths
+    seen: Counter = Counter()
+
+    def counted(self, site, *links):
+        got = own_paths(self, site, *links)
+        seen["narrowed, multi-homed"] += got is not None and max(links) > 1
+        return got
+
+    def everything(self, site, *links):  # the rule before
+        return {site} if max(links) <= 1 else None
+
+    def events(docs, rule) -> list[dict]:
+        monkeypatch.setattr(global_state.GlobalState, "_own_paths", rule)
+        sim = Simulation(load_world([write(tmp_path, docs, "w.yaml")]), seed=3)
+        sim.run()
+        return sim.events.take()
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.integers(2, 3), st.integers(1, 3), st.integers(6, 20), st.booleans(), st.booleans())
+    def each(homes, more, cars, offline, transit):
+        doc = fleet(count=cars, edges=homes + more)
+        pop = doc["spec"]["populations"][0]
+        pop["attach"] = {"to": {"tier": "edge"}, "homes": homes, "rttMs": 2, "bandwidth": "100Mbps"}
+        if transit:
+            pop["transit"] = True
+        mobility = {"population": "cars", "handovers": "1/5m"} | ({"offline": "1/20m"} if offline else {})
+        docs = [doc, TENANT, INFO, scenario(mobility=[mobility], until="30m")]
+        narrow, full = events(docs, counted), events(docs, everything)
+        assert narrow == full
+        seen["games moved"] += sum(1 for e in narrow if e["kind"] in ("migrated", "requeued")
+                                   and e.get("task", "").endswith("/game/0"))
+        seen["worlds"] += 1
+
+    each()
+    assert seen["worlds"] == 12 and seen["narrowed, multi-homed"] > 20 and seen["games moved"] > 5, seen

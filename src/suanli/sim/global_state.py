@@ -107,8 +107,7 @@ class GlobalState:
             else:
                 fleet.network.attach(site, to, [r] * len(to), [w] * len(to))
             self.log(t, "handover", site=ev.site, to=list(ev.to))
-            # a device with one link carries no path between other sites: only work there or bound to it
-            self.network_changed(t, {site} if rtt.size <= 1 and len(to) <= 1 else None)
+            self.network_changed(t, self._own_paths(site, rtt.size, len(to)))
         elif ev.kind in ("deviceOffline", "deviceOnline"):
             self.device_presence(t, ev)
         elif ev.kind == "deviceBusy":
@@ -157,7 +156,17 @@ class GlobalState:
                 self.state.set_node_enabled(node, True)
                 self.hosts.node_back(node)
             self.shard.pending.wake(site)
-        self.network_changed(t, {site} if len(links[0]) <= 1 else None)
+        self.network_changed(t, self._own_paths(site, len(links[0])))
+
+    def _own_paths(self, site: int, *links: int) -> set[int] | None:
+        """``{site}`` when a change of its links (``links``: how many it had,
+        has) changes no path but its own, so that only work there or bound to
+        it is looked at again: it carries no path between other sites (one
+        link, or a site that relays nothing, as a device); else None (any
+        path may have changed)."""
+        if max(links) <= 1 or not self.world.fleet.network.transit[site]:
+            return {site}
+        return None
 
     def grow_fleet(self, t: float, fleet: Any, paths: bool) -> None:
         """Run on ``fleet`` from now: the fleet this one grew (``Fleet(base=the
