@@ -79,6 +79,25 @@ def bench_decide(n: int, repeat: int) -> dict:
     return out
 
 
+def timed_turns(sim) -> list[float]:
+    """Run ``sim``; the seconds each of its elastic turns took."""
+    from suanli.sim import elastic
+
+    turns: list[float] = []
+    turn = elastic.Resizer.turn
+
+    def timed(self, t):
+        t0 = time.perf_counter()
+        turn(self, t)
+        turns.append(time.perf_counter() - t0)
+    elastic.Resizer.turn = timed
+    try:
+        sim.run()
+    finally:
+        elastic.Resizer.turn = turn
+    return turns
+
+
 def bench_simulation(n: int, policy: str = "goodput") -> dict:
     """A simulation's turns over ``n`` elastic gangs (4-32 one-GPU members,
     up to twice that, a measured table each; ten tenants) arriving over two
@@ -89,7 +108,6 @@ def bench_simulation(n: int, policy: str = "goodput") -> dict:
 
     import yaml
 
-    from suanli.sim import elastic
     from suanli.sim.simulation import Simulation
     from suanli.spec.build import load_world
 
@@ -120,20 +138,9 @@ def bench_simulation(n: int, policy: str = "goodput") -> dict:
         path = Path(tmp) / "w.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         sim = Simulation(load_world([path]), seed=1)
-    turns = []
-    turn = elastic.Resizer.turn
-
-    def timed(self, t):
-        t0 = time.perf_counter()
-        turn(self, t)
-        turns.append(time.perf_counter() - t0)
-    elastic.Resizer.turn = timed
-    try:
-        t0 = time.perf_counter()
-        sim.run()
-        wall = time.perf_counter() - t0
-    finally:
-        elastic.Resizer.turn = turn
+    t0 = time.perf_counter()
+    turns = timed_turns(sim)
+    wall = time.perf_counter() - t0
     assert sim.shard.resizer.resizes > 0 and turns
     return {"gangs": n, "turns": len(turns), "resizes": sim.shard.resizer.resizes,
             "turn_median_ms": round(1e3 * float(np.median(turns)), 1), "turn_max_ms": round(1e3 * max(turns), 1),
@@ -148,7 +155,6 @@ def bench_hosts(hosts: int) -> dict:
 
     import yaml
 
-    from suanli.sim import elastic
     from suanli.sim.simulation import Simulation
     from suanli.spec.build import load_world
 
@@ -171,18 +177,7 @@ def bench_hosts(hosts: int) -> dict:
         path = Path(tmp) / "w.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         sim = Simulation(load_world([path]), seed=1)
-    turns = []
-    turn = elastic.Resizer.turn
-
-    def timed(self, t):
-        t0 = time.perf_counter()
-        turn(self, t)
-        turns.append(time.perf_counter() - t0)
-    elastic.Resizer.turn = timed
-    try:
-        sim.run()
-    finally:
-        elastic.Resizer.turn = turn
+    turns = timed_turns(sim)
     events = sim.events.take()
     resized = [e for e in events if e["kind"] == "resized"]
     assert resized and turns

@@ -595,14 +595,7 @@ def copy_tree(src: Path, dst: Path, owner: int | None = None, skip: tuple[str, .
     (their permission bits and times) and links as links (see ``_tree``)."""
     os.mkdir(dst, PRIVATE)
     for rel, st, what in _tree(src, owner, skip):
-        target = dst / rel
-        if what is None:
-            os.mkdir(target, PRIVATE)
-            os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
-        elif isinstance(what, str):
-            os.symlink(what, target)
-        else:
-            _copy_file(what, target, st)
+        _put(dst / rel, st, what)
 
 
 def merge_trees(sources: list[tuple[Path, int | None]], dst: Path) -> None:
@@ -620,21 +613,24 @@ def merge_trees(sources: list[tuple[Path, int | None]], dst: Path) -> None:
             parent = dst / os.path.dirname(rel)
             if os.path.lexists(target) or parent.is_symlink() or not parent.is_dir():
                 continue  # the first holder's; or a folder of its where the first put a file
-            if what is None:
-                os.mkdir(target, PRIVATE)
-                os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
-            elif isinstance(what, str):
-                os.symlink(what, target)
-            else:
-                _copy_file(what, target, st)
+            _put(target, st, what)
 
 
-def _copy_file(fd: int, target: Path, st: os.stat_result) -> None:
-    with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out, \
-            os.fdopen(os.dup(fd), "rb") as f:
-        shutil.copyfileobj(f, out, 1 << 20)
-    os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+def _put(target: Path, st: os.stat_result, what: object) -> None:
+    """One entry of ``_tree``'s at ``target`` (new): a folder (None), a link
+    (its target), or a copy of a file (a descriptor), with its permission
+    bits (and a file's times)."""
+    if what is None:
+        os.mkdir(target, PRIVATE)
+        os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
+    elif isinstance(what, str):
+        os.symlink(what, target)
+    else:
+        with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out, \
+                os.fdopen(os.dup(what), "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 20)
+        os.chmod(target, stat.S_IMODE(st.st_mode) & 0o777)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def give(folder: Path, uid: int) -> None:
