@@ -1,0 +1,114 @@
+"""Short tasks by the hundred thousand: PureEdgeSim's default world at N devices.
+
+Writes the world with ``../shared/worlds/pureedgesim_default.py N`` (1,000
+devices: 113,100 tasks expected over ten minutes; phones, Raspberry Pis,
+laptops and sensors behind two WiFi access points of one edge data centre,
+a cloud 60 ms away), simulates it in this process and prints CPU seconds
+per 100,000 tasks, asserting the tasks were done. With ``--profile``, the
+run is made under the profiler and its time is split into phases by the
+functions that own them (inclusive times, each phase counted once where
+phases nest: a decision's events are the decision's):
+
+- ``load``: reading and checking the documents, building the world;
+- ``arrivals``: the generators' draws and each arrival's application;
+- ``decisions``: the scheduling passes (the business layer's placements);
+- ``events``: writing events (the event log and its JSON);
+- ``ledger``: task records' transitions (start, end, finished runs);
+- ``metrics``: the recorder's samples at each instant;
+- ``output``: result.json, events.jsonl, the report;
+- ``other``: the rest of the loop (instants, queues).
+
+Prints one JSON object.
+
+    .venv/bin/python bench/bench_short_tasks.py [--devices 1000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORLDS = Path(__file__).resolve().parents[2] / "shared" / "worlds"
+
+# phase -> functions (file suffix, name) whose inclusive time is the phase's, outermost first
+PHASES = {
+    "load": [("spec/build.py", "load_world")],
+    "arrivals": [("sim/simulation.py", "_arrive"), ("sim/simulation.py", "_queue_next")],
+    "decisions": [("sim/shard.py", "schedule")],
+    "ledger": [("sim/shard.py", "finished")],
+    "metrics": [("sim/metrics.py", "sample")],
+    "output": [("sim/results.py", "write_outputs")],
+}
+EVENTS = [("sim/logbook.py", "log")]  # an event made, kept and written in batches
+
+
+def run(devices: int, profile: bool) -> dict:
+    from suanli.sim.results import write_outputs
+    from suanli.sim.simulation import Simulation
+    from suanli.spec.build import load_world
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.yaml"
+        subprocess.run([sys.executable, str(WORLDS / "pureedgesim_default.py"), str(devices), str(path)], check=True,
+                       capture_output=True)
+        prof = cProfile.Profile() if profile else None
+        cpu, wall = time.process_time(), time.perf_counter()
+        if prof:
+            prof.enable()
+        world = load_world([path])
+        sim = Simulation(world, until=world.scenario.spec.until, events_to=Path(tmp) / "events.jsonl.part")
+        end = sim.run()
+        write_outputs(sim, end, Path(tmp) / "out")
+        if prof:
+            prof.disable()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        result = json.loads((Path(tmp) / "out" / "result.json").read_text())
+    tasks = result["metrics"]["tasks"]
+    done = tasks.get("finished", 0)
+    assert done > 100 * devices, tasks  # (113 tasks a device are expected)
+    out = {"devices": devices, "tasks_finished": done, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+           "cpu_s_per_100k_tasks": round(cpu / done * 1e5, 2), "cpu_ms_per_task": round(cpu / done * 1e3, 3)}
+    if prof:
+        out["profile"] = phases(pstats.Stats(prof), done)
+    return out
+
+
+def phases(stats: pstats.Stats, tasks: int) -> dict:
+    """Inclusive seconds per phase (``PHASES``), the events' writing apart
+    wherever it happened, and the rest; each also as microseconds a task."""
+    raw = stats.stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
+    total = max(ct for (_, _, _), (_, _, _, ct, _) in raw.items())
+
+    def inclusive(owners) -> float:
+        return sum(ct for (f, _, name), (_, _, _, ct, _) in raw.items()
+                   if any(f.endswith(suffix) and name == fn for suffix, fn in owners))
+    out = {phase: inclusive(owners) for phase, owners in PHASES.items()}
+    out["events"] = inclusive(EVENTS)
+    out["other"] = max(total - sum(out.values()) + out["events"], 0.0)  # (events are inside the others)
+    return {phase: {"s": round(s, 2), "us_per_task": round(s / tasks * 1e6, 1)} for phase, s in out.items()} | {
+        "total_s_under_profiler": round(total, 2), "top": top(stats)}
+
+
+def top(stats: pstats.Stats, n: int = 15) -> list[str]:
+    """The functions of most time of their own."""
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:n]
+    return [f"{tt:.2f}s {Path(f).name}:{line} {name} ({nc} calls)" for (f, line, name), (_, nc, tt, _, _) in rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", type=int, default=1000)
+    ap.add_argument("--profile", action="store_true", help="run under the profiler and split the time into phases")
+    args = ap.parse_args()
+    print(json.dumps(run(args.devices, args.profile), indent=1))
+
+
+if __name__ == "__main__":
+    main()
