@@ -61,7 +61,9 @@ class SimExecutor:
             self.loop.schedule(run.finish_at, RunFinished(run.run_id))
 
     def stop(self, run: Run, now: float) -> None:
-        """Keep the progress the last checkpoint saved (the finish event is then stale)."""
+        """Keep the progress the last checkpoint saved; the run's finish is taken back."""
+        if run.finish_at is not None:
+            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
         keep_progress(run, now)
 
     def move(self, run: Run, task: str, now: float) -> None:
