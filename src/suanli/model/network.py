@@ -62,13 +62,14 @@ if TYPE_CHECKING:
     from suanli.model.fleet import Link, Site
 
 _NO_KEEP = np.zeros(1, np.bool_)  # ``within`` without a mask
+_NO_SKIP = np.zeros(0, np.bool_)  # a search that reaches every vertex
 CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096 of 8,000
 LEAF_COLUMNS = 8  # of them, columns of leaves (devices) kept (``Network._keep_few_leaves``)
 PATCHES_KEPT = 4096  # leaf patches noted before every cached column is caught up at once
 
 
 @njit(cache=True, nogil=True)
-def _dijkstra(indptr, indices, rtt, bw, stop, seed, seed_rtt, seed_bw, limit):  # pragma: no cover - compiled
+def _dijkstra(indptr, indices, rtt, bw, stop, seed, seed_rtt, seed_bw, limit, skip):  # pragma: no cover - compiled
     """Single-source lowest-rtt paths from ``seed`` (reached at ``seed_rtt``
     over a bottleneck of ``seed_bw``) over a CSR graph; on equal rtt the wider
     bottleneck wins. A vertex marked in ``stop`` (a site that relays nothing)
@@ -77,8 +78,11 @@ def _dijkstra(indptr, indices, rtt, bw, stop, seed, seed_rtt, seed_bw, limit):  
     and the vertices settled within the limit in the order settled (their
     values are final; others may not be when the search stopped early). A
     binary heap with lazy deletion; the key is isotone, so the result does not
-    depend on the order equal keys are popped in."""
+    depend on the order equal keys are popped in. ``skip`` (empty: none):
+    vertices that relay nothing and are not wanted, never reached (their
+    values stay inf): the others' are the same, as none relays."""
     n = indptr.shape[0] - 1
+    skipping = skip.shape[0] > 0
     dist = np.full(n, np.inf)
     wide = np.zeros(n)
     done = np.zeros(n, np.bool_)
@@ -120,7 +124,7 @@ def _dijkstra(indptr, indices, rtt, bw, stop, seed, seed_rtt, seed_bw, limit):  
             continue  # reached; it relays nothing
         for k in range(indptr[u], indptr[u + 1]):
             v = indices[k]
-            if done[v]:
+            if done[v] or (skipping and skip[v]):
                 continue
             nd = d + rtt[k]
             nb = min(b, bw[k])
@@ -494,6 +498,7 @@ class Network:
         self._edge_w = (self._cr[sel], self._cw[sel])
         self.core_version = getattr(self, "core_version", -1) + 1  # the core graph changed
         self._graph = (*_csr(len(self.core), ea, eb, *self._edge_w), ~self.transit[self.core])
+        self._any_stop = bool(self._graph[4].any())  # core sites that relay nothing (multi-homed devices)
 
     def _relabel(self, if_split: bool = False) -> None:
         """Components again; with ``if_split``, only when the core's parts
@@ -803,7 +808,7 @@ class Network:
         seed = self._seed(site)
         if seed is not None:
             at, seed_rtt, seed_bw = seed
-            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf, _NO_SKIP)
             rtt[self.core], bw[self.core] = core_rtt, core_bw
             _fill(rtt, bw, self.leaf, self.parent, self.leaf_rtt, self.leaf_bw)
         rtt[site], bw[site] = self.intra_rtt_ms[site], np.inf
@@ -815,7 +820,7 @@ class Network:
         seed = self._seed(site)
         if seed is not None:
             at, seed_rtt, seed_bw = seed
-            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf, _NO_SKIP)
             _repair(hit[0].base, hit[1].base, self.core, core_rtt, core_bw, site,
                     self._kid_head, self._kid_next, self.leaf_rtt, self.leaf_bw)
         hit[2] = False
@@ -840,9 +845,11 @@ class Network:
         seed = self._seed(site)
         if seed is not None:
             at, seed_rtt, seed_bw = seed
-            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf)
             cid = self.core_id[sites]
             core = cid >= 0
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf,
+                                             self._skip_but(np.concatenate([cid[core], self.core_id[
+                                                 self.parent[sites[~core]]]])))
             rtt[core], bw[core] = core_rtt[cid[core]], core_bw[cid[core]]
             leaf = sites[~core]
             up = self.core_id[self.parent[leaf]]  # (a leaf's parent is a core site)
@@ -851,6 +858,19 @@ class Network:
         own = sites == site
         rtt[own], bw[own] = self.intra_rtt_ms[site], np.inf
         return rtt, bw
+
+    def _skip_but(self, wanted: np.ndarray, mask: bool = False) -> np.ndarray:
+        """What a search over the core need not reach: the core sites that
+        relay nothing and hold up no leaf (a multi-homed device), but those
+        ``wanted`` (core ids, or with ``mask`` a bool per core site); none
+        when the core has no such site."""
+        if not self._any_stop:
+            return _NO_SKIP
+        dead = self._graph[4] & (self._kids[self.core] == 0)  # (kids as they are now: leaves move)
+        skip = dead & ~wanted if mask else dead
+        if not mask:
+            skip[wanted] = False
+        return skip
 
     def rtt_to(self, site: int) -> np.ndarray:
         """float64[S]: the rtt of the lowest-rtt path from every site to ``site``."""
@@ -893,7 +913,8 @@ class Network:
             inside = intra <= limit and self_ok
             return np.full(int(inside), site, np.int64), np.full(int(inside), intra)
         at, seed_rtt, seed_bw = seed
-        dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit)
+        dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit,
+                                     _NO_SKIP if keep is None else self._skip_but(keep[self.core], mask=True))
         return _neighbourhood(self.core, settled, dist, site, intra, limit,
                               self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
                               _NO_KEEP if keep is None else keep, keep is not None, self_ok,
@@ -937,7 +958,8 @@ class Network:
         rtt = np.concatenate([self._edge_w[0], np.zeros(anchors.size)])
         bw = np.concatenate([self._edge_w[1], np.full(anchors.size, np.inf)])
         # (every site relaying: a lower bound whatever relays nothing)
-        dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), np.zeros(m + 1, np.bool_), m, 0.0, np.inf, np.inf)
+        dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), np.zeros(m + 1, np.bool_), m, 0.0, np.inf, np.inf,
+                               _NO_SKIP)
         return dist[:m].copy()
 
     def alone(self, site, max_rtt_ms):
