@@ -164,7 +164,8 @@ def bench_hosts(hosts: int) -> dict:
                   "accelerators": [{"kind": "gpu", "model": "A100", "count": 8}]}]}]}},
             {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": "t"}, "spec": {}},
             {"apiVersion": "suanli/v1", "kind": "VirtualCluster", "metadata": {"name": "pool", "tenant": "t"},
-             "spec": {"hostGroups": [{"name": "gpus", "min": 1, "max": hosts, "resources": "whole", "coupling": "ib"}]}},
+             "spec": {"hostGroups": [{"name": "gpus", "min": 1, "max": hosts, "resources": "whole",
+                                      "coupling": "ib"}]}},
             {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "j", "tenant": "t"},
              "spec": {"virtualCluster": "pool", "components": [
                  {"name": "train", "lifetime": "job", "coupling": "ib",

@@ -42,7 +42,8 @@ def world(phones: int, edges: int, handovers: int) -> list[dict]:
                       "populations": [{"name": "phones", "count": phones, "sites": "phone-#######",
                                        "nodeGroups": [{"name": "soc", "count": 1, "arch": "aarch64", "cpu": 8,
                                                        "memory": "8Gi"}],
-                                       "private": True, "attach": {"to": {"tier": ["edge"]}, "homes": 2, "rttMs": "uniform(2, 8)",
+                                       "private": True,  # a phone runs its owner's work only
+                                       "attach": {"to": {"tier": ["edge"]}, "homes": 2, "rttMs": "uniform(2, 8)",
                                                   "bandwidth": "100Mbps"}}]}}
     tenant = {"apiVersion": "suanli/v1", "kind": "Tenant", "metadata": {"name": "owners"}, "spec": {}}
     app = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "app", "tenant": "owners"},
