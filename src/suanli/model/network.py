@@ -847,9 +847,9 @@ class Network:
             at, seed_rtt, seed_bw = seed
             cid = self.core_id[sites]
             core = cid >= 0
-            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf,
-                                             self._skip_but(np.concatenate([cid[core], self.core_id[
-                                                 self.parent[sites[~core]]]])))
+            skip = self._skip_but(np.concatenate([cid[core], self.core_id[self.parent[sites[~core]]]])) \
+                if self._any_stop else _NO_SKIP
+            core_rtt, core_bw, _ = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, np.inf, skip)
             rtt[core], bw[core] = core_rtt[cid[core]], core_bw[cid[core]]
             leaf = sites[~core]
             up = self.core_id[self.parent[leaf]]  # (a leaf's parent is a core site)
@@ -862,10 +862,9 @@ class Network:
     def _skip_but(self, wanted: np.ndarray, mask: bool = False) -> np.ndarray:
         """What a search over the core need not reach: the core sites that
         relay nothing and hold up no leaf (a multi-homed device), but those
-        ``wanted`` (core ids, or with ``mask`` a bool per core site); none
-        when the core has no such site."""
-        if not self._any_stop:
-            return _NO_SKIP
+        ``wanted`` (core ids, or with ``mask`` a bool per core site). Asked
+        only when the core has such sites (``_any_stop``): a core of clouds and
+        edges builds no mask for it."""
         dead = self._graph[4] & (self._kids[self.core] == 0)  # (kids as they are now: leaves move)
         skip = dead & ~wanted if mask else dead
         if not mask:
@@ -913,8 +912,8 @@ class Network:
             inside = intra <= limit and self_ok
             return np.full(int(inside), site, np.int64), np.full(int(inside), intra)
         at, seed_rtt, seed_bw = seed
-        dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit,
-                                     _NO_SKIP if keep is None else self._skip_but(keep[self.core], mask=True))
+        skip = self._skip_but(keep[self.core], mask=True) if keep is not None and self._any_stop else _NO_SKIP
+        dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit, skip)
         return _neighbourhood(self.core, settled, dist, site, intra, limit,
                               self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
                               _NO_KEEP if keep is None else keep, keep is not None, self_ok,

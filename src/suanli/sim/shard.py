@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from suanli.engine.loop import EventLoop
-from suanli.executors.base import Executor, Restart, Run, RunFinished, TaskExited
+from suanli.executors.base import Executor, Restart, Run, TaskExited
 from suanli.executors.sim import speed
 from suanli.model.speedup import members_per_node, time_to_finish
 from suanli.model.work import MAX_RESTARTS, Application, Component, World
@@ -300,12 +300,10 @@ class Shard:
 
     def checkpoint(self, t: float, uid: int) -> Run:
         """A checkpoint of a running unit at ``t``, before a resize stops it: its
-        run keeps all its progress to ``t``, and its finish will not come (no
-        instant is made for it)."""
+        run keeps all its progress to ``t`` (its finish goes with the stop, as
+        any stopped run's does: ``SimExecutor.stop``)."""
         run = self._units[uid].run
         run.checkpointed_at = t
-        if run.finish_at is not None:
-            self.loop.cancel(run.finish_at, RunFinished(run.run_id))
         return run
 
     def shrink(self, t: float, uid: int, drop, pause: float) -> None:
