@@ -15,6 +15,7 @@ value that would poison the arithmetic is refused where it is written.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import reprlib
@@ -89,13 +90,12 @@ class Limit:
     least_shown: str = ""
 
     def check(self, value, raw: object = None):
-        shown = _show(value if raw is None else raw)
         if value != value:  # nan
-            raise LimitError(f"{shown} is not a number; give at most {self.shown}")
+            raise LimitError(f"{_show(value if raw is None else raw)} is not a number; give at most {self.shown}")
         if value > self.most:
-            raise LimitError(f"{shown} is above the limit: at most {self.shown}")
+            raise LimitError(f"{_show(value if raw is None else raw)} is above the limit: at most {self.shown}")
         if self.least is not None and value < self.least:
-            raise LimitError(f"{shown} is below the limit: at least {self.least_shown}")
+            raise LimitError(f"{_show(value if raw is None else raw)} is below the limit: at least {self.least_shown}")
         return value
 
     def validator(self):
@@ -158,6 +158,28 @@ def _rounded(x: float, limit: Limit, raw: object) -> int:
     return int(round(x))
 
 
+def _memo_text(parse):
+    """``parse`` remembering what it made of each text: a quantity such as
+    ``"10m"`` is written on thousands of documents of one load."""
+    seen: dict = {}
+
+    @functools.wraps(parse)
+    def cached(value, *rest, **named):
+        if type(value) is not str or named:
+            return parse(value, *rest, **named)
+        key = (value, rest)
+        got = seen.get(key)
+        if got is None:
+            got = parse(value, *rest)  # a refused text raises each time, with its message
+            if len(seen) >= 8192:
+                seen.clear()
+            seen[key] = got
+        return got
+
+    return cached
+
+
+@_memo_text
 def parse_cpu_milli(value: object, limit: Limit = MAX_CPU) -> int:
     """``4`` -> 4000, ``0.5`` -> 500, ``"500m"`` -> 500."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -191,6 +213,7 @@ _MEM_UNITS_MIB = {
 }
 
 
+@_memo_text
 def parse_mem_mib(value: object, limit: Limit = MAX_MEMORY) -> int:
     """``"512Mi"`` -> 512, ``"8Gi"`` -> 8192, ``"2G"`` -> 1907 (rounded)."""
     if _is_number(value) and value == 0:
@@ -204,6 +227,7 @@ def parse_mem_mib(value: object, limit: Limit = MAX_MEMORY) -> int:
     raise QuantityError(f"{_show(value)} is not {MEM_FORMS}")
 
 
+@_memo_text
 def parse_device_milli(value: object, limit: Limit = MAX_DEVICES) -> int:
     """``0.25`` -> 250, ``1`` -> 1000, ``8`` -> 8000; a count of 1 or more must be whole."""
     raw = value
@@ -239,6 +263,7 @@ def parse_device_milli(value: object, limit: Limit = MAX_DEVICES) -> int:
 _BANDWIDTH_MBPS = {"Kbps": 1e-3, "Mbps": 1.0, "Gbps": 1e3, "Tbps": 1e6}
 
 
+@_memo_text
 def parse_bandwidth_mbps(value: object, limit: Limit = BANDWIDTH) -> float:
     if isinstance(value, str):
         m = re.fullmatch(rf"({_NUMBER})\s*(Kbps|Mbps|Gbps|Tbps)", value.strip())
@@ -253,6 +278,7 @@ def parse_bandwidth_mbps(value: object, limit: Limit = BANDWIDTH) -> float:
 _DURATION_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+@_memo_text
 def parse_duration_s(value: object, limit: Limit = DURATION) -> float:
     """``"30s"``, ``"10m"``, ``"1h20m"``, ``90`` (seconds) -> seconds."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -271,6 +297,7 @@ def parse_duration_s(value: object, limit: Limit = DURATION) -> float:
     raise QuantityError(f"{_show(value)} is not {DURATION_FORMS}")
 
 
+@_memo_text
 def parse_rate_per_s(value: object, limit: Limit = RATE) -> float:
     """``"2/s"`` -> 2.0, ``"1/5m"`` -> 1/300, ``"10/h"`` -> 10/3600."""
     if isinstance(value, str):

@@ -9,6 +9,8 @@ document and field path; all of them are gathered before ``SpecError`` is raised
 from __future__ import annotations
 
 import difflib
+import functools
+import gc
 import os
 import reprlib
 import types
@@ -20,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from suanli.spec import schema
+from suanli.spec import fastyaml, schema
 from suanli.spec.problems import Problem, SpecError, format_path
 
 
@@ -31,8 +33,53 @@ class Source:
     file: str
     index: int
     label: str
-    node: yaml.Node | None
+    where: yaml.Node | _FileNodes | None  # its node, or its file's, composed when a line is asked for
     data: Any
+
+    def line(self, loc: tuple) -> int | None:
+        """The line of the field at ``loc`` in the file."""
+        where = self.where
+        if type(where) is _FileNodes:
+            node, first = where.node(self.index)
+            return _line_of(node, loc, first)
+        return _line_of(where, loc)
+
+
+class _FileNodes:
+    """Where the documents of a file read by the fast path start; a document's
+    nodes are composed from its own lines the first time a line is wanted."""
+
+    __slots__ = ("text", "starts", "_nodes")
+
+    def __init__(self, text: str, starts: list[tuple[int, int]]) -> None:
+        self.text, self.starts = text, starts  # (character, line) where each document starts
+        self._nodes: dict[int, yaml.Node | None] = {}
+
+    def node(self, index: int) -> tuple[yaml.Node | None, int]:
+        """Document ``index``'s node, and the line of the file its text starts on."""
+        if index >= len(self.starts):
+            return None, 0
+        start, first = self.starts[index]
+        if index not in self._nodes:
+            end = self.starts[index + 1][0] if index + 1 < len(self.starts) else len(self.text)
+            try:
+                self._nodes[index] = _compose(self.text[start:end], 0)
+            except yaml.YAMLError:  # (directives between documents) the whole file, then
+                self._nodes[index], first = _compose(self.text, index), 0
+                self.starts[index] = (start, 0)
+        return self._nodes[index], first
+
+
+def _compose(text: str, index: int) -> yaml.Node | None:
+    """The node of the ``index``-th document of ``text``."""
+    loader = _SafeLoader(text)
+    try:
+        node = None
+        for _ in range(index + 1):
+            node = loader.get_node() if loader.check_node() else None
+        return node
+    finally:
+        loader.dispose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +127,23 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
     ``docs.warnings``; with ``strict`` they are problems too.
     ``populations``: NAME -> COUNT as written on a command line (``--population
     cars=1000000``), the size of a population in place of its document's."""
+    # a load makes many containers and frees none: the cycle collector would walk them again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_documents(paths, check_refs, populations, strict)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load_documents(paths, check_refs: bool, populations, strict: bool) -> Documents:
     docs = Documents()
     problems: list[Problem] = []
     unread = False
     seen: set[Path] = set()
-    queue: list[tuple[str, tuple[Problem, str] | None]] = [(os.fspath(p), None) for p in paths]
+    # each file to read, and for an included one: the scenario and the field that names it, as written
+    queue: list[tuple[str, tuple[Source, tuple, str] | None]] = [(os.fspath(p), None) for p in paths]
     while queue:
         display, origin = queue.pop(0)
         try:
@@ -97,15 +156,10 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             unread = True  # what it defines is not known: no reference is sure to be missing
             if origin is not None:
-                where, written = origin
+                src, loc, written = origin
                 looked = "" if display == written else f" (looked for {display!r})"
-                problems.append(
-                    _replace_message(
-                        where,
-                        f"cannot read included file {written!r}{looked}: {reason}; "
-                        "include paths are relative to the scenario file",
-                    )
-                )
+                problems.append(problem_at(src, loc, f"cannot read included file {written!r}{looked}: {reason}; "
+                                                     "include paths are relative to the scenario file"))
             else:
                 problems.append(Problem(display, f"cannot read file: {reason}"))
             continue
@@ -118,8 +172,8 @@ def load_documents(paths: Sequence[str | os.PathLike[str]], *, check_refs: bool 
             if loaded_or_problem.doc.kind == "Scenario":
                 base = os.path.dirname(display)
                 for i, inc in enumerate(loaded_or_problem.doc.spec.include):
-                    where = problem_at(loaded_or_problem.src, ("spec", "include", i), "")
-                    queue.append((os.path.normpath(os.path.join(base, inc)), (where, inc)))
+                    queue.append((os.path.normpath(os.path.join(base, inc)),
+                                  (loaded_or_problem.src, ("spec", "include", i), inc)))
     if problems:
         if check_refs:  # the references among the documents that are valid too, all in one report
             from suanli.spec.refs import check_references
@@ -168,10 +222,6 @@ def _in_file_order(problems: list[Problem], files: list[str]) -> list[Problem]:
     )
 
 
-def _replace_message(p: Problem, message: str) -> Problem:
-    return Problem(p.file, message, p.path, p.document, p.label, p.line)
-
-
 # ------------------------------------------------------------------ parsing
 
 # libyaml's parser when PyYAML was built with it: same nodes and marks, much faster
@@ -188,6 +238,25 @@ def validate_document(display: str, data: Any) -> list[Loaded | Problem]:
 
 
 def _parse_file(display: str, text: str) -> list[Loaded | Problem]:
+    try:
+        datas, starts = fastyaml.documents(text)
+    except fastyaml.Unusual:
+        return _parse_file_fully(display, text)
+    out: list[Loaded | Problem] = []
+    nodes = _FileNodes(text, starts)
+    for index, data in enumerate(datas):
+        if data is None:
+            continue
+        src = Source(display, index, _label(data), nodes, data)
+        try:
+            out.extend(_validate(src))
+        except RecursionError:
+            out.append(problem_at(src, (), "nested too deeply to check; simplify the document"))
+    return out
+
+
+def _parse_file_fully(display: str, text: str) -> list[Loaded | Problem]:
+    """The full loader's reading: every node with its marks, repeated keys, tags, anchors."""
     out: list[Loaded | Problem] = []
     loader = _SafeLoader(text)
     index = 0
@@ -320,6 +389,12 @@ def _duplicate_keys(node: yaml.Node, loc: tuple = ()) -> list[tuple[tuple, yaml.
     return found
 
 
+@functools.lru_cache(maxsize=256)
+def _dir_of(file: str) -> str | None:
+    """The folder of a document's file, where paths written in it start (None: not a file)."""
+    return os.path.dirname(os.path.abspath(file)) if file and os.path.isfile(file) else None
+
+
 def _validate(src: Source) -> list[Loaded | Problem]:
     data = src.data
     if not isinstance(data, dict):
@@ -341,7 +416,7 @@ def _validate(src: Source) -> list[Loaded | Problem]:
         guess = f"did you mean {hint[0]!r}? " if hint else ""
         return [problem_at(src, ("kind",), f"unknown kind {_short(kind)}; {guess}expected one of {known}")]
     try:
-        here = os.path.dirname(os.path.abspath(src.file)) if src.file and os.path.isfile(src.file) else None
+        here = _dir_of(src.file)
         return [Loaded(cls.model_validate(data, context={"dir": here} if here else None), src)]
     except ValidationError as exc:
         found = [_problem_from_error(src, cls, err) for err in _relevant(src.data, exc.errors())]
@@ -418,8 +493,9 @@ def _data_path(data: Any, loc: tuple, err_type: str) -> tuple:
     return tuple(out)
 
 
-def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
-    """The line of the field at ``loc``: its key's line (a block value starts below it)."""
+def _line_of(node: yaml.Node | None, loc: tuple, first: int = 0) -> int | None:
+    """The line of the field at ``loc``: its key's line (a block value starts below it).
+    ``first``: the line of the file that the node's text starts on."""
     if node is None:
         return None
     cur, mark = node, node.start_mark
@@ -436,12 +512,12 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
         if nxt is None:
             break
         cur = nxt
-    return mark.line + 1
+    return first + mark.line + 1
 
 
 def problem_at(src: Source, loc: tuple, message: str) -> Problem:
     """A problem at a field path of a document; the path is in YAML names."""
-    return Problem(src.file, message, format_path(loc), src.index, src.label, _line_of(src.node, loc))
+    return Problem(src.file, message, format_path(loc), src.index, src.label, src.line(loc))
 
 
 def _kind_of(value: Any) -> str:

@@ -38,12 +38,15 @@ def check_references(docs: Documents) -> list[Problem]:
     # and its own (its own win, as the placement reads them), and each site alone
     facts = [(o.tier, o.region, labels) for fl in docs.fleets for o in (*fl.doc.spec.sites, *fl.doc.spec.populations)
              for labels in (o.labels, *({**o.labels, **g.labels} for g in o.node_groups if g.labels))]
+    # each distinct one once: every selector of every document is checked against them
+    facts = list({(t, r, tuple(sorted(labels.items()))): (t, r, labels) for t, r, labels in facts}.values())
     groups = [g for fl in docs.fleets for owner in (*fl.doc.spec.sites, *fl.doc.spec.populations)
               for g in owner.node_groups]
     hw = Hardware(((g.arch, ((d.kind, d.model) for d in g.accelerators)) for g in groups),
                   known=bool(docs.fleets) and not traced, facts=facts,
-                  shapes=[(g.arch, g.cpu, g.memory, tuple((d.kind, d.model, d.count) for d in g.accelerators))
-                          for g in groups if g.count > 0])
+                  shapes=list(dict.fromkeys((g.arch, g.cpu, g.memory,
+                                             tuple((d.kind, d.model, d.count) for d in g.accelerators))
+                                            for g in groups if g.count > 0)))
     for fl in docs.fleets:  # each fabric domain's node groups (a site's own ethernet by default)
         for site in fl.doc.spec.sites:
             for g in site.node_groups:
@@ -479,6 +482,7 @@ class KnownSites:
         self._listed: dict[str, tuple[str, str, dict]] = {}  # name -> (tier, region, labels)
         self.names = SiteNames()
         self.populations: dict[str, int] = {}  # name -> its block among ``names.blocks()``
+        self._matched: dict[str, bool] = {}  # pattern -> whether a site matches it
 
     @staticmethod
     def of(fleet) -> "KnownSites":
@@ -490,10 +494,12 @@ class KnownSites:
     def add(self, name: str, tier: str, region: str = "", labels: dict | None = None) -> None:
         self._listed[name] = (tier, region, labels or {})
         self.names.add(name)
+        self._matched.clear()
 
     def add_population(self, name: str, pattern: NamePattern, count: int) -> None:
         self.populations[name] = len(self.names.blocks())
         self.names.add_block(count, pattern)
+        self._matched.clear()
 
     def info(self, name: str) -> tuple[str, str, dict]:
         return self._listed[name]
@@ -518,6 +524,13 @@ class KnownSites:
         return None
 
     def any_match(self, pattern: str) -> bool:
+        seen = self._matched  # a selector written on each of many documents is looked at once
+        got = seen.get(pattern)
+        if got is None:
+            got = seen[pattern] = self._any_match(pattern)
+        return got
+
+    def _any_match(self, pattern: str) -> bool:
         rx = re.compile(glob_regex(pattern))
         if any(rx.fullmatch(n) for n in self.names._index):
             return True

@@ -136,9 +136,9 @@ class NodeGroupSpec(Base):
     arch: Name
     cpu: CpuMilli
     memory: MemMiB
-    accelerators: list[DeviceSpec] = []
+    accelerators: list[DeviceSpec] = Field(default_factory=list)
     fabrics: FabricsSpec = FabricsSpec()
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = Field(default_factory=dict)
     cost_per_hour: bounded(float, q.COST_PER_HOUR, Field(ge=0)) | None = None
 
     @field_validator("accelerators")
@@ -160,7 +160,7 @@ class AgentNodeSpec(Base):
 
     cpu: CpuMilli
     memory: MemMiB
-    accelerators: list[AgentDeviceSpec] = []
+    accelerators: list[AgentDeviceSpec] = Field(default_factory=list)
 
     @field_validator("accelerators")
     @classmethod
@@ -183,8 +183,8 @@ class SiteSpec(Base):
     tier: Tier
     region: str = ""
     intra_site_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) = 0.2
-    labels: dict[str, str] = {}
-    node_groups: list[NodeGroupSpec] = []
+    labels: dict[str, str] = Field(default_factory=dict)
+    node_groups: list[NodeGroupSpec] = Field(default_factory=list)
     agents: SiteAgentsSpec | None = None
     transit: bool | None = None  # relays paths between other sites (default: a device does not, others do)
 
@@ -214,7 +214,7 @@ class SelectorSpec(Base):
     tier: Annotated[list[Tier], BeforeValidator(_listify)] | None = None
     names: StrList | None = None
     regions: StrList | None = None
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 RttSpread = Annotated[q.Spread, BeforeValidator(
@@ -244,7 +244,7 @@ class AttachSpec(Base):
 
     to: SelectorSpec
     homes: Annotated[int, Field(ge=1, le=q.HOMES)] = 1
-    weights: dict[str, bounded(float, q.ATTACH_WEIGHT, Field(ge=0))] = {}
+    weights: dict[str, bounded(float, q.ATTACH_WEIGHT, Field(ge=0))] = Field(default_factory=dict)
     rtt_ms: RttSpread
     bandwidth: BandwidthSpread
 
@@ -264,7 +264,7 @@ class PopulationSpec(Base):
     tier: Tier = "device"
     region: str | None = None  # None: the region of the first site it attaches to
     intra_site_rtt_ms: bounded(float, q.RTT_MS, Field(ge=0)) = 0.2
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = Field(default_factory=dict)
     node_groups: Annotated[list[NodeGroupSpec], Field(min_length=1)]
     attach: AttachSpec | None = None
     private: bool = False  # a site runs only work bound near it (the device's own), never others'
@@ -289,9 +289,9 @@ class PopulationSpec(Base):
 
 
 class FleetSpec(Base):
-    sites: list[SiteSpec] = []
-    links: list[LinkSpec] = []
-    populations: list[PopulationSpec] = []
+    sites: list[SiteSpec] = Field(default_factory=list)
+    links: list[LinkSpec] = Field(default_factory=list)
+    populations: list[PopulationSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _some_sites(self) -> "FleetSpec":
@@ -379,7 +379,7 @@ class AcceleratorDemandSpec(Base):
 class ResourcesSpec(Base):
     cpu: CpuMilli = 0
     memory: MemMiB = 0
-    accelerators: list[AcceleratorDemandSpec] = []
+    accelerators: list[AcceleratorDemandSpec] = Field(default_factory=list)
     whole: bool = False  # host groups only: `resources: whole` takes a whole node
 
     @model_validator(mode="after")
@@ -667,7 +667,7 @@ class RunSpec(Base):
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
     image: ImageRef | None = None
     images: Annotated[dict[Annotated[str, Field(min_length=1)], ImageRef], Field(min_length=1)] | None = None
-    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = {}
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
     restart: Literal["always", "onFailure", "never"] | None = None  # default: services always, jobs never
     max_restarts: bounded(int, q.RESTARTS, Field(ge=0)) = MAX_RESTARTS
     stop_grace: Annotated[StopGraceS, Field(gt=0)] = 10.0
@@ -873,7 +873,7 @@ class GeneratorSpec(Base):
     start: DurationS = 0.0
     until: DurationS | None = None
     template: ApplicationSpec
-    jitter: dict[Literal["duration", "work"], DistributionQ] = {}
+    jitter: dict[Literal["duration", "work"], DistributionQ] = Field(default_factory=dict)
 
     @field_validator("jitter", mode="before")
     @classmethod
@@ -1100,14 +1100,14 @@ class MobilitySpec(Base):
 
 
 class ScenarioSpec(Base):
-    include: list[str] = []
+    include: list[str] = Field(default_factory=list)
     seed: bounded(int, q.SEED) = 0
     until: DurationS | None = None
-    arrivals: list[ArrivalSpec] = []
-    generators: list[GeneratorSpec] = []
-    traces: list[TraceSpec] = []
-    events: list[EventSpec] = []
-    mobility: list[MobilitySpec] = []
+    arrivals: list[ArrivalSpec] = Field(default_factory=list)
+    generators: list[GeneratorSpec] = Field(default_factory=list)
+    traces: list[TraceSpec] = Field(default_factory=list)
+    events: list[EventSpec] = Field(default_factory=list)
+    mobility: list[MobilitySpec] = Field(default_factory=list)
     policy: PolicySpec = PolicySpec()
 
 
@@ -1117,7 +1117,7 @@ class ScenarioSpec(Base):
 class Metadata(Base):
     name: Name
     tenant: Name | None = None
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class _Document(Base):
