@@ -491,3 +491,101 @@ def test_a_phone_on_two_edges_relays_nothing_unless_told():
     quiet = Network.build(sites, links, transit=np.array([True, True, True, False]))
     assert (quiet.rtt(0, 1), quiet.rtt(3, 0), quiet.rtt(3, 2)) == (60.0, 2.0, 32.0)
     assert Network.build(sites, links).rtt(0, 1) == 4.0
+
+
+def _phone_world(rng, relays: int, phones: int, leaves: int):
+    """Sites 0..relays-1 relay (a random graph, sometimes in two parts), then
+    ``phones`` sites that relay nothing, each on two or three of them, then
+    single-link leaves hung on relaying sites."""
+    n = relays + phones + leaves
+    a, b = [], []
+    parts = 2 if rng.random() < 0.3 else 1
+    for i in range(parts, relays):  # every relaying site linked to another (two trees: odd and even)
+        j = int(rng.integers(0, i)) if parts == 1 else int(rng.integers(0, (i - i % 2) // 2)) * 2 + i % 2
+        a.append(i), b.append(j)
+    for p in range(relays, relays + phones):
+        for x in rng.choice(relays, int(rng.integers(2, 4)), replace=False).tolist():
+            a.append(p), b.append(x)
+    for q in range(relays + phones, n):
+        a.append(q), b.append(int(rng.integers(0, relays)))
+    rtt = rng.integers(0, 6, len(a)).astype(float)
+    bw = rng.choice([1.0, 10.0, 100.0], len(a))
+    transit = np.ones(n, bool)
+    transit[relays:relays + phones] = False
+    return n, np.array(a), np.array(b), rtt, bw, transit
+
+
+def test_a_device_on_several_edges_rehomed_in_place_equals_the_rebuilt_network(monkeypatch):
+    """Devices that relay nothing, on two or three edges each, handed over
+    again and again (as many links, some kept): the network patched in place
+    (``_rehome``) against one that rebuilds its core each time and one built
+    afresh: the same columns bit for bit, neighbourhoods and labels. Other
+    changes (a core link down or up, a device given another number of links)
+    come between. Not vacuous: most re-homings are patched, some move a
+    device to another part, rows are moved both ways."""
+    from suanli.model import network
+
+    seen = {"patched": 0, "rebuilt": 0, "part changed": 0, "up": 0, "down": 0}
+    real_move = network._csr_move
+
+    def move(indptr, dst, w, c, s, x, y, ws, cs):
+        seen["up" if x < y else "down"] += 1
+        real_move(indptr, dst, w, c, s, x, y, ws, cs)
+
+    monkeypatch.setattr(network, "_csr_move", move)
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        relays, phones = int(rng.integers(4, 9)), int(rng.integers(1, 6))
+        n, a, b, rtt, bw, transit = _phone_world(rng, relays, phones, int(rng.integers(0, 4)))
+        net = Network.from_arrays(np.full(n, 0.5), a, b, rtt, bw, transit=transit)
+        slow = Network.from_arrays(np.full(n, 0.5), a, b, rtt, bw, transit=transit)
+        slow._rehome = lambda *args: False
+        links = {(min(x, y), max(x, y)): (r, w) for x, y, r, w in zip(a.tolist(), b.tolist(), rtt, bw)}
+        down: set[tuple[int, int]] = set()
+        for _ in range(15):
+            for s in rng.choice(n, 2).tolist():  # some columns cached, to be repaired
+                net.rtt_to(s), slow.rtt_to(s)
+            op = rng.random()
+            if op < 0.15:  # a core link between relaying sites down or up
+                pairs = [p for p in links if transit[p[0]] and transit[p[1]]]
+                if pairs:
+                    x, y = pairs[int(rng.integers(len(pairs)))]
+                    going = rng.random() < 0.5
+                    changed = (net.link_down if going else net.link_up)(x, y)
+                    assert changed == (slow.link_down if going else slow.link_up)(x, y)
+                    if changed:
+                        (down.add if going else down.discard)((x, y))
+                continue
+            p = int(rng.integers(relays, relays + phones))
+            now = [x + y - p for x, y in links if p in (x, y)]
+            k = len(now) if op < 0.9 else int(rng.integers(1, 4))
+            keep = [x for x in now if rng.random() < 0.4][:k]
+            others = [x for x in range(relays) if x not in keep]
+            to = keep + rng.choice(others, min(k - len(keep), len(others)), replace=False).tolist()
+            r, w = rng.integers(0, 6, len(to)).astype(float), rng.choice([1.0, 10.0, 100.0], len(to))
+            before, version = net.component[p], net.core_version
+            net.attach(p, to, r, w)
+            slow.attach(p, to, r, w)
+            fast = net.core_version == version + 1 and bool(net._own is not None)
+            seen["patched" if fast and len(to) == len(now) >= 2 else "rebuilt"] += 1
+            seen["part changed"] += int(net.component[p] != before)
+            links = {q: v for q, v in links.items() if p not in q}
+            down = {q for q in down if p not in q}
+            links.update({(min(p, x), max(p, x)): (ri, wi) for x, ri, wi in zip(to, r, w)})
+            assert np.array_equal(net.component, slow.component)
+            for s in range(n):
+                assert np.array_equal(net.rtt_to(s), slow.rtt_to(s)), s
+                assert np.array_equal(net.bandwidth_to(s), slow.bandwidth_to(s)), s
+            s, limit = int(rng.integers(n)), float(rng.choice([1.0, 4.0, 9.0]))
+            fresh_keep = rng.random(n) < 0.6
+            for got, want in zip(net.within(s, limit, fresh_keep), slow.within(s, limit, fresh_keep)):
+                assert np.array_equal(got, want)
+        down = np.array(sorted(down), np.int64).reshape(-1, 2)
+        qa, qb = np.array([q[0] for q in links]), np.array([q[1] for q in links])
+        qr, qw = np.array([v[0] for v in links.values()]), np.array([v[1] for v in links.values()])
+        fresh = Network.from_arrays(np.full(n, 0.5), qa, qb, qr, qw, down, transit=transit)
+        assert np.array_equal(net.component, fresh.component)
+        for s in range(n):
+            assert np.array_equal(net.rtt_to(s), fresh.rtt_to(s))
+    assert seen["patched"] > 200 and seen["rebuilt"] > 30 and seen["part changed"] > 5, seen
+    assert seen["up"] > 50 and seen["down"] > 50, seen

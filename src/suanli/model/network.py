@@ -36,8 +36,12 @@ never moves a site between the two:
   again only when the core's parts changed;
 - ``attach`` replaces a site's links (a device handed over to other edges).
   A leaf that stays one, under another core site, is patched like a leaf's
-  link above; anything else updates the sites whose links changed, rebuilds
-  the core's CSR and leaves the cached columns to be repaired.
+  link above. A core site that relays nothing and holds up no leaf (a device
+  on several edges) given as many links to core sites has its link slots and
+  the CSR's rows patched in place (``_rehome``: O(its links + the rows
+  between), no rebuild). Anything else updates the sites whose links
+  changed, rebuilds the core's CSR and leaves the cached columns to be
+  repaired.
 
 A Dijkstra's result does not depend on the order of the vertices or of their
 links (a vertex's key is the best offer from those settled before it, and
@@ -237,7 +241,8 @@ def _core_roots(m, a, b, stop):  # pragma: no cover - compiled
     """int64[m]: each core vertex's part, as the part's lowest vertex, by
     union-find over the links (path halving, union by lower root). A vertex
     marked in ``stop`` (it relays nothing) joins no two parts: it takes the
-    part of its first neighbour that relays, or is alone."""
+    part of its lowest neighbour that relays (whatever order its links are
+    in), or is alone."""
     root = np.arange(m)
     for k in range(a.shape[0]):
         x, y = a[k], b[k]
@@ -255,13 +260,55 @@ def _core_roots(m, a, b, stop):  # pragma: no cover - compiled
             root[x] = y
     for i in range(m):  # a root is never above its vertex: lower ones are final first
         root[i] = root[root[i]]
-    for k in range(a.shape[0]):  # a site that relays nothing: in its first relaying neighbour's part
+    best = np.full(m, -1, np.int64)  # a site that relays nothing: its lowest relaying neighbour
+    for k in range(a.shape[0]):
         x, y = a[k], b[k]
-        if stop[x] and not stop[y] and root[x] == x:
-            root[x] = root[y]
-        elif stop[y] and not stop[x] and root[y] == y:
-            root[y] = root[x]
+        if stop[x] and not stop[y] and (best[x] < 0 or y < best[x]):
+            best[x] = y
+        elif stop[y] and not stop[x] and (best[y] < 0 or x < best[y]):
+            best[y] = x
+    for i in range(m):
+        if best[i] >= 0:
+            root[i] = root[best[i]]
     return root
+
+
+@njit(cache=True, nogil=True)
+def _csr_move(indptr, dst, w, c, s, x, y, ws, cs):  # pragma: no cover - compiled
+    """In place: the entry of ``s`` leaves row ``x`` and one for ``s`` (of rtt
+    ``ws``, bandwidth ``cs``) joins row ``y``; the rows between give up or take
+    one slot each (a row's last entry moved to its other end: rows are sets)."""
+    lo, hi = indptr[x], indptr[x + 1]
+    at = lo
+    while dst[at] != s:
+        at += 1
+    last = hi - 1  # the hole made at the row's end
+    dst[at], w[at], c[at] = dst[last], w[last], c[last]
+    hole = last
+    if x < y:
+        for r in range(x + 1, y + 1):  # row r starts one slot earlier: its last entry fills the hole
+            end = indptr[r + 1] - 1
+            if end >= indptr[r]:
+                dst[hole], w[hole], c[hole] = dst[end], w[end], c[end]
+            indptr[r] -= 1
+            hole = end
+    else:
+        for r in range(x, y, -1):  # row r starts one slot later: its first entry fills the hole
+            first = indptr[r]
+            if hole != first:
+                dst[hole], w[hole], c[hole] = dst[first], w[first], c[first]
+            indptr[r] += 1
+            hole = first
+    dst[hole], w[hole], c[hole] = s, ws, cs
+
+
+@njit(cache=True, nogil=True)
+def _csr_weigh(indptr, dst, w, c, x, s, ws, cs):  # pragma: no cover - compiled
+    """In place: the entry of ``s`` in row ``x`` gets rtt ``ws`` and bandwidth ``cs``."""
+    for at in range(indptr[x], indptr[x + 1]):
+        if dst[at] == s:
+            w[at], c[at] = ws, cs
+            return
 
 
 @njit(cache=True, nogil=True)
@@ -417,6 +464,7 @@ class Network:
         self.core = np.flatnonzero(~self.leaf)
         self.core_id = np.full(n, -1, np.int64)
         self.core_id[self.core] = np.arange(len(self.core))
+        self._edges_now = None
         self._build_graph()
         self._relabel()
         self._cache: OrderedDict[int, list] = OrderedDict()  # site -> [rtt, bandwidth, stale, patched up to]
@@ -471,8 +519,10 @@ class Network:
         if self.leaf[site]:
             return (np.array([self.parent[site]]), np.array([self._link_rtt[site]]),
                     np.array([self._link_bw[site]]), np.array([self._link_up[site]]))
-        mine = self._calive & ((self._ca == site) | (self._cb == site))
-        k = np.flatnonzero(mine)
+        if self.transit[site]:
+            k = np.flatnonzero(self._calive & ((self._ca == site) | (self._cb == site)))
+        else:  # a device on several edges: without a scan of every link
+            k = self._slots_of(site)
         other = self._ca[k] + self._cb[k] - site
         kids = []
         c = self._kid_head[site]
@@ -492,18 +542,23 @@ class Network:
 
     def _build_graph(self) -> None:
         """The core's CSR over the core links that are up (O(core links))."""
-        sel = np.flatnonzero(self._calive & self._cup)
-        ea, eb = self.core_id[self._ca[sel]], self.core_id[self._cb[sel]]
-        self._edges = (ea, eb)
-        self._edge_w = (self._cr[sel], self._cw[sel])
+        self._own = None  # slots may move
+        ea, eb, rtt, bw = self._core_edges(fresh=True)
         self.core_version = getattr(self, "core_version", -1) + 1  # the core graph changed
-        self._graph = (*_csr(len(self.core), ea, eb, *self._edge_w), ~self.transit[self.core])
+        self._graph = (*_csr(len(self.core), ea, eb, rtt, bw), ~self.transit[self.core])
         self._any_stop = bool(self._graph[4].any())  # core sites that relay nothing (multi-homed devices)
+
+    def _core_edges(self, fresh: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(core id, core id, rtt, bandwidth) of each core link that is up, in slot order."""
+        if fresh or self._edges_now is None:
+            sel = np.flatnonzero(self._calive & self._cup)
+            self._edges_now = (self.core_id[self._ca[sel]], self.core_id[self._cb[sel]], self._cr[sel], self._cw[sel])
+        return self._edges_now
 
     def _relabel(self, if_split: bool = False) -> None:
         """Components again; with ``if_split``, only when the core's parts
         changed (no leaf moved: a leaf's label follows its parent's)."""
-        root = _core_roots(len(self.core), *self._edges, ~self.transit[self.core])
+        root = _core_roots(len(self.core), *self._core_edges()[:2], ~self.transit[self.core])
         if if_split and np.array_equal(root, self._core_root):
             return
         self._core_root = root
@@ -685,7 +740,7 @@ class Network:
             nbr, rtt, bw = nbr[first], rtt[first], bw[first]
         if len(nbr) == 1 and self.leaf[site] and not self.leaf[nbr[0]]:
             self._hand_over(site, int(nbr[0]), float(rtt[0]), float(bw[0]))
-        else:
+        elif not self._rehome(site, nbr, rtt, bw):
             self._reattach(site, nbr, rtt, bw)
         self.version += 1
 
@@ -707,6 +762,64 @@ class Network:
             self.labelled += 1
         else:
             self._relabel()
+
+    def _rehome(self, site: int, nbr: np.ndarray, rtt: np.ndarray, bw: np.ndarray) -> bool:
+        """A core site that relays nothing and holds up no leaf (a device on
+        several edges) given as many links as it has, all up, to core sites:
+        its links' slots, the CSR's rows and its part patched in place
+        (O(its links + the rows between those it leaves and joins)), not
+        rebuilt (O(core links)). False, changing nothing, for anything else."""
+        if self.leaf[site] or self.transit[site] or self._kids[site] or len(nbr) < 2 or self.leaf[nbr].any():
+            return False
+        slots = self._slots_of(site)
+        if len(slots) != len(nbr) or not self._cup[slots].all():
+            return False
+        n, cid = self.n, self.core_id
+        old = (self._ca[slots] + self._cb[slots] - site).tolist()
+        new = nbr.tolist()
+        indptr, dst, w, c, stop = self._graph
+        s = int(cid[site])
+        gone = [x for x in old if x not in new]
+        came = [k for k, y in enumerate(new) if y not in old]
+        for x, k in zip(gone, came):
+            _csr_move(indptr, dst, w, c, s, int(cid[x]), int(cid[new[k]]), float(rtt[k]), float(bw[k]))
+        for k, y in enumerate(new):  # a neighbour kept: its link's figures may change
+            if y in old:
+                _csr_weigh(indptr, dst, w, c, int(cid[y]), s, float(rtt[k]), float(bw[k]))
+        row = slice(indptr[s], indptr[s + 1])
+        dst[row], w[row], c[row] = cid[nbr], rtt, bw
+        for k in slots.tolist():
+            del self._cslot[int(self._ca[k]) * n + int(self._cb[k])]
+        lo, hi = np.minimum(nbr, site), np.maximum(nbr, site)
+        self._ca[slots], self._cb[slots], self._cr[slots], self._cw[slots] = lo, hi, rtt, bw
+        for k, key in zip(slots.tolist(), (lo * n + hi).tolist()):
+            self._cslot[key] = k
+        self._edges_now = None
+        self.core_version += 1
+        relays = nbr[self.transit[nbr]]
+        root = self._core_root[cid[relays.min()]] if relays.size else s
+        if root != self._core_root[s]:  # it joins another part
+            self._core_root[s] = root
+            self.labelled += 1
+            self.component, self._first = _labels(self.leaf, self.parent, self._link_up, cid, self._core_root)
+        self._forget(site)
+        for entry in self._cache.values():
+            entry[2] = True
+        return True
+
+    def _slots_of(self, site: int) -> np.ndarray:
+        """The live link slots of ``site``, a core site that relays nothing
+        (O(log links): the slots of all such sites are kept sorted by site
+        until the slots move)."""
+        if self._own is None:
+            live = np.flatnonzero(self._calive)
+            ends = np.concatenate([self._ca[live], self._cb[live]])
+            slot = np.concatenate([live, live])
+            mine = ~self.transit[ends] & ~self.leaf[ends]
+            order = np.argsort(ends[mine], kind="stable")
+            self._own = (ends[mine][order], slot[mine][order])
+        ends, slot = self._own
+        return np.sort(slot[np.searchsorted(ends, site, "left"):np.searchsorted(ends, site, "right")])
 
     def _reattach(self, site: int, nbr: np.ndarray, rtt: np.ndarray, bw: np.ndarray) -> None:
         gone = {site}  # sites whose own columns go: how they hang on changed
@@ -952,10 +1065,11 @@ class Network:
         m = len(self.core)
         if not anchors.size:
             return np.full(m, np.inf)
-        a = np.concatenate([self._edges[0], np.full(anchors.size, m, np.int64)])
-        b = np.concatenate([self._edges[1], self.core_id[anchors]])
-        rtt = np.concatenate([self._edge_w[0], np.zeros(anchors.size)])
-        bw = np.concatenate([self._edge_w[1], np.full(anchors.size, np.inf)])
+        ea, eb, er, ew = self._core_edges()
+        a = np.concatenate([ea, np.full(anchors.size, m, np.int64)])
+        b = np.concatenate([eb, self.core_id[anchors]])
+        rtt = np.concatenate([er, np.zeros(anchors.size)])
+        bw = np.concatenate([ew, np.full(anchors.size, np.inf)])
         # (every site relaying: a lower bound whatever relays nothing)
         dist, _, _ = _dijkstra(*_csr(m + 1, a, b, rtt, bw), np.zeros(m + 1, np.bool_), m, 0.0, np.inf, np.inf,
                                _NO_SKIP)
