@@ -322,6 +322,24 @@ def test_each_makes_one_application_per_site(tmp_path):
         assert placed[f"info.car-{k:05d}/game/0"].startswith("s-")
 
 
+def test_each_with_a_site_selector_is_made_per_site(tmp_path):
+    """A component that names the sites it may use (a selector: tiers, globs,
+    labels) in an application made per site: each copy is made, and placed
+    within the selector."""
+    listed, links, pop = CASE_TWO_HOMES
+    pop = {**pop, "count": 20}
+    big = [site(s["name"], s["tier"], [node_group(count=4, cpu=64)]) for s in listed]
+    app = per_car_app()
+    app["spec"]["components"][1]["sites"] = {"names": ["s-*"], "labels": {}}
+    path = write(tmp_path, [fleet_doc(big, links, [pop]), TENANT, app])
+    code, stdout, stderr = run_cli("schedule", path, "-o", "json")
+    assert code == 0, stderr
+    out = json.loads(stdout)
+    placed = {p["task"]: p["site"] for p in out["placements"]}
+    assert len(placed) == 40 and not out["unscheduled"]
+    assert all(placed[f"info.car-{k:05d}/game/0"].startswith("s-") for k in range(20))
+
+
 def test_an_application_made_per_site_reads_as_one_written_for_its_site_and_keeps_little(tmp_path):
     """A copy made per site keeps its site's number only: its name and
     components are made when read, equal to what a document written for that

@@ -57,12 +57,27 @@ class Tenant:
         return min(max(priority, 0), self.max_priority or 0)
 
 
+class Labels(dict):
+    """Labels as a selector asks for them: a mapping that hashes (by its
+    items), so that a component holding one can be a key, as the copies of
+    a document made per site are kept by their prototype. Not changed once made."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
 @dataclass(frozen=True, slots=True)
 class Selector:
     tiers: tuple[str, ...] | None = None
     names: tuple[str, ...] | None = None  # site globs
     regions: tuple[str, ...] | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=Labels)
+
+    def __post_init__(self) -> None:
+        if type(self.labels) is not Labels:
+            object.__setattr__(self, "labels", Labels(self.labels))
 
 
 @dataclass(frozen=True, slots=True)
