@@ -418,3 +418,109 @@ def test_a_multi_homed_devices_handover_rechecks_only_its_own_work_and_decides_a
 
     each()
     assert seen["worlds"] == 8 and seen["narrowed, multi-homed"] > 20 and seen["games moved"] > 5, seen
+
+
+def test_a_shared_phones_handover_looks_again_at_the_work_around_it_and_decides_as_a_full_recheck(tmp_path,
+                                                                                                 monkeypatch):
+    """Phones that others' work may use (not private), with two or three
+    homes, hand over and go offline, while services bound near each edge
+    overflow onto the phones around it (eight random worlds). A phone relays
+    nothing: of the work of others, only that bound near a site within the
+    widest bound of the phone (before or after) may go there now, or no
+    longer; only that is looked at again. The events are those of a run that
+    looks at everything again after each change. Not vacuous: such changes
+    are narrowed, services run on phones, and some move or wait for it."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from suanli.sim import global_state
+    from suanli.sim.simulation import Simulation
+
+    reach = global_state.GlobalState._reach
+    seen: Counter = Counter()
+
+    def counted(self, site, own, before=None, *, after=False):
+        got = reach(self, site, own, before, after=after)
+        seen["narrowed with others' work around"] += got is not None and after and len(got) > 1
+        return got
+
+    def events(docs, narrow: bool) -> list[dict]:
+        monkeypatch.setattr(global_state.GlobalState, "_reach", counted)
+        monkeypatch.setattr(global_state.GlobalState, "_reach_off", not narrow)
+        sim = Simulation(load_world([write(tmp_path, docs, "w.yaml")]), seed=3)
+        sim.run()
+        return sim.events.take()
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.integers(2, 3), st.integers(1, 2), st.integers(8, 20), st.booleans(), st.integers(9, 14))
+    def each(homes, more, cars, offline, replicas):
+        doc = fleet(count=cars, edges=homes + more)
+        pop = doc["spec"]["populations"][0]
+        pop["attach"] = {"to": {"tier": "edge"}, "homes": homes, "rttMs": 2, "bandwidth": "100Mbps"}
+        pop["nodeGroups"][0]["cpu"] = 8
+        doc["spec"]["links"] += [{"between": [f"edge-{e}", f"edge-{e + 1}"], "rttMs": 1, "bandwidth": "10Gbps"}
+                                 for e in range(homes + more - 1)]  # a phone a cell away is closer than none
+        apps = [{"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": f"near-{e}", "tenant": "t"},
+                 "spec": {"components": [{"name": "svc", "lifetime": "service", "replicas": replicas,
+                                          "resources": {"cpu": 4, "memory": "2Gi"},
+                                          "near": {"site": f"edge-{e}", "maxRttMs": 5}}]}}
+                for e in range(homes + more)]
+        arrivals = [{"at": f"{e}m", "app": f"near-{e}"} for e in range(homes + more)] + [{"at": 0, "app": "info"}]
+        mobility = {"population": "cars", "handovers": "1/5m"} | ({"offline": "1/20m"} if offline else {})
+        sc = scenario(mobility=[mobility], until="30m")
+        sc["spec"]["arrivals"] = arrivals
+        docs = [doc, TENANT, INFO, *apps, sc]
+        narrow, full = events(docs, True), events(docs, False)
+        assert narrow == full
+        on_phones = [e for e in narrow if e["kind"] == "started" and e.get("task", "").startswith("near-")
+                     and e.get("site", "").startswith("car-")]
+        seen["services on phones"] += len(on_phones)
+        seen["services moved or stopped"] += sum(1 for e in narrow if e["kind"] in ("migrated", "preempted", "lost")
+                                                 and e.get("task", "").startswith("near-"))
+        seen["worlds"] += 1
+
+    each()
+    assert seen["worlds"] == 8 and seen["narrowed with others' work around"] > 20, seen
+    assert seen["services on phones"] > 10 and seen["services moved or stopped"] > 5, seen
+
+
+def test_a_shared_phone_arriving_near_a_service_draws_its_replica_from_a_farther_phone(tmp_path, monkeypatch):
+    """A service bound near edge-0 overflows onto a phone a cell away (3 ms);
+    at 10m another phone, with room, hands over to edge-0 itself (2 ms). The
+    replica on the farther phone has been set aside (no closer row had room)
+    and nothing it watched changed: only the handover's look at the work
+    bound near the sites around the phone finds it, and it moves there, as
+    in a run that looks at everything again. (Eighty phones far away keep
+    the neighbourhood a small share of the rows, so that the set-aside path
+    is the one taken.)"""
+    from suanli.sim import global_state
+    from suanli.sim.simulation import Simulation
+
+    def pop(name: str, at: str, count: int = 1) -> dict:
+        return {"name": name, "count": count, "sites": name + "-##",
+                "nodeGroups": [{"name": "soc", "count": 1, "arch": "aarch64", "cpu": 8, "memory": "8Gi"}],
+                "attach": {"to": {"names": [at]}, "homes": 1, "rttMs": 2, "bandwidth": "100Mbps"}}
+
+    sites = [{"name": f"edge-{e}", "tier": "edge", "nodeGroups": [
+        {"name": "n", "count": 1, "arch": "x86_64", "cpu": 16 if e == 0 else 2, "memory": "64Gi"}]} for e in range(3)]
+    links = [{"between": ["edge-0", "edge-1"], "rttMs": 1, "bandwidth": "10Gbps"},
+             {"between": ["edge-1", "edge-2"], "rttMs": 10, "bandwidth": "10Gbps"}]
+    doc = {"apiVersion": "suanli/v1", "kind": "Fleet", "metadata": {"name": "f"}, "spec": {
+        "sites": sites, "links": links,
+        "populations": [pop("host", "edge-1"), pop("mover", "edge-2"), pop("far", "edge-2", 80)]}}
+    app = {"apiVersion": "suanli/v1", "kind": "Application", "metadata": {"name": "near", "tenant": "t"},
+           "spec": {"components": [{"name": "svc", "lifetime": "service", "replicas": 5,
+                                    "resources": {"cpu": 4, "memory": "2Gi"},
+                                    "near": {"site": "edge-0", "maxRttMs": 5}}]}}
+    sc = scenario([{"at": "10m", "kind": "handover", "site": "mover-00", "to": ["edge-0"]}], until="30m")
+    path = write(tmp_path, [doc, TENANT, app, sc], "w.yaml")
+    runs = []
+    for off in (False, True):
+        monkeypatch.setattr(global_state.GlobalState, "_reach_off", off)
+        sim = Simulation(load_world([path]), seed=3)
+        sim.run()
+        runs.append(sim.events.take())
+    assert runs[0] == runs[1]
+    moves = [(e["t"], e["task"], e["to"]) for e in runs[0] if e["kind"] == "migrated"]
+    placed = {e["task"]: e["site"] for e in runs[0] if e["kind"] == "placed" and e["t"] == 0}
+    assert placed["near/svc/4"] == "host-00" and moves == [(600.0, "near/svc/4", "mover-00/soc-0")], moves

@@ -296,6 +296,9 @@ class BusinessLayer:
     _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
     _near_keys: dict = field(default_factory=dict)  # near site name -> keys of the requests bound near it
     _labelled: set = field(default_factory=set)  # keys of requests with a network component in their terms
+    # the widest ``near`` bound of any request compiled so far (inf: one bound by no rtt): what a path
+    # change at a device can reach of the requests, parked units and returns that others made
+    widest_near: float = 0.0
     policy: object = None  # a placement policy plugin (policies.py); None: the default scores
     # units placed below their size, not recorded (a simulation's): unit seq -> why the rest was left out
     left_out: dict[int, Counter] = field(default_factory=dict)
@@ -413,6 +416,8 @@ class BusinessLayer:
             self._requests[key] = req
             if comp.near is not None:
                 self._near_keys.setdefault(comp.near.site, set()).add(key)
+                bound = comp.near.max_rtt_ms
+                self.widest_near = max(self.widest_near, np.inf if bound is None else float(bound))
             if any(isinstance(term, (int, np.integer)) for _, term in req.site_terms):
                 self._labelled.add(key)
             if len(self._requests) > REQUESTS:  # a million cars' own requests are not all kept

@@ -102,26 +102,53 @@ class GlobalState:
             r = ev.rtt_ms if ev.rtt_ms is not None else (float(rtt[0]) if rtt.size else DEFAULT_RTT_MS)
             w = ev.bandwidth if ev.bandwidth is not None else (float(bw[0]) if bw.size else DEFAULT_BANDWIDTH)
             to = [fleet.site_index[x] for x in ev.to]
+            own = self._own_paths(site, rtt.size, len(to))
+            reach = self._reach(site, own)
             if site in self.offline:  # it comes back where it moved to
                 self.offline[site] = (np.array(to), np.full(len(to), r), np.full(len(to), w))
             else:
                 fleet.network.attach(site, to, [r] * len(to), [w] * len(to))
             self.log(t, "handover", site=ev.site, to=list(ev.to))
-            self.network_changed(t, self._own_paths(site, rtt.size, len(to)))
+            self.network_changed(t, own, self._reach(site, own, reach, after=True))
         elif ev.kind in ("deviceOffline", "deviceOnline"):
             self.device_presence(t, ev)
         elif ev.kind == "deviceBusy":
             self.device_busy(t, ev)
 
-    def network_changed(self, t: float, sites: set[int] | None = None) -> None:
+    def network_changed(self, t: float, sites: set[int] | None = None, reach: set[int] | None = None) -> None:
         """Paths changed (at ``sites`` only, when given): requests compiled
-        against the old ones go, and running work whose bound broke moves, or waits."""
+        against the old ones go, and running work whose bound broke moves, or
+        waits. ``reach``: with ``sites``, the sites within the widest bound of
+        them, before or after (``_reach``): work of others bound near one of
+        those may now go there, or no longer."""
         private = self.world.fleet.site_table.private
         own = sites is not None and private is not None and all(private[s] for s in sites)
         self.global_layer.forget_requests()
         self.state.forget_network(sites)
-        self.shard.paths_changed(sites, own)
+        self.shard.paths_changed(sites, own, None if own else reach)
         self.resched.bounds_broken(t, sites)
+
+    REACH_MOST = 4096  # sites: beyond, a change looks at everything again (as many requests as that)
+
+    def _reach(self, site: int, own: set[int] | None, before: set[int] | None = None, *,
+               after: bool = False) -> set[int] | None:
+        """The sites within the widest ``near`` bound compiled so far of
+        ``site`` (a site that carries no path between others, ``own``), with
+        ``before`` (the same, read before its links changed): the near sites
+        of whatever could go there. None where that is not known to be few:
+        a path change anywhere, a bound of no rtt, or too many sites, now or
+        (``after``) before."""
+        if own is None or self._reach_off or (after and before is None):
+            return None
+        bound = self.shard.business.widest_near
+        if bound == np.inf:
+            return None
+        got, _ = self.world.fleet.network.within(site, bound)
+        if got.size + (len(before) if before else 0) > self.REACH_MOST:
+            return None
+        return set(got.tolist()) | (before or set())
+
+    _reach_off = False  # (a test's switch: every change by a site of others looks at everything again)
 
     def device_presence(self, t: float, ev: Any) -> None:
         """A device goes offline (its nodes go down, its tasks there are lost
@@ -136,6 +163,8 @@ class GlobalState:
         self.log(t, ev.kind, site=ev.site)
         network = fleet.network
         links = network.links_of(site)[:3]
+        own = self._own_paths(site, len(links[0]) if going else len(self.offline[site][0]))
+        reach = self._reach(site, own)
         if going:
             self.offline[site] = links
             _cut_off(network, site, links)
@@ -156,7 +185,7 @@ class GlobalState:
                 self.state.set_node_enabled(node, True)
                 self.hosts.node_back(node)
             self.shard.pending.wake(site)
-        self.network_changed(t, self._own_paths(site, len(links[0])))
+        self.network_changed(t, own, self._reach(site, own, reach, after=True))
 
     def _own_paths(self, site: int, *links: int) -> set[int] | None:
         """``{site}`` when a change of its links (``links``: how many it had,

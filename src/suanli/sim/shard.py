@@ -842,22 +842,30 @@ class Shard:
         for uid in dict.fromkeys(self._tasks[task].unit for task in tasks):
             self.stop_unit(t, uid, node)
 
-    def paths_changed(self, sites: set[int] | None, own: bool) -> None:
+    def paths_changed(self, sites: set[int] | None, own: bool, reach: set[int] | None = None) -> None:
         """Paths changed (at ``sites`` only, when given; ``own``: they are
-        private devices' own sites): requests compiled against the old ones
-        go, what waited on a device may find one, and the running tasks away
-        from their near site are checked again."""
+        private devices' own sites; ``reach``: the sites whose work could go
+        to one of them, before or after): requests compiled against the old
+        ones go, what waited on a device may find one, and the running tasks
+        away from their near site are checked again."""
         name = self.world.fleet.site_table.names.name
-        self.business.forget_requests({name(s) for s in sites} if own else None)
+        near = sites if own else (sites | reach) if sites is not None and reach is not None else None
+        self.business.forget_requests({name(s) for s in near} if near is not None else None)
         if sites is None:
             self.pending.wake_all()  # paths changed anywhere: what waited on a device may find one
         checked = self._recheck_near(sites)
-        if not own:
+        if near is None:
             self.returns.wake_all()  # a site others may move to: every answer may change
             self.unpark(self._room.items())
-        else:  # another device's own site: only the work there or bound to it
-            self.returns.wake(checked)
-            self.unpark([uid for s in sites for uid in self._room_near.get(s, ())])
+            return
+        if not own:  # work bound near the sites around it may move there now, or no longer
+            for s in reach:
+                for uid in self.view.bound_near(name(s)):
+                    run = self._units[uid].run
+                    if run is not None:
+                        checked += [task for task in run.tasks if task in self.near_running]
+        self.returns.wake(checked)
+        self.unpark([uid for s in near for uid in self._room_near.get(s, ())])
 
     def wake_all(self) -> None:
         """Room may have appeared anywhere (nodes, hosts, tenancy changed): every waiting unit looks again."""
