@@ -195,3 +195,58 @@ def node_figures(nodes, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, h
                     x += f
             d_stranded[k] += x - stranded[k, n]
             stranded[k, n] = x
+
+
+@njit(cache=True, nogil=True)
+def site_integrals(sites, t, own, area, last, now, firsts, ends, block_area, block_now, block_last, in_block,
+                   before):
+    """A sample's integrals of the changed ``sites`` (ascending, unique) up to
+    ``t``, before their figures change: each site integrated on its own
+    (``own``, ascending: its row of ``area`` and ``last``), each block of
+    sites (``firsts``/``ends``, ascending) once, by its sum ``block_now``.
+    ``in_block`` [sites] takes each site's block (-1: none) and ``before``
+    [sites, res] its figures now, for ``site_changes``. Element by element
+    the same sums as the arrays' expressions they replace."""
+    n_res = now.shape[1]
+    k = 0
+    for i in range(sites.size):
+        s = sites[i]
+        while k < own.size and own[k] < s:
+            k += 1
+        if k < own.size and own[k] == s:
+            dt = t - last[k]
+            for j in range(n_res):
+                area[k, j] += now[s, j] * dt
+            last[k] = t
+    b = -1
+    for i in range(sites.size):
+        s = sites[i]
+        while b + 1 < firsts.size and firsts[b + 1] <= s:
+            b += 1
+        if b >= 0 and s < ends[b]:
+            if block_last[b] != t:
+                dt = t - block_last[b]
+                for j in range(n_res):
+                    block_area[b, j] += block_now[b, j] * dt
+                block_last[b] = t
+            in_block[i] = b
+            for j in range(n_res):
+                before[i, j] = now[s, j]
+        else:
+            in_block[i] = -1
+
+
+@njit(cache=True, nogil=True)
+def site_changes(sites, now, peak, block_now, in_block, before):
+    """After a sample's update of ``now``: the changed ``sites``' peaks, and
+    their blocks' sums by the differences (whole numbers: exact)."""
+    n_res = now.shape[1]
+    for i in range(sites.size):
+        s = sites[i]
+        b = in_block[i]
+        for j in range(n_res):
+            x = now[s, j]
+            if x > peak[s, j]:
+                peak[s, j] = x
+            if b >= 0:
+                block_now[b, j] += x - before[i, j]

@@ -184,7 +184,8 @@ class Recorder:
         self._advance(t)
         if changed is None:
             changed = np.arange(fleet.n_nodes)
-        sites = np.unique(fleet.node_site[np.asarray(changed, np.int64)])
+        sites = fleet.node_site[np.asarray(changed, np.int64)]
+        sites = np.unique(sites) if sites.size > 1 else sites.astype(np.int64)
         in_blocks = figures.integrate(sites, t)
         d_stranded = np.zeros(self._stranded.shape[0])
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
@@ -194,7 +195,7 @@ class Recorder:
                              self._now["used"], self._now["reserved"],
                              figures.now, d_stranded)
         figures.changed(sites, in_blocks)
-        if d_stranded.any():
+        if d_stranded.size and d_stranded.any():
             self._add_stranded(d_stranded)
         self._now["violations"][0] = self.near_violations()
         np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
@@ -387,34 +388,20 @@ class _SiteFigures:
         self.last[:] = t
         self.block_last[:] = t
 
-    def integrate(self, sites: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def integrate(self, sites: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Integrals of ``sites`` (ascending, unique) up to ``t``, before their
-        figures change; returns those of them in blocks, their blocks and their
-        figures now (for ``changed``)."""
-        own = self.own
-        if own.size:
-            k = np.searchsorted(own, sites).clip(max=own.size - 1)
-            mine = own[k] == sites
-            rows = k[mine]
-            self.area[rows] += self.now[sites[mine]] * (t - self.last[rows])[:, None]
-            self.last[rows] = t
-        if not self.firsts.size:
-            return sites[:0], sites[:0], self.now[:0]
-        b = np.searchsorted(self.firsts, sites, "right") - 1
-        inside = (b >= 0) & (sites < self.ends[b.clip(min=0)])
-        at, b = sites[inside], b[inside]
-        blocks = np.unique(b)
-        self._block_area[blocks] += self.block_now[blocks] * (t - self.block_last[blocks])[:, None]
-        self.block_last[blocks] = t
-        return at, b, self.now[at]  # (a copy: fancy indexing)
+        figures change; returns each one's block (-1: none) and its figures
+        now (for ``changed``). One compiled pass (``kernels.site_integrals``)."""
+        in_block = np.empty(sites.size, np.int64)
+        before = np.empty((sites.size, self.now.shape[1]), self.now.dtype)
+        kernels.site_integrals(sites, float(t), self.own, self.area, self.last, self.now, self.firsts, self.ends,
+                               self._block_area, self.block_now, self.block_last, in_block, before)
+        return in_block, before
 
-    def changed(self, sites: np.ndarray, in_blocks: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def changed(self, sites: np.ndarray, in_blocks: tuple[np.ndarray, np.ndarray]) -> None:
         """``sites``' figures now are new: their peaks, and their blocks' sums
         (whole numbers: exact)."""
-        self.peak[sites] = np.maximum(self.peak[sites], self.now[sites])
-        at, b, before = in_blocks
-        if at.size:
-            np.add.at(self.block_now, b, self.now[at] - before)
+        kernels.site_changes(sites, self.now, self.peak, self.block_now, *in_blocks)
 
     def area_of(self, site: int, stop: float) -> np.ndarray:
         """The integral of a site integrated on its own, up to ``stop``."""
