@@ -1111,12 +1111,33 @@ class Network:
         out = self.component[a] == self.component[b]
         return bool(out) if np.ndim(out) == 0 else out
 
+    PAIRS_KEPT = 1 << 16  # pairs' values kept between changes (a task's path to its device, asked at each placement)
+
+    def _one_pair(self, which: int, a: int, b: int) -> float:
+        """``_pair`` of two sites, kept until the network changes: the same
+        value ``_at`` gives, without a walk over the core each time the same
+        pair is asked (a device's short tasks, each checked against its
+        bound where it lands)."""
+        stamp = (self.version, self.core_version, self.n)
+        if self._pairs_stamp != stamp or len(self._pairs) >= self.PAIRS_KEPT:
+            self._pairs, self._pairs_stamp = {}, stamp
+        key = (which, a, b)
+        got = self._pairs.get(key)
+        if got is None:
+            got = self._pairs[key] = float(self._at(b, np.array([a], np.int64))[which][0])
+        return got
+
+    _pairs: dict = {}
+    _pairs_stamp: tuple = ()
+
     def _pair(self, which: int, a, b):
         """Values for pairs (0: rtt, 1: bandwidth) from the columns of the
         distinct ``b``s, each read where it is cached, else walked (``_at``)."""
         if np.ndim(b) == 0:
+            if np.ndim(a) == 0:
+                return self._one_pair(which, int(a), int(b))
             out = self._at(int(b), np.atleast_1d(np.asarray(a, np.int64)))[which]
-            return float(out[0]) if np.ndim(a) == 0 else out.reshape(np.shape(a))
+            return out.reshape(np.shape(a))
         a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b))
         out = np.empty(a.shape)
         for s in np.unique(b):  # one walk per distinct destination, not per pair
