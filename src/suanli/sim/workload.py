@@ -59,8 +59,13 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
     end = until_s if spec.until is None else min(spec.until, until_s)
     t = spec.start
     n = 0
+    gaps: list[float] = []
+    block = 1 if spec.jitter else 16
     while True:
-        t += float(rng.exponential(1.0 / spec.rate))
+        if not gaps:  # gaps drawn a block at a time: the same values as one at a time (the rng is this one's)
+            gaps = rng.exponential(1.0 / spec.rate, size=block).tolist()[::-1]
+            block = min(block * 2, 4096) if not spec.jitter else 1
+        t += gaps.pop()
         if t > end:
             return
         app = build_application(f"{spec.name}-{n}", spec.tenant, spec.template)
