@@ -175,6 +175,7 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
         # (its "keeps no leaf" is remembered until a site joins or leaves the core)
         core_keep = ~net.leaf & (rng.random(n) < 0.7)
         core_keep.setflags(write=False)
+        asked: set[tuple[int, int]] = set()  # pairs asked one by one: kept until a path of theirs changes
         for _ in range(steps):
             op = rng.random()
             pairs = sorted(_pairs_of(links), key=sorted)
@@ -229,6 +230,11 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     assert np.array_equal(pair_bw, net.bandwidth_to(site)[targets])
                     assert type(one_rtt) is float and one_rtt == net.rtt_to(site)[one]
                     assert one_bw == net.bandwidth_to(site)[one]
+                    asked.add((one, site))
+                    for x, y in sorted(asked):  # each pair asked before, across the changes since
+                        kept = (0, x, y) in net._pairs
+                        assert net.rtt(x, y) == net.rtt_to(y)[x] and net.bandwidth(x, y) == net.bandwidth_to(y)[x]
+                        count("a pair's rtt kept across a change of others", kept and net._pairs_read > 0)
                     count("rtt_at without its column", not cached)
                     count("pairs of a leaf without its column", not cached and bool(net.leaf[site]))
                     got, val = net.within(site, limit)
@@ -268,7 +274,7 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
             "handed over", "re-attached", "within some", "paths changed", "split",
             "mask of core sites, leaves now kept", "rtt_at without its column", "leaf patches pending when read",
-            "pairs of a leaf without its column")
+            "pairs of a leaf without its column", "a pair's rtt kept across a change of others")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
 

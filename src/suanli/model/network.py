@@ -1114,21 +1114,36 @@ class Network:
     PAIRS_KEPT = 1 << 16  # pairs' values kept between changes (a task's path to its device, asked at each placement)
 
     def _one_pair(self, which: int, a: int, b: int) -> float:
-        """``_pair`` of two sites, kept until the network changes: the same
-        value ``_at`` gives, without a walk over the core each time the same
-        pair is asked (a device's short tasks, each checked against its
-        bound where it lands)."""
-        stamp = (self.version, self.core_version, self.n)
-        if self._pairs_stamp != stamp or len(self._pairs) >= self.PAIRS_KEPT:
-            self._pairs, self._pairs_stamp = {}, stamp
+        """``_pair`` of two sites, kept until a path between them may change:
+        the same value ``_at`` gives, without a walk over the core each time
+        the same pair is asked (a device's short tasks, each checked against
+        its bound where it lands). The core changed: all go; a leaf handed
+        over or its link up or down (``_patch_leaf``): the pairs with it."""
+        pairs = self._pairs
+        stamp = (self.core_version, self.n)
+        noted = self._patched + len(self._patches)
+        if self._pairs_stamp != stamp or len(pairs) >= self.PAIRS_KEPT or self._pairs_read < self._patched:
+            pairs = self._pairs = {}
+            self._pairs_of = {}
+            self._pairs_stamp, self._pairs_read = stamp, noted
+        elif self._pairs_read < noted:
+            for leaf in set(self._patches[self._pairs_read - self._patched:]):
+                for key in self._pairs_of.pop(leaf, ()):
+                    pairs.pop(key, None)
+            self._pairs_read = noted
         key = (which, a, b)
-        got = self._pairs.get(key)
+        got = pairs.get(key)
         if got is None:
-            got = self._pairs[key] = float(self._at(b, np.array([a], np.int64))[which][0])
+            got = pairs[key] = float(self._at(b, np.array([a], np.int64))[which][0])
+            for site in (a, b) if a != b else (a,):
+                if self.leaf[site]:
+                    self._pairs_of.setdefault(site, []).append(key)
         return got
 
     _pairs: dict = {}
+    _pairs_of: dict = {}  # leaf site -> its pairs' keys
     _pairs_stamp: tuple = ()
+    _pairs_read = 0  # the leaf patches (``_patches``) seen so far
 
     def _pair(self, which: int, a, b):
         """Values for pairs (0: rtt, 1: bandwidth) from the columns of the
