@@ -434,6 +434,7 @@ def test_a_shared_phones_handover_looks_again_at_the_work_around_it_and_decides_
     from hypothesis import strategies as st
 
     from suanli.sim import global_state
+    from suanli.sim.shard import Shard
     from suanli.sim.simulation import Simulation
 
     reach = global_state.GlobalState._reach
@@ -444,8 +445,16 @@ def test_a_shared_phones_handover_looks_again_at_the_work_around_it_and_decides_
         seen["narrowed with others' work around"] += got is not None and after and len(got) > 1
         return got
 
+    could = Shard._could_run_at
+
+    def could_counted(self, task, sites):
+        got = could(self, task, sites)
+        seen["work around that could not run on the phone"] += not got
+        return got
+
     def events(docs, narrow: bool) -> list[dict]:
         monkeypatch.setattr(global_state.GlobalState, "_reach", counted)
+        monkeypatch.setattr(Shard, "_could_run_at", could_counted)
         monkeypatch.setattr(global_state.GlobalState, "_reach_off", not narrow)
         sim = Simulation(load_world([write(tmp_path, docs, "w.yaml")]), seed=3)
         sim.run()
@@ -465,6 +474,8 @@ def test_a_shared_phones_handover_looks_again_at_the_work_around_it_and_decides_
                                           "resources": {"cpu": 4, "memory": "2Gi"},
                                           "near": {"site": f"edge-{e}", "maxRttMs": 5}}]}}
                 for e in range(homes + more)]
+        for e in range(1, homes + more, 2):  # some may use edges only: a phone passing by changes nothing for them
+            apps[e]["spec"]["components"][0]["sites"] = {"tier": "edge"}
         arrivals = [{"at": f"{e}m", "app": f"near-{e}"} for e in range(homes + more)] + [{"at": 0, "app": "info"}]
         mobility = {"population": "cars", "handovers": "1/5m"} | ({"offline": "1/20m"} if offline else {})
         sc = scenario(mobility=[mobility], until="30m")
@@ -481,6 +492,7 @@ def test_a_shared_phones_handover_looks_again_at_the_work_around_it_and_decides_
 
     each()
     assert seen["worlds"] == 8 and seen["narrowed with others' work around"] > 20, seen
+    assert seen["work around that could not run on the phone"] > 20, seen
     assert seen["services on phones"] > 10 and seen["services moved or stopped"] > 5, seen
 
 

@@ -858,14 +858,33 @@ class Shard:
             self.returns.wake_all()  # a site others may move to: every answer may change
             self.unpark(self._room.items())
             return
-        if not own:  # work bound near the sites around it may move there now, or no longer
+        if not own:  # work bound near the sites around it that could run there may move there now, or no longer
             for s in reach:
                 for uid in self.view.bound_near(name(s)):
                     run = self._units[uid].run
                     if run is not None:
-                        checked += [task for task in run.tasks if task in self.near_running]
+                        checked += [task for task in run.tasks
+                                    if task in self.near_running and self._could_run_at(task, sites)]
         self.returns.wake(checked)
         self.unpark([uid for s in near for uid in self._room_near.get(s, ())])
+
+    def _could_run_at(self, task: str, sites: set[int]) -> bool:
+        """Could running ``task`` be placed on a node of ``sites`` (its VC's
+        rows there, by what they are and where, its near bound aside)? A site
+        that relays nothing changes no path but its own: a task that could
+        never run there gives the same answer as before it moved."""
+        p = self.state.placements.get(task)
+        if p is None:
+            return True
+        table = self.state.vcs[p.vc].table
+        order, start = nearby.site_rows(table)
+        rows = [order[start[s]:start[s + 1]] for s in sites if s + 1 < start.size]
+        rows = np.concatenate(rows) if rows else order[:0]
+        if rows.size == 0:
+            return False
+        rec = self._tasks[task]
+        req = self.business.request(rec.component, rec.tenant)
+        return bool(nearby.static_ok(table, req, np.sort(rows), within=True).any())
 
     def wake_all(self) -> None:
         """Room may have appeared anywhere (nodes, hosts, tenancy changed): every waiting unit looks again."""
