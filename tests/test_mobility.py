@@ -536,3 +536,32 @@ def test_a_shared_phone_arriving_near_a_service_draws_its_replica_from_a_farther
     moves = [(e["t"], e["task"], e["to"]) for e in runs[0] if e["kind"] == "migrated"]
     placed = {e["task"]: e["site"] for e in runs[0] if e["kind"] == "placed" and e["t"] == 0}
     assert placed["near/svc/4"] == "host-00" and moves == [(600.0, "near/svc/4", "mover-00/soc-0")], moves
+
+
+def test_a_private_devices_handover_walks_no_neighbourhood(tmp_path, monkeypatch):
+    """A private device's move touches its own work only: its handovers and
+    offline spells ask for no sites around it (a walk over every device
+    within the widest bound: at 100,000 cars, most of an hour's time)."""
+    from suanli.sim import global_state
+    from suanli.sim.simulation import Simulation
+
+    seen: Counter = Counter()
+    reach = global_state.GlobalState._reach
+
+    def counted_reach(self, *args, **kwargs):
+        got = reach(self, *args, **kwargs)
+        seen["asked"] += 1
+        seen["walked"] += got is not None
+        return got
+
+    doc = fleet(count=12, edges=3)
+    pop = doc["spec"]["populations"][0]
+    pop["private"] = True
+    pop["attach"] = {"to": {"tier": "edge"}, "homes": 2, "rttMs": 2, "bandwidth": "100Mbps"}
+    docs = [doc, TENANT, INFO, scenario(mobility=[{"population": "cars", "handovers": "1/5m", "offline": "1/20m"}],
+                                        until="30m")]
+    sim = Simulation(load_world([write(tmp_path, docs, "w.yaml")]), seed=3)
+    monkeypatch.setattr(global_state.GlobalState, "_reach", counted_reach)
+    sim.run()
+    moves = sum(1 for e in sim.events.take() if e["kind"] in ("handover", "deviceOffline", "deviceOnline"))
+    assert moves > 20 and seen["asked"] >= 2 * moves and seen["walked"] == 0, (moves, seen)

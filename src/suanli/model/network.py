@@ -1111,7 +1111,7 @@ class Network:
         out = self.component[a] == self.component[b]
         return bool(out) if np.ndim(out) == 0 else out
 
-    PAIRS_KEPT = 1 << 16  # pairs' values kept between changes (a task's path to its device, asked at each placement)
+    PAIRS_KEPT = 1 << 12  # pairs' values kept between changes (a task's path to its device, asked at each placement)
 
     def _one_pair(self, which: int, a: int, b: int) -> float:
         """``_pair`` of two sites, kept until a path between them may change:

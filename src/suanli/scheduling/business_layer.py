@@ -463,6 +463,10 @@ class BusinessLayer:
         columns until then. ``key_of(uid)``: its tenant and priority, without
         making it; a unit's ``seq`` is its uid."""
         n = len(uids)
+        if n == 1:  # (one unit: its own order; an arrival of short work alone in its instant)
+            tenant, priority = key_of(uids[0])
+            queue = UnitQueue(map(unit_of, [int(uids[0])]), 1)
+            return self._pass({self.standing_of(tenant, priority): {tenant: queue}}, [tenant], record, broken)
         groups: dict[tuple[int, str], int] = {}  # (standing, tenant) -> its code, in the order first seen
         levels: dict[tuple[str, int], int] = {}
         group, priority = np.empty(n, np.int64), np.empty(n, np.int64)

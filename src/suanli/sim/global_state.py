@@ -140,6 +140,9 @@ class GlobalState:
         (``after``) before."""
         if own is None or self._reach_off or (after and before is None):
             return None
+        private = self.world.fleet.site_table.private
+        if private is not None and all(private[s] for s in own):
+            return None  # a private device's move touches its own work only (``network_changed``)
         bound = self.shard.business.widest_near
         if bound == np.inf:
             return None

@@ -248,10 +248,9 @@ class Shard:
 
     def end_task(self, t: float, task: str, status: str, kind: str, **extra: Any) -> None:
         rec = self._tasks[task]
-        p = self.state.placements.get(task)
+        p = self.state.remove_placement(task) if task in self.state.placements else None
         where = {}
         if p is not None:
-            self.state.remove_placement(task)
             self.business.release(rec.component, p.host.node)
             where = self.where(p.host.node)
         self.near_running.pop(task, None)
@@ -797,20 +796,22 @@ class Shard:
                 self.returns.enter(task)
             self.near_running[task] = comp
             self.returns.wake((task,))  # placed anew: its answer may differ
-            self._near_status(task)
+            self._near_status(task, node)
         else:  # at home: no site index parsed from its name
             self.near_running.pop(task, None)
             self.returns.leave(task)
             self._beyond.discard(task)
 
-    def _near_status(self, task: str) -> None:
-        """Whether ``task`` (running away from its near site) is now beyond its bound."""
+    def _near_status(self, task: str, node: int = -1) -> None:
+        """Whether ``task`` (running away from its near site; placed on
+        ``node``, when the caller has read it) is now beyond its bound."""
         comp = self.near_running.get(task)
         if comp is None or comp.near.max_rtt_ms is None:  # at home, or a preference only
             self._beyond.discard(task)
             return
         fleet = self.world.fleet
-        node = self.state.placements[task].host.node
+        if node < 0:
+            node = self.state.placements[task].host.node
         if fleet.network.rtt(fleet.node_site[node], fleet.site_index[comp.near.site]) > comp.near.max_rtt_ms:
             self._beyond.add(task)
         else:
