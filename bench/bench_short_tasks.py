@@ -20,7 +20,7 @@ phases nest: a decision's events are the decision's):
 
 Prints one JSON object.
 
-    .venv/bin/python bench/bench_short_tasks.py [--devices 1000] [--profile]
+    .venv/bin/python bench/bench_short_tasks.py [--devices 1000] [--profile] [--against REV]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import subprocess
 import sys
@@ -106,8 +107,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=1000)
     ap.add_argument("--profile", action="store_true", help="run under the profiler and split the time into phases")
+    ap.add_argument("--against", metavar="REV", help="also run the code of git revision REV on the same world, "
+                    "in the same invocation, and report the ratio of CPU a task")
     args = ap.parse_args()
-    print(json.dumps(run(args.devices, args.profile), indent=1))
+    out = run(args.devices, args.profile)
+    if args.against:
+        out["against"] = against(args.against, args.devices)
+        assert out["against"]["tasks_finished"] == out["tasks_finished"], out  # the same work done
+        out["cpu_ratio_to_against"] = round(out["cpu_s_per_100k_tasks"] / out["against"]["cpu_s_per_100k_tasks"], 3)
+    print(json.dumps(out, indent=1))
+
+
+def against(rev: str, devices: int) -> dict:
+    """The same measurement with the code of ``rev`` (a worktree of it, its
+    ``src`` first on the path), in a child process; the tasks must be the same."""
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(tree), rev], check=True)
+        try:
+            env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+            got = subprocess.run([sys.executable, __file__, "--devices", str(devices)], env=env, check=True,
+                                 capture_output=True, text=True)
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=True)
+    out = json.loads(got.stdout)
+    out["rev"] = rev
+    return out
 
 
 if __name__ == "__main__":
