@@ -121,8 +121,7 @@ class GlobalState:
         waits. ``reach``: with ``sites``, the sites within the widest bound of
         them, before or after (``_reach``): work of others bound near one of
         those may now go there, or no longer."""
-        private = self.world.fleet.site_table.private
-        own = sites is not None and private is not None and all(private[s] for s in sites)
+        own = sites is not None and self._private(sites)
         self.global_layer.forget_requests()
         self.state.forget_network(sites)
         self.shard.paths_changed(sites, own, None if own else reach)
@@ -140,8 +139,7 @@ class GlobalState:
         (``after``) before."""
         if own is None or self._reach_off or (after and before is None):
             return None
-        private = self.world.fleet.site_table.private
-        if private is not None and all(private[s] for s in own):
+        if self._private(own):
             return None  # a private device's move touches its own work only (``network_changed``)
         bound = self.shard.business.widest_near
         if bound == np.inf:
@@ -150,6 +148,11 @@ class GlobalState:
         if got.size + (len(before) if before else 0) > self.REACH_MOST:
             return None
         return set(got.tolist()) | (before or set())
+
+    def _private(self, sites: set[int]) -> bool:
+        """Whether ``sites`` are all private devices' own (they run only the work bound near them)."""
+        private = self.world.fleet.site_table.private
+        return private is not None and all(private[s] for s in sites)
 
     _reach_off = False  # (a test's switch: every change by a site of others looks at everything again)
 

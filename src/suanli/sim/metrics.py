@@ -185,7 +185,7 @@ class Recorder:
         if changed is None:
             changed = np.arange(fleet.n_nodes)
         sites = fleet.node_site[np.asarray(changed, np.int64)]
-        sites = np.unique(sites) if sites.size > 1 else sites.astype(np.int64)
+        sites = np.unique(sites) if sites.size > 1 else sites  # (one site: already unique)
         in_blocks = figures.integrate(sites, t)
         d_stranded = np.zeros(self._stranded.shape[0])
         kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,

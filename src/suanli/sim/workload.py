@@ -64,7 +64,8 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
     while True:
         if not gaps:  # gaps drawn a block at a time: the same values as one at a time (the rng is this one's)
             gaps = rng.exponential(1.0 / spec.rate, size=block).tolist()[::-1]
-            block = min(block * 2, 4096) if not spec.jitter else 1
+            if not spec.jitter:  # (with jitter, its draws come between: one gap at a time)
+                block = min(block * 2, 4096)
         t += gaps.pop()
         if t > end:
             return
