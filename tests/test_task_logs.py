@@ -128,3 +128,42 @@ def test_a_header_after_a_line_cut_short_starts_a_line_of_its_own(tmp_path):
     log.close()
     assert path.read_bytes().split(b"\n") == [b"--- suanli: run 1", b"tick 1", b"tick 15", b"--- suanli: run 2",
                                              b"--- suanli: run 3", b""]
+
+
+def test_a_runs_output_through_the_pump_starts_on_a_line_of_its_own(tmp_path):
+    """The local executor writes a run's header through the run's pipe: when
+    the run before was killed mid-line, its first bytes still begin a line."""
+    path = tmp_path / "t.log"
+    pump = LogPump(1 << 20, private=True)
+    try:
+        first = pump.open("a/g/0", path)
+        first.write(b"--- suanli: run 1\ntick 1\ntick 2")  # killed inside its line
+        first.close()
+        second = pump.open("a/g/0", path)
+        second.write(b"--- suanli: run 2\ntick 3\n")
+        second.close()
+    finally:
+        pump.close()
+    assert path.read_bytes().split(b"\n") == [b"--- suanli: run 1", b"tick 1", b"tick 2", b"--- suanli: run 2",
+                                             b"tick 3", b""]
+
+
+def test_output_shipped_from_another_node_or_a_new_run_starts_a_line_of_its_own(tmp_path):
+    """A server appends what agents ship: a run killed on one node may leave
+    its line open (the rest is never sent once the task is another node's);
+    the next node's output, or a new run's header, begins a line."""
+    path = tmp_path / "t.log"
+    log = RotatingLog(path, 1 << 20, True)
+    log.shipped(b"--- suanli: run 1 on a1\ntick 1\ntick", "a1")
+    log.shipped(b" 2\ntick 3", "a1")  # the same node's line goes on
+    log.shipped(b"--- suanli: run 2 on a2\ntick 4", "a2")
+    log.shipped(b"tick 5\n", "a1")  # a late chunk of the node before
+    log.shipped(b"--- suanli: run 3 on a1\n", "a1")
+    log.close()
+    again = RotatingLog(path, 1 << 20, True)  # reopened: who wrote last is not known, and a header still breaks
+    again.shipped(b"tick 6", "a1")
+    again.shipped(b"--- suanli: run 4 on a1\n", "a1")
+    again.close()
+    assert path.read_bytes().split(b"\n") == [
+        b"--- suanli: run 1 on a1", b"tick 1", b"tick 2", b"tick 3", b"--- suanli: run 2 on a2", b"tick 4",
+        b"tick 5", b"--- suanli: run 3 on a1", b"tick 6", b"--- suanli: run 4 on a1", b""]

@@ -33,6 +33,7 @@ MIN_LOG = 4096  # a cap must hold the line that says the log rotated, and more
 CHUNK = 64 << 10  # bytes read from a pipe at once: a fast writer costs a read per 64 KiB
 DRAIN_S = 1.0  # how long the end of a task waits for the rest of its output to be written
 ROTATED = ".1"
+HEADER = b"--- suanli: "  # how the executor's own lines in a log begin (a run's header, a rotation)
 log = logging.getLogger("suanli.logs")
 
 
@@ -81,6 +82,7 @@ class RotatingLog:
         self.fd = _open(path, private)
         self.size = os.fstat(self.fd).st_size
         self.written = self.size  # the log's bytes as found, and the task's since
+        self.writer: object = None  # whose output was written last, where several write it (a server's nodes)
 
     def write(self, data: bytes) -> bool:
         """Append ``data``; True when that took the log over its cap for the
@@ -100,9 +102,25 @@ class RotatingLog:
         """Append a line of the executor's own (a run's header), on a line of
         its own: after a new line when the log ends inside one (a task killed
         mid-line); as ``write``."""
-        if self.size and os.pread(self.fd, 1, self.size - 1) != b"\n":
-            text = b"\n" + text
-        return self.write(text)
+        return self.write(self._break() + text)
+
+    def end_line(self) -> bool:
+        """End the line the log ends inside, if it does (what comes next is
+        another run's, or another node's); as ``write``."""
+        brk = self._break()
+        return self.write(brk) if brk else False
+
+    def shipped(self, data: bytes, writer: object) -> bool:
+        """Append output that ``writer`` sent (a node's agent, to its server):
+        a run's header, or another writer's output, starts a line of its own
+        (a run killed on one node may leave its last line open, and the bytes
+        that would close it are never sent); as ``write``."""
+        first = self.end_line() if data.startswith(HEADER) or writer != self.writer else False
+        self.writer = writer
+        return self.write(data) or first
+
+    def _break(self) -> bytes:
+        return b"\n" if self.size and os.pread(self.fd, 1, self.size - 1) != b"\n" else b""
 
     def _rotate(self) -> bool:
         rotated = self.path.with_name(self.path.name + ROTATED)
@@ -139,6 +157,7 @@ class TaskPipe:
         self._write_fd = write_fd
         self._lock = threading.Lock()
         self.drained = threading.Event()  # its pipe reached its end, and every byte is written
+        self.began = False  # something of it is in its log (its first bytes start a line of their own)
 
     def fileno(self) -> int:
         return self._write_fd
@@ -258,7 +277,8 @@ class LogPump:
         if out is None:
             return  # its log could not be opened: what comes is dropped
         try:
-            first = out.write(data)
+            first = out.write(data) if pipe.began else out.line(data)
+            pipe.began = True
         except OSError as exc:  # no room on the disk, say: this output is lost, the task goes on
             log.warning("task log %s: %s", pipe.path, exc.strerror or exc)
             return

@@ -161,7 +161,7 @@ def add_agent_work_routes(api: FastAPI, ctx: Context, work: Path | None, log_max
                     logs.pop(next(iter(logs))).close()
                 log = RotatingLog(work / "logs" / f"{safe(task)}.log", log_max_bytes, private=True)
             logs[task] = log
-            log.write(data)
+            log.shipped(data, node)
 
         await asyncio.to_thread(write)
         return Response(status_code=204)
