@@ -45,17 +45,20 @@ def base():
 
 
 BUSY = "import os, time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end and os.getppid() != 1:\n    pass\n"
-BUSY_PROCESSES = 2  # as many as a 2-core machine has
+# the machine is loaded when one more process than it has cores wants to run: the workers of this
+# run (``pytest -n``) are some of them, the busy processes the rest (at least one)
+BUSY_PROCESSES = max(1, (os.cpu_count() or 2) + 1 - int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 @pytest.fixture(scope="module")
 def busy():
     """Keep ``BUSY_PROCESSES`` processes busy on the machine while a module's
-    tests run: what must hold under load is tried under load, whatever else
+    tests run: what must hold under load is tried under load (one process
+    more than the machine's cores, with this run's workers), whatever else
     the machine does. The load is the machine's, not the module's: each busy
     process holds a lock of its own in the temporary folder, so that modules
-    run side by side (``pytest -n``) share two busy processes rather than
-    start two each, and a module whose neighbour ends starts those it no
+    run side by side (``pytest -n``) share the busy processes rather than
+    start their own each, and a module whose neighbour ends starts those it no
     longer has. They end with the module (and by themselves, should this
     process die)."""
     import fcntl

@@ -1,7 +1,7 @@
 """Crash test: ``suanli serve`` killed with SIGKILL at random moments while 8
 clients submit 160 applications, and started again each time (at least
 four times; ``bench/bench_serve.py`` measures the server under steady load),
-on a machine kept busy by two other processes (``busy``).
+on a machine kept busy by other processes (``busy``).
 
 Each client retries a submission (with its idempotency key) until it is
 acknowledged. Afterwards every acknowledged application exists exactly once,

@@ -8,8 +8,8 @@ controller takes over within 5 s (measured from the kill to its
 ``/healthz`` saying ``running``). Afterwards every acknowledged application
 is there exactly once with all its tasks, every task is placed, and no task
 was ever placed while it was placed already (each ``placed`` event of a task
-follows its submission or a stop). The machine is kept busy meanwhile by two
-other processes (``busy``): a takeover is measured under load."""
+follows its submission or a stop). The machine is kept busy meanwhile by other
+processes (``busy``): a takeover is measured under load."""
 
 from __future__ import annotations
 
