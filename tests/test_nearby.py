@@ -11,15 +11,21 @@ run must really have decided over neighbourhoods.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
-from hypothesis import given, note
+from conftest import SHARED
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from test_properties import SETTINGS, load, world_docs
 from suanli.output import outcome_json
 from suanli.scheduling import nearby
 from suanli.scheduling.static import schedule
+from suanli.sim.simulation import Simulation
+from suanli.spec.build import load_world
 
 
 @st.composite
@@ -79,3 +85,66 @@ def test_neighbourhood_decisions_equal_the_flat_search():
     # placements; the bounds sit below that spread so that no run fails by chance.)
     assert TALLY["with neighbourhood decisions"] >= TALLY["cases"] // 4, TALLY
     assert TALLY["placements"] >= TALLY["cases"] // 4, TALLY
+
+
+WORLD = SHARED / "worlds" / "pureedgesim_default.py"
+
+
+def short_task_world(tmp_path, devices: int, edge_cpu: int, minutes: int) -> Path:
+    """PureEdgeSim's default world at ``devices`` (``WORLD``): short tasks
+    bound within 100 ms of their device, offloaded to one edge data centre
+    of ``edge_cpu`` cores or the cloud; generating for ``minutes``."""
+    path = tmp_path / f"pes-{devices}-{edge_cpu}-{minutes}.yaml"
+    subprocess.run([sys.executable, str(WORLD), str(devices), str(path)], check=True, capture_output=True)
+    text = path.read_text()
+    edge = "{name: edge-dc1, tier: edge, nodeGroups: [{name: dc, count: 1, arch: x86_64, cpu: 10,"
+    assert edge in text and "until: 10m" in text
+    text = text.replace(edge, edge.replace("cpu: 10,", f"cpu: {edge_cpu},"))
+    path.write_text(text.replace("until: 10m", f"until: {minutes}m"))
+    return path
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(5, 60), st.integers(1, 16), st.integers(1, 3), st.integers(0, 2**16))
+def _short_tasks_picked_alike(tmp_path, devices, edge_cpu, minutes, seed):
+    world = load_world([short_task_world(tmp_path, devices, edge_cpu, minutes)])
+    runs = []
+    real = nearby.pick
+    for compiled in (True, False):
+        calls = []
+
+        def counted(*args, **kw):
+            calls.append(1)
+            return real(*args, **kw)
+
+        nearby.COMPILED, nearby.pick, before = compiled, counted, nearby.COMPILED_PICKS[0]
+        try:
+            sim = Simulation(world, seed=seed)
+            sim.run()
+        finally:
+            nearby.COMPILED, nearby.pick = True, real
+        runs.append((sim.events.take(), nearby.COMPILED_PICKS[0] - before, len(calls)))
+    (events, compiled_picks, picks), (flat, none, _) = runs
+    assert none == 0
+    assert events == flat
+    TALLY["picks"] += picks
+    placed = Counter(e["site"] for e in events if e["kind"] == "placed")
+    TALLY["cases"] += 1
+    TALLY["placed"] += sum(placed.values())
+    TALLY["compiled picks"] += compiled_picks
+    TALLY["on the edge"] += placed["edge-dc1"]
+    TALLY["in the cloud"] += placed["cloud"]
+    TALLY["on the device"] += sum(n for s, n in placed.items() if s not in ("edge-dc1", "cloud"))
+    note(f"{compiled_picks} compiled picks, placed {dict(placed)}")
+
+
+def test_short_tasks_compiled_picks_choose_the_rows_the_array_calls_choose(tmp_path):
+    """Short tasks (PureEdgeSim's world, its edge made smaller or larger) are
+    picked by one compiled loop (``kernels.near_pick``): the same events,
+    placement for placement, as the array calls give."""
+    TALLY.clear()
+    _short_tasks_picked_alike(tmp_path)
+    # not vacuous: the compiled loop made nearly every pick, a pick was made for most tasks (the rest took
+    # the row the one before took, unchanged since), and the edge filled (the cloud took the rest)
+    assert TALLY["compiled picks"] >= 0.9 * TALLY["picks"] > 0 and TALLY["picks"] >= TALLY["placed"] / 2, TALLY
+    assert TALLY["on the edge"] > 0 and TALLY["in the cloud"] > 0, TALLY

@@ -250,3 +250,47 @@ def site_changes(sites, now, peak, block_now, in_block, before):
                 peak[s, j] = x
             if b >= 0:
                 block_now[b, j] += x - before[i, j]
+
+
+@njit(cache=True, nogil=True)
+def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, w_fit, w_dev, w_near, near_on,
+              near_ms, tie, value, top):
+    """``nearby.pick`` for a request of cpu and memory alone, bound near a
+    site: of ``rows`` (ascending, ``rtt`` theirs to the near site), those
+    that pass ``static`` and ``masked`` (each by position; ``masked`` empty:
+    no masks), are enabled and have room for ``vec``, scored as
+    ``scores.fit`` plus ``nearby.bonus`` (the devices term from ``unused``,
+    the bounded near term when ``near_on``), term by term in their order.
+    Writes into ``top`` the rows within ``tie`` of the best, in row order,
+    and returns how many (``value``: scratch, as long as ``rows``)."""
+    best = -np.inf
+    n_dims = dims.size
+    for i in range(rows.size):
+        value[i] = -np.inf
+        r = rows[i]
+        if not static[i] or not enabled[r] or (masked.size > 0 and not masked[i]):
+            continue
+        if (vec[0] > 0 and free[0, r] < vec[0]) or (vec[1] > 0 and free[1, r] < vec[1]):
+            continue
+        acc = 0.0
+        for j in range(n_dims):
+            d = dims[j]
+            c = np.float64(cap[d, r])
+            term = np.float64(free[d, r] - vec[d]) * (1.0 / c if c > 0 else 0.0)
+            acc = -term if j == 0 else acc - term
+        fit = 100.0 + acc * (100.0 / n_dims)
+        b = w_dev * (0.0 if unused[r] else 100.0)
+        if near_on:
+            b += w_near * (100.0 / (1.0 + rtt[i] / near_ms))
+        v = w_fit * fit + b
+        value[i] = v
+        if v > best:
+            best = v
+    if best == -np.inf:
+        return 0
+    floor, k = best - tie, 0
+    for i in range(rows.size):
+        if value[i] >= floor:
+            top[k] = rows[i]
+            k += 1
+    return k

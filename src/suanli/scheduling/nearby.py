@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from suanli.scheduling import scores
-from suanli.scheduling.request import AccelNeed, Request
+from suanli.scheduling import kernels, scores
+from suanli.scheduling.request import AccelNeed, Private, Request
 from suanli.scheduling.table import CandidateTable
 
 SHARE = 1 / 8  # at most this share of the table's rows: decide over them alone
@@ -27,6 +27,8 @@ KEEP_ROWS = 4096  # a request keeps its rows up to this many; the last larger se
 _LAST: list = [None, None]  # (request, its entry): the last neighbourhood too large to keep with its request
 TIE = 1e-9  # as live.TIE
 DRAWS = [0]  # ties drawn by ``pick`` so far (a caller can tell whether its pick drew)
+COMPILED = True  # plain requests are picked by one compiled loop (False: by array calls, as the tests compare)
+COMPILED_PICKS = [0]  # picks made by the compiled loop so far
 
 
 def site_rows(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
@@ -254,6 +256,65 @@ def bonus(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray
     return b
 
 
+def _compiled(req: Request) -> bool:
+    """Whether ``pick`` decides ``req`` in one compiled loop (``kernels.near_pick``):
+    a request of cpu and memory alone (no devices, not a whole node, no data
+    sites), bound near a site by an rtt."""
+    got = req.cache.get("compiled pick")
+    if got is None:
+        vec = req.plain[0]
+        got = req.cache["compiled pick"] = (
+            COMPILED and not req.accels and not req.whole_node and not req.data_sites
+            and req.near_max_ms is not None and any(v > 0 for v in vec[:2]) and not any(v > 0 for v in vec[2:]))
+    return got
+
+
+def _static_near(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
+    """``static_ok(within=True)`` at the request's candidate rows, kept with
+    them while its site terms are fixed masks (not a network's component or
+    an unfinished bound, which the network's changes move)."""
+    got = req.cache.get("near rows")
+    if got is None or got[1] is not rows:
+        return static_ok(table, req, rows, within=True)
+    fixed = req.cache.get("fixed terms")
+    if fixed is None:
+        fixed = req.cache["fixed terms"] = all(
+            term is req.near or isinstance(term, (np.ndarray, Private)) for _, term in req.site_terms)
+    if not fixed:
+        return static_ok(table, req, rows, within=True)
+    kept = req.cache.get("near static")
+    if kept is None or kept[0] is not rows:
+        kept = req.cache["near static"] = (rows, static_ok(table, req, rows, within=True))
+    return kept[1]
+
+
+def _pick_compiled(table: CandidateTable, req: Request, rows: np.ndarray, rtt: np.ndarray,
+                   rng: np.random.Generator, masks: Sequence[np.ndarray]) -> int:
+    COMPILED_PICKS[0] += 1
+    static = _static_near(table, req, rows)
+    if masks:
+        masked = masks[0][rows]
+        for m in masks[1:]:
+            masked &= m[rows]
+    else:
+        masked = _NONE
+    dims, _, _ = scores.dims_of(req)
+    top = np.empty(rows.size, np.int64)
+    n = kernels.near_pick(rows, rtt, static, masked, table.enabled, table.free, table.cap, req.vec, dims,
+                          scores.stranding(table, req), scores.WEIGHTS["fit"], scores.WEIGHTS["devices"],
+                          scores.WEIGHTS["near"], req.near_site >= 0, scores._NEAR_RTT_MS, TIE,
+                          np.empty(rows.size), top)
+    if n == 0:
+        return -1
+    if n > 1:
+        DRAWS[0] += 1
+        return int(top[rng.integers(n)])
+    return int(top[0])
+
+
+_NONE = np.zeros(0, bool)
+
+
 def pick(table: CandidateTable, req: Request, rows: np.ndarray, network, rng: np.random.Generator,
          masks: Sequence[np.ndarray] = (), inside: np.ndarray | None = None) -> int:
     """``live.pick`` over the candidate ``rows`` only: the best row that fits
@@ -263,6 +324,8 @@ def pick(table: CandidateTable, req: Request, rows: np.ndarray, network, rng: np
     if inside is not None:
         keep = np.isin(rows, inside, assume_unique=True)
         rows, rtt = rows[keep], rtt[keep]
+    if _compiled(req):
+        return _pick_compiled(table, req, rows, rtt, rng, masks)
     ok = fits_now(table, req, rows, within=True)
     for m in masks:
         ok &= m[rows]

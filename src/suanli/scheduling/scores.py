@@ -78,13 +78,20 @@ def dims_of(req: Request) -> tuple[np.ndarray, slice | None, np.ndarray]:
 def devices(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
     """100 on rows with no accelerator kinds the request leaves unused, else 0:
     CPU work should not strand GPUs. Depends only on capacity, so it is cached."""
+    return np.where(stranding(table, req)[rows], 0.0, 100.0)
+
+
+def stranding(table: CandidateTable, req: Request) -> np.ndarray:
+    """bool[n]: the rows with accelerator kinds the request leaves unused
+    (``devices`` scores them 0), kept per table rows for every request that
+    leaves the same kinds unused."""
     key = _unused_kinds(req)
     shared = table.shared()
     unused = shared.get(key)
     if unused is None:  # (kept as a bool per row, not the float: a million rows' 7 MB)
         kinds = table.view("cap")[2:]
         unused = shared[key] = kinds[req.vec[2:] == 0].sum(axis=0) > 0
-    return np.where(unused[rows], 0.0, 100.0)
+    return unused
 
 
 def near(table: CandidateTable, req: Request, rows: np.ndarray, network: Network) -> np.ndarray:
