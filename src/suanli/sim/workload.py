@@ -59,6 +59,7 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
     end = until_s if spec.until is None else min(spec.until, until_s)
     t = spec.start
     n = 0
+    made = None  # the template's application, renamed for each arrival
     gaps: list[float] = []
     block = 1 if spec.jitter else 16
     while True:
@@ -69,9 +70,36 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
         t += gaps.pop()
         if t > end:
             return
-        app = build_application(f"{spec.name}-{n}", spec.tenant, spec.template)
+        if made is None:
+            made = _Renamed(build_application(f"{spec.name}-{n}", spec.tenant, spec.template))
+        app = made(f"{spec.name}-{n}")
         yield Arrival(t, _jittered(app, spec, rng))
         n += 1
+
+
+COMPONENT_FIELDS = tuple(Component.__dataclass_fields__)
+assert COMPONENT_FIELDS[0] == "app"  # (a copy is made with its application's name first)
+
+
+class _Renamed:
+    """Copies of an application under other names: what ``build_application``
+    makes of the same document under each name (only the names differ), made
+    without reading the document again (a generator's arrivals by the
+    hundred thousand). The copies share the first one's parts (resources,
+    bounds, selectors), which are frozen."""
+
+    __slots__ = ("app", "rest")
+
+    def __init__(self, app: Application) -> None:
+        self.app = app
+        self.rest = [tuple(getattr(c, f) for f in COMPONENT_FIELDS[1:]) for c in app.components]
+
+    def __call__(self, name: str) -> Application:
+        a = self.app
+        if name == a.name:
+            return a
+        return Application(name, a.tenant, a.vc, a.priority, a.preemptible,
+                           tuple(Component(name, *rest) for rest in self.rest), a.template)
 
 
 def _jittered(app: Application, spec: GeneratorSpec, rng: np.random.Generator) -> Application:
