@@ -204,6 +204,36 @@ def test_no_tenant_holds_more_than_its_quota_and_borrowing_and_no_lender_lends_b
         and seen["priority"] > 0, seen
 
 
+def test_two_cohorts_whose_quotas_the_fleet_cannot_hold_evict_no_ring(tmp_path):
+    """12 GPUs, quotas of 13 in two cohorts. Work that would run on borrowed
+    quota evicted another cohort's work by priority, whose owner reclaimed
+    what it lent, and round again: 78 evictions in one instant, each undoing
+    the one before, until the pass limit stopped them. A unit that borrows
+    evicts no other tenant's work by priority: it waits for room."""
+    gpus = [{"kind": "gpu", "count": 1}]
+
+    def member(name, cohort, quota):
+        return tenant(name, quota={"gpu": quota, "cpu": 8}, cohort=cohort, reclaimWithinCohort="any", maxPriority=100)
+
+    def job(name, owner, replicas, priority):
+        return app(name, owner, [component("w", "job", cpu=1, memory="1Gi", duration="20m", accelerators=gpus,
+                                           replicas=replicas)], priority=priority)
+
+    tenants = [member("t0", "c1", 4), member("t1", "c1", 4), member("t2", "c2", 5), member("t3", "c2", 0)]
+    apps = [job("a0x0", "t0", 1, 0), job("a0x1", "t0", 1, 0), job("a1x0", "t1", 6, 50), job("a2x0", "t2", 3, 0),
+            job("a2x1", "t2", 1, 0), job("a3x0", "t3", 1, 50)]
+    sites = [site("s", groups=[node_group("g", count=3, cpu=32, memory="256Gi", accelerators=[gpu(4)])])]
+    path = scenario(tmp_path, sites=sites, tenants=tenants, apps=apps,
+                    arrivals=[{"at": "0m", "app": a["metadata"]["name"]} for a in apps], until="2h")
+    sim = Simulation(load_world([path]), seed=1)
+    sim.run()
+    evictions = [e for e in sim.events if e.get("kind") == "preempted"]
+    assert 0 < len(evictions) <= 4, evictions  # owners still reclaim what they lent
+    assert {e["cause"] for e in evictions} <= {"cohort reclaim", "fair share"}, evictions
+    assert all(e["t"] == 0 for e in evictions)
+    assert sum(e["kind"] == "finished" for e in sim.events) == 13  # every task ran, one after another
+
+
 def test_the_example_borrows_and_reclaims(tmp_path):
     """``examples/cohorts.yaml``, as docs/scheduling.md tells it."""
     from pathlib import Path

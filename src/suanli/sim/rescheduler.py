@@ -213,10 +213,15 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     reclaim in turn), and an owner that reclaims ``never`` or
     ``lowerPriority`` does not evict more by priority. ``fair``: instead,
     units of no higher standing from other tenants above the unit's tenant's
-    weighted share (fair-share reclaim)."""
+    weighted share (fair-share reclaim). A unit that would run on quota its
+    tenant borrows evicts no other tenant's work by priority: what it
+    borrows its lender may reclaim, and the work it evicted may reclaim
+    in turn (two cohorts whose quotas the fleet cannot hold at once would
+    evict each other's work in a ring, an instant without end)."""
     share = sim.state.share_by_tenant() if fair else {}
     cohorts, index = sim.state.cohorts, sim.state.tenant_index
     cohort = int(cohorts.of[index[unit.tenant]])  # its cohort's own rules reclaim from its members (``lent_victims``)
+    borrows = not fair and cohort >= 0 and _borrows(sim, unit)
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
@@ -249,7 +254,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
                 continue  # reclaim is voluntary: within budgets, the migration limit and hysteresis
         elif not outranks(sim, unit, them):
             continue
-        if other != unit.tenant and cohort >= 0 and cohorts.of[index[other]] == cohort:
+        if other != unit.tenant and (borrows or cohort >= 0 and cohorts.of[index[other]] == cohort):
             continue
         held = []
         for task in us.run.tasks:
@@ -268,6 +273,15 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     return out
 
 
+def _borrows(sim, unit: Unit) -> bool:
+    """Whether ``unit``, placed now, would take its tenant above its own
+    (nominal) quota on some resource: it would run on what its cohort lends."""
+    state = sim.state
+    i = state.tenant_index[unit.tenant]
+    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
+    return bool((state.used[i] + need > state.cohorts.nominal[i]).any())
+
+
 def lent_victims(sim, unit: Unit) -> list[Victim]:
     """Work running on quota its tenant borrowed from ``unit``'s cohort, that
     ``unit``'s tenant may evict to get its own quota back: the preemptible
@@ -283,9 +297,9 @@ def lent_victims(sim, unit: Unit) -> list[Victim]:
     cohorts = state.cohorts
     if cohorts.of[i] < 0 or me.reclaim == "never":
         return []
-    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
-    if (state.used[i] + need > cohorts.nominal[i]).any():
+    if _borrows(sim, unit):
         return []
+    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
     borrowed = cohorts.borrowed(state.used)
     rows = cohorts.members[int(cohorts.of[i])]
     over = {state.tenant_names[r] for r in rows.tolist() if r != i and (borrowed[r] * (need > 0)).any()}
