@@ -82,9 +82,15 @@ class SiteNames:
         # not by trying every population's pattern (cars of ten operators are twenty blocks)
         self._by_prefix: dict[tuple[int, str], list[tuple[int, int, NamePattern]]] = {}
         self._shapes: list[tuple[int, int]] = []  # the (name length, prefix length) pairs of the blocks
+        # names of the blocks found lately, and their ids: a device's name is read at each of its tasks'
+        # placements (its bound's site); emptied when names are added, and when it holds PARSED_KEPT
+        self._parsed: dict[str, int] = {}
         self.n = 0
 
+    PARSED_KEPT = 1 << 16
+
     def add(self, name: str) -> int:
+        self._parsed = {}
         i = self.n
         self._index[name] = i
         self._listed[i] = name
@@ -92,6 +98,7 @@ class SiteNames:
         return i
 
     def add_block(self, count: int, pattern: NamePattern) -> int:
+        self._parsed = {}
         first = self.n
         self._firsts.append(first)
         self._blocks.append((first, count, pattern))
@@ -117,16 +124,23 @@ class SiteNames:
         got = self._index.get(name)
         if got is not None:
             return got
-        size, found = len(name), default
+        parsed = self._parsed
+        got = parsed.get(name)
+        if got is not None:
+            return got if got >= 0 else default
+        size, found = len(name), -1
         for length, cut in self._shapes:  # (the first block that matches, as when each was tried in turn)
             if length != size:
                 continue
             for first, count, pattern in self._by_prefix.get((size, name[:cut]), ()):
                 k = pattern.index(name)
-                if 0 <= k < count and (found == default or first < found):
+                if 0 <= k < count and (found < 0 or first < found):
                     found = first + k
                     break
-        return found
+        if len(parsed) >= self.PARSED_KEPT:
+            parsed.clear()
+        parsed[name] = found
+        return found if found >= 0 else default
 
     def __getitem__(self, name: str) -> int:
         got = self.get(name)
@@ -296,6 +310,7 @@ class SiteTable:
         t = SiteTable()
         t.names = copy.copy(self.names)
         t.names._index, t.names._listed = dict(self.names._index), dict(self.names._listed)
+        t.names._parsed = {}
         t._regions = Codes(self.regions)
         t.label_sets = list(self.label_sets)
         t.population_names = list(self.population_names)
