@@ -87,7 +87,7 @@ class SiteNames:
         self._parsed: dict[str, int] = {}
         self.n = 0
 
-    PARSED_KEPT = 1 << 16
+    PARSED_KEPT = 1 << 14
 
     def add(self, name: str) -> int:
         self._parsed = {}
