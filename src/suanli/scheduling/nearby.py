@@ -264,9 +264,9 @@ def _compiled(req: Request) -> bool:
     if got is None:
         vec = req.plain[0]
         got = req.cache["compiled pick"] = (
-            COMPILED and not req.accels and not req.whole_node and not req.data_sites
-            and req.near_max_ms is not None and any(v > 0 for v in vec[:2]) and not any(v > 0 for v in vec[2:]))
-    return got
+            not req.accels and not req.whole_node and not req.data_sites and req.near_max_ms is not None
+            and any(v > 0 for v in vec[:2]) and not any(v > 0 for v in vec[2:]))
+    return got and COMPILED
 
 
 def _static_near(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
