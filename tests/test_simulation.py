@@ -884,3 +884,33 @@ def test_a_moving_service_goes_where_its_state_gets_soonest_by_the_return_plans_
     assert moves[0]["to"] == "e-fast/n-0" and moves[0]["t"] == 60, moves
     assert abs(moves[0]["downtime_s"] - (4 * 2**30 * 8 / 10e9 + 0.005 + 5)) < 1e-3, moves[0]
     assert [m["to"] for m in moves[1:]] == ["drone-1/soc-0"] and moves[1]["t"] >= 180, moves
+
+
+def test_a_generators_copies_are_what_its_template_makes_under_each_name(examples, tmp_path):
+    """A generator reads its template once and renames the application for
+    each arrival: each copy equals, field by field, the application made
+    from the template under its name (its drawn duration or work aside,
+    where it has jitter): the generators of ``ai-hpc-mix`` and of
+    PureEdgeSim's world (bound near devices, on named sites)."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from suanli.sim.workload import generated
+    from suanli.spec.build import build_application
+
+    pes = tmp_path / "pes.yaml"
+    subprocess.run([sys.executable, str(examples.parent / "worlds" / "pureedgesim_default.py"), "12", str(pes)],
+                   check=True, capture_output=True)
+    seen = Counter()
+    for path in (examples / "ai-hpc-mix.yaml", pes):
+        for i, spec in enumerate(load_world([path]).scenario.spec.generators):
+            for arrival, _ in zip(generated(spec, i, 7, 3600.0), range(5)):
+                copy = arrival.app
+                made = build_application(copy.name, spec.tenant, spec.template)
+                assert replace(made, components=copy.components) == copy
+                for c, m in zip(copy.components, made.components, strict=True):
+                    assert c == replace(m, duration_s=c.duration_s, work_s=c.work_s) if spec.jitter else c == m
+                    assert c.app == copy.name
+                seen["jitter" if spec.jitter else "plain"] += 1
+    assert seen["plain"] >= 20 and seen["jitter"] >= 10, seen  # not vacuous: both kinds, five copies each
