@@ -17,6 +17,7 @@ if os.environ.get("SUANLI_TEST_DERANDOMIZE"):
 
     _settings.register_profile("derandomized", derandomize=True)
     _settings.load_profile("derandomized")
+
 EXAMPLES = SHARED / "examples"
 
 
