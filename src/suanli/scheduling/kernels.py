@@ -78,16 +78,30 @@ def catch_up(rows, ok, value, static, enabled, free, cap, dev_free, dev_cap, inv
                     has += 1
             packed = 100.0 * used / max(has, 1)
         else:
-            d = dims[0]
-            acc = -((free[d, r] - vec[d]) * inv[d, r])
-            for j in range(1, n_dims):
-                d = dims[j]
-                acc -= (free[d, r] - vec[d]) * inv[d, r]
-            packed = 100.0 + acc * (100.0 / n_dims)
+            packed = _packed(free, vec, dims, r, inv, inv)
         value[r] = fit_weight * packed + bonus[r]
     if not scored or n_top < 0:
         return best, -1
     return keep_best(value, rows, top, n_top, best, tie, long)
+
+
+@njit(cache=True, nogil=True)
+def _packed(free, vec, dims, r, inv, cap):
+    """``scores.fit`` of row ``r`` for a request of ``vec`` (``dims``: the
+    resources it asks for, at least one): 1 / capacity read from ``inv``
+    [R, rows], or, when ``inv`` has no rows, computed from ``cap`` as
+    ``CandidateTable.inverse_of`` computes it (the same floats)."""
+    acc = 0.0
+    for j in range(dims.size):
+        d = dims[j]
+        if inv.shape[1]:
+            inverse = inv[d, r]
+        else:
+            c = np.float64(cap[d, r])
+            inverse = 1.0 / c if c > 0 else 0.0
+        term = (free[d, r] - vec[d]) * inverse
+        acc = -term if j == 0 else acc - term
+    return 100.0 + acc * (100.0 / dims.size)
 
 
 @njit(cache=True, nogil=True)
@@ -263,8 +277,7 @@ def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, 
     the bounded near term when ``near_on``), term by term in their order.
     Writes into ``top`` the rows within ``tie`` of the best, in row order,
     and returns how many (``value``: scratch, as long as ``rows``)."""
-    best = -np.inf
-    n_dims = dims.size
+    no_inv = np.empty((0, 0))
     for i in range(rows.size):
         value[i] = -np.inf
         r = rows[i]
@@ -272,25 +285,11 @@ def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, 
             continue
         if (vec[0] > 0 and free[0, r] < vec[0]) or (vec[1] > 0 and free[1, r] < vec[1]):
             continue
-        acc = 0.0
-        for j in range(n_dims):
-            d = dims[j]
-            c = np.float64(cap[d, r])
-            term = np.float64(free[d, r] - vec[d]) * (1.0 / c if c > 0 else 0.0)
-            acc = -term if j == 0 else acc - term
-        fit = 100.0 + acc * (100.0 / n_dims)
         b = w_dev * (0.0 if unused[r] else 100.0)
         if near_on:
             b += w_near * (100.0 / (1.0 + rtt[i] / near_ms))
-        v = w_fit * fit + b
-        value[i] = v
-        if v > best:
-            best = v
-    if best == -np.inf:
-        return 0
-    floor, k = best - tie, 0
-    for i in range(rows.size):
-        if value[i] >= floor:
-            top[k] = rows[i]
-            k += 1
+        value[i] = w_fit * _packed(free, vec, dims, r, no_inv, cap) + b
+    _, k = best_of(value, top, tie)
+    for j in range(k):  # (positions in ``rows``, ascending: rows in row order)
+        top[j] = rows[top[j]]
     return k
