@@ -55,39 +55,43 @@ PHASES = {
 EVENTS = [("sim/logbook.py", "log")]  # an event made, kept and written in batches
 
 
-def run(devices: int, profile: bool, warm: bool = True, minutes: int = 10) -> dict:
+def write_world(devices: int, minutes: int, folder: Path) -> Path:
+    """The world at ``devices``, its devices generating for ``minutes``."""
+    path = folder / "w.yaml"
+    subprocess.run([sys.executable, str(WORLDS / "pureedgesim_default.py"), str(devices), str(path)], check=True,
+                   capture_output=True)
+    if minutes != 10:  # the generators (and the devices' moves) stop sooner; the backlog is still done
+        text = path.read_text()
+        assert text.count("until: 10m") >= 2, "the world's generators end at 10m"
+        path.write_text(text.replace("until: 10m", f"until: {minutes}m"))
+    return path
+
+
+def simulate(path: Path, folder: Path) -> dict:
+    """``suanli simulate`` of ``path`` in this process, its outputs in ``folder``: its result."""
     from suanli.sim.results import write_outputs
     from suanli.sim.simulation import Simulation
     from suanli.spec.build import load_world
 
-    if warm:  # compiled loops compiled (or read from their cache) before the clock starts, in either tree
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "w.yaml"
-            subprocess.run([sys.executable, str(WORLDS / "pureedgesim_default.py"), "20", str(path)], check=True,
-                           capture_output=True)
-            world = load_world([path])
-            sim = Simulation(world, until=world.scenario.spec.until, events_to=Path(tmp) / "events.jsonl.part")
-            write_outputs(sim, sim.run(), Path(tmp) / "out")
+    world = load_world([path])
+    sim = Simulation(world, until=world.scenario.spec.until, events_to=folder / "events.jsonl.part")
+    write_outputs(sim, sim.run(), folder / "out")
+    return json.loads((folder / "out" / "result.json").read_text())
+
+
+def run(devices: int, profile: bool, minutes: int = 10) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:  # compiled loops compiled (or read from their cache) before the
+        simulate(write_world(20, 10, Path(tmp)), Path(tmp))  # clock starts, in either tree
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "w.yaml"
-        subprocess.run([sys.executable, str(WORLDS / "pureedgesim_default.py"), str(devices), str(path)], check=True,
-                       capture_output=True)
-        if minutes != 10:  # the generators (and the devices' moves) stop sooner; the backlog is still done
-            text = path.read_text()
-            assert text.count("until: 10m") >= 2, "the world's generators end at 10m"
-            path.write_text(text.replace("until: 10m", f"until: {minutes}m"))
+        path = write_world(devices, minutes, Path(tmp))
         prof = cProfile.Profile() if profile else None
         cpu, wall = time.process_time(), time.perf_counter()
         if prof:
             prof.enable()
-        world = load_world([path])
-        sim = Simulation(world, until=world.scenario.spec.until, events_to=Path(tmp) / "events.jsonl.part")
-        end = sim.run()
-        write_outputs(sim, end, Path(tmp) / "out")
+        result = simulate(path, Path(tmp))
         if prof:
             prof.disable()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        result = json.loads((Path(tmp) / "out" / "result.json").read_text())
     tasks = result["metrics"]["tasks"]
     done = tasks.get("finished", 0)
     assert done > 10 * minutes * devices, tasks  # (11.3 tasks a device a minute are expected)
