@@ -207,7 +207,7 @@ class Component:
 
 
 _PER_SITE = ("app", "near", "data_source", "data_sink")  # what a component made per site (``each``) has of its own
-_FIELDS = tuple(Component.__dataclass_fields__)
+COMPONENT_FIELDS = tuple(Component.__dataclass_fields__)
 
 
 class _MadePerSite:
@@ -255,7 +255,7 @@ class SiteComponent(_MadePerSite):
     def __new__(cls, *args, **kwargs):  # (what ``dataclasses.replace`` calls: a plain Component)
         return Component(*args, **kwargs)
 
-    _KIND, _NAMES = "Component", _FIELDS
+    _KIND, _NAMES = "Component", COMPONENT_FIELDS
     task_name = Component.task_name
 
     def __reduce__(self):
@@ -269,7 +269,7 @@ _SET_SITE = tuple(getattr(SiteComponent, name).__set__ for name in _PER_SITE)  #
 def site_component(proto: Component) -> type[SiteComponent]:
     """The class of ``proto``'s copies made per site: its fields other than
     the site's are class attributes (read as fast as slots)."""
-    shared = {f: getattr(proto, f) for f in _FIELDS if f not in _PER_SITE}
+    shared = {f: getattr(proto, f) for f in COMPONENT_FIELDS if f not in _PER_SITE}
     return type("Component", (SiteComponent,), {"__slots__": (), "_proto": proto, **shared})
 
 

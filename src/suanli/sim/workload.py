@@ -18,7 +18,8 @@ import numpy as np
 
 from suanli.model.quantities import DURATION, MEMBERS, Distribution
 from suanli.model.fleet import Fleet
-from suanli.model.work import AcceleratorRequest, Application, Component, Near, Resources, default_vc_name
+from suanli.model.work import (COMPONENT_FIELDS, AcceleratorRequest, Application, Component, Near, Resources,
+                               default_vc_name)
 from suanli.spec.build import build_application
 from suanli.spec.schema import GeneratorSpec, TraceSpec
 
@@ -77,7 +78,6 @@ def generated(spec: GeneratorSpec, index: int, seed: int, until_s: float) -> Ite
         n += 1
 
 
-COMPONENT_FIELDS = tuple(Component.__dataclass_fields__)
 assert COMPONENT_FIELDS[0] == "app"  # (a copy is made with its application's name first)
 
 
