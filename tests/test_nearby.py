@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import SHARED
@@ -42,19 +43,31 @@ def bound_worlds(draw):
     return docs, draw(st.integers(0, 2**16))
 
 
-def outcome(docs, seed, share) -> tuple[str, int]:
-    calls = []
-    real, before = nearby.pick, nearby.SHARE
+@contextmanager
+def picks_counted(**settings_of_nearby):
+    """``nearby``'s module settings set for the duration (``SHARE``,
+    ``COMPILED``), and its picks counted: yields the list that gets one
+    item per pick."""
+    calls: list = []
+    real = nearby.pick
+    before = {name: getattr(nearby, name) for name in settings_of_nearby}
 
     def counted(*args, **kw):
         calls.append(1)
         return real(*args, **kw)
 
-    nearby.SHARE, nearby.pick = share, counted
+    for name, value in {**settings_of_nearby, "pick": counted}.items():
+        setattr(nearby, name, value)
     try:
-        out = outcome_json(schedule(load(docs), seed))
+        yield calls
     finally:
-        nearby.SHARE, nearby.pick = before, real
+        for name, value in {**before, "pick": real}.items():
+            setattr(nearby, name, value)
+
+
+def outcome(docs, seed, share) -> tuple[str, int]:
+    with picks_counted(SHARE=share) as calls:
+        out = outcome_json(schedule(load(docs), seed))
     return json.dumps(out, sort_keys=True), len(calls)
 
 
@@ -109,20 +122,11 @@ def short_task_world(tmp_path, devices: int, edge_cpu: int, minutes: int) -> Pat
 def _short_tasks_picked_alike(tmp_path, devices, edge_cpu, minutes, seed):
     world = load_world([short_task_world(tmp_path, devices, edge_cpu, minutes)])
     runs = []
-    real = nearby.pick
     for compiled in (True, False):
-        calls = []
-
-        def counted(*args, **kw):
-            calls.append(1)
-            return real(*args, **kw)
-
-        nearby.COMPILED, nearby.pick, before = compiled, counted, nearby.COMPILED_PICKS[0]
-        try:
+        before = nearby.COMPILED_PICKS[0]
+        with picks_counted(COMPILED=compiled) as calls:
             sim = Simulation(world, seed=seed)
             sim.run()
-        finally:
-            nearby.COMPILED, nearby.pick = True, real
         runs.append((sim.events.take(), nearby.COMPILED_PICKS[0] - before, len(calls)))
     (events, compiled_picks, picks), (flat, none, _) = runs
     assert none == 0
