@@ -221,7 +221,7 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     share = sim.state.share_by_tenant() if fair else {}
     cohorts, index = sim.state.cohorts, sim.state.tenant_index
     cohort = int(cohorts.of[index[unit.tenant]])  # its cohort's own rules reclaim from its members (``lent_victims``)
-    borrows = not fair and cohort >= 0 and _borrows(sim, unit)
+    borrows = not fair and cohort >= 0 and _borrows(sim, unit, _need(sim, unit))
     table = sim.state.vcs[unit.app.vc].table
     standing = sim.business.standing
     mine = standing(unit)
@@ -273,13 +273,17 @@ def victims(sim, unit: Unit, fair: bool = False) -> list[Victim]:
     return out
 
 
-def _borrows(sim, unit: Unit) -> bool:
-    """Whether ``unit``, placed now, would take its tenant above its own
-    (nominal) quota on some resource: it would run on what its cohort lends."""
-    state = sim.state
-    i = state.tenant_index[unit.tenant]
-    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
-    return bool((state.used[i] + need > state.cohorts.nominal[i]).any())
+def _need(sim, unit: Unit) -> np.ndarray:
+    """What ``unit`` holds once placed, per resource."""
+    return sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
+
+
+def _borrows(sim, unit: Unit, need: np.ndarray) -> bool:
+    """Whether ``unit``, placed now (holding ``need``), would take its tenant
+    above its own (nominal) quota on some resource: it would run on what its
+    cohort lends."""
+    i = sim.state.tenant_index[unit.tenant]
+    return bool((sim.state.used[i] + need > sim.state.cohorts.nominal[i]).any())
 
 
 def lent_victims(sim, unit: Unit) -> list[Victim]:
@@ -297,9 +301,9 @@ def lent_victims(sim, unit: Unit) -> list[Victim]:
     cohorts = state.cohorts
     if cohorts.of[i] < 0 or me.reclaim == "never":
         return []
-    if _borrows(sim, unit):
+    need = _need(sim, unit)
+    if _borrows(sim, unit, need):
         return []
-    need = sum(sim.business.request(c, unit.tenant).vec for c in unit.components)
     borrowed = cohorts.borrowed(state.used)
     rows = cohorts.members[int(cohorts.of[i])]
     over = {state.tenant_names[r] for r in rows.tolist() if r != i and (borrowed[r] * (need > 0)).any()}
