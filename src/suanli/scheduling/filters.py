@@ -19,6 +19,9 @@ from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
 
 Check = tuple[Why, np.ndarray]  # (reason, bool[N])
+# explanations of requests whose site masks come before their near bound read the rows that pass those
+# terms or fail one alone (``_masks_first``); off: every row (the same counts and binding check, slower)
+SPLIT = True
 
 
 def _needs_reasons(need: AccelNeed) -> tuple[Why, Why, Why, Why]:
@@ -303,12 +306,18 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     is explained over the rows of the open sites within the bound (from the
     network's neighbourhood, not a column): every other row fails one of
     those two first and is only counted (a car's service does not read a
-    million rows to say that they are other cars' or too far)."""
+    million rows to say that they are other cars' or too far). One whose
+    near bound comes after site masks (a selector naming an edge and a
+    cloud) reads the rows that pass the terms up to the bound and those that
+    fail one term alone, the rest counted per site (``_masks_first``): the
+    same counts and binding check as over every row."""
     if table.settle is not None:
         table.settle()
     counts = Reasons()
     near = _near_first(table, req)
     at: slice | np.ndarray = slice(0, table.n)
+    if near is None and SPLIT and (split := _masks_first(table, req)) is not None:
+        return _explain_split(table, req, extra, counts, *split)
     if near is None:
         remaining = ~table.view("retired")
         checks = [*_static_checks(table, req), *dynamic_checks(table, req), *extra]
@@ -381,6 +390,187 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
             return Binding(best, most, need.kind_name, need.milli, have,
                            capacity=int(np.where(ok[:, only], dev_cap, 0).max()))
     return Binding(best, most)
+
+
+def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], counts: Reasons,
+                   charged: list[tuple[Why, int]], rows: np.ndarray, n_at: int, n_near: int) -> Reasons:
+    """``explain`` for ``_masks_first``'s split: the rows that fail a site term
+    up to the bound charged as counted there; of ``rows`` (ascending), the
+    first ``n_at`` in the order they were found pass those terms and go
+    through the checks that follow, in order, and the binding check reads
+    them all (the next ``n_near`` fail one term before the bound alone, the
+    rest the bound alone)."""
+    for reason, n in charged:
+        if n:
+            counts[reason] += n
+    order = np.argsort(rows, kind="stable")
+    rows = rows[order]
+    at = order < n_at
+    known = len(charged)  # the site terms up to the bound
+    terms = req.site_terms
+    if n_at == rows.size:
+        every = [(reason, at) for reason, _ in terms[:known]]
+    else:
+        site = table.view("site")[rows]
+        every = [(reason, req.term_ok(term, site)) for reason, term in terms[:known - 1]]
+        every.append((terms[known - 1][0], order < n_at + n_near))  # the bound: known per row
+    if len(terms) > known:
+        site = table.view("site")[rows]
+        every += [(reason, req.term_ok(term, site)) for reason, term in terms[known:]]
+    every += [*static_checks(table, req, rows, len(terms)), *_dynamic(table, req, rows),
+              *((r, m[rows]) for r, m in extra)]
+    remaining = at.copy()
+    for reason, mask in every[known:]:
+        failed = int(np.count_nonzero(remaining & ~mask))
+        if failed:
+            counts[reason] += failed
+        remaining &= mask
+    counts.binding = _binding(table, req, every, np.ones(rows.size, bool), rows)
+    return counts
+
+
+# the most rows ``_masks_first`` reads per explanation, as a share of the table's (else every row is read)
+SPLIT_SHARE = 0.25
+
+
+def _masks_first(table: CandidateTable, req: Request) -> tuple[list[tuple[Why, int]], np.ndarray, int, int] | None:
+    """For ``explain``: when the request's site terms before its near bound are
+    masks over sites (selectors, allowed sites) and other devices' sites, no
+    row is retired, and few rows pass all of those terms or fail one alone:
+    (rows charged to each of those terms and to the bound, in order; the rows
+    to read: first the ``n_at`` that pass them all and the bound, then the
+    ``n_near`` within the bound that fail one term before it alone, then
+    those that pass the terms before it, beyond it; ``n_at``; ``n_near``).
+    Each row is charged to
+    the first of those terms it fails, as over every row: the rows per site
+    and term are counted once per table and masks, the near site's own rows
+    moved to where its request charges them. None otherwise (``explain``
+    reads every row)."""
+    from suanli.scheduling.request import NearBound, Private
+
+    bound, terms = req.near, req.site_terms
+    if not isinstance(bound, NearBound) or table.n_retired or table.n == 0:
+        return None
+    k = next((i for i, (_, term) in enumerate(terms) if term is bound), -1)
+    before = terms[:max(k, 0)]
+    if k < 1 or not all(isinstance(term, (np.ndarray, Private)) for _, term in before) or \
+            sum(isinstance(term, Private) for _, term in before) > 1:
+        return None
+    split = _site_split(table, before)
+    if split is None:
+        return None
+    first, failing, private, per_site, passing, alone = split
+    n_masks = failing.shape[0] - 1
+    # rows per term: a site's rows go to the first term it fails (``first``: which mask; private sites fail
+    # the devices' term after the masks before it)
+    p = next((i for i, (_, term) in enumerate(before) if isinstance(term, Private)), -1)
+    near = before[p][1].near if p >= 0 else -1  # the device whose own site the request may use
+    at_private = p if p >= 0 else n_masks  # masks before the devices' term
+    charged = [0] * (k + 1)
+    for j in range(n_masks):
+        term = j if j < at_private else j + 1
+        charged[term] += int(failing[j, 0]) + (int(failing[j, 1]) if j < at_private else 0)
+    if p >= 0:
+        charged[p] = int(failing[at_private:, 1].sum())
+    pass_sites, alone_sites = passing, alone
+    if 0 <= near < per_site.size and per_site[near] and private[near]:
+        mine, f = int(per_site[near]), int(first[near])
+        if f >= at_private:  # its request opens it: not charged to the devices' term
+            charged[p] -= mine
+            if f < n_masks:
+                charged[f + 1] += mine
+            else:
+                pass_sites = np.append(passing, near)  # (an open site's: ``passing`` holds no private one)
+        alone_sites = alone[alone != near]  # (counted with the devices' term failed)
+        if _distinct_failed(before, near) == 1:
+            alone_sites = np.append(alone_sites, near)
+    sites = np.concatenate([pass_sites, alone_sites])
+    inside = _within(bound, sites)
+    n_pass = pass_sites.size
+    charged[k] = int(per_site[pass_sites[~inside[:n_pass]]].sum())
+    # the rows read: those of the sites that pass every term up to the bound, then of those that fail one
+    # alone (within the bound, then beyond it); one gather
+    inside_alone = inside[n_pass:]
+    sites = np.concatenate([pass_sites[inside[:n_pass]], alone_sites[inside_alone], pass_sites[~inside[:n_pass]]])
+    n_rows = per_site[sites]
+    n_in = int(inside[:n_pass].sum())
+    n_at, n_near = int(n_rows[:n_in].sum()), int(n_rows[n_in:n_in + int(inside_alone.sum())].sum())
+    order, start = nearby.site_rows(table)
+    rows = nearby.runs(order, start[sites], n_rows)
+    return [(before[i][0] if i < k else terms[k][0], charged[i]) for i in range(k + 1)], rows, n_at, n_near
+
+
+def _within(bound, sites: np.ndarray) -> np.ndarray:
+    """bool[k]: which of ``sites`` are within ``bound``. Its own sites are
+    (those within it that could hold the request); its near site is when
+    its own rtt is; the path to any other is read (one walk over the core
+    for all of them)."""
+    if not sites.size:
+        return np.zeros(0, bool)
+    at = np.searchsorted(bound.sites, sites)
+    inside = (at < bound.sites.size) & (bound.sites[np.minimum(at, bound.sites.size - 1)] == sites)
+    if bound.complete:
+        return inside
+    own = sites == bound.site
+    inside[own] = bound.network.intra_rtt_ms[bound.site] <= bound.max_rtt_ms
+    ask = ~inside & ~own
+    if ask.any():
+        inside[ask] = bound.network.rtt_at(bound.site, sites[ask]) <= bound.max_rtt_ms
+    return inside
+
+
+def _distinct_failed(before, site: int) -> int:
+    """How many distinct reasons of the masks in ``before`` fail at ``site``."""
+    return len({reason for reason, term in before if isinstance(term, np.ndarray) and not term[site]})
+
+
+def _site_split(table: CandidateTable, before) -> tuple | None:
+    """Per table and masks (kept with the table's shared values): each site's
+    first failing mask (int8, the masks' count: none), rows per first failing
+    mask on open and on private sites (int64[masks + 1, 2]), the private mask,
+    rows per site, the open sites that pass every mask and the sites that
+    fail exactly one distinct reason (the masks', or the devices' term), each
+    ascending and holding rows. None when those sites hold too many rows to
+    be worth reading alone."""
+    from suanli.scheduling.request import Private
+
+    masks = [term for _, term in before if isinstance(term, np.ndarray)]
+    priv = next((term.private for _, term in before if isinstance(term, Private)), None)
+    key = ("masks first", *(id(m) for m in masks), id(priv))
+    shared = table.shared()
+    hit = shared.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], (*masks, priv))):
+        return hit[1]
+    n_known = min(nearby.site_counts(table).size, masks[0].size)
+    per_site = nearby.site_counts(table)[:n_known]  # (sites past the last one with rows: none)
+    first = np.full(n_known, len(masks), np.int8)
+    distinct: dict[Why, np.ndarray] = {}
+    for j in range(len(masks) - 1, -1, -1):
+        ok = masks[j][:n_known]
+        first[~ok] = j
+    for reason, term in before:
+        if isinstance(term, np.ndarray):
+            bad = ~term[:n_known]
+            distinct[reason] = distinct[reason] | bad if reason in distinct else bad
+    private = priv[:n_known] if priv is not None else np.zeros(n_known, bool)
+    nfail = np.zeros(n_known, np.int8)
+    for bad in distinct.values():
+        nfail += bad
+    nfail += private
+    has = per_site > 0
+    failing = np.zeros((len(masks) + 1, 2), np.int64)
+    np.add.at(failing, (first[has], private[has].astype(np.int64)), per_site[has])
+    passing = np.flatnonzero(has & (nfail == 0))
+    alone = np.flatnonzero(has & (nfail == 1))
+    split = None
+    if int(per_site[passing].sum() + per_site[alone].sum()) <= SPLIT_SHARE * table.n:
+        split = (first, failing, private, per_site, passing, alone)
+    kept = [k for k in shared if isinstance(k, tuple) and k[:1] == ("masks first",)]
+    if len(kept) >= 16:  # bounded: an entry per distinct set of masks (selectors), not per request
+        for old in kept:
+            del shared[old]
+    shared[key] = ((*masks, priv), split)
+    return split
 
 
 def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int) -> list[Check]:
