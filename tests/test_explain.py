@@ -103,17 +103,18 @@ def _pes_world(tmp_path, devices: int, edge_cpu: int, cloud_cpu: int, selector: 
     and their bound by ``max_rtt_ms`` (the cloud is 65 ms from a device)."""
     path = tmp_path / "pes.yaml"
     subprocess.run([sys.executable, str(PES), str(devices), str(path)], check=True, capture_output=True)
-    text = path.read_text().replace("until: 10m", "until: 1m").replace("maxRttMs: 100}", f"maxRttMs: {max_rtt_ms}}}")
-    for site, cpu in (("edge-dc1", edge_cpu), ("cloud", cloud_cpu)):
-        old = f"{{name: {site}, tier: {'edge' if site == 'edge-dc1' else 'cloud'}, nodeGroups: [{{name: dc, count: 1, " \
-              f"arch: x86_64, cpu: {10 if site == 'edge-dc1' else 200},"
+    text = path.read_text().replace("until: 10m", "until: 1m")
+    text = text.replace("maxRttMs: 100}", f"maxRttMs: {max_rtt_ms}}}")
+    for site, tier, cpu, was in (("edge-dc1", "edge", edge_cpu, 10), ("cloud", "cloud", cloud_cpu, 200)):
+        old = f"{{name: {site}, tier: {tier}, nodeGroups: [{{name: dc, count: 1, arch: x86_64, cpu: {was},"
         assert old in text, old
         text = text.replace(old, old.rsplit("cpu:", 1)[0] + f"cpu: {cpu},")
     if SELECTORS[selector] is not None:
         text = text.replace("sites: {names: [edge-dc1, cloud]}", SELECTORS[selector])
     if allowed:
-        text = text.replace("kind: Tenant\nmetadata: {name: iot}", "kind: Tenant\nmetadata: {name: iot}\n"
-                            "spec: {allowedSites: [cloud, edge-*, ap-*, phone-*, rpi-*, laptop-*, sensor-*, msensor-*]}")
+        sites = "cloud, edge-*, ap-*, phone-*, rpi-*, laptop-*, sensor-*, msensor-*"
+        text = text.replace("kind: Tenant\nmetadata: {name: iot}",
+                            f"kind: Tenant\nmetadata: {{name: iot}}\nspec: {{allowedSites: [{sites}]}}")
         assert "allowedSites" in text
     path.write_text(text)
     return path

@@ -251,6 +251,11 @@ def _run_changes(seed: int, exact: bool, worlds: int, steps: int) -> dict[str, i
                     got, val = net.within(site, limit, keep)
                     want = np.flatnonzero((col <= limit) & keep)
                     assert np.array_equal(got, want) and np.array_equal(val, col[want])
+                    keep.setflags(write=False)  # read-only: the few leaves it marks read from their parents
+                    got, val = net.within(site, limit, keep)
+                    assert np.array_equal(got, want) and np.array_equal(val, col[want])
+                    count("a mask's few leaves read from their parents",
+                          net._kept_leaves(keep) is not None and bool(keep[net.leaf].any()))
                     got, val = net.within(site, limit, core_keep)
                     want = np.flatnonzero((col <= limit) & core_keep)
                     assert np.array_equal(got, want) and np.array_equal(val, col[want])
@@ -273,7 +278,8 @@ def test_link_changes_and_handovers_match_floyd_warshall():
     seen = _run_changes(seed=7, exact=True, worlds=300, steps=20)
     need = ("leaf link down", "leaf link up", "core link changed", "columns kept", "columns stale",
             "handed over", "re-attached", "within some", "paths changed", "split",
-            "mask of core sites, leaves now kept", "rtt_at without its column", "leaf patches pending when read",
+            "mask of core sites, leaves now kept", "a mask's few leaves read from their parents",
+            "rtt_at without its column", "leaf patches pending when read",
             "pairs of a leaf without its column", "a pair's rtt kept across a change of others")
     assert all(seen.get(k, 0) >= 20 for k in need), seen
 
@@ -470,6 +476,9 @@ def test_a_site_that_relays_nothing_is_reached_and_never_passed_through(case, da
         keep = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
         got, val = fresh.within(site, limit, keep)
         want = np.flatnonzero((rtt[:, site] <= limit) & keep)
+        assert np.array_equal(got, want) and np.array_equal(val, rtt[want, site])
+        keep.setflags(write=False)  # (its few leaves read from their parents)
+        got, val = fresh.within(site, limit, keep)
         assert np.array_equal(got, want) and np.array_equal(val, rtt[want, site])
         targets = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=4)))
         assert site not in fresh._cache

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 _NO_KEEP = np.zeros(1, np.bool_)  # ``within`` without a mask
 _NO_SKIP = np.zeros(0, np.bool_)  # a search that reaches every vertex
 CACHE_BYTES = 512 * 2**20  # columns kept, by size: 32 of a million sites, 4,096 of 8,000
+FEW_LEAVES = 4096  # ``within``: a mask marking at most this many leaves reads them from their parents
 LEAF_COLUMNS = 8  # of them, columns of leaves (devices) kept (``Network._keep_few_leaves``)
 PATCHES_KEPT = 4096  # leaf patches noted before every cached column is caught up at once
 
@@ -474,7 +475,7 @@ class Network:
         self._patched = 0  # how many patches were dropped from the front of that list
         self.version = 0
         self._leaf_set = 0  # bumps when a site becomes a leaf or stops being one
-        self._keeps: dict[int, tuple] = {}  # id(keep) -> (keep, _leaf_set, whether it keeps any leaf)
+        self._keeps: dict[int, tuple] = {}  # id(keep) -> (keep, _leaf_set, whether it keeps any leaf[, few leaves])
 
     @staticmethod
     def build(sites: "Iterable[Site]", links: "Iterable[Link]", down: frozenset = frozenset(),
@@ -1027,10 +1028,39 @@ class Network:
         at, seed_rtt, seed_bw = seed
         skip = self._skip_but(keep[self.core], mask=True) if keep is not None and self._any_stop else _NO_SKIP
         dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit, skip)
-        return _neighbourhood(self.core, settled, dist, site, intra, limit,
-                              self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
-                              _NO_KEEP if keep is None else keep, keep is not None, self_ok,
-                              keep is None or self._keeps_leaves(keep))
+        few = self._kept_leaves(keep) if keep is not None else None
+        sites, rtt = _neighbourhood(self.core, settled, dist, site, intra, limit,
+                                    self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
+                                    _NO_KEEP if keep is None else keep, keep is not None, self_ok,
+                                    few is None and (keep is None or self._keeps_leaves(keep)))
+        if few is None or not few.size:
+            return sites, rtt
+        # the few leaves ``keep`` marks, read from their parents (not every leaf of every core site
+        # reached: a cloud behind an edge is a leaf beside a million devices), the same sums
+        few = few[few != site]
+        up = self.core_id[self.parent[few]]
+        reached = np.zeros(len(self.core), bool)
+        reached[settled] = True
+        ok = reached[up]
+        few, v = few[ok], dist[up[ok]] + self.leaf_rtt[few[ok]]
+        few, v = few[v <= limit], v[v <= limit]
+        if not few.size:
+            return sites, rtt
+        sites, rtt = np.concatenate([sites, few]), np.concatenate([rtt, v])
+        order = np.argsort(sites, kind="stable")
+        return sites[order], rtt[order]
+
+    def _kept_leaves(self, keep: np.ndarray) -> np.ndarray | None:
+        """int64: the leaves ``keep`` marks, when they are few (at most
+        ``FEW_LEAVES``) and ``keep`` is read-only; None otherwise. Kept with
+        ``_keeps_leaves``' answer."""
+        if keep.flags.writeable or not self._keeps_leaves(keep):
+            return None
+        hit = self._keeps[id(keep)]
+        if len(hit) < 4:
+            marked = np.flatnonzero(keep & self.leaf)
+            hit = self._keeps[id(keep)] = (*hit, marked if marked.size <= FEW_LEAVES else None)
+        return hit[3]
 
     def _keeps_leaves(self, keep: np.ndarray) -> bool:
         """Whether ``keep`` marks any leaf (when it marks none, a neighbourhood
