@@ -133,13 +133,15 @@ def _checked(explain):
         SPLIT["split"] += split
         SPLIT["binding outside the rows that pass"] += split and want is not None and \
             want.reason in {r for r, _ in req.site_terms}
+        SPLIT["no site could ever hold it within the bound"] += split and not req.near.sites.size
         return got
     return checked
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(20, 60), st.integers(1, 4), st.integers(1, 4), st.sampled_from(sorted(SELECTORS)), st.booleans(),
-       st.sampled_from([100, 50]), st.integers(0, 2**16))
+       st.sampled_from([100, 50, 5, 0]), st.integers(0, 2**16))
 def _explained_alike(tmp_path, devices, edge_cpu, cloud_cpu, selector, allowed, max_rtt_ms, seed):
     from suanli.scheduling import select
     from suanli.sim.simulation import Simulation
@@ -169,3 +171,4 @@ def test_site_masks_before_a_near_bound_explain_as_every_row_does(tmp_path):
     # only the selector or the bound, outside the rows read in full)
     assert SPLIT["split"] >= SPLIT["explained"] / 2 > 0, SPLIT
     assert SPLIT["binding outside the rows that pass"] > 0, SPLIT
+    assert SPLIT["no site could ever hold it within the bound"] > 0, SPLIT

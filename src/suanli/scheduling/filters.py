@@ -505,10 +505,11 @@ def _within(bound, sites: np.ndarray) -> np.ndarray:
     (those within it that could hold the request); its near site is when
     its own rtt is; the path to any other is read (one walk over the core
     for all of them)."""
-    if not sites.size:
-        return np.zeros(0, bool)
-    at = np.searchsorted(bound.sites, sites)
-    inside = (at < bound.sites.size) & (bound.sites[np.minimum(at, bound.sites.size - 1)] == sites)
+    if not bound.sites.size:
+        inside = np.zeros(sites.size, bool)
+    else:
+        at = np.searchsorted(bound.sites, sites)
+        inside = (at < bound.sites.size) & (bound.sites[np.minimum(at, bound.sites.size - 1)] == sites)
     if bound.complete:
         return inside
     own = sites == bound.site
