@@ -347,6 +347,7 @@ class Hardware:
         self.shapes = shapes
         self.domains: dict[str, dict[str, list]] = {}  # level -> domain -> [(node shape, nodes)] (``in_domains``)
         self.unchecked: set[str] = set()  # levels whose domains are not all counted (devices')
+        self._met: set[tuple] = set()  # demands found met (``demand``): asked again, not checked again
         for arch, devices in groups:
             self.archs.add(arch)
             for kind, model in devices:
@@ -360,6 +361,13 @@ class Hardware:
         """Warnings for a demand (a component's ``tasks`` or a host group's
         ``hosts``) that no node meets."""
         if not self.known:
+            return []
+        # what the answer reads of the demand (components of one template, or of generated
+        # applications, ask the same: tens of thousands of them, a few distinct)
+        key = (resources.cpu, resources.memory, resources.whole, what,
+               None if platform is None else tuple(platform.arch),
+               tuple((a.kind, None if a.model is None else tuple(a.model), a.count) for a in resources.accelerators))
+        if key in self._met:
             return []
         out = []
         if platform is not None and not self.archs.intersection(platform.arch):
@@ -376,6 +384,8 @@ class Hardware:
                                                           f"{acc.kind} models in the fleet: {_few(models)}"))
         if not out and self.shapes is not None:
             out += self._no_node_holds(src, here, resources, platform, what)
+        if not out and len(self._met) < 4096:
+            self._met.add(key)
         return out
 
     def images(self, src: Loaded, here: tuple, platform, images: dict[str, str]) -> list[Problem]:

@@ -827,7 +827,7 @@ def rejoin_flow_split(value: Any) -> Any:
     ``{'duration': 'lognormal(30m', '0.6)': None}``. The pieces are glued back
     while a value has an unclosed parenthesis and the next keys have no value.
     """
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or None not in value.values():  # (nothing split: no key without a value)
         return value
     out: dict[Any, Any] = {}
     items = list(value.items())
