@@ -267,6 +267,30 @@ def site_changes(sites, now, peak, block_now, in_block, before):
 
 
 @njit(cache=True, nogil=True)
+def sample_changes(totals, area_totals, dt, changed, t, node_site, own, area, last, now, firsts, ends, block_area,
+                   block_now, block_last, peak, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, has_idle, idle,
+                   tier, held, used, stranded, now_used, now_reserved, d_stranded):
+    """A sample's changes in one call: the ``totals`` integrated over the
+    ``dt`` since the last sample (``area_totals``: each the sum of a product,
+    as the arrays' expression gives it), the sites of the ``changed`` nodes
+    integrated up to ``t`` (``site_integrals``), the nodes' figures
+    (``node_figures``, into ``now`` and the totals), then the sites' peaks
+    and blocks (``site_changes``): the same steps, in the same order."""
+    if dt > 0:
+        for i in range(totals.size):
+            x = totals[i] * dt
+            area_totals[i] += x
+    sites = np.unique(node_site[changed])
+    n_res = now.shape[1]
+    in_block = np.empty(sites.size, np.int64)
+    before = np.empty((sites.size, n_res), now.dtype)
+    site_integrals(sites, t, own, area, last, now, firsts, ends, block_area, block_now, block_last, in_block, before)
+    node_figures(changed, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, has_idle, idle, tier, node_site,
+                 held, used, stranded, now_used, now_reserved, now, d_stranded)
+    site_changes(sites, now, peak, block_now, in_block, before)
+
+
+@njit(cache=True, nogil=True)
 def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, w_fit, w_dev, w_near, near_on,
               near_ms, tie, value, top):
     """``nearby.pick`` for a request of cpu and memory alone, bound near a

@@ -181,20 +181,21 @@ class Recorder:
         figures = self._sites
         if self._first is None:
             figures.start(t)
-        self._advance(t)
-        if changed is None:
-            changed = np.arange(fleet.n_nodes)
-        sites = fleet.node_site[np.asarray(changed, np.int64)]
-        sites = np.unique(sites) if sites.size > 1 else sites  # (one site: already unique)
-        in_blocks = figures.integrate(sites, t)
+            self._first = t
+        dt = t - self._last if self._last is not None and t > self._last else 0.0
+        self._last = max(t, self._last) if self._last is not None else t
+        changed = np.arange(fleet.n_nodes) if changed is None else np.asarray(changed, np.int64)
         d_stranded = np.zeros(self._stranded.shape[0])
-        kernels.node_figures(np.asarray(changed, np.int64), nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap,
-                             nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
-                             self._held if self._idle is None else self._idle, fleet.node_tier, fleet.node_site,
-                             self._held, self._held if self._used is None else self._used, self._stranded,
-                             self._now["used"], self._now["reserved"],
-                             figures.now, d_stranded)
-        figures.changed(sites, in_blocks)
+        # the totals integrated up to ``t``, the changed sites integrated, the nodes' figures, then the
+        # sites' peaks and blocks: one compiled call
+        kernels.sample_changes(self._vec, self._area_vec, float(dt),
+                               changed, float(t), fleet.node_site, figures.own, figures.area, figures.last,
+                               figures.now, figures.firsts, figures.ends, figures._block_area, figures.block_now,
+                               figures.block_last, figures.peak, nodes.cap, nodes.free, nodes.dev_free,
+                               nodes.dev_cap, nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
+                               self._held if self._idle is None else self._idle, fleet.node_tier, self._held,
+                               self._held if self._used is None else self._used, self._stranded,
+                               self._now["used"], self._now["reserved"], d_stranded)
         if d_stranded.size and d_stranded.any():
             self._add_stranded(d_stranded)
         self._now["violations"][0] = self.near_violations()
@@ -206,14 +207,6 @@ class Recorder:
         self._stranded_total += delta
         total = self._kind_capacity
         np.divide(self._stranded_total, total, out=self._now["fragmented"], where=total > 0)
-
-    def _advance(self, t: float) -> None:
-        """Integrate the totals up to ``t``."""
-        if self._last is not None and t > self._last:
-            self._area_vec += self._vec * (t - self._last)
-        if self._first is None:
-            self._first = t
-        self._last = max(t, self._last) if self._last is not None else t
 
     def _record(self, t: float, keep: bool) -> None:
         """Keep this sample in the series when it is the stride's, replaces one of
@@ -391,7 +384,9 @@ class _SiteFigures:
     def integrate(self, sites: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Integrals of ``sites`` (ascending, unique) up to ``t``, before their
         figures change; returns each one's block (-1: none) and its figures
-        now (for ``changed``). One compiled pass (``kernels.site_integrals``)."""
+        now (for ``changed``). One compiled pass (``kernels.site_integrals``;
+        a sample makes it, the nodes' figures and ``changed`` in one call:
+        ``kernels.sample_changes``)."""
         in_block = np.empty(sites.size, np.int64)
         before = np.empty((sites.size, self.now.shape[1]), self.now.dtype)
         kernels.site_integrals(sites, float(t), self.own, self.area, self.last, self.now, self.firsts, self.ends,
