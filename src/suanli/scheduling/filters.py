@@ -395,8 +395,8 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
 def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], counts: Reasons,
                    charged: list[tuple[Why, int]], rows: np.ndarray, n_at: int, n_near: int) -> Reasons:
     """``explain`` for ``_masks_first``'s split: the rows that fail a site term
-    up to the bound charged as counted there; of ``rows`` (ascending), the
-    first ``n_at`` in the order they were found pass those terms and go
+    up to the bound charged as counted there; of ``rows`` (in the order
+    ``_masks_first`` found them), the first ``n_at`` pass those terms and go
     through the checks that follow, in order, and the binding check reads
     them all (the next ``n_near`` fail one term before the bound alone, the
     rest the bound alone)."""
@@ -441,11 +441,10 @@ def _masks_first(table: CandidateTable, req: Request) -> tuple[list[tuple[Why, i
     to read: first the ``n_at`` that pass them all and the bound, then the
     ``n_near`` within the bound that fail one term before it alone, then
     those that pass the terms before it, beyond it; ``n_at``; ``n_near``).
-    Each row is charged to
-    the first of those terms it fails, as over every row: the rows per site
-    and term are counted once per table and masks, the near site's own rows
-    moved to where its request charges them. None otherwise (``explain``
-    reads every row)."""
+    Each row is charged to the first of those terms it fails, as over every
+    row: the rows per site and term are counted once per table and masks,
+    the near site's own rows moved to where its request charges them. None
+    otherwise (``explain`` reads every row)."""
     from suanli.scheduling.request import NearBound, Private
 
     bound, terms = req.near, req.site_terms
