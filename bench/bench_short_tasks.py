@@ -9,7 +9,8 @@ simulated first, untimed, so that compiling the compiled loops (a fresh
 worktree of ``--against`` has no cache of them) is not counted.
 ``--minutes M`` makes the devices generate for M minutes instead of ten
 (at 10,000 devices the edge and the cloud cannot keep up, and the backlog
-of ten minutes takes long to simulate). With ``--profile``, the
+of ten minutes takes long to simulate), ``--seconds S`` for S seconds (at
+100,000 devices). With ``--profile``, the
 run is made under the profiler and its time is split into phases by the
 functions that own them (inclusive times, each phase counted once where
 phases nest: a decision's events are the decision's):
@@ -25,7 +26,8 @@ phases nest: a decision's events are the decision's):
 
 Prints one JSON object.
 
-    .venv/bin/python bench/bench_short_tasks.py [--devices 1000] [--minutes 10] [--profile] [--against REV]
+    .venv/bin/python bench/bench_short_tasks.py [--devices 1000] [--minutes 10 | --seconds S] [--profile]
+                                                [--against REV]
 """
 
 from __future__ import annotations
@@ -55,15 +57,17 @@ PHASES = {
 EVENTS = [("sim/logbook.py", "log")]  # an event made, kept and written in batches
 
 
-def write_world(devices: int, minutes: int, folder: Path) -> Path:
-    """The world at ``devices``, its devices generating for ``minutes``."""
+def write_world(devices: int, minutes: float, folder: Path) -> Path:
+    """The world at ``devices``, its devices generating for ``minutes``
+    (whole minutes, or seconds when not whole)."""
     path = folder / "w.yaml"
     subprocess.run([sys.executable, str(WORLDS / "pureedgesim_default.py"), str(devices), str(path)], check=True,
                    capture_output=True)
     if minutes != 10:  # the generators (and the devices' moves) stop sooner; the backlog is still done
         text = path.read_text()
         assert text.count("until: 10m") >= 2, "the world's generators end at 10m"
-        path.write_text(text.replace("until: 10m", f"until: {minutes}m"))
+        until = f"{minutes:g}m" if float(minutes).is_integer() else f"{round(minutes * 60, 6):g}s"
+        path.write_text(text.replace("until: 10m", f"until: {until}"))
     return path
 
 
@@ -79,7 +83,7 @@ def simulate(path: Path, folder: Path) -> dict:
     return json.loads((folder / "out" / "result.json").read_text())
 
 
-def run(devices: int, profile: bool, minutes: int = 10) -> dict:
+def run(devices: int, profile: bool, minutes: float = 10) -> dict:
     with tempfile.TemporaryDirectory() as tmp:  # compiled loops compiled (or read from their cache) before the
         simulate(write_world(20, 10, Path(tmp)), Path(tmp))  # clock starts, in either tree
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +99,7 @@ def run(devices: int, profile: bool, minutes: int = 10) -> dict:
     tasks = result["metrics"]["tasks"]
     done = tasks.get("finished", 0)
     assert done > 10 * minutes * devices, tasks  # (11.3 tasks a device a minute are expected)
-    out = {"devices": devices, "minutes": minutes, "tasks_finished": done, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+    out = {"devices": devices, "minutes": round(minutes, 6), "tasks_finished": done, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
            "cpu_s_per_100k_tasks": round(cpu / done * 1e5, 2), "cpu_ms_per_task": round(cpu / done * 1e3, 3)}
     if prof:
         out["profile"] = phases(pstats.Stats(prof), done)
@@ -128,10 +132,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=1000)
     ap.add_argument("--minutes", type=int, default=10, help="minutes the devices generate tasks (the world's: 10)")
+    ap.add_argument("--seconds", type=float, help="seconds the devices generate tasks (instead of --minutes)")
     ap.add_argument("--profile", action="store_true", help="run under the profiler and split the time into phases")
     ap.add_argument("--against", metavar="REV", help="also run the code of git revision REV on the same world, "
                     "in the same invocation, and report the ratio of CPU a task")
     args = ap.parse_args()
+    if args.seconds is not None:
+        args.minutes = args.seconds / 60
     out = run(args.devices, args.profile, minutes=args.minutes)
     if args.against:
         out["against"] = against(args.against, args.devices, args.minutes)
@@ -140,7 +147,7 @@ def main() -> None:
     print(json.dumps(out, indent=1))
 
 
-def against(rev: str, devices: int, minutes: int) -> dict:
+def against(rev: str, devices: int, minutes: float) -> dict:
     """The same measurement with the code of ``rev`` (a worktree of it, its
     ``src`` first on the path), in a child process; the tasks must be the same."""
     repo = Path(__file__).resolve().parents[1]
@@ -149,7 +156,9 @@ def against(rev: str, devices: int, minutes: int) -> dict:
         subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(tree), rev], check=True)
         try:
             env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-            got = subprocess.run([sys.executable, __file__, "--devices", str(devices), "--minutes", str(minutes)],
+            whole = float(minutes).is_integer()
+            when = ["--minutes", str(int(minutes))] if whole else ["--seconds", str(minutes * 60)]
+            got = subprocess.run([sys.executable, __file__, "--devices", str(devices), *when],
                                  env=env, check=True,
                                  capture_output=True, text=True)
         finally:
