@@ -99,7 +99,8 @@ def run(devices: int, profile: bool, minutes: float = 10) -> dict:
     tasks = result["metrics"]["tasks"]
     done = tasks.get("finished", 0)
     assert done > 10 * minutes * devices, tasks  # (11.3 tasks a device a minute are expected)
-    out = {"devices": devices, "minutes": round(minutes, 6), "tasks_finished": done, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+    out = {"devices": devices, "minutes": round(minutes, 6), "tasks_finished": done, "cpu_s": round(cpu, 1),
+           "wall_s": round(wall, 1),
            "cpu_s_per_100k_tasks": round(cpu / done * 1e5, 2), "cpu_ms_per_task": round(cpu / done * 1e3, 3)}
     if prof:
         out["profile"] = phases(pstats.Stats(prof), done)
