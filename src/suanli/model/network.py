@@ -1028,11 +1028,12 @@ class Network:
         at, seed_rtt, seed_bw = seed
         skip = self._skip_but(keep[self.core], mask=True) if keep is not None and self._any_stop else _NO_SKIP
         dist, _, settled = _dijkstra(*self._graph, self.core_id[at], seed_rtt, seed_bw, limit, skip)
-        few = self._kept_leaves(keep) if keep is not None else None
+        leaves = keep is None or self._keeps_leaves(keep)
+        few = self._kept_leaves(keep) if keep is not None and leaves else None
         sites, rtt = _neighbourhood(self.core, settled, dist, site, intra, limit,
                                     self._kid_head, self._kid_next, self._kids, self.leaf_rtt,
                                     _NO_KEEP if keep is None else keep, keep is not None, self_ok,
-                                    few is None and (keep is None or self._keeps_leaves(keep)))
+                                    leaves and few is None)
         if few is None or not few.size:
             return sites, rtt
         # the few leaves ``keep`` marks, read from their parents (not every leaf of every core site
@@ -1051,9 +1052,9 @@ class Network:
         return sites[order], rtt[order]
 
     def _kept_leaves(self, keep: np.ndarray) -> np.ndarray | None:
-        """int64: the leaves ``keep`` marks, when they are few (at most
-        ``FEW_LEAVES``) and ``keep`` is read-only; None otherwise. Kept with
-        ``_keeps_leaves``' answer."""
+        """int64: the leaves ``keep`` marks, when it marks some and they are
+        few (at most ``FEW_LEAVES``) and ``keep`` is read-only; None
+        otherwise. Kept with ``_keeps_leaves``' answer."""
         if keep.flags.writeable or not self._keeps_leaves(keep):
             return None
         hit = self._keeps[id(keep)]

@@ -408,15 +408,13 @@ def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], 
     at = order < n_at
     known = len(charged)  # the site terms up to the bound
     terms = req.site_terms
+    site = table.view("site")[rows] if n_at < rows.size or len(terms) > known else None
     if n_at == rows.size:
         every = [(reason, at) for reason, _ in terms[:known]]
     else:
-        site = table.view("site")[rows]
         every = [(reason, req.term_ok(term, site)) for reason, term in terms[:known - 1]]
         every.append((terms[known - 1][0], order < n_at + n_near))  # the bound: known per row
-    if len(terms) > known:
-        site = table.view("site")[rows]
-        every += [(reason, req.term_ok(term, site)) for reason, term in terms[known:]]
+    every += [(reason, req.term_ok(term, site)) for reason, term in terms[known:]]
     every += [*static_checks(table, req, rows, len(terms)), *_dynamic(table, req, rows),
               *((r, m[rows]) for r, m in extra)]
     remaining = at.copy()
@@ -458,7 +456,7 @@ def _masks_first(table: CandidateTable, req: Request) -> tuple[list[tuple[Why, i
     split = _site_split(table, before)
     if split is None:
         return None
-    first, failing, private, per_site, passing, alone = split
+    first, failing, private, per_site, passing, alone, nfail = split
     n_masks = failing.shape[0] - 1
     # rows per term: a site's rows go to the first term it fails (``first``: which mask; private sites fail
     # the devices' term after the masks before it)
@@ -480,8 +478,8 @@ def _masks_first(table: CandidateTable, req: Request) -> tuple[list[tuple[Why, i
                 charged[f + 1] += mine
             else:
                 pass_sites = np.append(passing, near)  # (an open site's: ``passing`` holds no private one)
-        alone_sites = alone[alone != near]  # (counted with the devices' term failed)
-        if _distinct_failed(before, near) == 1:
+        alone_sites = alone[alone != near]  # (counted with the devices' term failed, which it passes)
+        if nfail[near] == 2:  # one mask's reason besides that term
             alone_sites = np.append(alone_sites, near)
     sites = np.concatenate([pass_sites, alone_sites])
     inside = _within(bound, sites)
@@ -504,11 +502,7 @@ def _within(bound, sites: np.ndarray) -> np.ndarray:
     (those within it that could hold the request); its near site is when
     its own rtt is; the path to any other is read (one walk over the core
     for all of them)."""
-    if not bound.sites.size:
-        inside = np.zeros(sites.size, bool)
-    else:
-        at = np.searchsorted(bound.sites, sites)
-        inside = (at < bound.sites.size) & (bound.sites[np.minimum(at, bound.sites.size - 1)] == sites)
+    inside = bound.listed(sites)
     if bound.complete:
         return inside
     own = sites == bound.site
@@ -519,19 +513,15 @@ def _within(bound, sites: np.ndarray) -> np.ndarray:
     return inside
 
 
-def _distinct_failed(before, site: int) -> int:
-    """How many distinct reasons of the masks in ``before`` fail at ``site``."""
-    return len({reason for reason, term in before if isinstance(term, np.ndarray) and not term[site]})
-
-
 def _site_split(table: CandidateTable, before) -> tuple | None:
     """Per table and masks (kept with the table's shared values): each site's
     first failing mask (int8, the masks' count: none), rows per first failing
     mask on open and on private sites (int64[masks + 1, 2]), the private mask,
     rows per site, the open sites that pass every mask and the sites that
     fail exactly one distinct reason (the masks', or the devices' term), each
-    ascending and holding rows. None when those sites hold too many rows to
-    be worth reading alone."""
+    ascending and holding rows, and how many distinct reasons each site
+    fails (int8). None when those sites hold too many rows to be worth
+    reading alone."""
     from suanli.scheduling.request import Private
 
     masks = [term for _, term in before if isinstance(term, np.ndarray)]
@@ -564,7 +554,7 @@ def _site_split(table: CandidateTable, before) -> tuple | None:
     alone = np.flatnonzero(has & (nfail == 1))
     split = None
     if int(per_site[passing].sum() + per_site[alone].sum()) <= SPLIT_SHARE * table.n:
-        split = (first, failing, private, per_site, passing, alone)
+        split = (first, failing, private, per_site, passing, alone, nfail)
     kept = [k for k in shared if isinstance(k, tuple) and k[:1] == ("masks first",)]
     if len(kept) >= 16:  # bounded: an entry per distinct set of masks (selectors), not per request
         for old in kept:

@@ -54,6 +54,14 @@ class NearBound:
     max_rtt_ms: float
     complete: bool  # no site within the bound was left out
 
+    def listed(self, sites: np.ndarray) -> np.ndarray:
+        """bool[k]: which of ``sites`` are among its own (within the bound,
+        able to hold the request: all of those within it when ``complete``)."""
+        if not self.sites.size:
+            return np.zeros(len(sites), bool)
+        at = np.searchsorted(self.sites, sites)
+        return (at < self.sites.size) & (self.sites[np.minimum(at, self.sites.size - 1)] == sites)
+
     def mask(self) -> np.ndarray:
         """bool[S]: the sites within the bound (made when a check over every site is asked for)."""
         if not self.complete:
@@ -146,10 +154,7 @@ class Request:
         if isinstance(term, NearBound) and not term.complete:
             return term.network.rtt_at(term.site, sites) <= term.max_rtt_ms
         if isinstance(term, NearBound):
-            if not term.sites.size:
-                return np.zeros(len(sites), bool)
-            at = np.searchsorted(term.sites, sites)
-            return (at < term.sites.size) & (term.sites[np.minimum(at, term.sites.size - 1)] == sites)
+            return term.listed(sites)
         if isinstance(term, (int, np.integer)):
             return self.network.component[sites] == term
         return term[sites]
