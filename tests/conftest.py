@@ -19,6 +19,29 @@ if os.environ.get("SUANLI_TEST_DERANDOMIZE"):
     _settings.load_profile("derandomized")
 
 EXAMPLES = SHARED / "examples"
+PES_WORLD = SHARED / "worlds" / "pureedgesim_default.py"
+
+
+def pes_world_text(devices: int, minutes: int, edge_cpu: int = 10, cloud_cpu: int = 200) -> str:
+    """PureEdgeSim's default world at ``devices`` (``PES_WORLD``): short
+    tasks bound within 100 ms of their device, offloaded to one edge data
+    centre of ``edge_cpu`` cores or a cloud of ``cloud_cpu``; generating for
+    ``minutes``. Its text, for a test to change further and write."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pes.yaml"
+        subprocess.run([sys.executable, str(PES_WORLD), str(devices), str(path)], check=True, capture_output=True)
+        text = path.read_text()
+    assert "until: 10m" in text
+    text = text.replace("until: 10m", f"until: {minutes}m")
+    for site, tier, cpu, was in (("edge-dc1", "edge", edge_cpu, 10), ("cloud", "cloud", cloud_cpu, 200)):
+        old = f"{{name: {site}, tier: {tier}, nodeGroups: [{{name: dc, count: 1, arch: x86_64, cpu: {was},"
+        assert old in text, old
+        text = text.replace(old, old.rsplit("cpu:", 1)[0] + f"cpu: {cpu},")
+    return text
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,11 @@ run must really have decided over neighbourhoods.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import SHARED
+from conftest import pes_world_text
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -100,20 +98,11 @@ def test_neighbourhood_decisions_equal_the_flat_search():
     assert TALLY["placements"] >= TALLY["cases"] // 4, TALLY
 
 
-WORLD = SHARED / "worlds" / "pureedgesim_default.py"
-
-
 def short_task_world(tmp_path, devices: int, edge_cpu: int, minutes: int) -> Path:
-    """PureEdgeSim's default world at ``devices`` (``WORLD``): short tasks
-    bound within 100 ms of their device, offloaded to one edge data centre
-    of ``edge_cpu`` cores or the cloud; generating for ``minutes``."""
+    """PureEdgeSim's default world at ``devices``, its edge of ``edge_cpu``
+    cores, generating for ``minutes`` (``conftest.pes_world_text``)."""
     path = tmp_path / f"pes-{devices}-{edge_cpu}-{minutes}.yaml"
-    subprocess.run([sys.executable, str(WORLD), str(devices), str(path)], check=True, capture_output=True)
-    text = path.read_text()
-    edge = "{name: edge-dc1, tier: edge, nodeGroups: [{name: dc, count: 1, arch: x86_64, cpu: 10,"
-    assert edge in text and "until: 10m" in text
-    text = text.replace(edge, edge.replace("cpu: 10,", f"cpu: {edge_cpu},"))
-    path.write_text(text.replace("until: 10m", f"until: {minutes}m"))
+    path.write_text(pes_world_text(devices, minutes, edge_cpu))
     return path
 
 
