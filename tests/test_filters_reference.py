@@ -439,3 +439,23 @@ def test_explain_charges_each_infeasible_row_once(data):
     assert all(v > 0 for v in counts.values())
     retired = getattr(table, "retired", np.zeros(len(table.node), bool))[: table.n]
     assert sum(counts.values()) == int(np.count_nonzero(~feasible(table, req) & ~retired))
+
+
+def test_data_on_a_device_linked_directly_to_others_is_reached():
+    """Devices relay nothing, so reachability among them is not a partition:
+    three devices linked in a triangle each reach the other two directly
+    (none through another). A row on any of them reaches data on any other,
+    as the reference says; the component labels alone (one part per device)
+    would say none does."""
+    sites = [Site(i, f"device-{i}", "device", "north", 0.2) for i in range(3)]
+    groups = [NodeGroup(i, i, "g", 1, "x86_64", 2000, 2048, (), {}, {}) for i in range(3)]
+    links = [Link(0, 1, 5.5, 1000.0), Link(0, 2, 2.5, 1000.0), Link(1, 2, 10.5, 1000.0)]
+    fleet = Fleet(sites, groups, links)
+    net = fleet.network
+    assert len(set(net.component.tolist())) == 3 and not net.labels_exact()
+    table = CandidateTable.from_fleet(fleet)
+    kw = {"res": Resources(500, 256), "data_sites": ("device-2",)}
+    req = compile_(fleet, kw)
+    rtt = path_rtt(fleet)
+    want = [reference_fits(fleet, table, r, kw, rtt) for r in range(table.n)]
+    assert want == [True, True, True] and feasible(table, req).tolist() == want

@@ -994,8 +994,45 @@ class Network:
         return self._column(site)[1]
 
     def reachable_to(self, site: int) -> np.ndarray:
-        """bool[S]: which sites have a path to ``site`` (no path search needed)."""
-        return self.component == self.component[site]
+        """bool[S]: which sites have a path to ``site``: the sites of its label
+        where labels are exact (``labels_exact``), else those its column reaches."""
+        if self.labels_exact():
+            return self.component == self.component[site]
+        return np.isfinite(self.rtt_to(site))
+
+    def labels_exact(self) -> bool:
+        """Whether ``component`` says exactly which sites have a path between
+        them. Reachability through sites that relay nothing is not a
+        partition: such a site linked directly to another such site reaches
+        it (and neither reaches the other's other neighbours), and one linked
+        to relaying sites of two parts reaches both. Where the core has such
+        a site, the labels are not exact and reachability is read from a
+        column (``reachable_to``). O(core links) when the core has changed
+        and has sites that relay nothing, else O(1)."""
+        key = (self.core_version, self.labelled)
+        if self._exact_key == key:
+            return self._exact
+        exact = True
+        if self._any_stop:
+            ea, eb = self._core_edges()[:2]
+            stop = self._graph[4]
+            sa, sb = stop[ea], stop[eb]
+            if (sa & sb).any():
+                exact = False
+            else:
+                one = sa ^ sb
+                xs = np.where(sa[one], ea[one], eb[one])  # the end that relays nothing
+                parts = self._core_root[ea[one] + eb[one] - xs]  # the other end's part
+                lo = np.full(len(self.core), np.iinfo(np.int64).max, np.int64)
+                hi = np.full(len(self.core), -1, np.int64)
+                np.minimum.at(lo, xs, parts)
+                np.maximum.at(hi, xs, parts)
+                exact = not bool((lo[xs] != hi[xs]).any())
+        self._exact_key, self._exact = key, exact
+        return exact
+
+    _exact_key: tuple = ()
+    _exact = True
 
     def within(self, site: int, max_rtt_ms: float, keep: np.ndarray | None = None,
                keep_self: bool | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -295,7 +295,7 @@ class BusinessLayer:
     anti_of: dict[int, tuple] = field(default_factory=dict)  # id(request) -> ((app, group), scope)
     _requests: OrderedDict = field(default_factory=OrderedDict)  # key -> Request, the most recent REQUESTS
     _near_keys: dict = field(default_factory=dict)  # near site name -> keys of the requests bound near it
-    _labelled: set = field(default_factory=set)  # keys of requests with a network component in their terms
+    _labelled: set = field(default_factory=set)  # keys of requests with a reach term (data or state sites)
     # the widest ``near`` bound of any request compiled so far (inf: one bound by no rtt): what a path
     # change at a device can reach of the requests, parked units and returns that others made
     widest_near: float = 0.0
@@ -418,7 +418,7 @@ class BusinessLayer:
                 self._near_keys.setdefault(comp.near.site, set()).add(key)
                 bound = comp.near.max_rtt_ms
                 self.widest_near = max(self.widest_near, np.inf if bound is None else float(bound))
-            if any(isinstance(term, (int, np.integer)) for _, term in req.site_terms):
+            if req.data_sites or req.moving is not None:  # (reach: a label or a column's sites, either may move)
                 self._labelled.add(key)
             if len(self._requests) > REQUESTS:  # a million cars' own requests are not all kept
                 self._drop_request(next(iter(self._requests)))

@@ -248,12 +248,16 @@ def compile_request(
     if bound is not None:
         site_checks.append((Why("near", ms=near_max, site=near.site), bound))
     data_idx = tuple(fleet.site_index[s] for s in data_sites)
+    exact = network.labels_exact() if data_idx or state_site is not None else True
+
+    def reach(s: int) -> "int | np.ndarray":  # a label where labels say it, else the sites a column reaches
+        return int(network.component[s]) if exact else network.reachable_to(s)
     for s in data_idx:
-        site_checks.append((Why("reach", "data", site=fleet.site_table.names.name(s)), int(network.component[s])))
+        site_checks.append((Why("reach", "data", site=fleet.site_table.names.name(s)), reach(s)))
     moving = None
     if state_site is not None:
         s = fleet.site_index[state_site]
-        site_checks.append((Why("reach", "state", site=state_site), int(network.component[s])))
+        site_checks.append((Why("reach", "state", site=state_site), reach(s)))
         moving = (s, state_bytes)  # its placement costs the move's seconds (``scores.moving_cost``)
     arch_codes = None
     if arch is not None:
