@@ -2,14 +2,18 @@
 
 A request whose first checks are other devices' sites and its near bound is
 explained over the rows of open sites within the bound, the others only
-counted. Checked against the full
-explanation (every row, every check in order) on the city's cars: their
-infotainment and autopilot requests, with the fleet partly placed, nodes
-down, and the default VC's quota and reach checks as extra masks."""
+counted; its binding check reads the open rows beyond the bound too, and
+the other devices' rows within it where those are a relaxation. Checked
+against the full explanation (every row, every check in order, and the
+binding check over every row) on the city's cars: their infotainment and
+autopilot requests, some bound near an edge or cloud instead, with the
+fleet partly placed, nodes down, and the default VC's quota and reach
+checks as extra masks."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ import pytest
 from conftest import pes_world_text
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from suanli.model.work import Near
 from suanli.scheduling import filters
 from suanli.scheduling.business_layer import TaskExtras
 from suanli.scheduling.static import schedule
@@ -61,23 +66,34 @@ def test_a_neighbourhood_explains_as_every_row_does(city, data):
         state.set_node_enabled(node, False)
     try:
         apps = [a for a in world.apps if a.template is not None]
+        fleet = state.fleet
+        open_sites = [s.name for s in fleet.sites if not fleet.site_table.private[s.index]]
         for app in data.draw(st.lists(st.sampled_from(apps), min_size=1, max_size=4)):
             for comp in app.components:
+                if data.draw(st.integers(0, 2)) == 0:  # bound near an edge or cloud instead: other cars' sites
+                    near = Near(data.draw(st.sampled_from(open_sites)), data.draw(st.sampled_from([1, 5, 20, 60])))
+                    comp = replace(comp, near=near)  # within the bound are a relaxation
                 req = business.request(comp, app.tenant)
                 extra = TaskExtras(business, vcs).checks(req, table)
                 fast = filters.explain(table, req, extra)
                 assert fast == reference(table, req, extra), (app.name, comp.name)
+                checks = [*filters.static_checks(table, req), *filters.dynamic_checks(table, req), *extra]
+                want = filters._binding(table, req, checks, ~table.view("retired"), slice(0, table.n))
+                assert fast.binding == want, (app.name, comp.name, fast.binding, want)
                 near = filters._near_first(table, req) is not None
                 TALLY["over the neighbourhood"] += near
                 inside = set(fast) - {r for r, _ in req.site_terms[:2]}
                 TALLY["refused inside it"] += near and bool(inside)
+                TALLY["the bound binds"] += near and want is not None and want.reason.code == "near"
+                TALLY["other cars' sites bind"] += near and want is not None and want.reason.code == "private"
     finally:
         for node in down:
             state.set_node_enabled(node, True)
 
 
 def test_the_neighbourhood_path_was_taken():
-    assert TALLY["over the neighbourhood"] > 0 and TALLY["refused inside it"] > 0, TALLY
+    assert TALLY["over the neighbourhood"] > 0 and TALLY["refused inside it"] > 0 and TALLY["the bound binds"] > 0 \
+        and TALLY["other cars' sites bind"] > 0, TALLY
 
 
 # ---------------------------------------------------------------- site masks before the near bound

@@ -306,7 +306,10 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     is explained over the rows of the open sites within the bound (from the
     network's neighbourhood, not a column): every other row fails one of
     those two first and is only counted (a car's service does not read a
-    million rows to say that they are other cars' or too far). One whose
+    million rows to say that they are other cars' or too far); its binding
+    check reads the rows that may fail one of the two alone as well
+    (``_near_relaxed``): the open rows beyond the bound, and other devices'
+    rows within it when those are a relaxation. One whose
     near bound comes after site masks (a selector naming an edge and a
     cloud) reads the rows that pass the terms up to the bound and those that
     fail one term alone, the rest counted per site (``_masks_first``): the
@@ -325,21 +328,92 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
         at, private_rows, private_reason = near
         if private_rows:
             counts[private_reason] += private_rows
+        near_reason = req.site_terms[0 if private_reason is None else 1][0]
         beyond = table.n - private_rows - at.size
         if beyond:
-            counts[req.site_terms[0 if private_reason is None else 1][0]] += beyond
+            counts[near_reason] += beyond
         remaining = np.ones(at.size, bool)
         known = 1 if private_reason is None else 2  # other devices' sites and the bound: they hold at ``at``
-        checks = [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at),
-                  *((r, m[at]) for r, m in extra)]
+        checks = _checks_at(table, req, at, known, extra)
     rows = remaining.copy()
     for reason, mask in checks:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed
         remaining &= mask
+    if near is not None:
+        checks, rows, at = _near_relaxed(table, req, extra, checks, at, known, beyond)
     counts.binding = _binding(table, req, checks, rows, at)
     return counts
+
+
+def _checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int, extra: Sequence[Check]) -> list[Check]:
+    """Every check but the first ``known`` site terms, at rows ``at``, in order."""
+    return [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at), *((r, m[at]) for r, m in extra)]
+
+
+def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], checks: list[Check], at: np.ndarray,
+                  known: int, beyond: int) -> tuple[list[Check], np.ndarray, np.ndarray]:
+    """For ``explain`` over a neighbourhood (``_near_first``): the checks,
+    rows and row indices its binding check reads, those of every row that
+    can fail one of the first two terms alone: the rows within the bound
+    (``at``, passing both, their ``checks`` given), the open rows beyond it
+    (failing the bound; as many as the edges' and clouds' rows, not the
+    devices') and, where another device's own site is a relaxation
+    (``_binding``), the rows on other devices' sites within the bound (as
+    many as the neighbourhood's devices)."""
+    first = req.site_terms[0][1] if known == 2 else None
+    private = first.private if first is not None else None
+    parts = [(at, True, True)]  # (rows, they pass other devices' sites, they pass the bound)
+    if beyond:
+        far = np.setdiff1d(_open_rows(table, private, first.near if first is not None else -1), at, assume_unique=True)
+        parts.append((far, True, False))
+    if first is not None and not _own_device(req):
+        bound = req.near
+        order, start = nearby.site_rows(table)
+        sites, _ = bound.network.within(bound.site, bound.max_rtt_ms)
+        sites = sites[sites < start.size - 1]
+        sites = sites[private[sites] & (sites != first.near)]
+        if sites.size:
+            parts.append((np.sort(nearby.runs(order, start[sites], nearby.site_counts(table)[sites])), False, True))
+    if len(parts) == 1:
+        return checks, np.ones(at.size, bool), at
+    sizes = [p.size for p, _, _ in parts]
+    terms = [(req.site_terms[0][0], 1), (req.site_terms[1][0], 2)] if first is not None else \
+        [(req.site_terms[0][0], 2)]
+    out = [(reason, np.repeat(np.array([part[k] for part in parts]), sizes)) for reason, k in terms]
+    rest = [checks] + [_checks_at(table, req, p, known, extra) for p, _, _ in parts[1:]]
+    out += [(reason, np.concatenate([c[i][1] for c in rest])) for i, (reason, _) in enumerate(checks)]
+    rows = np.concatenate([p for p, _, _ in parts])
+    return out, np.ones(rows.size, bool), rows
+
+
+def _own_device(req: Request) -> bool:
+    """Whether the request is bound near a device's own site: another
+    device's site is then no relaxation (no bound near it opens another)."""
+    from suanli.scheduling.request import Private
+
+    first = req.site_terms[0][1] if req.site_terms else None
+    return isinstance(first, Private) and 0 <= first.near < len(first.private) and bool(first.private[first.near])
+
+
+def _open_rows(table: CandidateTable, private: np.ndarray | None, near: int) -> np.ndarray:
+    """int64, ascending: the rows not on another device's own site (all
+    without private sites): what a request bound near ``near`` may take
+    whatever their distance. Those on no device's are kept per table until
+    rows are added (edges and clouds: a few thousand among a million cars')."""
+    if private is None:
+        return np.arange(table.n, dtype=np.int64)
+    shared = table.shared()
+    key = ("open rows", id(private))
+    rows = shared.get(key)
+    if rows is None:
+        rows = shared[key] = np.flatnonzero(~private[table.view("site")]).astype(np.int64)
+    if 0 <= near < len(private) and private[near]:
+        order, start = nearby.site_rows(table)
+        if near < start.size - 1:
+            rows = np.union1d(rows, order[start[near]:start[near + 1]])
+    return rows
 
 
 def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at) -> Binding | None:
@@ -347,11 +421,17 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     rows; the earlier check among equals), with the best of those rows'
     figures when it is a resource's; None when every row fails two or more.
     Rows without an accelerator kind the request needs are left out: the
-    relaxation they offer is not to need it."""
+    relaxation they offer is not to need it; so are rows on another
+    device's own site when the request is bound near a device's own (a
+    device's work is not bound near another; work bound elsewhere, or
+    nowhere, would fit there bound near that device)."""
     passes: dict[Why, np.ndarray] = {}  # a reason's checks together (capacity and free of one resource are one)
     for reason, mask in checks:
         prev = passes.get(reason)
         passes[reason] = mask if prev is None else prev & mask
+    private = next((reason for reason in passes if reason.code == "private"), None)
+    if private is not None and _own_device(req):  # bound near its device: another device's is no candidate
+        rows = rows & passes.pop(private)
     for need in req.accels:
         no_kind, no_model, too_few, not_shareable = _needs_reasons(need)
         if no_model in passes:  # with any model of the kind: are there enough (free) devices?
