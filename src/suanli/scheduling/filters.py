@@ -325,7 +325,7 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
         remaining = ~table.view("retired")
         checks = [*_static_checks(table, req), *dynamic_checks(table, req), *extra]
     else:
-        at, private_rows, private_reason = near
+        at, private_rows, private_reason, near_sites = near
         if private_rows:
             counts[private_reason] += private_rows
         near_reason = req.site_terms[0 if private_reason is None else 1][0]
@@ -342,7 +342,7 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
             counts[reason] += failed
         remaining &= mask
     if near is not None:
-        checks, rows, at = _near_relaxed(table, req, extra, checks, at, known, beyond)
+        checks, rows, at = _near_relaxed(table, req, extra, checks, at, near_sites, known, beyond)
     counts.binding = _binding(table, req, checks, rows, at)
     return counts
 
@@ -353,7 +353,7 @@ def _checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int, 
 
 
 def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], checks: list[Check], at: np.ndarray,
-                  known: int, beyond: int) -> tuple[list[Check], np.ndarray, np.ndarray]:
+                  near_sites: np.ndarray, known: int, beyond: int) -> tuple[list[Check], np.ndarray, np.ndarray]:
     """For ``explain`` over a neighbourhood (``_near_first``): the checks,
     rows and row indices its binding check reads, those of every row that
     can fail one of the first two terms alone: the rows within the bound
@@ -365,17 +365,22 @@ def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], c
     first = req.site_terms[0][1] if known == 2 else None
     private = first.private if first is not None else None
     parts = [(at, True, True)]  # (rows, they pass other devices' sites, they pass the bound)
+    order, start = nearby.site_rows(table)
+    per_site = nearby.site_counts(table)
     if beyond:
-        far = np.setdiff1d(_open_rows(table, private, first.near if first is not None else -1), at, assume_unique=True)
-        parts.append((far, True, False))
+        far = _open_sites(table, private)
+        far = far[~np.isin(far, near_sites)]  # (a few sites within the bound, against the edges' and clouds')
+        near = first.near if first is not None else -1
+        if 0 <= near < per_site.size and per_site[near] and private[near] and near not in near_sites:
+            far = np.append(far, near)  # its device's own site, beyond a bound tighter than its rtt within
+        parts.append((nearby.runs(order, start[far], per_site[far]), True, False))
     if first is not None and not _own_device(req):
         bound = req.near
-        order, start = nearby.site_rows(table)
         sites, _ = bound.network.within(bound.site, bound.max_rtt_ms)
         sites = sites[sites < start.size - 1]
         sites = sites[private[sites] & (sites != first.near)]
         if sites.size:
-            parts.append((np.sort(nearby.runs(order, start[sites], nearby.site_counts(table)[sites])), False, True))
+            parts.append((nearby.runs(order, start[sites], per_site[sites]), False, True))
     if len(parts) == 1:
         return checks, np.ones(at.size, bool), at
     sizes = [p.size for p, _, _ in parts]
@@ -397,23 +402,17 @@ def _own_device(req: Request) -> bool:
     return isinstance(first, Private) and 0 <= first.near < len(first.private) and bool(first.private[first.near])
 
 
-def _open_rows(table: CandidateTable, private: np.ndarray | None, near: int) -> np.ndarray:
-    """int64, ascending: the rows not on another device's own site (all
-    without private sites): what a request bound near ``near`` may take
-    whatever their distance. Those on no device's are kept per table until
-    rows are added (edges and clouds: a few thousand among a million cars')."""
-    if private is None:
-        return np.arange(table.n, dtype=np.int64)
+def _open_sites(table: CandidateTable, private: np.ndarray | None) -> np.ndarray:
+    """int64, ascending: the sites with rows that are not a device's own
+    (all without private sites), kept per table until rows are added (edges
+    and clouds: a few hundred among a million cars')."""
     shared = table.shared()
-    key = ("open rows", id(private))
-    rows = shared.get(key)
-    if rows is None:
-        rows = shared[key] = np.flatnonzero(~private[table.view("site")]).astype(np.int64)
-    if 0 <= near < len(private) and private[near]:
-        order, start = nearby.site_rows(table)
-        if near < start.size - 1:
-            rows = np.union1d(rows, order[start[near]:start[near + 1]])
-    return rows
+    key = ("open sites", id(private))
+    sites = shared.get(key)
+    if sites is None:
+        has_rows = np.flatnonzero(nearby.site_counts(table))
+        sites = shared[key] = has_rows if private is None else has_rows[~private[has_rows]]
+    return sites
 
 
 def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at) -> Binding | None:
@@ -662,12 +661,13 @@ def _static_checks_at(table: CandidateTable, req: Request, at: np.ndarray, known
     return hit
 
 
-def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, Why | None] | None:
+def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, Why | None, np.ndarray] | None:
     """For ``explain``: when the request's first site terms are other devices'
     sites (if the fleet has private ones) and then its near bound, and no row
     is retired: the rows on open sites within the bound (int64, ascending),
-    how many rows are on other devices' sites, and that reason (None without
-    private sites). None otherwise."""
+    how many rows are on other devices' sites, that reason (None without
+    private sites), and the open sites within the bound (ascending). None
+    otherwise."""
     from suanli.scheduling.request import NearBound, Private
 
     terms = req.site_terms
@@ -693,4 +693,4 @@ def _near_first(table: CandidateTable, req: Request) -> tuple[np.ndarray, int, W
     sites = sites[sites < n_known]
     rows = nearby.runs(order, start[sites], per_site[sites])
     rows.sort()
-    return rows, private_rows, terms[0][0] if private is not None else None
+    return rows, private_rows, terms[0][0] if private is not None else None, sites
