@@ -97,6 +97,11 @@ class Batches:
 
     # ------------------------------------------------------------ one batch
 
+    def may_take(self, unit) -> bool:
+        """Whether ``run`` may begin a batch at ``unit`` (when not, it returns
+        None for it whatever the tables hold: a pass may take it alone)."""
+        return ENABLED and self.layer.policy is None and _alone_kind(unit) is not None
+
     def run(self, tenant: str, queues: dict[str, deque], heap: list, order: dict[str, int],
             failed_shapes: dict, shape) -> tuple[int, bool, set[str], list[str]] | None:
         """Place units from the fronts of the pass's queues while they fit, in

@@ -464,8 +464,13 @@ class BusinessLayer:
         making it; a unit's ``seq`` is its uid."""
         n = len(uids)
         if n == 1:  # (one unit: its own order; an arrival of short work alone in its instant)
+            unit = unit_of(int(uids[0]))
+            if not self.batches.may_take(unit):  # what the pass does with it: it alone, one by one
+                failed: list[tuple[Unit, Counter]] = []
+                self._run_one(unit, record, failed, {}, broken)
+                return failed
             tenant, priority = key_of(uids[0])
-            queue = UnitQueue(map(unit_of, [int(uids[0])]), 1)
+            queue = UnitQueue(iter((unit,)), 1)
             return self._pass({self.standing_of(tenant, priority): {tenant: queue}}, [tenant], record, broken)
         groups: dict[tuple[int, str], int] = {}  # (standing, tenant) -> its code, in the order first seen
         levels: dict[tuple[str, int], int] = {}
