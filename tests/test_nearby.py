@@ -141,3 +141,29 @@ def test_short_tasks_compiled_picks_choose_the_rows_the_array_calls_choose(tmp_p
     # the row the one before took, unchanged since), and the edge filled (the cloud took the rest)
     assert TALLY["compiled picks"] >= 0.9 * TALLY["picks"] > 0 and TALLY["picks"] >= TALLY["placed"] / 2, TALLY
     assert TALLY["on the edge"] > 0 and TALLY["in the cloud"] > 0, TALLY
+
+
+def test_a_task_the_pass_places_starts_within_its_bound(tmp_path, monkeypatch):
+    """``Shard.started(fresh=True)`` takes a task the instant's pass placed to
+    be within its bound without looking its path up. Checked on runs with
+    handovers, devices going offline and moves (the city's cars) and on
+    short tasks that wait (PureEdgeSim's world with a small edge): each such
+    start, its path looked up, is within the bound. Not vacuous: many starts
+    away from the near site were checked in each."""
+    from suanli.sim.shard import Shard
+
+    real = Shard.track_near
+    seen = Counter()
+
+    def checked(self, task, comp=None, node=-1, fresh=False):
+        real(self, task, comp, node)  # the path looked up
+        if fresh and task in self.near_running:
+            assert task not in self._beyond, task
+            seen["fresh away from home"] += 1
+
+    monkeypatch.setattr(Shard, "track_near", checked)
+    city = Path(__file__).resolve().parents[1] / "examples" / "city-autodrive.yaml"
+    for paths, population, least in (([city], {"cars": "200"}, 10), ([short_task_world(tmp_path, 40, 2, 1)], None, 200)):
+        seen.clear()
+        Simulation(load_world(paths, population) if population else load_world(paths), seed=3).run()
+        assert seen["fresh away from home"] > least, seen

@@ -451,7 +451,7 @@ class Shard:
                 continue
             self.unpark((uid,), wake=False)
             self.pending.discard(uid)
-            self.started(t, uid)
+            self.started(t, uid, fresh=True)
         self._ahead = {}
         if risen:
             self._room.settle(risen)
@@ -651,7 +651,9 @@ class Shard:
                     self.end_task(t, task, FAILED, "failed", reason=why)
         self._forget(app)
 
-    def started(self, t: float, uid: int) -> None:
+    def started(self, t: float, uid: int, fresh: bool = False) -> None:
+        """A unit's placed tasks start as one run. ``fresh``: placed by this
+        instant's pass, so within their bounds (no path to look up)."""
         us = self._units[uid]
         unit = us.unit  # (the object itself, or made again when kept as columns)
         unit.state_sites = ()
@@ -686,7 +688,7 @@ class Shard:
             i = ids[task]
             p = self.state.placements[task]
             ledger.placed(i, t)
-            self.track_near(task, comps[0] if comp_of is None else comp_of[task], p.host.node)
+            self.track_near(task, comps[0] if comp_of is None else comp_of[task], p.host.node, fresh)
             where = self.where(p.host.node)
             self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc, **borrowed)
             if moving and i in moving:  # a service that stopped to move: priced from where it left
@@ -780,11 +782,13 @@ class Shard:
             return {}
         return {"borrowed_from": names, "reason": "running on quota borrowed from tenant " + ", ".join(names)}
 
-    def track_near(self, task: str, comp: Component | None = None, node: int = -1) -> None:
+    def track_near(self, task: str, comp: Component | None = None, node: int = -1, fresh: bool = False) -> None:
         """Keep ``near_running`` to the running tasks placed away from their
         ``near`` site: only they can move closer, or be beyond their bound.
         (``comp``: the task's component, when the caller has its record;
-        ``node``: where it is placed, when the caller has read that.)"""
+        ``node``: where it is placed, when the caller has read that;
+        ``fresh``: placed by this instant's pass, which places within bounds
+        only, so not beyond its bound.)"""
         if comp is None:
             comp = self._tasks[task].component
         if comp.near is None:
@@ -796,7 +800,10 @@ class Shard:
                 self.returns.enter(task)
             self.near_running[task] = comp
             self.returns.wake((task,))  # placed anew: its answer may differ
-            self._near_status(task, node)
+            if fresh:
+                self._beyond.discard(task)
+            else:
+                self._near_status(task, node)
         else:  # at home: no site index parsed from its name
             self.near_running.pop(task, None)
             self.returns.leave(task)
