@@ -106,6 +106,63 @@ class Timeline:
         self.dry = False  # a dry run looks: it asks for no instants
         self.rollouts = Rollouts(shard, book.log, self.wake_at)
         self.now = 0.0
+        self._handlers: dict[type, Callable[[float, Any], None]] = self._event_handlers()
+
+    def _event_handlers(self) -> dict[type, Callable[[float, Any], None]]:
+        """What each kind of loop event does at its instant (looked up by its
+        class: an instant of short work is one event, and a chain of
+        ``isinstance`` took longer than some of what the events do)."""
+        shard, globe = self.shard, self.globe
+
+        def submit(t, ev):
+            shard.submit(t, ev.app, ev.ended)
+
+        def restore(t, ev):
+            for app, ended in ev.apps:
+                shard.submit(t, app, ended, restored=True)
+
+        def next_arrival(t, ev):
+            self._arrive(t, self._next[ev.index])
+            self._queue_next(ev.index, t)
+
+        def next_move(t, ev):
+            self.scenario_event(t, self._next_mobility[ev.index][1])
+            self._queue_mobility(ev.index)
+
+        def note(t, ev):
+            fields = dict(ev.fields)
+            if ev.kind in ("ready", "notReady") and \
+                    not shard.readiness(fields["task"], fields["run"], ev.kind == "ready"):
+                return  # of a run that has stopped meanwhile
+            self.book.log(t, ev.kind, **fields)
+
+        return {
+            Submit: submit,
+            Update: lambda t, ev: self.rollouts.update(t, ev.app, ev.revision, ev.max_unavailable, ev.max_surge),
+            Restore: restore,
+            NextArrival: next_arrival,
+            Leave: lambda t, ev: shard.delete(t, ev.app, "left"),
+            RunFinished: lambda t, ev: shard.finished(t, ev.run_id),
+            ScenarioEvent: lambda t, ev: self.scenario_event(t, ev.spec),
+            NextMove: next_move,
+            ClaimEnded: lambda t, ev: globe.claim_ended(t, ev.claim),
+            MoveDone: lambda t, ev: self.resched.move_done(t, ev),
+            Wake: lambda t, ev: None,  # the instant's pass is the point
+            Resize: lambda t, ev: shard.resizer.turn(t),
+            TaskExited: lambda t, ev: shard.exited(t, ev),
+            Restart: lambda t, ev: shard.restart(t, ev),
+            NodeLost: lambda t, ev: globe.node_lost(t, ev),
+            NodeFound: lambda t, ev: globe.node_found(t, ev),
+            Call: lambda t, ev: ev.fn(),
+            Note: note,
+        }
+
+    def _handler_of(self, kind: type) -> Callable[[float, Any], None]:
+        """The handler of an event of a class derived from one above (kept);
+        an event of no such class does nothing."""
+        handler = next((h for k, h in self._handlers.items() if issubclass(kind, k)), lambda t, ev: None)
+        self._handlers[kind] = handler
+        return handler
 
     def run(self) -> float:
         with fewer_collections():
@@ -225,50 +282,12 @@ class Timeline:
 
     def _handle(self, t: float, batch: list[Any]) -> None:
         self.now = self.shard.now = t
+        handlers = self._handlers
         for ev in batch:
-            if isinstance(ev, Submit):
-                self.shard.submit(t, ev.app, ev.ended)
-            elif isinstance(ev, Update):
-                self.rollouts.update(t, ev.app, ev.revision, ev.max_unavailable, ev.max_surge)
-            elif isinstance(ev, Restore):
-                for app, ended in ev.apps:
-                    self.shard.submit(t, app, ended, restored=True)
-            elif isinstance(ev, NextArrival):
-                self._arrive(t, self._next[ev.index])
-                self._queue_next(ev.index, t)
-            elif isinstance(ev, Leave):
-                self.shard.delete(t, ev.app, "left")
-            elif isinstance(ev, RunFinished):
-                self.shard.finished(t, ev.run_id)
-            elif isinstance(ev, ScenarioEvent):
-                self.scenario_event(t, ev.spec)
-            elif isinstance(ev, NextMove):
-                self.scenario_event(t, self._next_mobility[ev.index][1])
-                self._queue_mobility(ev.index)
-            elif isinstance(ev, ClaimEnded):
-                self.globe.claim_ended(t, ev.claim)
-            elif isinstance(ev, MoveDone):
-                self.resched.move_done(t, ev)
-            elif isinstance(ev, Wake):
-                pass  # the instant's pass is the point
-            elif isinstance(ev, Resize):
-                self.shard.resizer.turn(t)
-            elif isinstance(ev, TaskExited):
-                self.shard.exited(t, ev)
-            elif isinstance(ev, Restart):
-                self.shard.restart(t, ev)
-            elif isinstance(ev, NodeLost):
-                self.globe.node_lost(t, ev)
-            elif isinstance(ev, NodeFound):
-                self.globe.node_found(t, ev)
-            elif isinstance(ev, Call):
-                ev.fn()
-            elif isinstance(ev, Note):
-                fields = dict(ev.fields)
-                if ev.kind in ("ready", "notReady") and \
-                        not self.shard.readiness(fields["task"], fields["run"], ev.kind == "ready"):
-                    continue  # of a run that has stopped meanwhile
-                self.book.log(t, ev.kind, **fields)
+            handler = handlers.get(type(ev))
+            if handler is None:
+                handler = self._handler_of(type(ev))
+            handler(t, ev)
         if self.rollouts.active:
             self.rollouts.step(t)
         self.hosts.before(t)
