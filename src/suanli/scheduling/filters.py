@@ -341,9 +341,11 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
         if failed:
             counts[reason] += failed
         remaining &= mask
-    if near is not None:
-        checks, rows, at = _near_relaxed(table, req, extra, checks, at, near_sites, known, beyond)
-    counts.binding = _binding(table, req, checks, rows, at)
+    more = None
+    if near is not None:  # the first terms pass at ``at``; rows elsewhere failing one of them alone are counted
+        checks = [(reason, rows) for reason, _ in req.site_terms[:known]] + checks
+        more = _near_relaxed(table, req, extra, at, near_sites, known, beyond)
+    counts.binding = _binding(table, req, checks, rows, at, more)
     return counts
 
 
@@ -352,45 +354,83 @@ def _checks_at(table: CandidateTable, req: Request, at: np.ndarray, known: int, 
     return [*_static_checks_at(table, req, at, known), *_dynamic(table, req, at), *((r, m[at]) for r, m in extra)]
 
 
-def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], checks: list[Check], at: np.ndarray,
-                  near_sites: np.ndarray, known: int, beyond: int) -> tuple[list[Check], np.ndarray, np.ndarray]:
-    """For ``explain`` over a neighbourhood (``_near_first``): the checks,
-    rows and row indices its binding check reads, those of every row that
-    can fail one of the first two terms alone: the rows within the bound
-    (``at``, passing both, their ``checks`` given), the open rows beyond it
-    (failing the bound; as many as the edges' and clouds' rows, not the
-    devices') and, where another device's own site is a relaxation
-    (``_binding``), the rows on other devices' sites within the bound (as
-    many as the neighbourhood's devices)."""
+def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], at: np.ndarray,
+                  near_sites: np.ndarray, known: int, beyond: int) -> dict[Why, int]:
+    """For ``explain`` over a neighbourhood (``_near_first``): how many rows
+    outside it fail one of its first two terms alone, by that term's reason,
+    for the binding check: the open rows beyond the bound that pass every
+    other check (as many as the edges' and clouds' rows are read, not the
+    devices'), and, where another device's own site is a relaxation
+    (``_binding``), the rows on other devices' sites within the bound that
+    do (as many as the neighbourhood's devices)."""
     first = req.site_terms[0][1] if known == 2 else None
     private = first.private if first is not None else None
-    parts = [(at, True, True)]  # (rows, they pass other devices' sites, they pass the bound)
     order, start = nearby.site_rows(table)
     per_site = nearby.site_counts(table)
+    out: dict[Why, int] = {}
     if beyond:
-        far = _open_sites(table, private)
-        far = far[~np.isin(far, near_sites)]  # (a few sites within the bound, against the edges' and clouds')
-        near = first.near if first is not None else -1
-        if 0 <= near < per_site.size and per_site[near] and private[near] and near not in near_sites:
-            far = np.append(far, near)  # its device's own site, beyond a bound tighter than its rtt within
-        parts.append((nearby.runs(order, start[far], per_site[far]), True, False))
+        far = _far_rows(table, private, near_sites, first.near if first is not None else -1)
+        out[req.site_terms[known - 1][0]] = _passing(table, req, extra, far, known)
     if first is not None and not _own_device(req):
         bound = req.near
         sites, _ = bound.network.within(bound.site, bound.max_rtt_ms)
         sites = sites[sites < start.size - 1]
         sites = sites[private[sites] & (sites != first.near)]
         if sites.size:
-            parts.append((nearby.runs(order, start[sites], per_site[sites]), False, True))
-    if len(parts) == 1:
-        return checks, np.ones(at.size, bool), at
-    sizes = [p.size for p, _, _ in parts]
-    terms = [(req.site_terms[0][0], 1), (req.site_terms[1][0], 2)] if first is not None else \
-        [(req.site_terms[0][0], 2)]
-    out = [(reason, np.repeat(np.array([part[k] for part in parts]), sizes)) for reason, k in terms]
-    rest = [checks] + [_checks_at(table, req, p, known, extra) for p, _, _ in parts[1:]]
-    out += [(reason, np.concatenate([c[i][1] for c in rest])) for i, (reason, _) in enumerate(checks)]
-    rows = np.concatenate([p for p, _, _ in parts])
-    return out, np.ones(rows.size, bool), rows
+            out[req.site_terms[0][0]] = _passing(table, req, extra, nearby.runs(order, start[sites], per_site[sites]),
+                                                 known)
+    return out
+
+
+def _far_rows(table: CandidateTable, private: np.ndarray | None, near_sites: np.ndarray, near: int) -> np.ndarray:
+    """The open rows beyond a bound whose open sites within are
+    ``near_sites`` (``near``: the device it is bound near): kept per table
+    and neighbourhood (the cars around an edge share one) until rows are
+    added."""
+    per_site = nearby.site_counts(table)
+    if private is not None:
+        # its device's own site, beyond a bound tighter than its rtt within, has rows open to it
+        beyond_own = near if 0 <= near < per_site.size and per_site[near] and private[near] \
+            and near not in near_sites else -1
+        near_sites = near_sites[~private[near_sites]]  # (its own site within: not another's to take out)
+    else:
+        beyond_own = -1
+    kept = table.shared().setdefault("far rows", {})
+    key = (id(private), near_sites.tobytes(), beyond_own)
+    rows = kept.get(key)
+    if rows is not None:
+        return rows
+    if len(kept) >= 4096:  # bounded: entries per neighbourhood
+        kept.clear()
+    far = _open_sites(table, private)
+    pos = np.searchsorted(far, near_sites)  # the open sites within the bound (both ascending) taken out
+    inside = pos < far.size
+    pos = pos[inside]
+    drop = pos[far[pos] == near_sites[inside]]
+    if drop.size:
+        far = np.delete(far, drop)
+    if beyond_own >= 0:
+        far = np.append(far, beyond_own)
+    order, start = nearby.site_rows(table)
+    rows = kept[key] = nearby.runs(order, start[far], per_site[far])
+    return rows
+
+
+def _passing(table: CandidateTable, req: Request, extra: Sequence[Check], rows: np.ndarray, known: int) -> int:
+    """How many of ``rows`` pass every check but the first ``known`` site
+    terms (what rows are, kept per row; then, of those that pass, the site
+    terms after those, ``extra`` and what they have free): no reasons made,
+    only the count."""
+    rows = rows[nearby.what_rows_are(table, req, rows)]
+    if len(req.site_terms) > known:
+        site = table.site[rows]
+        ok = np.ones(rows.size, bool)
+        for _, term in req.site_terms[known:]:
+            ok &= req.term_ok(term, site)
+        rows = rows[ok]
+    for _, mask in extra:
+        rows = rows[mask[rows]]
+    return int(np.count_nonzero(nearby.dynamic_ok(table, req, rows))) if rows.size else 0
 
 
 def _own_device(req: Request) -> bool:
@@ -415,10 +455,13 @@ def _open_sites(table: CandidateTable, private: np.ndarray | None) -> np.ndarray
     return sites
 
 
-def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at) -> Binding | None:
+def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows: np.ndarray, at,
+             more: dict[Why, int] | None = None) -> Binding | None:
     """The check that some of ``rows`` fail and nothing else (the most such
     rows; the earlier check among equals), with the best of those rows'
     figures when it is a resource's; None when every row fails two or more.
+    ``more``: rows not among ``rows`` that fail one check alone, counted by
+    its reason (a site term's: no figures are read of them).
     Rows without an accelerator kind the request needs are left out: the
     relaxation they offer is not to need it; so are rows on another
     device's own site when the request is bound near a device's own (a
@@ -444,11 +487,12 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     for ok in passes.values():
         fails += ~ok
     single = rows & (fails == 1)
-    if not single.any():
+    more = {reason: n for reason, n in more.items() if n and reason in passes} if more else None
+    if not single.any() and not more:
         return None
     best, most = None, 0
     for reason, ok in passes.items():
-        n = int(np.count_nonzero(single & ~ok))
+        n = int(np.count_nonzero(single & ~ok)) + (more.get(reason, 0) if more else 0)
         if n > most:
             best, most = reason, n
     if best.code != "capacity":

@@ -163,13 +163,7 @@ def static_ok(table: CandidateTable, req: Request, rows: np.ndarray, within: boo
     what the rows are (groups, arch, capacity, devices) are kept per row for
     every request that asks the same of them (a million cars' services ask
     the same of the edges around them); the site terms are read each time."""
-    ok = req.sites_ok(table.site[rows], skip=req.near if within else None)
-    known, value = _row_checks(table, req)
-    new = rows[~known[rows]]
-    if new.size:
-        value[new] = _what_rows_are(table, req, new)
-        known[new] = True
-    return ok & value[rows]
+    return req.sites_ok(table.site[rows], skip=req.near if within else None) & what_rows_are(table, req, rows)
 
 
 def _row_checks(table: CandidateTable, req: Request) -> tuple[np.ndarray, np.ndarray]:
@@ -230,6 +224,17 @@ def dynamic_ok(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndar
         if req.whole_node:
             mask = mask & (free == table.cap[:, rows]).all(axis=0) & (dev_free == table.dev_cap[:, rows]).all(axis=0)
     return mask
+
+
+def what_rows_are(table: CandidateTable, req: Request, rows: np.ndarray) -> np.ndarray:
+    """bool[k]: ``static_ok`` at ``rows`` but for their sites (what each row
+    is: kept per row for the requests that ask the same)."""
+    known, value = _row_checks(table, req)
+    new = rows[~known[rows]]
+    if new.size:
+        value[new] = _what_rows_are(table, req, new)
+        known[new] = True
+    return value[rows]
 
 
 def fits_now(table: CandidateTable, req: Request, rows: np.ndarray, within: bool = False) -> np.ndarray:
