@@ -231,23 +231,28 @@ class Shard:
         if uid is None:
             return  # the run was stopped earlier: a stale finish
         us = self._units[uid]
-        jobs = [task for task in us.run.tasks if self._tasks[task].component.lifetime == "job"]
-        for task in jobs:
-            self.end_task(t, task, FINISHED, "finished")
-        if us.unit.components[0].parts and len(us.run.tasks) < len(us.unit.tasks):  # the parts run in series
-            ran = set(us.run.tasks)
-            for task in us.unit.tasks:
+        tasks = us.run.tasks
+        jobs = [(task, rec) for task in tasks if (rec := self._tasks[task]).component.lifetime == "job"]
+        for task, rec in jobs:
+            self.end_task(t, task, FINISHED, "finished", rec=rec)
+        unit = us.unit
+        if unit.components[0].parts and len(tasks) < len(unit.tasks):  # the parts run in series
+            ran = set(tasks)
+            for task in unit.tasks:
                 if task not in ran:
                     self.end_task(t, task, FINISHED, "finished", reason="run in series by its other parts")
-        if len(jobs) == len(us.run.tasks):
-            self.close_run(uid)
+        if len(jobs) == len(tasks):
+            self.close_run(uid, unit=unit)
             if self.resizer is not None and self.resizer.units:
                 self.resizer.ended(uid)
         else:
             us.run.remaining_s = us.run.remaining_work_s = None  # the services carry on
 
-    def end_task(self, t: float, task: str, status: str, kind: str, **extra: Any) -> None:
-        rec = self._tasks[task]
+    def end_task(self, t: float, task: str, status: str, kind: str, rec: Any = None, **extra: Any) -> None:
+        """A task ends (or stops, to run again: ``status`` pending), logged as
+        ``kind`` with ``extra``; ``rec``: its record, when the caller has it."""
+        if rec is None:
+            rec = self._tasks[task]
         p = self.state.remove_placement(task) if task in self.state.placements else None
         where = {}
         if p is not None:
@@ -263,9 +268,10 @@ class Shard:
         self.ledger.ended(rec, status, t)
         self.log(t, kind, task=task, **where, **extra)
 
-    def close_run(self, uid: int, stop_at: float | None = None) -> Run:
+    def close_run(self, uid: int, stop_at: float | None = None, unit: Unit | None = None) -> Run:
         """Take a unit's run off the books. With ``stop_at`` the executor stops it
-        early and the progress it kept is what the unit's next run starts from."""
+        early and the progress it kept is what the unit's next run starts from.
+        ``unit``: the unit, when the caller has made it."""
         us = self._units[uid]
         run = us.run
         if stop_at is not None:
@@ -274,7 +280,7 @@ class Shard:
         else:
             self.executor.release(run, self.now)
         self.ledger.close(uid, run)
-        self.count_running(us.unit, -1)
+        self.count_running(us.unit if unit is None else unit, -1)
         return run
 
     def count_running(self, unit: Unit, step: int) -> None:
