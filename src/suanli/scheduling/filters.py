@@ -365,8 +365,6 @@ def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], a
     do (as many as the neighbourhood's devices)."""
     first = req.site_terms[0][1] if known == 2 else None
     private = first.private if first is not None else None
-    order, start = nearby.site_rows(table)
-    per_site = nearby.site_counts(table)
     out: dict[Why, int] = {}
     if beyond:
         far = _far_rows(table, private, near_sites, first.near if first is not None else -1)
@@ -374,11 +372,10 @@ def _near_relaxed(table: CandidateTable, req: Request, extra: Sequence[Check], a
     if first is not None and not _own_device(req):
         bound = req.near
         sites, _ = bound.network.within(bound.site, bound.max_rtt_ms)
-        sites = sites[sites < start.size - 1]
+        sites = sites[sites < nearby.site_counts(table).size]
         sites = sites[private[sites] & (sites != first.near)]
         if sites.size:
-            out[req.site_terms[0][0]] = _passing(table, req, extra, nearby.runs(order, start[sites], per_site[sites]),
-                                                 known)
+            out[req.site_terms[0][0]] = _passing(table, req, extra, nearby.rows_of(table, sites), known)
     return out
 
 
@@ -411,8 +408,7 @@ def _far_rows(table: CandidateTable, private: np.ndarray | None, near_sites: np.
         far = np.delete(far, drop)
     if beyond_own >= 0:
         far = np.append(far, beyond_own)
-    order, start = nearby.site_rows(table)
-    rows = kept[key] = nearby.runs(order, start[far], per_site[far])
+    rows = kept[key] = nearby.rows_of(table, far)
     return rows
 
 

@@ -87,6 +87,13 @@ def runs(order: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
     return order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(total)]
 
 
+def rows_of(table: CandidateTable, sites: np.ndarray) -> np.ndarray:
+    """The rows of ``sites`` (each a site the table has rows on: ``site_counts``
+    is long enough), site after site, in one gather."""
+    order, start = site_rows(table)
+    return runs(order, start[sites], site_counts(table)[sites])
+
+
 def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
     """int64: the rows on the sites within the request's near bound, ascending;
     None when it has no bound or the bound holds too many rows to be worth it.
