@@ -319,8 +319,8 @@ def explain(table: CandidateTable, req: Request, extra: Sequence[Check] = ()) ->
     counts = Reasons()
     near = _near_first(table, req)
     at: slice | np.ndarray = slice(0, table.n)
-    if near is None and SPLIT and (split := _masks_first(table, req)) is not None:
-        return _explain_split(table, req, extra, counts, *split)
+    if near is None and SPLIT and (split := _split_kept(table, req)) is not None:
+        return _explain_split(table, req, extra, counts, split)
     if near is None:
         remaining = ~table.view("retired")
         checks = [*_static_checks(table, req), *dynamic_checks(table, req), *extra]
@@ -511,38 +511,81 @@ def _binding(table: CandidateTable, req: Request, checks: Sequence[Check], rows:
     return Binding(best, most)
 
 
+class _Split:
+    """What ``explain`` reads of ``_masks_first``'s split that does not change
+    while the table's rows and the network's paths stay (``_split_kept``):
+    the rows charged to the site terms up to the bound; the rows read,
+    ascending, and which of them pass those terms (``at``); the checks on
+    what those rows are, in order (the site terms, then the static checks),
+    each over the rows read; how many site terms come before the bound and
+    it (``known``); and a mask of every row read."""
+
+    __slots__ = ("charged", "rows", "at", "static", "known", "every_row")
+
+    def __init__(self, table: CandidateTable, req: Request, charged: list[tuple[Why, int]], rows: np.ndarray,
+                 n_at: int, n_near: int) -> None:
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        at = order < n_at
+        known = len(charged)  # the site terms up to the bound
+        terms = req.site_terms
+        site = table.view("site")[rows] if n_at < rows.size or len(terms) > known else None
+        if n_at == rows.size:
+            static = [(reason, at) for reason, _ in terms[:known]]
+        else:
+            static = [(reason, req.term_ok(term, site)) for reason, term in terms[:known - 1]]
+            static.append((terms[known - 1][0], order < n_at + n_near))  # the bound: known per row
+        static += [(reason, req.term_ok(term, site)) for reason, term in terms[known:]]
+        static += static_checks(table, req, rows, len(terms))
+        self.charged, self.rows, self.at, self.static, self.known = charged, rows, at, static, known
+        self.every_row = np.ones(rows.size, bool)
+        for a in (rows, at, self.every_row):
+            a.flags.writeable = False  # (shared by every explanation of the request until rows change)
+
+
+def _split_kept(table: CandidateTable, req: Request) -> _Split | None:
+    """``_masks_first``'s split with its static checks (``_Split``), kept with
+    the request until rows are added or retired or paths change (a device's
+    task explained at each arrival while the edge it is bound near is full:
+    its own row, the edge's and the cloud's, read again and again); a split of
+    more rows than a request keeps (``nearby.KEEP_ROWS``) is made each time.
+    A device's handover changes its paths alone: the requests bound near the
+    sites whose paths changed are compiled again (``Shard.paths_changed``),
+    so the others keep their splits; a change of the core's links makes
+    every split again."""
+    network = getattr(req.near, "network", None)
+    key = (id(table), table.version, table.n, table.n_retired, id(network), getattr(network, "core_version", None))
+    got = req.cache.get("split")
+    if got is not None and got[0] == key:
+        return got[1]
+    split = _masks_first(table, req)
+    kept = _Split(table, req, *split) if split is not None else None
+    if kept is None or kept.rows.size <= nearby.KEEP_ROWS:
+        req.cache["split"] = (key, kept)
+    else:
+        req.cache.pop("split", None)
+    return kept
+
+
 def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], counts: Reasons,
-                   charged: list[tuple[Why, int]], rows: np.ndarray, n_at: int, n_near: int) -> Reasons:
+                   split: _Split) -> Reasons:
     """``explain`` for ``_masks_first``'s split: the rows that fail a site term
-    up to the bound charged as counted there; of ``rows`` (in the order
-    ``_masks_first`` found them), the first ``n_at`` pass those terms and go
-    through the checks that follow, in order, and the binding check reads
-    them all (the next ``n_near`` fail one term before the bound alone, the
-    rest the bound alone)."""
-    for reason, n in charged:
+    up to the bound charged as counted there; the rows read pass those terms
+    (``split.at``) and go through the checks that follow, in order, and the
+    binding check reads them all (those that fail one term before the bound
+    alone, or the bound alone, too)."""
+    for reason, n in split.charged:
         if n:
             counts[reason] += n
-    order = np.argsort(rows, kind="stable")
-    rows = rows[order]
-    at = order < n_at
-    known = len(charged)  # the site terms up to the bound
-    terms = req.site_terms
-    site = table.view("site")[rows] if n_at < rows.size or len(terms) > known else None
-    if n_at == rows.size:
-        every = [(reason, at) for reason, _ in terms[:known]]
-    else:
-        every = [(reason, req.term_ok(term, site)) for reason, term in terms[:known - 1]]
-        every.append((terms[known - 1][0], order < n_at + n_near))  # the bound: known per row
-    every += [(reason, req.term_ok(term, site)) for reason, term in terms[known:]]
-    every += [*static_checks(table, req, rows, len(terms)), *_dynamic(table, req, rows),
-              *((r, m[rows]) for r, m in extra)]
-    remaining = at.copy()
-    for reason, mask in every[known:]:
+    rows = split.rows
+    every = [*split.static, *_dynamic(table, req, rows), *((r, m[rows]) for r, m in extra)]
+    remaining = split.at.copy()
+    for reason, mask in every[split.known:]:
         failed = int(np.count_nonzero(remaining & ~mask))
         if failed:
             counts[reason] += failed
         remaining &= mask
-    counts.binding = _binding(table, req, every, np.ones(rows.size, bool), rows)
+    counts.binding = _binding(table, req, every, split.every_row, rows)
     return counts
 
 
