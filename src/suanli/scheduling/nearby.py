@@ -127,6 +127,27 @@ def candidate_rows(table: CandidateTable, req: Request) -> np.ndarray | None:
     return rows
 
 
+def ever_rows(table: CandidateTable, req: Request) -> tuple[np.ndarray, list[int]] | None:
+    """The rows within the request's bound that could ever hold it (passing
+    every check on what a row is: ``static_ok``), ascending, and their sites,
+    ascending; kept with the request until rows are added (a device's task
+    parked for room at each arrival while the edge near it is full). None
+    when it is not decided over a neighbourhood (``candidate_rows``)."""
+    rows = candidate_rows(table, req)
+    if rows is None:
+        return None
+    key = (id(table), table.version, table.n)
+    got = req.cache.get("ever rows")
+    if got is not None and got[0] == key:
+        return got[1]
+    rows = rows[static_ok(table, req, rows, within=True)]
+    rows.flags.writeable = False  # (kept: shared by the request's parked units)
+    entry = (rows, np.unique(table.site[rows]).tolist())
+    if rows.size <= KEEP_ROWS:
+        req.cache["ever rows"] = (key, entry)
+    return entry
+
+
 def row_rtt(req: Request) -> np.ndarray:
     """float64: the rtt to the near site of each of ``candidate_rows``."""
     got = req.cache.get("near rows")

@@ -138,8 +138,9 @@ class RoomWait:
     def items(self) -> list[int]:
         return list(self._of)
 
-    def add(self, uid: int, table, rows: np.ndarray, req, key: tuple, tenant: Hashable) -> None:
-        """Watch ``rows`` of ``table`` for ``uid``, whose place in a pass's order is ``key``."""
+    def add(self, uid: int, table, rows: np.ndarray, sites: list[int], req, key: tuple, tenant: Hashable) -> None:
+        """Watch ``rows`` of ``table`` (on ``sites``, ascending) for ``uid``, whose
+        place in a pass's order is ``key``."""
         tid = id(table)
         w = self._tables.get(tid)
         if w is None:
@@ -149,7 +150,6 @@ class RoomWait:
         shape = shape_of(req)
         w.reqs.setdefault(shape, req)
         entry = (key, uid)
-        sites = np.unique(table.site[rows]).tolist()
         for site in sites:
             insort(w.lists.setdefault(site, {}).setdefault(shape, []), entry)
         w.watch(rows)

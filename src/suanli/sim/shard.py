@@ -537,12 +537,11 @@ class Shard:
                 or tenant is None or tenant.quota or not vcs.default or not self._outranks_nothing(unit)):
             return
         req = self.business.request(comp, unit.tenant, unit.state_site(0))
-        rows = nearby.candidate_rows(vcs.table, req)
-        if rows is None:
+        ever = nearby.ever_rows(vcs.table, req)  # the rows that could ever hold it, and their sites
+        if ever is None:
             return
-        rows = rows[nearby.static_ok(vcs.table, req, rows, within=True)]  # the rows that could ever hold it
         self.pending.park(uid, ("room", uid))
-        self._room.add(uid, vcs.table, rows, req, self._pass_key(unit), unit.tenant)
+        self._room.add(uid, vcs.table, *ever, req, self._pass_key(unit), unit.tenant)
         site = self.world.fleet.site_index[comp.near.site]
         self._room_near.setdefault(site, set()).add(uid)
         self._room_site[uid] = site
