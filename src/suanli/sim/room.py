@@ -35,8 +35,15 @@ COUNTS: Counter = Counter()  # "reached": units a walk offered; "stopped": rows 
 
 
 def _now(table, rows: np.ndarray) -> np.ndarray:
-    """float64[k, m]: what ``rows`` have free, their device shares and whether they are in service."""
-    return np.vstack([table.free[:, rows], table.dev_free[:, rows], table.enabled[rows][None, :]]).T.astype(float)
+    """float64[k, m]: what ``rows`` have free, their device shares and whether they are in service
+    (written into one array: stacking the three took twice as long for the few rows of a wake)."""
+    n_free, n_dev = table.free.shape[0], table.dev_free.shape[0]
+    out = np.empty((rows.size, n_free + n_dev + 1))
+    out[:, :n_free] = table.free[:, rows].T
+    if n_dev:
+        out[:, n_free:n_free + n_dev] = table.dev_free[:, rows].T
+    out[:, -1] = table.enabled[rows]
+    return out
 
 
 def shape_of(req) -> tuple:

@@ -62,7 +62,19 @@ def beyond_every_node(fleet, req, retired: int) -> Why | None:
     one resource on one node than any node has (the ``retired`` nodes, a
     count the caller keeps, left out): cpu, memory, or whole devices of a
     kind and its allowed models (a share: one such device). None when no
-    single resource is beyond every node. O(node groups), not O(nodes)."""
+    single resource is beyond every node. O(node groups), not O(nodes);
+    kept with the request for the fleet and its count of retired nodes (a
+    device's task asked at each arrival while the edge near it is full)."""
+    key = (id(fleet), fleet.n_nodes, retired)
+    got = req.cache.get("beyond every node")
+    if got is not None and got[0] == key:
+        return got[1]
+    why = _beyond_every_node(fleet, req, retired)
+    req.cache["beyond every node"] = (key, why)
+    return why
+
+
+def _beyond_every_node(fleet, req, retired: int) -> Why | None:
     groups = _live_groups(fleet, retired)
     cap = fleet.group_capacity[groups]
     for col, name in ((0, "cpu"), (1, "memory")):
