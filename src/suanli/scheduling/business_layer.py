@@ -448,6 +448,8 @@ class BusinessLayer:
         ``broken``: a unit whose placement raises (a request no arithmetic of
         the tables can hold) is listed there with the error instead of
         stopping the pass; without it, the error propagates."""
+        if len(units) == 1 and not self.batches.may_take(units[0]):  # (a parked unit woken alone)
+            return self._alone(units[0], record, broken)
         by_standing: dict[int, dict[str, deque[Unit]]] = defaultdict(lambda: defaultdict(deque))
         for u in sorted(units, key=lambda u: (-u.priority, u.seq)):
             by_standing[self.standing(u)][u.tenant].append(u)
@@ -465,10 +467,8 @@ class BusinessLayer:
         n = len(uids)
         if n == 1:  # (one unit: its own order; an arrival of short work alone in its instant)
             unit = unit_of(int(uids[0]))
-            if not self.batches.may_take(unit):  # what the pass does with it: it alone, one by one
-                failed: list[tuple[Unit, Counter]] = []
-                self._run_one(unit, record, failed, {}, broken)
-                return failed
+            if not self.batches.may_take(unit):
+                return self._alone(unit, record, broken)
             tenant, priority = key_of(uids[0])
             queue = UnitQueue(iter((unit,)), 1)
             return self._pass({self.standing_of(tenant, priority): {tenant: queue}}, [tenant], record, broken)
@@ -492,6 +492,13 @@ class BusinessLayer:
             by_standing[level][tenant] = UnitQueue(map(unit_of, chunked(ids[a:b])), b - a)
         tenants = list(dict.fromkeys(t for _, t in groups))
         return self._pass(by_standing, tenants, record, broken)
+
+    def _alone(self, unit: Unit, record: bool, broken: list | None) -> list[tuple[Unit, Counter]]:
+        """A pass of one unit that no batch may take (``Batches.may_take``): what
+        ``_pass`` does with it, without its queues: the unit alone, one by one."""
+        failed: list[tuple[Unit, Counter]] = []
+        self._run_one(unit, record, failed, {}, broken)
+        return failed
 
     def run_apps(self, apps: tuple[Application, ...], record: bool = True) -> list[tuple[Unit, Counter]]:
         """``run(build_units(apps))``, the same placements in the same order,
