@@ -121,8 +121,8 @@ class Batches:
         this pass; such a unit ends the batch."""
         layer = self.layer
         queue = queues[tenant]
-        if not ENABLED or layer.policy is not None or not queue:
-            return None
+        if not queue or not self.may_take(queue[0]):
+            return None  # the next unit is not one a batch takes: no batch is started for it
         state = layer.state
         first = queue[0]
         vcs = state.vcs[first.app.vc]
@@ -131,9 +131,9 @@ class Batches:
             return None  # the first placement of a default VC sets its reach: one by one
         fleet = state.fleet
         site_index = fleet.site_index
-        comp = _alone_kind(first)
-        if comp is None or not _home(fleet.network, site_index[comp.near.site], comp.near.max_rtt_ms):
-            return None  # the next unit is not one a batch takes: no batch is started for it
+        comp = _alone_kind(first)  # (one component, bound alone: ``may_take``)
+        if not _home(fleet.network, site_index[comp.near.site], comp.near.max_rtt_ms):
+            return None  # its site is no leaf within its own bound: no batch is started for it
         if not self._fits_home(table, comp, first.app.tenant, site_index[comp.near.site]):
             return None  # it goes elsewhere (too big for its device, or the device is full): one by one
         units, tmpl_of, templates, tmpl_index = [], [], [], {}
