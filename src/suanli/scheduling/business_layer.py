@@ -28,13 +28,16 @@ from suanli.scheduling.batch import Batches
 from suanli.scheduling.global_layer import GlobalLayer, QuotaAndReach
 from suanli.scheduling.reasons import Domain, Reasons, Why, binding_of, bound
 from suanli.scheduling.request import Request, arch_reason, compile_request
-from suanli.scheduling.select import Extras, place_group
+from suanli.scheduling.select import Extras, place_group, place_one
 from suanli.scheduling.statement import Statement
 from suanli.scheduling.state import PlacementState, VCState, chunked
 from suanli.scheduling.table import Allocation, CandidateTable
 
 
 REQUESTS = 16_384  # compiled requests kept (each names its constraints: one per car bound near it, most used once)
+# A unit of one task is placed by ``select.place_one`` (False: by ``place_group``, as a group of one;
+# the reference ``tests/test_nearby.py`` compares)
+LONE = True
 SHARED = True  # False: one request per tenant, however alike (the reference ``tests/test_shared_requests.py`` compares)
 
 
@@ -638,8 +641,16 @@ class BusinessLayer:
         success, else the reasons. ``top_up``: an explicit VC's elastic
         groups grow by hosts for the members its hosts cannot hold, not for
         all of them (a running gang placed again wider)."""
-        vc_model = self.state.world.vcs[unit.app.vc]
         vcs = self.state.vcs[unit.app.vc]
+        if vcs.default and len(unit.tasks) == 1 and self._lone(unit):
+            comp = unit.components[0]
+            req = self.request(comp, unit.tenant, unit.state_site(0))
+            a = place_one(vcs.table, req, self.network, self.rng, TaskExtras(self, vcs))
+            if a is not None:
+                self.state.add_placement(unit.tasks[0], unit.tenant, vcs, a)
+                return None
+            # (nothing taken, nothing drawn: the steps below find it does not fit, and why)
+        vc_model = self.state.world.vcs[unit.app.vc]
         reqs = self.unit_requests(unit)
         cap = self.widths.get(unit.seq) if self.widths else None
         if cap is None:
@@ -684,6 +695,13 @@ class BusinessLayer:
             else:
                 self.left_out[unit.seq] = why
         return None
+
+    def _lone(self, unit: Unit) -> bool:
+        """Whether a unit of one task on a default VC is placed as ``place_one``
+        places one member (the short path): the default scores, no domain
+        to choose (no coupling, no affinity scope), not an elastic gang."""
+        return (LONE and self.policy is None and unit.min_members is None and not unit.couplings
+                and unit.affinity_scope is None and unit.components[0].start_size is None and not (self.widths and unit.seq in self.widths))
 
     def unit_requests(self, unit: Unit) -> list[Request]:
         return [self.request(c, unit.tenant, unit.state_site(i)) for i, c in enumerate(unit.components)]

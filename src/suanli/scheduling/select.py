@@ -41,6 +41,8 @@ def pick(table: CandidateTable, req: Request, mask: np.ndarray, network: Network
 
 def allocation(table: CandidateTable, req: Request, row: int) -> Allocation:
     """What placing ``req`` on ``row`` takes: the vector and the device slots."""
+    if not req.accels and not req.whole_node:  # (the vector alone: no list made for one)
+        return Allocation(row, req.vec)
     if req.whole_node:
         slots = tuple(int(s) for s in np.flatnonzero(table.dev_cap[:, row] > 0))
         return Allocation(row, table.free[:, row].copy(), slots, tuple(int(table.dev_free[s, row]) for s in slots))
@@ -387,10 +389,8 @@ def _fill(table, members, network, rng, extras: Extras, st: Statement,
                     ranked = _Ranked(table, r, network, masks, inside_rows)
                 if ranked is not None:
                     row = ranked.pick(rng)
-                elif near_rows is not None:  # the few rows within its bound, not every row
-                    row = nearby.pick(table, r, near_rows, network, rng, masks, inside_rows)
                 else:
-                    row = live.pick(table, r, network, rng, masks, inside_rows)
+                    row = _pick(table, r, near_rows, network, rng, masks, inside_rows)
                 if row < 0:
                     return r
         k = 1
@@ -419,6 +419,48 @@ def _fill(table, members, network, rng, extras: Extras, st: Statement,
         else:
             local[id(r)] = hint
     return done
+
+
+def _pick(table, req: Request, near_rows: np.ndarray | None, network, rng: np.random.Generator,
+          masks: list[np.ndarray], inside_rows: np.ndarray | None) -> int:
+    """The default scores' row for one member: over the few rows within its
+    bound (``near_rows``, from ``nearby.candidate_rows``) when it has them, not
+    every row; -1 when none holds it."""
+    if near_rows is not None:
+        return nearby.pick(table, req, near_rows, network, rng, masks, inside_rows)
+    return live.pick(table, req, network, rng, masks, inside_rows)
+
+
+def place_one(table: CandidateTable, req: Request, network: Network, rng: np.random.Generator,
+              extras: Extras) -> Allocation | None:
+    """``place_group`` of one member, anywhere, with the default scores and no
+    enclosing statement: the row, draws, extras' notes and kept hint that
+    ``_fill`` gives it, without a group's steps (a short task alone in its
+    instant). None when no row holds it: nothing taken, nothing drawn (the
+    caller's ``place_group`` then explains it)."""
+    extra = extras.checks(req, table)
+    owner = id(getattr(extras, "vc", None))
+    row = _repeat(table, req, extra, req.cache.get("last"), owner)
+    if row < 0:
+        near_rows = nearby.candidate_rows(table, req) if req.near is not None else None
+        row = _pick(table, req, near_rows, network, rng, [m for _, m in extra], None)
+        if row < 0:
+            return None
+    a = allocation(table, req, row)
+    st = Statement()
+    try:
+        st.take(table, (a,))
+        extras.note(req, table, a, st)
+    except Exception:
+        st.discard()
+        raise
+    st.commit()
+    req.cache["last"] = ((id(table), table.version, table.tick, owner), row)
+    PLACED_ONE[0] += 1
+    return a
+
+
+PLACED_ONE = [0]  # placements ``place_one`` made (tests count them)
 
 
 class _Ranked:
