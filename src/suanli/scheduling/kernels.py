@@ -267,27 +267,48 @@ def site_changes(sites, now, peak, block_now, in_block, before):
 
 
 @njit(cache=True, nogil=True)
-def sample_changes(totals, area_totals, dt, changed, t, node_site, own, area, last, now, firsts, ends, block_area,
-                   block_now, block_last, peak, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, has_idle, idle,
-                   tier, held, used, stranded, now_used, now_reserved, d_stranded):
+def sample_changes(totals, area_totals, peak_totals, dt, changed, logged, t, node_site, own, area, last, now, firsts,
+                   ends, block_area, block_now, block_last, peak, cap, free, dev_free, dev_cap, dev_kind, dev_shareable,
+                   has_idle, idle, tier, held, used, stranded, now_used, now_reserved, stranded_total, kind_capacity,
+                   fragmented, violations, at_violations):
     """A sample's changes in one call: the ``totals`` integrated over the
     ``dt`` since the last sample (``area_totals``: each the sum of a product,
     as the arrays' expression gives it), the sites of the ``changed`` nodes
-    integrated up to ``t`` (``site_integrals``), the nodes' figures
-    (``node_figures``, into ``now`` and the totals), then the sites' peaks
-    and blocks (``site_changes``): the same steps, in the same order."""
+    (``logged``: as a table's log has them, with repeats, in any order; else
+    ascending, once each) integrated up to ``t`` (``site_integrals``), the
+    nodes' figures (``node_figures``, into ``now`` and the totals), the
+    sites' peaks and blocks (``site_changes``), then the stranded share's
+    change (into ``stranded_total`` and its ratio to ``kind_capacity``,
+    ``fragmented``, when it changed), the ``violations`` at their place in
+    ``totals``, and the totals' peaks: the same steps, in the same order."""
     if dt > 0:
         for i in range(totals.size):
             x = totals[i] * dt
             area_totals[i] += x
+    if logged:
+        changed = np.unique(changed)
     sites = np.unique(node_site[changed])
     n_res = now.shape[1]
     in_block = np.empty(sites.size, np.int64)
     before = np.empty((sites.size, n_res), now.dtype)
+    d_stranded = np.zeros(stranded.shape[0])
     site_integrals(sites, t, own, area, last, now, firsts, ends, block_area, block_now, block_last, in_block, before)
     node_figures(changed, cap, free, dev_free, dev_cap, dev_kind, dev_shareable, has_idle, idle, tier, node_site,
                  held, used, stranded, now_used, now_reserved, now, d_stranded)
     site_changes(sites, now, peak, block_now, in_block, before)
+    moved = False
+    for k in range(d_stranded.size):
+        if d_stranded[k] != 0:
+            moved = True
+    if moved:
+        for k in range(d_stranded.size):
+            stranded_total[k] += d_stranded[k]
+            if kind_capacity[k] > 0:
+                fragmented[k] = stranded_total[k] / kind_capacity[k]
+    totals[at_violations] = violations
+    for i in range(totals.size):
+        if totals[i] > peak_totals[i]:
+            peak_totals[i] = totals[i]
 
 
 @njit(cache=True, nogil=True)

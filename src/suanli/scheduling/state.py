@@ -1483,7 +1483,7 @@ class PlacementState:
         used = self.used if rows is None else self.used[rows]
         weights = self.weights if rows is None else self.weights[rows]
         share = used / np.maximum(self.total, 1)
-        return share.max(axis=1, initial=0.0) / weights
+        return np.maximum.reduce(share, axis=1, initial=0.0) / weights  # (``max`` without its wrapper)
 
     def share_by_tenant(self) -> dict[str, float]:
         """Every tenant's weighted dominant share by name (one array operation)."""

@@ -95,6 +95,8 @@ class Recorder:
         at = 0
         for name, shape in shapes.items():
             n_items = int(np.prod(shape))
+            if name == "violations":
+                self._violations_at = at  # (where a sample writes them: ``kernels.sample_changes``)
             for store, vec in ((self._now, self._vec), (self._area, self._area_vec), (self._peak, self._peak_vec)):
                 store[name] = vec[at:at + n_items].reshape(shape)
             at += n_items
@@ -103,11 +105,12 @@ class Recorder:
 
     # ------------------------------------------------------------ sampling
 
-    def _changed_nodes(self) -> list[int] | np.ndarray | None:
-        """Nodes whose figures may have changed since the last sample, ascending
-        (None: all); on the way, the idle share of explicit VC hosts is brought
-        up to date."""
-        rows = self._cursor.touched(self.state.nodes)
+    def _changed_nodes(self) -> np.ndarray | None:
+        """Nodes whose figures may have changed since the last sample, with
+        repeats and in any order (a view of the node table's log, read before
+        it next changes; None: all); on the way, the idle share of explicit
+        VC hosts is brought up to date."""
+        rows = self._cursor.logged(self.state.nodes)
         touched = [rows] if rows is not None else None
         for vc in self.state.vcs.values():
             if vc.default or vc.table.n == 0:
@@ -134,7 +137,7 @@ class Recorder:
             self._vc_seen[id(t)] = (t, cursor, snap)
         if touched is None:
             return None
-        return np.unique(np.concatenate([np.asarray(x, np.int64) for x in touched])) if len(touched) > 1 else touched[0]
+        return np.concatenate([np.asarray(x, np.int64) for x in touched]) if len(touched) > 1 else touched[0]
 
     @property
     def site_capacity(self) -> np.ndarray:
@@ -184,29 +187,22 @@ class Recorder:
             self._first = t
         dt = t - self._last if self._last is not None and t > self._last else 0.0
         self._last = max(t, self._last) if self._last is not None else t
-        changed = np.arange(fleet.n_nodes) if changed is None else np.asarray(changed, np.int64)
-        d_stranded = np.zeros(self._stranded.shape[0])
-        # the totals integrated up to ``t``, the changed sites integrated, the nodes' figures, then the
-        # sites' peaks and blocks: one compiled call
-        kernels.sample_changes(self._vec, self._area_vec, float(dt),
-                               changed, float(t), fleet.node_site, figures.own, figures.area, figures.last,
-                               figures.now, figures.firsts, figures.ends, figures._block_area, figures.block_now,
-                               figures.block_last, figures.peak, nodes.cap, nodes.free, nodes.dev_free,
-                               nodes.dev_cap, nodes.dev_kind, nodes.dev_shareable, self._idle is not None,
+        logged = changed is not None
+        if changed is None:
+            changed = np.arange(fleet.n_nodes)
+        # the totals integrated up to ``t``, the changed sites integrated, the nodes' figures, the sites'
+        # peaks and blocks, the stranded share, then the totals' peaks: one compiled call
+        kernels.sample_changes(self._vec, self._area_vec, self._peak_vec, float(dt), changed, logged, float(t),
+                               fleet.node_site, figures.own, figures.area, figures.last, figures.now, figures.firsts,
+                               figures.ends, figures._block_area, figures.block_now, figures.block_last, figures.peak,
+                               nodes.cap, nodes.free, nodes.dev_free, nodes.dev_cap, nodes.dev_kind,
+                               nodes.dev_shareable, self._idle is not None,
                                self._held if self._idle is None else self._idle, fleet.node_tier, self._held,
                                self._held if self._used is None else self._used, self._stranded,
-                               self._now["used"], self._now["reserved"], d_stranded)
-        if d_stranded.size and d_stranded.any():
-            self._add_stranded(d_stranded)
-        self._now["violations"][0] = self.near_violations()
-        np.maximum(self._peak_vec, self._vec, out=self._peak_vec)
+                               self._now["used"], self._now["reserved"], self._stranded_total,
+                               self._kind_capacity, self._now["fragmented"], float(self.near_violations()),
+                               self._violations_at)
         self._record(t, keep)
-
-    def _add_stranded(self, delta: np.ndarray) -> None:
-        """Stranded share changed by ``delta`` per kind: the total and its ratio to capacity."""
-        self._stranded_total += delta
-        total = self._kind_capacity
-        np.divide(self._stranded_total, total, out=self._now["fragmented"], where=total > 0)
 
     def _record(self, t: float, keep: bool) -> None:
         """Keep this sample in the series when it is the stride's, replaces one of
@@ -418,19 +414,19 @@ class _Cursor:
         self.table = None
         self.pos = self.version = -1
 
-    def touched(self, table: CandidateTable) -> list[int] | None:
-        """Rows touched since the last call, ascending, or None when that is not
-        known (read all)."""
+    def logged(self, table: CandidateTable) -> np.ndarray | None:
+        """Rows touched since the last call as the table's log has them (with
+        repeats; a view, to read before the table next changes), or None when
+        that is not known (read all)."""
         changed = table.since(self.pos) if self.table is table and self.version == table.version else None
         self.table, self.pos, self.version = table, table.logged, table.version
-        if changed is None:
-            return None
-        return sorted(set(changed.tolist())) if changed.size <= 64 else np.unique(changed).tolist()
+        return changed
 
     def rows(self, table: CandidateTable) -> np.ndarray | None:
-        """``touched`` as an array."""
-        out = self.touched(table)
-        return None if out is None else np.array(out, np.int64)
+        """Rows touched since the last call, ascending, once each, or None when
+        that is not known (read all)."""
+        changed = self.logged(table)
+        return None if changed is None else np.unique(changed).astype(np.int64)
 
 
 def percentiles(values: Iterable[float], censored: int | None = None) -> dict[str, float | int]:
