@@ -87,6 +87,11 @@ class Unscheduled:
 
 def build_units(apps: tuple[Application, ...]) -> list[Unit]:
     """The applications' units, numbered in the order written."""
+    if len(apps) == 1 and len(apps[0].components) == 1:  # (an arrival of one task: what spec_units makes of it)
+        app = apps[0]
+        comp = app.components[0]
+        if comp.size == 1 and comp.affinity is None and not comp.gang:
+            return [Unit(app, (comp.task_name(0),), (comp,), 0)]
     units: list[Unit] = []
     for app in apps:
         units += app_units(app, len(units))

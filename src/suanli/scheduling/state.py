@@ -826,15 +826,26 @@ class Placements(Mapping):
         i = self._ids.get(task)
         return i if i is not None and i < self._row.size and self._row[i] >= 0 else -1
 
-    def _make(self, task: str, i: int) -> Placement:
-        state = self._state
-        vc = state.vcs[self._vc_names[self._vc[i]]]
+    def _host(self, i: int) -> tuple["VCState", int, "Host"]:
+        """Task ``i``'s VC, row and host."""
+        vc = self._state.vcs[self._vc_names[self._vc[i]]]
         row = int(self._row[i])
-        host = vc.by_node[row] if vc.default else vc.by_row[row]
+        return vc, row, (vc.by_node[row] if vc.default else vc.by_row[row])
+
+    def _make(self, task: str, i: int) -> Placement:
+        vc, row, host = self._host(i)
         dev = self._dev.get(i)
         vec = self._vecs[self._vec[i]]
         a = Allocation(row, vec, dev[0], dev[1]) if dev is not None else Allocation(row, vec)
-        return Placement(task, state.tenant_names[self._tenant[i]], vc.name, host, a)
+        return Placement(task, self._state.tenant_names[self._tenant[i]], vc.name, host, a)
+
+    def host_of(self, task: str) -> tuple[str, "Host"]:
+        """A placed task's VC (by name) and host, without its placement made."""
+        i = self._id(task)
+        if i < 0:
+            raise KeyError(task)
+        vc, _, host = self._host(i)
+        return vc.name, host
 
     def devices(self, task: str) -> list[tuple[str, str, int]]:
         """The devices a placed task holds: (kind, model, index on its node), by index."""

@@ -306,14 +306,18 @@ class Shard:
                 self.unpark(self._room.items())
         if own is None:
             own = self._own[tenant] = Counter()
-        for counts, key in ((levels, standing), (own, priority)):
-            n = counts[key] + step
-            if n > 0:
-                counts[key] = n
-            else:
-                counts.pop(key, None)
-        if not own:
-            del self._own[tenant]
+        n = levels[standing] + step
+        if n > 0:
+            levels[standing] = n
+        else:
+            levels.pop(standing, None)
+        n = own[priority] + step
+        if n > 0:
+            own[priority] = n
+        else:
+            own.pop(priority, None)
+            if not own:
+                del self._own[tenant]
 
     def checkpoint(self, t: float, uid: int) -> Run:
         """A checkpoint of a running unit at ``t``, before a resize stops it: its
@@ -701,15 +705,16 @@ class Shard:
         comps = unit.components
         comp_of = dict(zip(unit.tasks, comps)) if len(comps) > 1 else None  # (the records': the same objects)
         borrowed = self._borrowed(uid) if self.state.cohorts else {}
+        host_of = self.state.placements.host_of
         for task in placed:
             i = ids[task]
-            p = self.state.placements[task]
+            vc, host = host_of(task)
             ledger.placed(i, t)
-            self.track_near(task, comps[0] if comp_of is None else comp_of[task], p.host.node, fresh)
-            where = self.where(p.host.node)
-            self.log(t, "placed", task=task, **where, host=p.host.name, vc=p.vc, **borrowed)
+            self.track_near(task, comps[0] if comp_of is None else comp_of[task], host.node, fresh)
+            where = self.where(host.node)
+            self.log(t, "placed", task=task, **where, host=host.name, vc=vc, **borrowed)
             if moving and i in moving:  # a service that stopped to move: priced from where it left
-                self.resched.log_move(t, tab[task], p.host.node)  # started when its state arrives
+                self.resched.log_move(t, tab[task], host.node)  # started when its state arrives
             else:
                 self.resched.disrupted.discard(task)
                 self.log(t, "started", task=task, **where)
