@@ -23,6 +23,7 @@ from test_properties import SETTINGS, load, world_docs
 from suanli.output import outcome_json
 from suanli.scheduling import business_layer, nearby, select
 from suanli.scheduling.static import schedule
+from suanli.sim.ledger import Ledger
 from suanli.sim.simulation import Simulation
 from suanli.spec.build import load_world
 
@@ -98,33 +99,48 @@ def test_neighbourhood_decisions_equal_the_flat_search():
     assert TALLY["placements"] >= TALLY["cases"] // 4, TALLY
 
 
-def short_task_world(tmp_path, devices: int, edge_cpu: int, minutes: int) -> Path:
+def short_task_world(tmp_path, devices: int, edge_cpu: int, minutes: int, cloud_cpu: int = 200) -> Path:
     """PureEdgeSim's default world at ``devices``, its edge of ``edge_cpu``
-    cores, generating for ``minutes`` (``conftest.pes_world_text``)."""
-    path = tmp_path / f"pes-{devices}-{edge_cpu}-{minutes}.yaml"
-    path.write_text(pes_world_text(devices, minutes, edge_cpu))
+    cores and its cloud of ``cloud_cpu``, generating for ``minutes``
+    (``conftest.pes_world_text``)."""
+    path = tmp_path / f"pes-{devices}-{edge_cpu}-{minutes}-{cloud_cpu}.yaml"
+    path.write_text(pes_world_text(devices, minutes, edge_cpu, cloud_cpu))
     return path
 
 
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.integers(5, 60), st.integers(1, 16), st.integers(1, 3), st.integers(0, 2**16))
-def _short_tasks_picked_alike(tmp_path, devices, edge_cpu, minutes, seed):
-    world = load_world([short_task_world(tmp_path, devices, edge_cpu, minutes)])
+@given(st.integers(5, 60), st.integers(1, 16), st.integers(1, 3), st.sampled_from((1, 4, 200)), st.integers(0, 2**16))
+def _short_tasks_picked_alike(tmp_path, devices, edge_cpu, minutes, cloud_cpu, seed):
+    note(_picked_alike(tmp_path, devices, edge_cpu, minutes, cloud_cpu, seed))
+
+
+def _picked_alike(tmp_path, devices, edge_cpu, minutes, cloud_cpu, seed):
+    world = load_world([short_task_world(tmp_path, devices, edge_cpu, minutes, cloud_cpu)])
     runs = []
+    real_waits = Ledger.unit_waits
     for short in (True, False):  # the short path (a compiled pick, one member placed alone), then the general one
         before, alone = nearby.COMPILED_PICKS[0], select.PLACED_ONE[0]
+        waits: list = []  # every waiting unit's reasons, in order
+
+        def told(ledger, tasks, reasons):
+            waits.append((tuple(tasks), sorted((str(k), n) for k, n in reasons.items())))
+            return real_waits(ledger, tasks, reasons)
+
         with picks_counted(COMPILED=short) as calls:
-            business_layer.LONE = short
+            business_layer.LONE, Ledger.unit_waits = short, told
             try:
                 sim = Simulation(world, seed=seed)
                 sim.run()
             finally:
-                business_layer.LONE = True
-        runs.append((sim.events.take(), nearby.COMPILED_PICKS[0] - before, len(calls), select.PLACED_ONE[0] - alone))
-    (events, compiled_picks, picks, placed_alone), (flat, none, _, none_alone) = runs
+                business_layer.LONE, Ledger.unit_waits = True, real_waits
+        runs.append((sim.events.take(), nearby.COMPILED_PICKS[0] - before, len(calls), select.PLACED_ONE[0] - alone,
+                     waits))
+    (events, compiled_picks, picks, placed_alone, waits), (flat, none, _, none_alone, flat_waits) = runs
     assert none == 0 and none_alone == 0
     assert events == flat
+    assert waits == flat_waits  # the same reasons for every unit that waited
     TALLY["placed alone"] += placed_alone
+    TALLY["waits told"] += len(waits)
     TALLY["picks"] += picks
     placed = Counter(e["site"] for e in events if e["kind"] == "placed")
     TALLY["cases"] += 1
@@ -133,7 +149,7 @@ def _short_tasks_picked_alike(tmp_path, devices, edge_cpu, minutes, seed):
     TALLY["on the edge"] += placed["edge-dc1"]
     TALLY["in the cloud"] += placed["cloud"]
     TALLY["on the device"] += sum(n for s, n in placed.items() if s not in ("edge-dc1", "cloud"))
-    note(f"{compiled_picks} compiled picks, placed {dict(placed)}")
+    return f"{compiled_picks} compiled picks, placed {dict(placed)}, {len(waits)} waits told"
 
 
 def test_short_tasks_compiled_picks_choose_the_rows_the_array_calls_choose(tmp_path):
@@ -143,12 +159,14 @@ def test_short_tasks_compiled_picks_choose_the_rows_the_array_calls_choose(tmp_p
     the array calls and a group of one give."""
     TALLY.clear()
     _short_tasks_picked_alike(tmp_path)
+    _picked_alike(tmp_path, 60, 1, 1, 1, 5)  # a world too small for its tasks: most wait, and are told why
     # not vacuous: the compiled loop made nearly every pick, a pick was made for many tasks (the rest took
     # the row the one before took, unchanged since: 0.49 to 0.56 of tasks were picked in the draws seen),
     # and the edge filled (the cloud took the rest)
     assert TALLY["compiled picks"] >= 0.9 * TALLY["picks"] > 0 and TALLY["picks"] >= TALLY["placed"] / 4, TALLY
     assert TALLY["on the edge"] > 0 and TALLY["in the cloud"] > 0, TALLY
     assert TALLY["placed alone"] >= 0.9 * TALLY["placed"], TALLY  # most placements took the short path
+    assert TALLY["waits told"] > 100, TALLY  # (and units waited: the short path's reasons were compared)
 
 
 def test_a_task_the_pass_places_starts_within_its_bound(tmp_path, monkeypatch):

@@ -650,11 +650,13 @@ class BusinessLayer:
         if vcs.default and len(unit.tasks) == 1 and self._lone(unit):
             comp = unit.components[0]
             req = self.request(comp, unit.tenant, unit.state_site(0))
-            a = place_one(vcs.table, req, self.network, self.rng, TaskExtras(self, vcs))
-            if a is not None:
-                self.state.add_placement(unit.tasks[0], unit.tenant, vcs, a)
+            result = place_one(vcs.table, req, self.network, self.rng, TaskExtras(self, vcs))
+            if result.ok:
+                self.state.add_placement(unit.tasks[0], unit.tenant, vcs, result.allocations[0])
                 return None
-            # (nothing taken, nothing drawn: the steps below find it does not fit, and why)
+            if record:
+                self._record(unit, unit.tasks, result.reasons)
+            return result.reasons
         vc_model = self.state.world.vcs[unit.app.vc]
         reqs = self.unit_requests(unit)
         cap = self.widths.get(unit.seq) if self.widths else None

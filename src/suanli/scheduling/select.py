@@ -432,12 +432,12 @@ def _pick(table, req: Request, near_rows: np.ndarray | None, network, rng: np.ra
 
 
 def place_one(table: CandidateTable, req: Request, network: Network, rng: np.random.Generator,
-              extras: Extras) -> Allocation | None:
+              extras: Extras) -> GroupResult:
     """``place_group`` of one member, anywhere, with the default scores and no
     enclosing statement: the row, draws, extras' notes and kept hint that
-    ``_fill`` gives it, without a group's steps (a short task alone in its
-    instant). None when no row holds it: nothing taken, nothing drawn (the
-    caller's ``place_group`` then explains it)."""
+    ``_fill`` gives it, or the reasons it gives when no row holds it
+    (nothing taken, nothing drawn), without a group's steps (a short task
+    alone in its instant)."""
     extra = extras.checks(req, table)
     owner = id(getattr(extras, "vc", None))
     row = _repeat(table, req, extra, req.cache.get("last"), owner)
@@ -445,7 +445,7 @@ def place_one(table: CandidateTable, req: Request, network: Network, rng: np.ran
         near_rows = nearby.candidate_rows(table, req) if req.near is not None else None
         row = _pick(table, req, near_rows, network, rng, [m for _, m in extra], None)
         if row < 0:
-            return None
+            return GroupResult(reasons=explain(table, req, extra))
     a = allocation(table, req, row)
     st = Statement()
     try:
@@ -457,7 +457,7 @@ def place_one(table: CandidateTable, req: Request, network: Network, rng: np.ran
     st.commit()
     req.cache["last"] = ((id(table), table.version, table.tick, owner), row)
     PLACED_ONE[0] += 1
-    return a
+    return GroupResult(allocations=[a])
 
 
 PLACED_ONE = [0]  # placements ``place_one`` made (tests count them)
