@@ -708,7 +708,8 @@ class BusinessLayer:
         places one member (the short path): the default scores, no domain
         to choose (no coupling, no affinity scope), not an elastic gang."""
         return (LONE and self.policy is None and unit.min_members is None and not unit.couplings
-                and unit.affinity_scope is None and unit.components[0].start_size is None and not (self.widths and unit.seq in self.widths))
+                and unit.affinity_scope is None and unit.components[0].start_size is None
+                and not (self.widths and unit.seq in self.widths))
 
     def unit_requests(self, unit: Unit) -> list[Request]:
         return [self.request(c, unit.tenant, unit.state_site(i)) for i, c in enumerate(unit.components)]
