@@ -87,11 +87,8 @@ class Unscheduled:
 
 def build_units(apps: tuple[Application, ...]) -> list[Unit]:
     """The applications' units, numbered in the order written."""
-    if len(apps) == 1 and len(apps[0].components) == 1:  # (an arrival of one task: what spec_units makes of it)
-        app = apps[0]
-        comp = app.components[0]
-        if comp.size == 1 and comp.affinity is None and not comp.gang:
-            return [Unit(app, (comp.task_name(0),), (comp,), 0)]
+    if len(apps) == 1 and len(apps[0].components) == 1 and apps[0].components[0].affinity is None:
+        return list(spec_units(apps[0], apps[0].components[0], None, 0))  # (an arrival of one component)
     units: list[Unit] = []
     for app in apps:
         units += app_units(app, len(units))
@@ -647,16 +644,32 @@ class BusinessLayer:
         groups grow by hosts for the members its hosts cannot hold, not for
         all of them (a running gang placed again wider)."""
         vcs = self.state.vcs[unit.app.vc]
-        if vcs.default and len(unit.tasks) == 1 and self._lone(unit):
+        if vcs.default and len(unit.tasks) == 1 and self._lone(unit):  # one member: without a group's steps
             comp = unit.components[0]
             req = self.request(comp, unit.tenant, unit.state_site(0))
             result = place_one(vcs.table, req, self.network, self.rng, TaskExtras(self, vcs))
-            if result.ok:
-                self.state.add_placement(unit.tasks[0], unit.tenant, vcs, result.allocations[0])
-                return None
+        else:
+            result = self._attempt_or_grow(unit, vcs, top_up)
+        if not result.ok:
             if record:
                 self._record(unit, unit.tasks, result.reasons)
             return result.reasons
+        for task, a in zip(unit.tasks, result.allocations):
+            self.state.add_placement(task, unit.tenant, vcs, a)
+        placed = len(result.allocations)
+        if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
+            size = Counter({Why("elastic", "parts" if unit.components[0].parts else None, placed=placed,
+                                members=len(unit.tasks)): 1})
+            why = bound(result.short, size) if result.short else size  # the bound that stopped it
+            if record:
+                self._record(unit, unit.tasks[placed:], why)
+            else:
+                self.left_out[unit.seq] = why
+        return None
+
+    def _attempt_or_grow(self, unit: Unit, vcs: VCState, top_up: bool):
+        """``place``'s try on the VC's hosts and, on an explicit VC, with hosts
+        grown for the unit (``top_up``: as ``place`` says); what it placed, or why not."""
         vc_model = self.state.world.vcs[unit.app.vc]
         reqs = self.unit_requests(unit)
         cap = self.widths.get(unit.seq) if self.widths else None
@@ -686,22 +699,7 @@ class BusinessLayer:
                 if not vcs.hosts:
                     result.reasons[Why("hosts", vc=vcs.name)] += 1
                 result.reasons.update(grow_reasons)
-        if not result.ok:
-            if record:
-                self._record(unit, unit.tasks, result.reasons)
-            return result.reasons
-        for task, a in zip(unit.tasks, result.allocations):
-            self.state.add_placement(task, unit.tenant, vcs, a)
-        placed = len(result.allocations)
-        if placed < len(unit.tasks):  # an elastic gang below its full size: the rest is reported
-            size = Counter({Why("elastic", "parts" if unit.components[0].parts else None, placed=placed,
-                                members=len(unit.tasks)): 1})
-            why = bound(result.short, size) if result.short else size  # the bound that stopped it
-            if record:
-                self._record(unit, unit.tasks[placed:], why)
-            else:
-                self.left_out[unit.seq] = why
-        return None
+        return result
 
     def _lone(self, unit: Unit) -> bool:
         """Whether a unit of one task on a default VC is placed as ``place_one``

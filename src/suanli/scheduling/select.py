@@ -413,7 +413,7 @@ def _fill(table, members, network, rng, extras: Extras, st: Statement,
         i += len(allocs)
         if ranked is not None:
             ranked.tick = table.tick
-        hint = ((id(table), table.version, table.tick, owner), row)
+        hint = (_state_key(table, owner), row)
         if anywhere:
             r.cache["last"] = hint
         else:
@@ -455,7 +455,7 @@ def place_one(table: CandidateTable, req: Request, network: Network, rng: np.ran
         st.discard()
         raise
     st.commit()
-    req.cache["last"] = ((id(table), table.version, table.tick, owner), row)
+    req.cache["last"] = (_state_key(table, owner), row)
     PLACED_ONE[0] += 1
     return GroupResult(allocations=[a])
 
@@ -518,6 +518,12 @@ class _Ranked:
         return rows.pop(j)
 
 
+def _state_key(table: CandidateTable, owner: int) -> tuple:
+    """What a repeat hint (``_repeat``) is good for: this table, its rows and
+    what they hold free unchanged, the same VC's checks (``owner``)."""
+    return id(table), table.version, table.tick, owner
+
+
 def _repeat(table: CandidateTable, req: Request, extra, hint, owner: int) -> int:
     """The row the same request just took, when picking again would choose it anyway.
 
@@ -531,6 +537,6 @@ def _repeat(table: CandidateTable, req: Request, extra, hint, owner: int) -> int
     if hint is None or req.whole_node or not req.plain[1]:
         return -1
     key, row = hint
-    if key != (id(table), table.version, table.tick, owner) or not fits_row(table, req, row, extra):
+    if key != _state_key(table, owner) or not fits_row(table, req, row, extra):
         return -1
     return row
