@@ -338,3 +338,105 @@ def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, 
     for j in range(k):  # (positions in ``rows``, ascending: rows in row order)
         top[j] = rows[top[j]]
     return k
+
+
+# ---------------------------------------------------------------- units parked for room (``sim/room.py``)
+# What a watched row has free is read as one float64 vector: its free resources, its device
+# shares, then 1.0 when it is in service (``room._now``'s columns, in that order).
+
+
+@njit(cache=True, nogil=True)
+def _room_now(free, dev_free, enabled, r, out):
+    n_free, n_dev = free.shape[0], dev_free.shape[0]
+    for j in range(n_free):
+        out[j] = free[j, r]
+    for j in range(n_dev):
+        out[n_free + j] = dev_free[j, r]
+    out[n_free + n_dev] = 1.0 if enabled[r] else 0.0
+
+
+@njit(cache=True, nogil=True)
+def room_watch(rows, slot, count, seen, free, dev_free, enabled):
+    """A watcher more on each of ``rows`` (distinct, each with a slot of
+    ``seen``): ``seen`` there := what the row has free now where no one watched
+    it, else the least of the two, element by element."""
+    now = np.empty(seen.shape[1])
+    for i in range(rows.size):
+        r = rows[i]
+        _room_now(free, dev_free, enabled, r, now)
+        s = slot[r]
+        if count[r] == 0:
+            seen[s, :] = now
+        else:
+            for j in range(now.size):
+                if now[j] < seen[s, j]:
+                    seen[s, j] = now[j]
+        count[r] += 1
+
+
+@njit(cache=True, nogil=True)
+def room_unwatch(rows, slot, count):
+    """A watcher less on each of ``rows`` (distinct): the slots of ``seen``
+    that rows no one watches any more give up, in the order of ``rows``."""
+    freed = np.empty(rows.size, np.int64)
+    k = 0
+    for i in range(rows.size):
+        r = rows[i]
+        count[r] -= 1
+        if count[r] == 0:
+            freed[k] = slot[r]
+            k += 1
+            slot[r] = -1
+    return freed[:k]
+
+
+@njit(cache=True, nogil=True)
+def room_remember(rows, slot, seen, free, dev_free, enabled):
+    """``seen`` := what each watched row of ``rows`` has free now."""
+    now = np.empty(seen.shape[1])
+    for i in range(rows.size):
+        r = rows[i]
+        s = slot[r]
+        if s >= 0:
+            _room_now(free, dev_free, enabled, r, now)
+            seen[s, :] = now
+
+
+@njit(cache=True, nogil=True)
+def room_risen(rows, count, slot, seen, free, dev_free, enabled, site):
+    """Of the watched rows among ``rows`` (repeats allowed), the sites
+    (ascending, distinct) of those with more of something free than
+    ``seen``; the others only lost room and are remembered as they are."""
+    rows = np.unique(rows)
+    now = np.empty(seen.shape[1])
+    sites = np.empty(rows.size, site.dtype)
+    k = 0
+    for i in range(rows.size):
+        r = rows[i]
+        if count[r] <= 0:
+            continue
+        _room_now(free, dev_free, enabled, r, now)
+        s = slot[r]
+        up = False
+        for j in range(now.size):
+            if now[j] > seen[s, j]:
+                up = True
+                break
+        if up:
+            sites[k] = site[r]
+            k += 1
+        else:
+            seen[s, :] = now
+    return np.unique(sites[:k])
+
+
+@njit(cache=True, nogil=True)
+def room_fits(order, lo, hi, count, enabled, free, v0, v1):
+    """Whether a watched row among ``order[lo:hi]`` (a site's rows) is in
+    service with ``v0`` cpu and ``v1`` memory free (``nearby.dynamic_ok`` of a
+    request without accelerators or a whole node)."""
+    for i in range(lo, hi):
+        r = order[i]
+        if count[r] > 0 and enabled[r] and not (v0 > 0 and free[0, r] < v0) and not (v1 > 0 and free[1, r] < v1):
+            return True
+    return False

@@ -29,21 +29,10 @@ from typing import Hashable
 
 import numpy as np
 
+from suanli.scheduling import kernels
 from suanli.scheduling.nearby import dynamic_ok, site_rows
 
 COUNTS: Counter = Counter()  # "reached": units a walk offered; "stopped": rows a walk left; "together": units woken with several tenants waiting
-
-
-def _now(table, rows: np.ndarray) -> np.ndarray:
-    """float64[k, m]: what ``rows`` have free, their device shares and whether they are in service
-    (written into one array: stacking the three took twice as long for the few rows of a wake)."""
-    n_free, n_dev = table.free.shape[0], table.dev_free.shape[0]
-    out = np.empty((rows.size, n_free + n_dev + 1))
-    out[:, :n_free] = table.free[:, rows].T
-    if n_dev:
-        out[:, n_free:n_free + n_dev] = table.dev_free[:, rows].T
-    out[:, -1] = table.enabled[rows]
-    return out
 
 
 def shape_of(req) -> tuple:
@@ -75,54 +64,49 @@ class _Table:
             self.count = np.concatenate([self.count, np.zeros(n - self.count.size, np.int32)])
 
     def watch(self, rows: np.ndarray) -> None:
-        """Count a watcher on ``rows``; ``seen`` there := at most what they have free now."""
+        """Count a watcher on ``rows`` (distinct); ``seen`` there := at most what they have free now."""
         if rows.size == 0:
             return
-        now = _now(self.table, rows)
+        table = self.table
+        width = table.free.shape[0] + table.dev_free.shape[0] + 1  # (``_now``'s columns)
         new = rows[self.slot[rows] < 0]
         if new.size:
-            if self.seen.shape[1] != now.shape[1]:
-                self.seen = np.zeros((0, now.shape[1]))
+            if self.seen.shape[1] != width:
+                self.seen = np.zeros((0, width))
             need = new.size - len(self.free_slots)
             if need > 0:
                 start = self.seen.shape[0]
                 grow = max(need, start)
-                self.seen = np.vstack([self.seen, np.zeros((grow, now.shape[1]))])
+                self.seen = np.vstack([self.seen, np.zeros((grow, width))])
                 self.free_slots += range(start, start + grow)
             for row in new.tolist():
                 self.slot[row] = self.free_slots.pop()
-        at = self.slot[rows]
-        fresh = self.count[rows] == 0
-        self.seen[at] = np.where(fresh[:, None], now, np.minimum(self.seen[at], now))
-        self.count[rows] += 1
+        kernels.room_watch(rows, self.slot, self.count, self.seen, table.free, table.dev_free, table.enabled)
 
     def unwatch(self, rows: np.ndarray) -> None:
-        self.count[rows] -= 1
-        for row in rows[self.count[rows] == 0].tolist():
-            self.free_slots.append(int(self.slot[row]))
-            self.slot[row] = -1
+        self.free_slots += kernels.room_unwatch(rows, self.slot, self.count).tolist()
 
     def remember(self, rows: np.ndarray) -> None:
         """``seen`` at watched ``rows`` := what they have free now."""
-        rows = rows[self.slot[rows] >= 0]
-        if rows.size:
-            self.seen[self.slot[rows]] = _now(self.table, rows)
+        table = self.table
+        kernels.room_remember(rows, self.slot, self.seen, table.free, table.dev_free, table.enabled)
 
-    def risen(self, rows: np.ndarray) -> np.ndarray:
-        """Of watched ``rows``, those with more of something free than ``seen``;
-        the others are remembered as they are now (they only lost room)."""
-        if rows.size == 0:
-            return rows
-        now = _now(self.table, rows)
-        at = self.slot[rows]
-        up = (now > self.seen[at]).any(axis=1)
-        self.seen[at[~up]] = now[~up]
-        return rows[up]
+    def risen(self, rows: np.ndarray) -> list[int]:
+        """Of watched ones among ``rows`` (repeats allowed), the sites of those
+        with more of something free than ``seen``, ascending; the others are
+        remembered as they are now (they only lost room)."""
+        table = self.table
+        return kernels.room_risen(rows, self.count, self.slot, self.seen, table.free, table.dev_free, table.enabled,
+                                  table.site).tolist()
 
     def fits(self, site: int, shape: tuple) -> bool:
         """Could a watched row of ``site`` hold a request of ``shape`` now?"""
         order, start = site_rows(self.table)
-        rows = order[start[site]:start[site + 1]]
+        lo, hi = int(start[site]), int(start[site + 1])
+        (v0, v1), needs, whole = shape
+        if not needs and not whole:  # (cpu and memory alone: ``dynamic_ok`` in one compiled loop)
+            return kernels.room_fits(order, lo, hi, self.count, self.table.enabled, self.table.free, v0, v1)
+        rows = order[lo:hi]
         rows = rows[self.count[rows] > 0]
         return bool(rows.size) and bool(dynamic_ok(self.table, self.reqs[shape], rows).any())
 
@@ -199,15 +183,10 @@ class RoomWait:
                 fresh += sorted(w.units)
                 continue
             logged = table.since(w.pos)
-            if logged is None:
-                rows = np.flatnonzero(w.count > 0)
-            else:
-                rows = np.unique(logged)
-                rows = rows[w.count[rows] > 0]
             w.pos = table.logged
-            up = w.risen(rows)
-            if up.size:
-                risen[tid] = np.unique(table.site[up]).tolist()
+            sites = w.risen(np.flatnonzero(w.count > 0) if logged is None else logged)
+            if sites:
+                risen[tid] = sites
         return risen, fresh
 
     def settle(self, risen: dict[int, list[int]]) -> None:
