@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from suanli.scheduling import nearby
+from suanli.scheduling import kernels, nearby
 from suanli.scheduling.reasons import Binding, Reasons, Why
 from suanli.scheduling.request import AccelNeed, Request
 from suanli.scheduling.table import CandidateTable, cols
@@ -520,7 +520,7 @@ class _Split:
     each over the rows read; how many site terms come before the bound and
     it (``known``); and a mask of every row read."""
 
-    __slots__ = ("charged", "rows", "at", "static", "known", "every_row")
+    __slots__ = ("charged", "rows", "at", "static", "known", "every_row", "compiled")
 
     def __init__(self, table: CandidateTable, req: Request, charged: list[tuple[Why, int]], rows: np.ndarray,
                  n_at: int, n_near: int) -> None:
@@ -539,6 +539,7 @@ class _Split:
         static += static_checks(table, req, rows, len(terms))
         self.charged, self.rows, self.at, self.static, self.known = charged, rows, at, static, known
         self.every_row = np.ones(rows.size, bool)
+        self.compiled: dict[tuple[bool, bool], tuple] = {}  # ``_explain_few``'s, by what the request asks
         for a in (rows, at, self.every_row):
             a.flags.writeable = False  # (shared by every explanation of the request until rows change)
 
@@ -577,6 +578,8 @@ def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], 
     for reason, n in split.charged:
         if n:
             counts[reason] += n
+    if not extra and not req.accels and not req.whole_node:
+        return _explain_few(table, req, counts, split)
     rows = split.rows
     every = [*split.static, *_dynamic(table, req, rows), *((r, m[rows]) for r, m in extra)]
     remaining = split.at.copy()
@@ -586,6 +589,50 @@ def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], 
             counts[reason] += failed
         remaining &= mask
     counts.binding = _binding(table, req, every, split.every_row, rows)
+    return counts
+
+
+EXPLAINED_FEW = [0]  # explanations ``_explain_few`` made (tests count them)
+# the dynamic checks' reasons (``_dynamic``'s) for a request of cpu and memory alone
+_UNAVAILABLE, _SHORT = Why("unavailable"), (Why("capacity", resource="cpu"), Why("capacity", resource="memory"))
+
+
+def _explain_few(table: CandidateTable, req: Request, counts: Reasons, split: _Split) -> Reasons:
+    """``_explain_split`` for a request without accelerators, a whole node or
+    extra checks, its counting and binding check one compiled loop
+    (``kernels.explain_rows``): the same counts, added in the same order,
+    and the same binding check (a device's task explained at each arrival
+    while the rows near it are full). What the loop is told of the
+    split's checks is kept with the split."""
+    asks = (bool(req.vec[0] > 0), bool(req.vec[1] > 0))
+    told = split.compiled.get(asks)
+    if told is None:
+        reasons = [reason for reason, _ in split.static] + [_UNAVAILABLE] + [w for w, a in zip(_SHORT, asks) if a]
+        numbers: dict[Why, int] = {}  # a reason's checks are one for the binding check (``_binding``'s ``passes``)
+        group = np.array([numbers.setdefault(reason, len(numbers)) for reason in reasons], np.int64)
+        private = next((i for i, reason in enumerate(numbers) if reason.code == "private"), -1)
+        static = np.empty((len(split.static), split.rows.size), bool)
+        for i, (_, mask) in enumerate(split.static):
+            static[i] = mask
+        told = split.compiled[asks] = (reasons, group, list(numbers), private if private >= 0 and _own_device(req)
+                                       else -1, static)
+    reasons, group, by_number, dropped, static = told
+    EXPLAINED_FEW[0] += 1
+    failed, best, most, figures = kernels.explain_rows(static, split.at, split.known, split.rows, table.enabled,
+                                                       table.free, table.cap, req.vec, group, len(by_number), dropped)
+    for reason, n in zip(reasons[split.known:], failed[split.known:].tolist()):
+        if n:
+            counts[reason] += n
+    if best >= 0:
+        reason, most = by_number[best], int(most)
+        if reason.code != "capacity":
+            counts.binding = Binding(reason, most, layer=reason.layer)
+        elif reason.resource in ("cpu", "memory"):
+            col = 0 if reason.resource == "cpu" else 1
+            counts.binding = Binding(reason, most, reason.resource, int(req.vec[col]), int(figures[col]),
+                                     capacity=int(figures[2 + col]))
+        else:
+            counts.binding = Binding(reason, most)
     return counts
 
 

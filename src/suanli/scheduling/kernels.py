@@ -440,3 +440,80 @@ def room_fits(order, lo, hi, count, enabled, free, v0, v1):
         if count[r] > 0 and enabled[r] and not (v0 > 0 and free[0, r] < v0) and not (v1 > 0 and free[1, r] < v1):
             return True
     return False
+
+
+# ---------------------------------------------------------------- explanations (``filters._explain_split``)
+
+
+@njit(cache=True, nogil=True)
+def explain_rows(static, at, known, rows, enabled, free, cap, vec, group, n_groups, dropped):
+    """``filters._explain_split``'s counts and binding check over the few rows
+    of a kept split, for a request without accelerators, a whole node or
+    extra checks. The checks, in order: the split's (``static`` [C, k]), then
+    the dynamic ones: in service, then cpu and memory free where ``vec`` asks
+    for them. ``group``: each check's reason, numbered in order of first
+    appearance (a reason's checks count together for the binding check);
+    ``dropped``: a reason whose failing rows are no candidates (another
+    device's own site, for work bound near its own), else -1.
+
+    Returns (rows failing each check first among those after the first
+    ``known``, with ``at`` the rows that pass those; the binding reason's
+    number (-1: none) and its rows; the most cpu, memory free and cpu, memory
+    held even empty among the rows it alone fails)."""
+    n_static, k = static.shape
+    n_checks = group.size
+    ok = np.empty((n_checks, k), np.bool_)
+    ok[:n_static] = static
+    c = n_static
+    for i in range(k):
+        ok[c, i] = enabled[rows[i]]
+    c += 1
+    for col in range(2):
+        if vec[col] > 0:
+            for i in range(k):
+                ok[c, i] = free[col, rows[i]] >= vec[col]
+            c += 1
+    failed = np.zeros(n_checks, np.int64)
+    remaining = at.copy()
+    for c in range(known, n_checks):
+        n = 0
+        for i in range(k):
+            if remaining[i] and not ok[c, i]:
+                n += 1
+                remaining[i] = False
+        failed[c] = n
+    passes = np.ones((n_groups, k), np.bool_)
+    for c in range(n_checks):
+        g = group[c]
+        for i in range(k):
+            passes[g, i] = passes[g, i] and ok[c, i]
+    single = np.empty(k, np.bool_)
+    for i in range(k):
+        fails = 0
+        for g in range(n_groups):
+            if g != dropped and not passes[g, i]:
+                fails += 1
+        single[i] = fails == 1 and (dropped < 0 or passes[dropped, i])
+    best, most = -1, 0
+    for g in range(n_groups):
+        if g == dropped:
+            continue
+        n = 0
+        for i in range(k):
+            if single[i] and not passes[g, i]:
+                n += 1
+        if n > most:
+            best, most = g, n
+    figures = np.zeros(4, np.int64)  # cpu, memory free; cpu, memory held even empty
+    first = True
+    if best >= 0:
+        for i in range(k):
+            if single[i] and not passes[best, i]:
+                r = rows[i]
+                for col in range(2):
+                    if first or free[col, r] > figures[col]:
+                        figures[col] = free[col, r]
+                    if first or cap[col, r] > figures[2 + col]:
+                        figures[2 + col] = cap[col, r]
+                first = False
+    return failed, best, most, figures
