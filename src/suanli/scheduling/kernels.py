@@ -408,6 +408,8 @@ def room_risen(rows, count, slot, seen, free, dev_free, enabled, site):
     (ascending, distinct) of those with more of something free than
     ``seen``; the others only lost room and are remembered as they are."""
     rows = np.unique(rows)
+    if rows.size and rows[-1] >= count.size:
+        raise IndexError("a logged row past the watched table's rows")
     now = np.empty(seen.shape[1])
     sites = np.empty(rows.size, site.dtype)
     k = 0
