@@ -342,7 +342,7 @@ def near_pick(rows, rtt, static, masked, enabled, free, cap, vec, dims, unused, 
 
 # ---------------------------------------------------------------- units parked for room (``sim/room.py``)
 # What a watched row has free is read as one float64 vector: its free resources, its device
-# shares, then 1.0 when it is in service (``room._now``'s columns, in that order).
+# shares, then 1.0 when it is in service (the columns of ``room._Table.seen``, in that order).
 
 
 @njit(cache=True, nogil=True)
