@@ -5,6 +5,7 @@ run is the one that tries them."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -242,3 +243,88 @@ def test_a_queue_that_shrinks_keeps_its_order(ops, seed):
         assert list(q) == sorted(model, key=model.__getitem__)
         assert q.ready() == sorted((u for u in model if u not in parked), key=model.__getitem__)
         assert {u for u in model if q.parked(u)} == set(parked)
+
+
+WATCHED: Counter = Counter()  # what the cases below exercised
+
+
+def test_the_watch_on_rows_is_what_its_array_formulation_is():
+    """The compiled loops of a room watch (``kernels.room_*``) against the
+    array calls they stand for, on a random table whose rows gain and lose
+    room: what each watched row had free (``seen``: the least seen while
+    watched, what it has now when first watched or remembered), which
+    watched rows rose and their sites, the slots rows give up, and whether a
+    site's watched rows could hold a request of cpu and memory."""
+    WATCHED.clear()
+    _watched_like_arrays()
+    # not vacuous: rows rose and did not, slots were given up, sites could hold a request and could not
+    assert all(WATCHED[k] > 0 for k in ("rose", "none rose", "gave up", "fits", "does not fit")), WATCHED
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 2), st.integers(0, 2**32 - 1),
+       st.lists(st.tuples(st.sampled_from(["watch", "unwatch", "change", "risen", "remember", "fits"]),
+                          st.integers(0, 2**16)), min_size=1, max_size=60))
+def _watched_like_arrays(n, n_dev, seed, ops):
+    import numpy as np
+
+    from suanli.scheduling import kernels
+
+    rng = np.random.default_rng(seed)
+    free = rng.integers(0, 4, (2, n)).astype(np.int64)
+    dev_free = rng.integers(0, 1001, (n_dev, n)).astype(np.int16)
+    enabled = rng.random(n) < 0.8
+    site = np.sort(rng.integers(0, 3, n)).astype(np.int32)
+    width = 2 + n_dev + 1
+    order = np.argsort(site, kind="stable").astype(np.int64)
+    start = np.zeros(5, np.int32)
+    start[1:] = np.cumsum(np.bincount(site, minlength=4))
+
+    def now(rows):
+        return np.hstack([free[:, rows].T, dev_free[:, rows].T, enabled[rows][:, None]]).astype(np.float64)
+
+    slot, count, seen = np.full(n, -1, np.int64), np.zeros(n, np.int32), np.zeros((n, width))
+    ref_seen, ref_count = seen.copy(), count.copy()
+    for op, k in ops:
+        rows = np.flatnonzero(rng.random(n) < 0.5)
+        if op == "watch":
+            slot[rows[slot[rows] < 0]] = rows[slot[rows] < 0]  # (a slot per row: its own number)
+            fresh = ref_count[rows] == 0
+            ref_seen[rows] = np.where(fresh[:, None], now(rows), np.minimum(ref_seen[rows], now(rows)))
+            ref_count[rows] += 1
+            kernels.room_watch(rows, slot, count, seen, free, dev_free, enabled)
+        elif op == "unwatch":
+            rows = rows[count[rows] > 0]
+            ref_count[rows] -= 1
+            want = slot[rows[ref_count[rows] == 0]].tolist()
+            assert kernels.room_unwatch(rows, slot, count).tolist() == want
+            WATCHED["gave up"] += len(want)
+            assert (slot[rows[count[rows] == 0]] == -1).all()
+        elif op == "change":
+            free[:, rows] = rng.integers(0, 4, (2, rows.size))
+            dev_free[:, rows] = rng.integers(0, 1001, (n_dev, rows.size))
+            enabled[rows] = rng.random(rows.size) < 0.8
+        elif op == "remember":
+            at = rows[slot[rows] >= 0]
+            ref_seen[slot[at]] = now(at)
+            kernels.room_remember(rows, slot, seen, free, dev_free, enabled)
+        elif op == "risen":
+            logged = np.concatenate([rows, rows[: k % (rows.size + 1)]])  # a log repeats rows
+            rows = np.unique(logged)
+            rows = rows[ref_count[rows] > 0]
+            up = (now(rows) > ref_seen[slot[rows]]).any(axis=1)
+            ref_seen[slot[rows[~up]]] = now(rows[~up])
+            got = kernels.room_risen(logged, count, slot, seen, free, dev_free, enabled, site).tolist()
+            assert got == np.unique(site[rows[up]]).tolist()
+            WATCHED["rose" if got else "none rose"] += 1
+        elif op == "fits":
+            s, v0, v1 = k % 3, k % 4, (k // 4) % 4
+            rows = order[start[s]:start[s + 1]]
+            rows = rows[count[rows] > 0]
+            want = bool(rows.size) and bool((enabled[rows] & ~((v0 > 0) & (free[0, rows] < v0))
+                                             & ~((v1 > 0) & (free[1, rows] < v1))).any())
+            assert kernels.room_fits(order, int(start[s]), int(start[s + 1]), count, enabled, free, v0, v1) == want
+            WATCHED["fits" if want else "does not fit"] += 1
+        assert (count == ref_count).all()
+        watched = slot[count > 0]
+        assert np.array_equal(seen[watched], ref_seen[watched])
