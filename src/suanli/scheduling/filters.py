@@ -194,13 +194,18 @@ def _slots_at(static: tuple[np.ndarray, list[np.ndarray], dict, list], row: int)
     return got
 
 
+# the reasons of the dynamic checks on a row's service and its free cpu and memory (``_dynamic``'s, and
+# in that order ``_explain_few``'s compiled loop's)
+_UNAVAILABLE, _SHORT = Why("unavailable"), (Why("capacity", resource="cpu"), Why("capacity", resource="memory"))
+
+
 def _dynamic(table: CandidateTable, req: Request, at) -> list[Check]:
     """The dynamic checks on rows ``at`` (a slice or row indices), masks over those rows."""
     free = cols(table.free, at)
-    checks: list[Check] = [(Why("unavailable"), table.enabled[at])]
-    for col, what in ((0, "cpu"), (1, "memory")):
+    checks: list[Check] = [(_UNAVAILABLE, table.enabled[at])]
+    for col in (0, 1):
         if req.vec[col] > 0:
-            checks.append((Why("capacity", resource=what), free[col] >= req.vec[col]))
+            checks.append((_SHORT[col], free[col] >= req.vec[col]))
     dev_free = cols(table.dev_free, at)
     for need, ok in zip(req.accels, _usable_at(table, req, at)):
         too_few = _needs_reasons(need)[2]
@@ -593,8 +598,6 @@ def _explain_split(table: CandidateTable, req: Request, extra: Sequence[Check], 
 
 
 EXPLAINED_FEW = [0]  # explanations ``_explain_few`` made (tests count them)
-# the dynamic checks' reasons (``_dynamic``'s) for a request of cpu and memory alone
-_UNAVAILABLE, _SHORT = Why("unavailable"), (Why("capacity", resource="cpu"), Why("capacity", resource="memory"))
 
 
 def _explain_few(table: CandidateTable, req: Request, counts: Reasons, split: _Split) -> Reasons:

@@ -68,7 +68,7 @@ class _Table:
         if rows.size == 0:
             return
         table = self.table
-        width = table.free.shape[0] + table.dev_free.shape[0] + 1  # (``_now``'s columns)
+        width = table.free.shape[0] + table.dev_free.shape[0] + 1  # (what ``kernels._room_now`` writes)
         new = rows[self.slot[rows] < 0]
         if new.size:
             if self.seen.shape[1] != width:
